@@ -1,0 +1,19 @@
+#!/bin/sh
+# Set up memgap on a Debian/Ubuntu machine: the allocators the lab compares,
+# a virtual environment in .venv, and memgap installed into it.
+set -eu
+cd "$(dirname "$0")/.."
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+need=""
+for pkg in libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0 gcc; do
+    dpkg -s "$pkg" >/dev/null 2>&1 || need="$need $pkg"
+done
+python3 -m venv --help >/dev/null 2>&1 || need="$need python3-venv"
+if [ -n "$need" ]; then
+    $SUDO apt-get update -qq
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $need
+fi
+[ -x .venv/bin/python ] || python3 -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q -e ".[test]"

@@ -1,0 +1,24 @@
+"""memgap: explain where a process's resident memory went, and what brings it back.
+
+In-process API::
+
+    import memgap
+    snap = memgap.snapshot()           # layers that add up to RSS
+    with memgap.phase("post-pass-1"):  # or memgap.phase("idle") as a plain call
+        ...
+    released = memgap.trim()           # malloc_trim(0), measured
+    print(memgap.explain())
+"""
+from __future__ import annotations
+
+from .api import TrimResult, explain, phase, phases, snapshot, trim
+from .errors import AccessDenied, MalformedInput, MemgapError, NoSuchProcess, Unsupported
+from .model import Finding, Layer, Snapshot
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "snapshot", "phase", "phases", "trim", "explain", "TrimResult",
+    "Snapshot", "Layer", "Finding",
+    "MemgapError", "NoSuchProcess", "AccessDenied", "Unsupported", "MalformedInput",
+]

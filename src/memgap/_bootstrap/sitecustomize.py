@@ -1,0 +1,41 @@
+"""Loaded by Python children of ``memgap run`` (this folder is put first on PYTHONPATH).
+
+It records an ``exit`` snapshot when the interpreter exits, so memgap.phase()
+calls and the final state of an unmodified program reach the run's recording,
+then hands over to any sitecustomize the user already had.
+"""
+
+
+def _install() -> None:
+    import os
+
+    if not os.environ.get("MEMGAP_RECORD_DIR"):
+        return
+    try:
+        from memgap._hook import install
+    except Exception:  # noqa: BLE001 - memgap missing in this interpreter: run the program untouched
+        return
+    install()
+
+
+def _chain() -> None:
+    """Import the user's own sitecustomize, hidden behind this one."""
+    import importlib
+    import os
+    import sys
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    saved_path, saved_module = list(sys.path), sys.modules.pop("sitecustomize", None)
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
+    try:
+        importlib.import_module("sitecustomize")
+    except ImportError:
+        pass
+    finally:
+        sys.path[:] = saved_path
+        if saved_module is not None:
+            sys.modules["sitecustomize"] = saved_module
+
+
+_install()
+_chain()

@@ -1,0 +1,126 @@
+"""The in-process API: snapshot, phase, trim, explain."""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from types import TracebackType
+
+from .collect import Options, snapshot_self
+from .errors import Unsupported
+from .model import Snapshot
+from .sources.procfs import ProcReader, status_int
+
+RECORD_DIR_ENV = "MEMGAP_RECORD_DIR"
+TRIM_AFTER_ENV = "MEMGAP_TRIM_AFTER"  # a phase name: after recording it, trim once and record "after-trim"
+
+_phases: list[Snapshot] = []
+_writer = None
+
+
+def snapshot(walk: bool = False, count: tuple[str, ...] = (), regions: bool = True) -> Snapshot:
+    """This process's memory, split into layers that add up to RSS.
+
+    ``walk`` adds a gc walk for large buffers (bytes, bytearray, numpy arrays)
+    when tracemalloc is not tracing; ``count`` names classes to count.
+    """
+    return snapshot_self(options=Options(walk_python=walk, class_names=tuple(count), regions=regions))
+
+
+def _recording_writer():  # type: ignore[no-untyped-def]
+    """The writer for this process's phases under `memgap run`, or None."""
+    global _writer
+    directory = os.environ.get(RECORD_DIR_ENV)
+    if not directory:
+        return None
+    if _writer is None or _writer.pid != os.getpid():  # a forked child writes its own file
+        from .recording import RecordingWriter, child_recording_path
+
+        _writer = RecordingWriter(child_recording_path(directory))
+        _writer.pid = os.getpid()  # type: ignore[attr-defined]
+    return _writer
+
+
+def _record(name: str, walk: bool = True, trim_result: "TrimResult | None" = None) -> Snapshot:
+    snap = snapshot_self(phase=name, options=Options(walk_python=walk, regions=False))
+    if trim_result is not None:
+        snap.trim = {"performed": trim_result.performed, "released": trim_result.released,
+                     "rss_before": trim_result.rss_before, "rss_after": trim_result.rss_after,
+                     "seconds": trim_result.seconds, "reason": trim_result.reason}
+    _phases.append(snap)
+    writer = _recording_writer()
+    if writer is not None:
+        import sys
+
+        snap.cmd = list(sys.argv)
+        writer.write({"type": "snapshot", "pid": snap.pid, "snapshot": snap.to_dict(regions=False)})
+    if name == os.environ.get(TRIM_AFTER_ENV) and trim_result is None:
+        _record("after-trim", walk, trim())
+    return snap
+
+
+class phase:  # noqa: N801 - used like a function
+    """Record a snapshot named ``name`` now; as a context manager, also ``name:end`` at exit.
+
+    Under ``memgap run`` the snapshots go to the run's recording.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.snapshot = _record(name)
+
+    def __enter__(self) -> "phase":
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.end_snapshot = _record(f"{self.name}:end")
+
+
+def phases() -> list[Snapshot]:
+    """Snapshots recorded by phase() in this process, oldest first."""
+    return list(_phases)
+
+
+@dataclass(frozen=True)
+class TrimResult:
+    performed: bool
+    rss_before: int
+    rss_after: int
+    seconds: float
+    reason: str = ""
+
+    @property
+    def released(self) -> int:
+        return max(0, self.rss_before - self.rss_after)
+
+
+def trim() -> TrimResult:
+    """``malloc_trim(0)`` where glibc is the allocator; what it released, measured from VmRSS.
+
+    Elsewhere it does nothing and says why in ``reason``.
+    """
+    from .sources.allocator import detect_in_process
+    from .sources.glibc import glibc_malloc
+
+    reader = ProcReader("self")
+    rss_before = status_int(reader.status(), "VmRSS")
+    detection = detect_in_process(reader.maps())
+    if not detection.is_glibc:
+        return TrimResult(False, rss_before, rss_before, 0.0,
+                          f"malloc is {detection.name} ({detection.library or 'unknown library'}), not glibc")
+    try:
+        libc = glibc_malloc()
+    except Unsupported as exc:
+        return TrimResult(False, rss_before, rss_before, 0.0, str(exc))
+    started = time.perf_counter()
+    libc.trim(0)
+    seconds = time.perf_counter() - started
+    return TrimResult(True, rss_before, status_int(reader.status(), "VmRSS"), seconds)
+
+
+def explain(walk: bool = True) -> str:
+    """The human explanation of this process's memory, as text."""
+    from .report.terminal import render_text
+
+    return render_text(snapshot(walk=walk, regions=False))

@@ -1,0 +1,198 @@
+"""The join: labelled regions and allocator statistics become layers that add up to RSS.
+
+Pure: takes what the collectors measured, returns layers. Every layer says how
+it was derived; a figure that could not be measured is ``None`` with the
+reason, never a guess presented as a measurement.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .model import Layer, Region
+from .sources.glibc import Mallinfo2, MallocInfo
+from .sources.glibc_heaps import GlibcLayout
+from .sources.jemalloc import JemallocStats
+from .sources.pymalloc import PymallocStats
+from .sources.pyheap import PythonHeap
+
+MiB = 1 << 20
+
+
+@dataclass
+class Measurements:
+    """Everything one snapshot measured, as attribution needs it."""
+
+    rss: int
+    regions: list[Region]
+    allocator: str = "unknown"
+    glibc: GlibcLayout | None = None
+    mallinfo: Mallinfo2 | None = None
+    malloc_info: MallocInfo | None = None
+    jemalloc: JemallocStats | None = None
+    pymalloc: PymallocStats | None = None
+    python_heap: PythonHeap | None = None
+    notes: dict[str, str] = field(default_factory=dict)  # layer -> why it was not measured
+
+
+def _owned(regions: list[Region], owner: str) -> int:
+    return sum(r.resident for r in regions if r.owner == owner)
+
+
+def _virtual(regions: list[Region], owner: str) -> int:
+    return sum(r.end - r.start for r in regions if r.owner == owner)
+
+
+def _arena_detail(m: Measurements) -> list[dict[str, Any]]:
+    if m.glibc is None:
+        return []
+    by_system: dict[int, list[int]] = {}
+    for a in (m.malloc_info.arenas if m.malloc_info else []):
+        by_system.setdefault(a.system, []).append(a.nr)
+    rows = []
+    for i, arena in enumerate(m.glibc.arenas):
+        nrs = by_system.get(arena.system_mem, [])
+        nr = 0 if arena.is_main else (nrs.pop(0) if nrs else None)
+        info = next((a for a in (m.malloc_info.arenas if m.malloc_info else []) if a.nr == nr), None)
+        rows.append({
+            "arena": nr if nr is not None else f"#{i}",
+            "main": arena.is_main,
+            "address": arena.address,
+            "heaps": len(arena.heaps),
+            "system": arena.system_mem,
+            "in_use": info.in_use if info else None,
+            "free": info.free if info else None,
+            "resident": arena.resident,
+            "free_resident": arena.free_resident,
+            "top_resident": arena.top_resident,
+            "bins_free_resident": arena.bins_free_resident,
+            "trim_releasable": arena.trim_releasable() if arena.walk_complete or arena.is_main else None,
+            "walk_complete": arena.walk_complete,
+            "problem": arena.walk_problem,
+        })
+    return rows
+
+
+def attribute(m: Measurements) -> tuple[dict[str, Layer], int]:
+    """Layers (by name) and the unexplained remainder ``rss - sum(layers)``."""
+    regions = m.regions
+    layers: dict[str, Layer] = {}
+    layers["files"] = Layer(
+        "files", _owned(regions, "file") + _owned(regions, "shmem"),
+        virtual=None,
+        derivation="pagemap: present pages of file-backed and shared mappings (bit 61)",
+        detail={"file": _owned(regions, "file"), "shmem": _owned(regions, "shmem")},
+    )
+    layers["stacks"] = Layer(
+        "stacks", _owned(regions, "stack"), virtual=_virtual(regions, "stack"),
+        derivation="pagemap: resident pages of [stack] and of the mapping under each thread's stack pointer",
+        detail={"count": sum(1 for r in regions if r.owner == "stack")},
+    )
+
+    # The C allocator: glibc heaps, glibc mmapped chunks, or another allocator's stats.
+    heap_resident = _owned(regions, "glibc-heap")
+    mmapped_resident = _owned(regions, "mmapped-chunk")
+    unknown_anon = _owned(regions, "anon")
+    in_use = free = 0
+    in_use_how, free_how = [], []
+    free_detail: dict[str, Any] = {}
+    if m.glibc is not None:
+        heap_free = sum(a.free_resident for a in m.glibc.arenas)
+        in_use += heap_resident - heap_free
+        free += heap_free
+        in_use_how.append("glibc heaps' resident pages minus the resident pages of their free chunks")
+        in_use_how.append("plus resident pages of glibc mmapped chunks")
+        in_use += mmapped_resident
+        free_how.append("resident whole pages inside free chunks in bins and inside each arena's top chunk "
+                        "(walked from malloc_state, pages from pagemap)")
+        arenas = _arena_detail(m)
+        releasable = sum(r["trim_releasable"] or 0 for r in arenas)
+        complete = all(a.walk_complete for a in m.glibc.arenas)
+        free_detail = {
+            "arenas": arenas,
+            "arena_count": len(arenas),
+            "thread_arenas": sum(1 for a in arenas if not a["main"]),
+            "trim_releasable": releasable,
+            "trim_estimate_complete": complete,
+            "held_in_thread_tops": sum(a.top_resident for a in m.glibc.arenas if not a.is_main),
+            "mmapped_chunks": sum(1 for r in regions if r.owner == "mmapped-chunk"),
+            "problems": list(m.glibc.problems),
+        }
+    elif m.jemalloc is not None:
+        j = m.jemalloc
+        in_use = min(j.allocated, unknown_anon)
+        free = min(j.free_resident, unknown_anon - in_use)
+        unknown_anon -= in_use + free
+        in_use_how.append("jemalloc stats.allocated, within unclaimed anonymous pages")
+        free_how.append("jemalloc stats.resident minus stats.allocated (dirty pages, page slack, "
+                        "metadata), within unclaimed anonymous pages")
+        free_detail = {"jemalloc": {"allocated": j.allocated, "active": j.active, "resident": j.resident,
+                                    "retained": j.retained, "metadata": j.metadata, "narenas": j.narenas}}
+    else:
+        in_use = heap_resident + mmapped_resident
+
+    # Python: live small objects in pymalloc arenas, large objects in the C allocator.
+    arenas_resident = _owned(regions, "pymalloc-arena")
+    small = large = 0
+    py_how = []
+    if m.pymalloc is not None:
+        small = min(m.pymalloc.allocated_blocks_bytes, arenas_resident)
+        py_how.append("pymalloc bytes in allocated blocks (_PyObject_DebugMallocStats)")
+    heap = m.python_heap
+    if heap is not None and heap.traced_current is not None:
+        large = max(0, heap.traced_current - small)
+        py_how.append("plus what tracemalloc traces beyond them (held in the C allocator)")
+    elif heap is not None:
+        large = heap.large_buffers_bytes
+        py_how.append("plus buffers over 512 B found by a gc walk (held in the C allocator)")
+    moved = min(large, in_use)
+    in_use -= moved
+    if m.pymalloc is not None or heap is not None:
+        layers["python_objects"] = Layer(
+            "python_objects", small + moved,
+            virtual=(m.pymalloc.allocated_blocks_bytes if m.pymalloc else 0) + large,
+            derivation=", ".join(py_how),
+            detail={"pymalloc_blocks": small, "in_c_allocator": moved,
+                    "tracemalloc_current": heap.traced_current if heap else None,
+                    "large_buffers": heap.largest if heap else [],
+                    "instance_counts": heap.instance_counts if heap else {}},
+        )
+        layers["pymalloc_free"] = Layer(
+            "pymalloc_free", arenas_resident - small,
+            virtual=m.pymalloc.free_bytes if m.pymalloc else None,
+            derivation="resident pages of pymalloc arenas (found by their pool headers) minus allocated blocks",
+            detail=({"arenas": m.pymalloc.arenas_current,
+                     "arenas_found": sum(1 for r in regions if r.owner == "pymalloc-arena"),
+                     "unused_pools": m.pymalloc.unused_pools,
+                     "available_blocks": m.pymalloc.available_blocks_bytes} if m.pymalloc else {}),
+        )
+    else:
+        note = m.notes.get("python_objects", "not a Python process, or not readable from outside")
+        layers["python_objects"] = Layer("python_objects", None, note=note)
+        layers["pymalloc_free"] = Layer("pymalloc_free", arenas_resident if arenas_resident else None,
+                                        derivation="resident pages of pymalloc arenas found by their pool headers",
+                                        note="" if arenas_resident else note)
+
+    layers["allocator_in_use"] = Layer(
+        "allocator_in_use", max(0, in_use),
+        virtual=m.mallinfo.in_use if m.mallinfo else (m.jemalloc.allocated if m.jemalloc else None),
+        derivation="; ".join(in_use_how) + ("; minus Python's large objects (shown under python_objects)"
+                                             if moved else ""),
+        note=m.notes.get("allocator_in_use", ""),
+    )
+    layers["allocator_free"] = Layer(
+        "allocator_free", free,
+        virtual=(sum(a.free for a in m.malloc_info.arenas) if m.malloc_info else None),
+        derivation="; ".join(free_how), note=m.notes.get("allocator_free", ""), detail=free_detail,
+    )
+    layers["other_anon"] = Layer(
+        "other_anon", unknown_anon + _owned(regions, "file-cow"),
+        derivation="anonymous resident pages no allocator above claims, plus private copies of file pages "
+                   "(libraries' data and relocations)",
+        detail={"unclaimed_anonymous": unknown_anon, "file_private_copies": _owned(regions, "file-cow")},
+    )
+    ordered = {name: layers[name] for name in
+               ("files", "python_objects", "pymalloc_free", "allocator_in_use", "allocator_free",
+                "stacks", "other_anon")}
+    total = sum(layer.resident or 0 for layer in ordered.values())
+    return ordered, m.rss - total

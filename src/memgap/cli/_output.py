@@ -1,0 +1,20 @@
+"""Writing JSON output: to a file or stdout, with the error on failure."""
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from ..errors import MemgapError
+
+
+def write_json(data: Any, path: str) -> None:
+    text = json.dumps(data, indent=1, default=str)
+    if path == "-":
+        sys.stdout.write(text + "\n")
+        return
+    try:
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(text + "\n")
+    except OSError as exc:
+        raise MemgapError(f"cannot write {path}: {exc.strerror or exc}") from None

@@ -1,0 +1,49 @@
+"""Run a command and explain its memory over time.
+
+Samples the command's process tree (RSS of every process) at --interval, and
+makes Python children record an in-process snapshot at each memgap.phase()
+and at exit, through a bootstrap on PYTHONPATH (the program is not changed).
+Prints the phase table of each process and the final breakdown.
+
+  memgap run --json out.json -- python my_service.py
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+
+from ..errors import UsageError
+from ..report.runs import render_run
+from ..runs import RunOptions, load_run, record_run
+from ._output import write_json
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--interval", type=float, default=0.1, metavar="S", help="seconds between samples (0.1)")
+    p.add_argument("--json", metavar="FILE", help="write the run as JSON; FILE.d/ keeps the raw recording")
+    p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- the command to run")
+
+
+def run_and_report(cmd: list[str], interval: float, json_path: str | None) -> int:
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        raise UsageError("no command given: memgap run [options] -- CMD ...")
+    if interval <= 0:
+        raise UsageError("--interval must be positive")
+    record_dir = f"{json_path}.d" if json_path and json_path != "-" else tempfile.mkdtemp(prefix="memgap-run-")
+    code = record_run(RunOptions(cmd, record_dir, interval))
+    run = load_run(record_dir)
+    if json_path:
+        write_json(run, json_path)
+    if json_path != "-":
+        render_run(run, sys.stdout)
+        if not json_path:
+            print(f"recording kept in {record_dir}")
+    return code
+
+
+def main(args: argparse.Namespace) -> int:
+    return run_and_report(list(args.cmd), args.interval, args.json)
+

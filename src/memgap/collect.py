@@ -1,0 +1,210 @@
+"""Take a snapshot: read every source, label the memory map, attribute.
+
+Two routes share this code: in this process (allocator and Python statistics
+through ctypes) and from outside (/proc only: maps, pagemap, and the
+allocator's structures read through /proc/PID/mem, never stopping the target).
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass
+from typing import Iterable
+
+from .attribution import Measurements, attribute
+from .errors import MemgapError, Unsupported
+from .memory_map import MemoryMap, read_memory_map
+from .model import Region, Snapshot
+from .sources import allocator as allocator_source
+from .sources.anon_objects import find_anon_objects
+from .sources.glibc import glibc_malloc
+from .sources.glibc_heaps import GlibcLayout, find_glibc_layout
+from .sources.procfs import ProcReader, status_int
+
+STATUS_FIELDS = ("VmPeak", "VmSize", "VmHWM", "VmRSS", "RssAnon", "RssFile", "RssShmem", "VmSwap", "Threads",
+                 "Pss", "Uss")
+DEFAULT_ARENA_SIZE, DEFAULT_POOL_SIZE = 1 << 20, 16 << 10  # CPython >= 3.10 on 64-bit
+
+
+@dataclass
+class Options:
+    walk_python: bool = False          # gc walk for large buffers (O(objects))
+    class_names: tuple[str, ...] = ()  # classes to count instances of
+    regions: bool = True               # keep the labelled memory map in the snapshot
+
+
+def _subtract(start: int, end: int, holes: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """[start, end) minus the holes, as sorted ranges."""
+    out, pos = [], start
+    for h_start, h_end in sorted(holes):
+        if h_end <= pos or h_start >= end:
+            continue
+        if h_start > pos:
+            out.append((pos, h_start))
+        pos = max(pos, h_end)
+    if pos < end:
+        out.append((pos, end))
+    return out
+
+
+def label_regions(reader: ProcReader, memmap: MemoryMap, glibc: GlibcLayout | None,
+                  arena_size: int | None, pool_size: int | None) -> list[Region]:
+    """Every resident page of the process, owned by exactly one labelled region."""
+    res = memmap.resident
+    heaps = glibc.regions() if glibc else []
+    regions: list[Region] = []
+    for mp in memmap.mappings:
+        m = mp.mapping
+        if m.is_file:
+            if mp.file_resident:
+                regions.append(Region(m.start, m.end, "file", mp.file_resident, m.perms, m.path))
+            if mp.anon_resident:
+                regions.append(Region(m.start, m.end, "file-cow", mp.anon_resident, m.perms, m.path))
+            continue
+        if mp.file_resident:  # shared anonymous memory (memfd-less MAP_SHARED, SysV shm)
+            regions.append(Region(m.start, m.end, "shmem", mp.file_resident, m.perms, m.path))
+        claimed: list[tuple[int, int]] = []
+        for start, end, label in heaps:
+            lo, hi = max(start, m.start), min(end, m.end)
+            if lo < hi:
+                regions.append(Region(lo, hi, "glibc-heap", _anon_in(res, mp, lo, hi), m.perms, label))
+                claimed.append((lo, hi))
+        for start, end, label in memmap.stacks:
+            lo, hi = max(start, m.start), min(end, m.end)
+            if lo < hi:
+                regions.append(Region(lo, hi, "stack", _anon_in(res, mp, lo, hi), m.perms, label))
+                claimed.append((lo, hi))
+        rest = _subtract(m.start, m.end, claimed)
+        if not mp.anon_resident:
+            continue
+        objects, unclaimed = find_anon_objects(reader, rest, res, arena_size, pool_size)
+        for obj in objects:
+            regions.append(Region(obj.start, obj.end, obj.kind, obj.resident, m.perms, m.path))
+        if unclaimed:
+            lo, hi = rest[0][0], rest[-1][1]
+            regions.append(Region(lo, hi, "anon", unclaimed, m.perms, m.path or "[anon]"))
+    return regions
+
+
+def _anon_in(res, mp, lo: int, hi: int) -> int:  # type: ignore[no-untyped-def]
+    """Resident bytes of [lo, hi) inside an anonymous mapping."""
+    return res.resident(lo, hi) if (lo, hi) != (mp.mapping.start, mp.mapping.end) else mp.anon_resident
+
+
+def _status_subset(status: dict[str, int | str]) -> dict[str, int]:
+    return {k: status_int(status, k) for k in STATUS_FIELDS if k in status}
+
+
+def snapshot_self(phase: str | None = None, options: Options | None = None) -> Snapshot:
+    """A snapshot of this process, with allocator and Python statistics."""
+    from .sources import pyheap, pymalloc as pymalloc_source
+
+    options = options or Options()
+    started = time.perf_counter()
+    notes: dict[str, str] = {}
+    with ProcReader("self") as reader:
+        maps = reader.maps()
+        detection = allocator_source.detect_in_process(maps)
+        mallinfo = malloc_info = jemalloc = None
+        if detection.is_glibc:
+            glibc = glibc_malloc()
+            mallinfo, malloc_info = glibc.mallinfo2(), glibc.malloc_info()
+        elif detection.name == "jemalloc":
+            from .sources.jemalloc import read_jemalloc_stats
+
+            try:
+                jemalloc = read_jemalloc_stats()
+            except Unsupported as exc:
+                notes["allocator_in_use"] = notes["allocator_free"] = str(exc)
+        else:
+            notes["allocator_in_use"] = notes["allocator_free"] = (
+                f"allocator {detection.name}: memgap reads glibc and jemalloc statistics only")
+        pm = pymalloc_source.parse_debugmallocstats(pymalloc_source.capture_debugmallocstats())
+        heap = pyheap.python_heap(options.walk_python, options.class_names)
+        this_stack = () if threading.current_thread() is threading.main_thread() else (threading.get_ident(),)
+        memmap = read_memory_map(reader, this_stack)
+        layout = None
+        if detection.is_glibc and mallinfo is not None and malloc_info is not None:
+            layout = find_glibc_layout(reader, memmap.plain_mappings, memmap.resident, mallinfo.keepcost)
+        regions = label_regions(reader, memmap, layout, pm.arena_size if pm else None,
+                                pm.pool_size if pm else None)
+        status = reader.status()
+    rss = status_int(status, "VmRSS")
+    measured = Measurements(rss, regions, detection.name, layout, mallinfo, malloc_info, jemalloc, pm, heap, notes)
+    layers, unexplained = attribute(measured)
+    snap = Snapshot(
+        pid=os.getpid(), time=time.time(), rss=rss, layers=layers, unexplained=unexplained,
+        allocator=_allocator_dict(detection, mallinfo, malloc_info, jemalloc),
+        phase=phase, route="in-process", status=_status_subset(status),
+        pymalloc=pm.__dict__.copy() if pm else None,
+        python_heap=heap.__dict__.copy() if heap else None,
+        regions=regions if options.regions else [],
+    )
+    snap.collect_seconds = time.perf_counter() - started
+    from .diagnose import diagnose
+
+    snap.findings = diagnose(snap)
+    return snap
+
+
+def _allocator_dict(detection, mallinfo, malloc_info, jemalloc) -> dict:  # type: ignore[no-untyped-def]
+    out = {"name": detection.name, "library": detection.library, "how": detection.how,
+           "others": detection.others}
+    if mallinfo is not None:
+        out["mallinfo2"] = mallinfo.__dict__.copy()
+    if malloc_info is not None:
+        out["arenas"] = len(malloc_info.arenas)
+        out["mmap_count"], out["mmap_bytes"] = malloc_info.mmap_count, malloc_info.mmap_bytes
+    if jemalloc is not None:
+        out["jemalloc"] = jemalloc.__dict__.copy()
+    return out
+
+
+def snapshot_pid(pid: int, options: Options | None = None, proc_root: str = "/proc") -> Snapshot:
+    """A snapshot of another process, read from /proc without stopping or changing it."""
+    options = options or Options()
+    started = time.perf_counter()
+    notes = {"python_objects": "needs the process's own statistics: run it under `memgap run`"}
+    with ProcReader(pid, proc_root) as reader:
+        stat_before = reader.stat()
+        maps = reader.maps()
+        detection = allocator_source.detect_from_maps(maps)
+        memmap = read_memory_map(reader)
+        layout = None
+        is_python = any("python" in os.path.basename(m.path) for m in maps if m.is_file)
+        if detection.is_glibc:
+            try:
+                layout = find_glibc_layout(reader, memmap.plain_mappings, memmap.resident)
+            except MemgapError:
+                raise
+            except OSError as exc:
+                notes["allocator_free"] = f"could not read the allocator's memory ({exc})"
+        else:
+            notes["allocator_in_use"] = notes["allocator_free"] = (
+                f"allocator {detection.name}: from outside memgap reads glibc's heaps only")
+        sizes = (DEFAULT_ARENA_SIZE, DEFAULT_POOL_SIZE) if is_python else (None, None)
+        regions = label_regions(reader, memmap, layout, *sizes)
+        status = reader.status()
+        rollup = reader.smaps_rollup()
+        if rollup is not None:  # PSS and USS: what summing a tree should use
+            status["Pss"] = rollup.get("Pss")
+            status["Uss"] = rollup.get("Private_Clean") + rollup.get("Private_Dirty")
+        cmd = reader.cmdline()
+        if reader.stat().start_time != stat_before.start_time:
+            from .errors import NoSuchProcess
+
+            raise NoSuchProcess(pid, "the PID was reused while memgap read it")
+    rss = status_int(status, "VmRSS")
+    measured = Measurements(rss, regions, detection.name, layout, notes=notes)
+    layers, unexplained = attribute(measured)
+    snap = Snapshot(
+        pid=pid, time=time.time(), rss=rss, layers=layers, unexplained=unexplained,
+        allocator=_allocator_dict(detection, None, None, None), route="outside",
+        status=_status_subset(status), regions=regions if options.regions else [], cmd=cmd,
+    )
+    snap.collect_seconds = time.perf_counter() - started
+    from .diagnose import diagnose
+
+    snap.findings = diagnose(snap)
+    return snap

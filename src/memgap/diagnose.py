@@ -1,0 +1,129 @@
+"""Findings: what the layers say, with the figures that say it.
+
+A rule fires only when a ratio AND a byte floor are both crossed (Redis's
+MEMORY DOCTOR lesson: no alarm over a 12x ratio on 9 MB).
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from .model import Finding, Snapshot
+from .units import MiB, mib, pct
+
+FLOOR = 16 * MiB      # below this nothing is worth a warning
+SHARE = 0.20          # a layer must hold at least this share of RSS to be called out
+
+
+def _resident(snap: Snapshot, name: str) -> int:
+    layer = snap.layers.get(name)
+    return layer.resident or 0 if layer else 0
+
+
+def _glibc_retention(snap: Snapshot) -> list[Finding]:
+    free_layer = snap.layers.get("allocator_free")
+    free = _resident(snap, "allocator_free")
+    if free_layer is None or "arenas" not in free_layer.detail or free < FLOOR or free < SHARE * snap.rss:
+        return []
+    d = free_layer.detail
+    arenas = d["arenas"]
+    releasable = d.get("trim_releasable", 0)
+    held_tops = d.get("held_in_thread_tops", 0)
+    evidence = [f"RSS {mib(snap.rss)} MiB; glibc heaps hold {mib(free)} MiB resident in free chunks "
+                f"({pct(free, snap.rss)} of RSS)"]
+    worst = sorted(arenas, key=lambda a: -(a["free_resident"] or 0))[:5]
+    for a in worst:
+        evidence.append(f"arena {a['arena']}{' (main)' if a['main'] else ''}: resident {mib(a['resident'])} MiB, "
+                        f"free {mib(a['free_resident'])} MiB of which top chunk {mib(a['top_resident'])} MiB, "
+                        f"trim would release {mib(a['trim_releasable'])} MiB")
+    summary = (f"glibc holds {mib(free)} MiB free in {d['arena_count']} arenas ({d['thread_arenas']} thread "
+               f"arenas); a trim would release ~{mib(releasable)} MiB")
+    remedy = "memgap.trim() (malloc_trim(0)) after the burst"
+    if held_tops > max(FLOOR, free // 3):
+        evidence.append(f"{mib(held_tops)} MiB sit in thread arenas' top chunks, which malloc_trim(0) leaves "
+                        "alone (only the main arena's top is cut)")
+        remedy = ("fewer arenas (MALLOC_ARENA_MAX=2) plus a trim after bursts, or a fixed "
+                  "MALLOC_TRIM_THRESHOLD_: measure which with `memgap lab`")
+    return [Finding("glibc-retention", "warning", summary, evidence, remedy)]
+
+
+def _pymalloc_fragmentation(snap: Snapshot) -> list[Finding]:
+    free = _resident(snap, "pymalloc_free")
+    pm = snap.pymalloc
+    if not pm or free < FLOOR or free < SHARE * snap.rss:
+        return []
+    used = pm["allocated_blocks_bytes"]
+    arenas = pm["arenas_current"]
+    return [Finding(
+        "pymalloc-fragmentation", "warning",
+        f"pymalloc holds {mib(free)} MiB free in {arenas} arenas ({pm['unused_pools']} unused pools) "
+        f"around {mib(used)} MiB of live objects",
+        [f"arenas {arenas} x {pm['arena_size'] >> 10} KiB; allocated blocks {mib(used)} MiB; free blocks in "
+         f"used pools {mib(pm['available_blocks_bytes'])} MiB; unused pools {pm['unused_pools']} x "
+         f"{pm['pool_size'] >> 10} KiB",
+         "an arena returns to the OS only when every object in it is gone"],
+        "free objects in allocation order, or rebuild the structure into a fresh container",
+    )]
+
+
+def _threads(snap: Snapshot) -> list[Finding]:
+    stacks = _resident(snap, "stacks")
+    threads = snap.status.get("Threads", 0)
+    free_layer = snap.layers.get("allocator_free")
+    n_arenas = free_layer.detail.get("arena_count", 0) if free_layer else 0
+    out = []
+    if stacks >= FLOOR and stacks >= 0.1 * snap.rss:
+        out.append(Finding("thread-stacks", "info", f"{threads} threads hold {mib(stacks)} MiB of stack",
+                           [f"stacks layer {mib(stacks)} MiB ({pct(stacks, snap.rss)} of RSS)"]))
+    if n_arenas > 8 and _resident(snap, "allocator_free") >= FLOOR:
+        out.append(Finding("many-arenas", "info",
+                           f"{n_arenas} glibc arenas for {threads} threads: each thread that mallocs may get "
+                           "its own, up to 8 per CPU of the host",
+                           [f"Threads: {threads}; arenas: {n_arenas}"], "MALLOC_ARENA_MAX=2 caps them"))
+    return out
+
+
+def _unexplained(snap: Snapshot) -> list[Finding]:
+    if abs(snap.unexplained) > max(0.05 * snap.rss, 4 * MiB):
+        return [Finding("unexplained", "warning",
+                        f"{mib(snap.unexplained)} MiB of RSS is unexplained ({pct(snap.unexplained, snap.rss)})",
+                        ["VmRSS read after the pagemap walk; memory changed during the snapshot, or mappings "
+                         "memgap does not read (special or PROT_NONE) hold pages"])]
+    return []
+
+
+def _other_allocators(snap: Snapshot) -> list[Finding]:
+    others = snap.allocator.get("others") or []
+    if not others:
+        return []
+    return [Finding("second-allocator", "info",
+                    f"another allocator is mapped beside {snap.allocator['name']}: {', '.join(others)}",
+                    ["its memory is under other_anon; LD_PRELOAD and malloc_trim do not reach it"])]
+
+
+def diagnose(snap: Snapshot) -> list[Finding]:
+    """Findings for one snapshot."""
+    return [*_glibc_retention(snap), *_pymalloc_fragmentation(snap), *_threads(snap),
+            *_unexplained(snap), *_other_allocators(snap)]
+
+
+def diagnose_series(snaps: Sequence[Snapshot]) -> list[Finding]:
+    """Findings over a process's phases: a leak grows Python objects, retention does not."""
+    if len(snaps) < 3:
+        return []
+    py = [_resident(s, "python_objects") for s in snaps]
+    rss = [s.rss for s in snaps]
+    steps = [b - a for a, b in zip(py, py[1:])]
+    names = [s.phase or f"#{i}" for i, s in enumerate(snaps)]
+    growth_py, growth_rss = py[-1] - py[0], rss[-1] - rss[0]
+    evidence = [f"{n}: RSS {mib(r)} MiB, Python objects {mib(p)} MiB" for n, r, p in zip(names, rss, py)]
+    if growth_py >= FLOOR and sum(1 for s in steps if s > 0) >= len(steps) - 1:
+        per = growth_py / max(1, len(steps))
+        return [Finding("python-growth", "warning",
+                        f"Python objects grew by {mib(per)} MiB per phase ({mib(growth_py)} MiB in all): "
+                        "a leak, not retention", evidence,
+                        "find the growing objects with tracemalloc snapshots compared between phases")]
+    if growth_rss >= FLOOR and growth_py < growth_rss * 0.25:
+        return [Finding("retention-not-leak", "info",
+                        f"RSS grew by {mib(growth_rss)} MiB while Python objects changed by {mib(growth_py)} MiB: "
+                        "the allocator retains memory, the program does not hold it", evidence)]
+    return []

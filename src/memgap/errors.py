@@ -1,0 +1,79 @@
+"""memgap's own errors. OS errors are translated here and nowhere else.
+
+Each error carries the exit code the CLI returns for it, so scripts can tell
+"the process is gone" from "you may not read it" without parsing text.
+"""
+from __future__ import annotations
+
+import errno
+import os
+
+
+class MemgapError(Exception):
+    """Base class; ``exit_code`` is what ``memgap`` exits with."""
+
+    exit_code = 1
+
+
+class UsageError(MemgapError):
+    exit_code = 2
+
+
+class NoSuchProcess(MemgapError):
+    """The PID does not exist, or exited while memgap was reading it."""
+
+    exit_code = 3
+
+    def __init__(self, pid: int, detail: str = "") -> None:
+        self.pid = pid
+        msg = f"no process with PID {pid}"
+        super().__init__(f"{msg} ({detail})" if detail else msg)
+
+
+class AccessDenied(MemgapError):
+    """The kernel refused to show us this process's memory."""
+
+    exit_code = 4
+
+    def __init__(self, pid: int, what: str) -> None:
+        self.pid = pid
+        super().__init__(
+            f"permission denied reading {what} of PID {pid}: run as the process's "
+            "owner or as root (reading another user's memory needs ptrace access; "
+            "see /proc/sys/kernel/yama/ptrace_scope)"
+        )
+
+
+class Unsupported(MemgapError):
+    """The platform or allocator does not offer what was asked for."""
+
+    exit_code = 5
+
+
+class MalformedInput(MemgapError):
+    """A /proc file, XML or recording did not parse."""
+
+    exit_code = 6
+
+    def __init__(self, source: str, detail: str) -> None:
+        self.source = source
+        super().__init__(f"malformed {source}: {detail}")
+
+
+def pid_exists(pid: int, proc_root: str = "/proc") -> bool:
+    return os.path.exists(f"{proc_root}/{pid}")
+
+
+def translate_os_error(exc: OSError, pid: int, what: str, proc_root: str = "/proc") -> MemgapError:
+    """Turn an OSError raised while reading ``what`` of ``pid`` into a MemgapError.
+
+    "Gone" is only said after re-checking that the process directory is absent:
+    a read can fail with ESRCH or ENOENT for a zombie too.
+    """
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return AccessDenied(pid, what)
+    if exc.errno in (errno.ENOENT, errno.ESRCH) or not pid_exists(pid, proc_root):
+        if pid_exists(pid, proc_root):
+            return NoSuchProcess(pid, f"{what} is unreadable: the process is a zombie or exiting")
+        return NoSuchProcess(pid, f"it exited while memgap read {what}")
+    return MemgapError(f"reading {what} of PID {pid} failed: {exc.strerror or exc}")

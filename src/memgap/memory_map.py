@@ -1,0 +1,104 @@
+"""The kernel's view of a process: every mapping with its resident pages, and
+which of them are thread stacks.
+
+Reads maps and pagemap once; everything later (allocator walks, attribution)
+uses the bitmaps read here, so one snapshot sees one instant as closely as
+/proc allows.
+"""
+from __future__ import annotations
+
+import resource
+from dataclasses import dataclass, field
+
+from .sources.glibc_heaps import ResidentMap
+from .sources.procfs import PAGE_SIZE, Mapping, PageCounts, ProcReader, count_pagemap, present_bitmap
+
+DEFAULT_STACK = 8 << 20
+
+
+@dataclass
+class MappedPages:
+    mapping: Mapping
+    counts: PageCounts
+
+    @property
+    def resident(self) -> int:
+        return self.counts.present * PAGE_SIZE
+
+    @property
+    def anon_resident(self) -> int:
+        """Private anonymous pages (copy-on-write copies in file mappings included)."""
+        return self.counts.anon_present * PAGE_SIZE
+
+    @property
+    def file_resident(self) -> int:
+        """File pages and shared memory (pagemap bit 61)."""
+        return (self.counts.present - self.counts.anon_present) * PAGE_SIZE
+
+
+@dataclass
+class MemoryMap:
+    mappings: list[MappedPages]
+    resident: ResidentMap
+    stacks: list[tuple[int, int, str]] = field(default_factory=list)  # start, end, label
+
+    @property
+    def plain_mappings(self) -> list[Mapping]:
+        return [m.mapping for m in self.mappings]
+
+
+def _stack_limit(reader: ProcReader) -> int:
+    """The default thread stack size: the target's RLIMIT_STACK soft limit."""
+    try:
+        for line in reader.read_text("limits").splitlines():
+            if line.startswith("Max stack size"):
+                soft = line.split()[3]
+                return int(soft) if soft.isdigit() else 32 << 20  # glibc's default when unlimited
+    except Exception:  # noqa: BLE001 - a missing limits file is no reason to fail a snapshot
+        pass
+    soft, _ = resource.getrlimit(resource.RLIMIT_STACK)
+    return soft if soft > 0 else DEFAULT_STACK
+
+
+def read_memory_map(reader: ProcReader, extra_stack_addresses: tuple[int, ...] = ()) -> MemoryMap:
+    """Maps plus pagemap for every mapping that can hold pages, and the thread stacks."""
+    maps = reader.maps()
+    resident = ResidentMap(reader)
+    mapped = []
+    for m in maps:
+        if m.is_special or m.perms[:3] == "---":
+            continue
+        raw = reader.pagemap(m.start, m.end)
+        resident.add(m.start, m.end, present_bitmap(raw))
+        mapped.append(MappedPages(m, count_pagemap(raw)))
+    memmap = MemoryMap(mapped, resident)
+    memmap.stacks = find_stacks(maps, reader, extra_stack_addresses)
+    return memmap
+
+
+def find_stacks(maps: list[Mapping], reader: ProcReader, extra: tuple[int, ...]) -> list[tuple[int, int, str]]:
+    """Stack ranges: [stack], the mapping under each blocked thread's stack
+    pointer, and the addresses given (e.g. this thread's pthread struct).
+
+    A thread stack is capped at the stack size measured from its mapping's
+    start: the kernel may have merged an unrelated mapping above it.
+    """
+    limit = _stack_limit(reader)
+    try:
+        pointers = reader.thread_stack_pointers()
+    except Exception:  # noqa: BLE001 - syscall files need ptrace access; stacks then stay unlabelled
+        pointers = {}
+    found: dict[int, tuple[int, int, str]] = {}
+    for m in maps:
+        if m.path == "[stack]":
+            found[m.start] = (m.start, m.end, "main thread stack")
+    anon = [m for m in maps if m.writable and not m.is_file and not m.path]
+    for label, address in [*((f"thread {tid} stack", sp) for tid, sp in pointers.items()),
+                           *(("this thread's stack", a) for a in extra)]:
+        for m in anon:
+            if m.start <= address < m.end and m.start not in found:
+                end = min(m.end, m.start + limit)
+                if address < end:
+                    found[m.start] = (m.start, end, label)
+                break
+    return sorted(found.values())

@@ -1,0 +1,105 @@
+"""The snapshot and recording types, and their versioned JSON form.
+
+Everything else (recordings, reports, the lab) speaks this schema. Bump
+SCHEMA when a field changes meaning; adding a field keeps the version.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+SCHEMA = "memgap.snapshot/1"
+RUN_SCHEMA = "memgap.run/1"
+
+# Layer names in the order they are shown; they add up to RSS with ``unexplained``.
+LAYER_NAMES = (
+    "files",
+    "python_objects",
+    "pymalloc_free",
+    "allocator_in_use",
+    "allocator_free",
+    "stacks",
+    "other_anon",
+)
+
+
+@dataclass
+class Layer:
+    """One slice of RSS: resident bytes, virtual bytes where known, and how it was derived."""
+
+    name: str
+    resident: int | None            # None: not measured (``note`` says why)
+    virtual: int | None = None
+    derivation: str = ""
+    note: str = ""
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def measured(self) -> bool:
+        return self.resident is not None
+
+
+@dataclass
+class Finding:
+    """A diagnosis with the numbers behind it."""
+
+    code: str          # stable identifier, e.g. "glibc-retention"
+    severity: str      # "info", "warning"
+    summary: str       # one line, with the figures
+    evidence: list[str] = field(default_factory=list)
+    remedy: str = ""
+
+
+@dataclass
+class Region:
+    """A labelled range of the memory map (the evidence under the layers)."""
+
+    start: int
+    end: int
+    owner: str
+    resident: int
+    perms: str = ""
+    path: str = ""
+
+
+@dataclass
+class Snapshot:
+    """One process at one instant, split into layers that add up to its RSS."""
+
+    pid: int
+    time: float
+    rss: int
+    layers: dict[str, Layer]
+    unexplained: int
+    allocator: dict[str, Any]
+    phase: str | None = None
+    route: str = "in-process"          # or "outside": read from /proc only
+    status: dict[str, int] = field(default_factory=dict)   # VmPeak, VmHWM, RssAnon, ...
+    pymalloc: dict[str, Any] | None = None
+    python_heap: dict[str, Any] | None = None
+    regions: list[Region] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    collect_seconds: float = 0.0
+    cmd: list[str] = field(default_factory=list)
+    trim: dict[str, Any] | None = None  # set on the snapshot taken right after a measured trim
+
+    def layer_total(self) -> int:
+        return sum(layer.resident or 0 for layer in self.layers.values())
+
+    def to_dict(self, regions: bool = True) -> dict[str, Any]:
+        out: dict[str, Any] = {"schema": SCHEMA}
+        out.update(asdict(self))
+        if not regions:
+            out.pop("regions")
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Snapshot":
+        schema = data.get("schema", SCHEMA)
+        if not str(schema).startswith("memgap.snapshot/"):
+            raise ValueError(f"not a memgap snapshot (schema {schema!r})")
+        d = {k: v for k, v in data.items() if k != "schema" and k in cls.__dataclass_fields__}
+        d["layers"] = {k: Layer(**v) for k, v in d.get("layers", {}).items()}
+        d["findings"] = [Finding(**f) for f in d.get("findings", [])]
+        d["regions"] = [Region(**r) for r in d.get("regions", [])]
+        return cls(**d)

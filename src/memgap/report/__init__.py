@@ -1,0 +1,1 @@
+"""Renderers: they take data and a stream, and never open files or print on their own."""

@@ -1,0 +1,72 @@
+"""Terminal rendering of a ``memgap run`` document."""
+from __future__ import annotations
+
+from typing import Any, TextIO
+
+from rich.table import Table
+
+from ..model import LAYER_NAMES, Finding, Snapshot
+from ..units import mib
+from .terminal import LAYER_SHORT, _console, print_findings, render_snapshot
+
+SPARK = " ▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: list[int], width: int = 40) -> str:
+    if not values:
+        return ""
+    step = max(1, len(values) // width)
+    points = [max(values[i:i + step]) for i in range(0, len(values), step)]
+    top = max(points) or 1
+    return "".join(SPARK[min(8, int(8 * v / top))] for v in points)
+
+
+def phase_table(process: dict[str, Any]) -> Table:
+    cmd = " ".join(process.get("cmd") or [])[:60]
+    table = Table(title=f"PID {process['pid']} {cmd}: phases (MiB)", title_justify="left")
+    table.add_column("phase", no_wrap=True)
+    table.add_column("RSS", justify="right")
+    for name in LAYER_NAMES:
+        table.add_column(LAYER_SHORT[name], justify="right")
+    table.add_column("unexpl.", justify="right")
+    for snap in process["snapshots"]:
+        layers = snap["layers"]
+        table.add_row(str(snap.get("phase")), mib(snap["rss"]),
+                      *(mib(layers[n]["resident"]) if n in layers else "-" for n in LAYER_NAMES),
+                      mib(snap["unexplained"]))
+    return table
+
+
+def timeline_table(run: dict[str, Any]) -> Table:
+    table = Table(title=f"RSS over time, every {run.get('interval')} s (MiB)", title_justify="left")
+    for col in ("PID", "command", "samples", "first", "peak", "last", "shape"):
+        table.add_column(col, justify="left" if col in ("command", "shape") else "right")
+    by_pid: dict[int, list[int]] = {}
+    for s in run["timeline"]:
+        by_pid.setdefault(s["pid"], []).append(s["rss"])
+    cmds = {p["pid"]: " ".join(p.get("cmd") or [])[:40] for p in run["processes"]}
+    for pid, values in by_pid.items():
+        table.add_row(str(pid), cmds.get(pid, ""), str(len(values)), mib(values[0]), mib(max(values)),
+                      mib(values[-1]), sparkline(values))
+    return table
+
+
+def render_run(run: dict[str, Any], stream: TextIO, width: int | None = None) -> None:
+    console = _console(stream, width)
+    if run["timeline"]:
+        console.print(timeline_table(run))
+    final = None
+    for process in run["processes"]:
+        if process["snapshots"]:
+            console.print(phase_table(process))
+            last = process["snapshots"][-1]
+            if final is None or last["rss"] > final["rss"]:
+                final = last
+    if final is not None:
+        console.print(f"Final breakdown of PID {final['pid']} (largest at its last snapshot):")
+        render_snapshot(Snapshot.from_dict(final), stream, width)
+    if run["findings"]:
+        console.print("Over the phases:")
+        print_findings(console, [Finding(**{k: v for k, v in f.items() if k != "pid"}) for f in run["findings"]])
+    status = "complete" if run["complete"] else "cut short: everything up to the interruption is kept"
+    console.print(f"exit code {run['exit_code']}; {run['duration']:.1f} s; recording {status}")

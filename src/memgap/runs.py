@@ -1,0 +1,167 @@
+"""``memgap run``'s recording: sample a command's process tree while its Python
+processes record their own phases, then assemble everything into one document.
+
+Layout of a recording folder (each file appended line by line as it happens):
+``samples.jsonl`` (header, processes seen, RSS samples, end) written by the
+sampler, and ``process-PID.jsonl`` (phase snapshots) written by each Python
+child through the bootstrap.
+"""
+from __future__ import annotations
+
+import glob
+import os
+import platform
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import psutil
+
+from .api import RECORD_DIR_ENV
+from .diagnose import diagnose_series
+from .model import RUN_SCHEMA, Snapshot
+from .recording import RecordingWriter, read_events
+from .sources.procfs import ProcReader, status_int
+
+BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_bootstrap")
+SAMPLES_FILE = "samples.jsonl"
+
+
+def machine_info() -> dict[str, Any]:
+    return {"cpus": os.cpu_count(), "glibc": " ".join(platform.libc_ver()), "python": platform.python_version(),
+            "kernel": platform.release()}
+
+
+def child_env(record_dir: str, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment that makes Python children record into ``record_dir``."""
+    env = dict(os.environ if base is None else base)
+    paths = [BOOTSTRAP_DIR]
+    package_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if os.path.basename(package_parent) not in ("site-packages", "dist-packages"):
+        paths.append(package_parent)  # a source checkout: let children import memgap too
+    if env.get("PYTHONPATH"):
+        paths.append(env["PYTHONPATH"])
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    env[RECORD_DIR_ENV] = record_dir
+    return env
+
+
+@dataclass
+class RunOptions:
+    cmd: list[str]
+    record_dir: str
+    interval: float = 0.1
+
+
+def _sample(writer: RecordingWriter, root: int, known: set[int], start: float) -> None:
+    try:
+        pids = [root, *(c.pid for c in psutil.Process(root).children(recursive=True))]
+    except psutil.NoSuchProcess:
+        return
+    now = time.time() - start
+    for pid in pids:
+        reader = ProcReader(pid)
+        try:
+            status = reader.status()
+            if pid not in known:
+                writer.write({"type": "process", "pid": pid, "ppid": status_int(status, "PPid"),
+                              "cmd": reader.cmdline(), "t": round(now, 4)})
+                known.add(pid)
+        except Exception:  # noqa: BLE001 - a process that exits between listing and reading is skipped
+            continue
+        writer.write({"type": "sample", "t": round(now, 4), "pid": pid, "rss": status_int(status, "VmRSS"),
+                      "anon": status_int(status, "RssAnon"), "file": status_int(status, "RssFile"),
+                      "threads": status_int(status, "Threads")})
+
+
+def record_run(options: RunOptions) -> int:
+    """Run the command, sampling its tree until it exits; returns its exit code."""
+    os.makedirs(options.record_dir, exist_ok=True)
+    writer = RecordingWriter(os.path.join(options.record_dir, SAMPLES_FILE))
+    start = time.time()
+    writer.write({"type": "header", "schema": RUN_SCHEMA, "cmd": options.cmd, "start": start,
+                  "interval": options.interval, "machine": machine_info()})
+    try:
+        proc = subprocess.Popen(options.cmd, env=child_env(options.record_dir))
+    except OSError as exc:
+        writer.close()
+        from .errors import MemgapError
+
+        raise MemgapError(f"cannot run {options.cmd[0]!r}: {exc.strerror or exc}") from None
+    known: set[int] = set()
+    try:
+        while proc.poll() is None:
+            _sample(writer, proc.pid, known, start)
+            time.sleep(options.interval)
+    except KeyboardInterrupt:
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        writer.write({"type": "end", "t": round(time.time() - start, 4), "exit_code": proc.returncode,
+                      "interrupted": True})
+        writer.close()
+        raise
+    code = proc.wait()
+    writer.write({"type": "end", "t": round(time.time() - start, 4), "exit_code": code})
+    writer.close()
+    return code
+
+
+def load_run(record_dir: str) -> dict[str, Any]:
+    """Assemble a recording folder (complete or cut short) into the run document."""
+    header: dict[str, Any] = {}
+    end: dict[str, Any] = {}
+    processes: dict[int, dict[str, Any]] = {}
+    timeline: list[dict[str, Any]] = []
+    samples_path = os.path.join(record_dir, SAMPLES_FILE)
+    if os.path.exists(samples_path):
+        for event in read_events(samples_path):
+            kind = event.get("type")
+            if kind == "header":
+                header = event
+            elif kind == "process":
+                processes.setdefault(event["pid"], {"pid": event["pid"], "ppid": event.get("ppid"),
+                                                    "cmd": event.get("cmd", []), "snapshots": []})
+            elif kind == "sample":
+                timeline.append({k: v for k, v in event.items() if k != "type"})
+            elif kind == "end":
+                end = event
+    for path in sorted(glob.glob(os.path.join(record_dir, "process-*.jsonl"))):
+        for event in read_events(path):
+            if event.get("type") != "snapshot":
+                continue
+            pid = event["pid"]
+            entry = processes.setdefault(pid, {"pid": pid, "ppid": None, "cmd": [], "snapshots": []})
+            snap = event["snapshot"]
+            if not entry["cmd"]:
+                entry["cmd"] = snap.get("cmd", [])
+            entry["snapshots"].append(snap)
+    findings = []
+    for entry in processes.values():
+        snaps = [Snapshot.from_dict(s) for s in entry["snapshots"] if not str(s.get("phase", "")).endswith(":end")]
+        entry_findings = [f.__dict__ for f in diagnose_series(snaps)]
+        for f in entry_findings:
+            f["pid"] = entry["pid"]
+        findings.extend(entry_findings)
+    return {
+        "schema": RUN_SCHEMA,
+        "cmd": header.get("cmd", []),
+        "machine": header.get("machine", {}),
+        "interval": header.get("interval"),
+        "exit_code": end.get("exit_code"),
+        "complete": bool(end) and not end.get("interrupted", False),
+        "duration": end.get("t", timeline[-1]["t"] if timeline else 0.0),
+        "processes": sorted(processes.values(), key=lambda p: p["pid"]),
+        "timeline": timeline,
+        "findings": findings,
+        "record_dir": record_dir,
+    }
+
+
+def python_executable() -> str:
+    return sys.executable

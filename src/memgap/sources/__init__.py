@@ -1,0 +1,1 @@
+"""One reader per source of truth. Parsers take text or bytes; readers do the I/O."""

@@ -1,0 +1,317 @@
+"""Find glibc's arenas in a process's memory and measure what each holds resident.
+
+Works on any process memgap may read (this one included) through
+``/proc/PID/mem`` and ``/proc/PID/pagemap``: a bad pointer read there returns
+nothing instead of crashing the target. Nothing here locks an arena, so every
+structure read is validated and walks are bounded; a walk that fails validation
+is reported as such, never guessed.
+
+Layout facts used (glibc 2.26 onwards, 64-bit; checked against malloc_info at
+run time before they are trusted):
+- a thread arena's heaps are HEAP_MAX (64 MiB) aligned and begin with
+  ``heap_info {ar_ptr, prev, size, mprotect_size}``;
+- ``malloc_state``: ``top`` at offset 96, ``bins`` at 112, ``next`` at 2160,
+  ``system_mem`` at 2184;
+- a chunk is ``{prev_size, size, fd, bk}``; the low three bits of size are flags.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from .procfs import PAGE_SIZE, Mapping
+
+HEAP_MAX = 64 << 20
+OFF_TOP = 96
+OFF_BINS = 112
+OFF_NEXT = 2160
+OFF_SYSTEM_MEM = 2184
+MALLOC_STATE_SIZE = 2200
+NBINS = 128
+CHUNK_HEADER = 48  # sizeof(struct malloc_chunk): what malloc_trim keeps at a chunk's start
+MIN_CHUNK = 32
+SIZE_BITS = 0x7
+MAX_WALK = 200_000  # a bound on chunks visited per arena
+
+
+class MemoryReader(Protocol):
+    def read_memory(self, address: int, size: int) -> bytes | None: ...
+    def pagemap(self, start: int, end: int) -> bytes: ...
+
+
+class ResidentMap:
+    """Present bits of a set of address ranges, read once from pagemap."""
+
+    def __init__(self, reader: MemoryReader) -> None:
+        self.reader = reader
+        self.ranges: list[tuple[int, int, bytes]] = []  # start, end, one byte per page
+
+    def add(self, start: int, end: int, bitmap: bytes) -> None:
+        self.ranges.append((start, end, bitmap))
+
+    def resident(self, start: int, end: int) -> int:
+        """Resident bytes of whole pages in [start, end) (partial pages excluded)."""
+        first = -(-start // PAGE_SIZE) * PAGE_SIZE
+        last = end // PAGE_SIZE * PAGE_SIZE
+        if last <= first:
+            return 0
+        total = 0
+        for r_start, r_end, bitmap in self.ranges:
+            lo, hi = max(first, r_start), min(last, r_end)
+            if lo < hi:
+                # count() with bounds: no slice, so no allocation inside the arenas being read
+                total += bitmap.count(1, (lo - r_start) // PAGE_SIZE, (hi - r_start) // PAGE_SIZE)
+        return total * PAGE_SIZE
+
+
+_BK = struct.Struct("<Q")
+
+
+def _u64s(data: bytes) -> tuple[int, ...]:
+    return struct.unpack(f"<{len(data) // 8}Q", data)
+
+
+@dataclass
+class Heap:
+    """One contiguous piece of an arena: the brk heap or a 64 MiB-aligned thread heap."""
+
+    start: int
+    size: int            # heap_info.size (or the brk extent for the main arena)
+    mprotect_size: int   # read-write extent; pages past ``size`` may still be resident
+    resident: int = 0
+
+
+@dataclass
+class ArenaLayout:
+    """An arena found in memory, with resident bytes by what holds them."""
+
+    address: int
+    is_main: bool
+    heaps: list[Heap] = field(default_factory=list)
+    system_mem: int = 0
+    top: int = 0
+    top_size: int = 0
+    resident: int = 0
+    top_resident: int = 0        # resident whole pages inside the top chunk
+    bins_free_resident: int = 0  # resident whole pages inside free chunks in bins (mtrim takes these)
+    bins_free_bytes: int = 0
+    bins_free_count: int = 0
+    walk_complete: bool = False
+    walk_problem: str = ""
+
+    @property
+    def free_resident(self) -> int:
+        return self.top_resident + self.bins_free_resident
+
+    @property
+    def in_use_resident(self) -> int:
+        return max(0, self.resident - self.free_resident)
+
+    def trim_releasable(self) -> int:
+        """What ``malloc_trim(0)`` would give back from this arena, resident bytes.
+
+        mtrim madvises the page-aligned interior of every free chunk in the
+        unsorted and large bins; only the main arena's top chunk is also cut
+        (systrim). A thread heap's top chunk stays.
+        """
+        return self.bins_free_resident + (self.top_resident if self.is_main else 0)
+
+    def contains(self, address: int) -> bool:
+        return any(h.start <= address < h.start + max(h.size, h.mprotect_size) for h in self.heaps)
+
+
+def _read_heap_info(reader: MemoryReader, address: int) -> tuple[int, int, int, int] | None:
+    data = reader.read_memory(address, 32)
+    if data is None:
+        return None
+    ar_ptr, prev, size, mprotect = _u64s(data)
+    if not (0 < size <= HEAP_MAX and size % PAGE_SIZE == 0 and size <= mprotect <= HEAP_MAX):
+        return None
+    if prev and prev % HEAP_MAX:
+        return None
+    if not ar_ptr or ar_ptr % 8:
+        return None
+    return ar_ptr, prev, size, mprotect
+
+
+def find_thread_heaps(reader: MemoryReader, mappings: list[Mapping]) -> dict[int, list[Heap]]:
+    """Thread-arena heaps by arena address, found by their heap_info headers."""
+    arenas: dict[int, list[Heap]] = {}
+    for m in mappings:
+        if m.perms[:2] != "rw" or m.is_file or m.path not in ("",):
+            continue
+        address = -(-m.start // HEAP_MAX) * HEAP_MAX
+        while address + PAGE_SIZE <= m.end:
+            info = _read_heap_info(reader, address)
+            if info is not None:
+                ar_ptr, prev, size, mprotect = info
+                first = prev == 0
+                # A first heap holds its arena right after heap_info; later ones point back.
+                if not first or address < ar_ptr < address + PAGE_SIZE:
+                    arenas.setdefault(ar_ptr, []).append(Heap(address, size, mprotect))
+            address += HEAP_MAX
+    return arenas
+
+
+def _chunk_size(raw: int) -> int:
+    return raw & ~SIZE_BITS
+
+
+def _walk_bins(reader: MemoryReader, arena: ArenaLayout, resident: ResidentMap) -> None:
+    """Sum the free chunks in the unsorted and large bins (what mtrim visits)."""
+    psindex = 99  # bin_index(4096) on 64-bit: smaller bins hold no whole free page
+    bins = reader.read_memory(arena.address + OFF_BINS, (NBINS - 1) * 16)
+    if bins is None:
+        arena.walk_problem = "arena bins unreadable"
+        return
+    # No allocation between the read above and the walk: an in-process caller
+    # that mallocs here would move chunks between bins while we follow them.
+    visited = 0
+    for i in [1, *range(psindex, NBINS)]:
+        bin_addr = arena.address + OFF_BINS + (i - 1) * 16 - 16  # bin_at(): fd lines up with bins[]
+        (p,) = _BK.unpack_from(bins, (i - 1) * 16 + 8)  # the bin's bk: its last chunk
+        prev_seen = bin_addr
+        while p != bin_addr:
+            visited += 1
+            if visited > MAX_WALK or not arena.contains(p):
+                arena.walk_problem = f"bin {i} left the arena's heaps (changed while read?)"
+                return
+            data = reader.read_memory(p, 32)
+            if data is None:
+                arena.walk_problem = f"bin {i} chunk unreadable"
+                return
+            _, size_raw, fd, bk = _u64s(data)
+            size = _chunk_size(size_raw)
+            if size < MIN_CHUNK or fd != prev_seen:
+                arena.walk_problem = f"bin {i} holds an inconsistent chunk (changed while read?)"
+                return
+            arena.bins_free_bytes += size
+            arena.bins_free_count += 1
+            arena.bins_free_resident += resident.resident(p + CHUNK_HEADER, p + size)
+            prev_seen, p = p, bk
+    arena.walk_complete = True
+
+
+def _measure_arena(reader: MemoryReader, arena: ArenaLayout, resident: ResidentMap) -> None:
+    state = reader.read_memory(arena.address, MALLOC_STATE_SIZE)
+    if state is None:
+        arena.walk_problem = "malloc_state unreadable"
+        return
+    words = _u64s(state[: MALLOC_STATE_SIZE // 8 * 8])
+    arena.top = words[OFF_TOP // 8]
+    arena.system_mem = words[OFF_SYSTEM_MEM // 8]
+    if arena.contains(arena.top):
+        head = reader.read_memory(arena.top + 8, 8)
+        if head is not None:
+            arena.top_size = _chunk_size(_u64s(head)[0])
+            arena.top_resident = resident.resident(arena.top + CHUNK_HEADER, arena.top + arena.top_size)
+    for heap in arena.heaps:
+        heap.resident = resident.resident(heap.start, heap.start + max(heap.size, heap.mprotect_size))
+    arena.resident = sum(h.resident for h in arena.heaps)
+    for _attempt in range(3):  # the owner may change its bins while we read: retry
+        arena.bins_free_bytes = arena.bins_free_count = arena.bins_free_resident = 0
+        arena.walk_problem = ""
+        _walk_bins(reader, arena, resident)
+        if arena.walk_complete:
+            break
+
+
+def _find_main_arena(reader: MemoryReader, thread_arenas: list[int], libc_data: list[Mapping],
+                     brk: Mapping | None, keepcost: int | None) -> int | None:
+    """&main_arena: from a thread arena's ``next`` ring, else by scanning libc's data.
+
+    The scan looks for a malloc_state whose ``top`` points into [heap] at a
+    chunk that ends where the heap ends, and whose ``system_mem`` fits the heap.
+    """
+    for address in thread_arenas:
+        seen = set()
+        while address and address not in seen and len(seen) < 4096:
+            seen.add(address)
+            raw = reader.read_memory(address + OFF_NEXT, 8)
+            if raw is None:
+                break
+            address = _u64s(raw)[0]
+            if address not in thread_arenas and address:
+                return address
+    if brk is None:
+        return None
+    for m in libc_data:
+        data = reader.read_memory(m.start, m.size)
+        if data is None:
+            continue
+        words = _u64s(data[: len(data) // 8 * 8])
+        for k, top in enumerate(words):
+            if not brk.start <= top < brk.end or k * 8 < OFF_TOP:
+                continue
+            base = m.start + k * 8 - OFF_TOP
+            head = reader.read_memory(top + 8, 8)
+            sysmem = reader.read_memory(base + OFF_SYSTEM_MEM, 8)
+            if head is None or sysmem is None:
+                continue
+            size, system = _chunk_size(_u64s(head)[0]), _u64s(sysmem)[0]
+            if keepcost is not None and size != keepcost:
+                continue
+            if brk.end - PAGE_SIZE < top + size <= brk.end and 0 < system <= brk.size:
+                return base
+    return None
+
+
+def _libc_data_mappings(mappings: list[Mapping]) -> list[Mapping]:
+    """libc's writable data and the anonymous bss right after it."""
+    out = []
+    for i, m in enumerate(mappings):
+        name = m.path.rsplit("/", 1)[-1]
+        if m.writable and (name.startswith("libc.so") or name.startswith("libc-")):
+            out.append(m)
+            if i + 1 < len(mappings) and not mappings[i + 1].path and mappings[i + 1].writable:
+                out.append(mappings[i + 1])
+    return out
+
+
+@dataclass
+class GlibcLayout:
+    arenas: list[ArenaLayout]
+    main_found: bool
+    problems: list[str] = field(default_factory=list)
+
+    def regions(self) -> list[tuple[int, int, str]]:
+        """(start, end, owner) of every heap, for labelling the memory map."""
+        out = []
+        for n, arena in enumerate(self.arenas):
+            for h in arena.heaps:
+                label = "glibc main arena [heap]" if arena.is_main else f"glibc arena {n}"
+                out.append((h.start, h.start + max(h.size, h.mprotect_size), label))
+        return out
+
+
+def find_glibc_layout(reader: MemoryReader, mappings: list[Mapping], resident: ResidentMap,
+                      keepcost: int | None = None) -> GlibcLayout:
+    """Find every arena, its heaps, and what of them is resident, free and releasable.
+
+    ``keepcost`` (mallinfo2, in-process only) is the main arena's top chunk
+    size: one more check when locating the main arena in libc's data.
+    """
+    problems: list[str] = []
+    thread = find_thread_heaps(reader, mappings)
+    arenas: list[ArenaLayout] = []
+    brk = next((m for m in mappings if m.path == "[heap]"), None)
+    main_address = _find_main_arena(reader, list(thread), _libc_data_mappings(mappings), brk, keepcost)
+    if main_address is not None and brk is not None:
+        main = ArenaLayout(main_address, True, [Heap(brk.start, brk.size, brk.size)])
+        arenas.append(main)
+    elif brk is not None:
+        problems.append("main arena not found in libc's data: its free chunks are not walked")
+        main = ArenaLayout(0, True, [Heap(brk.start, brk.size, brk.size)])
+        main.resident = resident.resident(brk.start, brk.end)
+        main.heaps[0].resident = main.resident
+        main.walk_problem = "main arena not located"
+        arenas.append(main)
+    for address, heaps in thread.items():
+        arenas.append(ArenaLayout(address, False, sorted(heaps, key=lambda h: h.start)))
+    for arena in arenas:
+        if arena.address:
+            _measure_arena(reader, arena, resident)
+            if arena.walk_problem:
+                problems.append(f"arena at {arena.address:#x}: {arena.walk_problem}")
+    return GlibcLayout(arenas, main_address is not None, problems)

@@ -1,0 +1,365 @@
+"""Parsers for /proc files, and thin readers for them.
+
+Parsers take the text (or bytes) of a file and never touch the filesystem, so
+they are tested on files captured from real processes. Readers take a PID and an
+injectable ``proc_root`` and translate OS errors in one place.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from ..errors import MalformedInput, translate_os_error
+
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+# Special mappings the kernel does not count in RSS, or that belong to no one.
+SPECIAL_MAPPINGS = frozenset({"[vvar]", "[vvar_vclock]", "[vdso]", "[vsyscall]"})
+
+
+@dataclass(frozen=True)
+class Mapping:
+    """One line of /proc/PID/maps."""
+
+    start: int
+    end: int
+    perms: str
+    offset: int
+    dev: str
+    inode: int
+    path: str
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+    @property
+    def readable(self) -> bool:
+        return self.perms[0] == "r"
+
+    @property
+    def writable(self) -> bool:
+        return self.perms[1] == "w"
+
+    @property
+    def is_file(self) -> bool:
+        """Backed by a file (shared memory files included), not anonymous."""
+        return self.inode != 0 or (self.path.startswith("/") and not self.path.startswith("/SYSV"))
+
+    @property
+    def is_anonymous(self) -> bool:
+        return not self.is_file and not self.path.startswith("[") or self.path in ("[heap]", "[stack]")
+
+    @property
+    def is_special(self) -> bool:
+        return self.path in SPECIAL_MAPPINGS
+
+
+@dataclass
+class SmapsEntry:
+    """A mapping from /proc/PID/smaps with its counters in bytes."""
+
+    mapping: Mapping
+    fields: dict[str, int] = field(default_factory=dict)
+    vmflags: tuple[str, ...] = ()
+
+    def get(self, name: str) -> int:
+        return self.fields.get(name, 0)
+
+
+def _parse_map_line(line: str, source: str) -> Mapping:
+    parts = line.split(None, 5)
+    if len(parts) < 5:
+        raise MalformedInput(source, f"short mapping line {line[:80]!r}")
+    try:
+        start_s, end_s = parts[0].split("-", 1)
+        start, end = int(start_s, 16), int(end_s, 16)
+        perms = parts[1]
+        offset = int(parts[2], 16)
+        inode = int(parts[4])
+    except ValueError as exc:
+        raise MalformedInput(source, f"bad mapping line {line[:80]!r}") from exc
+    if len(perms) != 4 or end < start:
+        raise MalformedInput(source, f"bad mapping line {line[:80]!r}")
+    path = parts[5].strip() if len(parts) > 5 else ""
+    return Mapping(start, end, perms, offset, parts[3], inode, path)
+
+
+def parse_maps(text: str) -> list[Mapping]:
+    """Parse /proc/PID/maps."""
+    return [_parse_map_line(line, "maps") for line in text.splitlines() if line.strip()]
+
+
+def _is_map_header(line: str) -> bool:
+    head = line.split(" ", 1)[0]
+    return "-" in head and not head.endswith(":")
+
+
+def parse_smaps(text: str) -> list[SmapsEntry]:
+    """Parse /proc/PID/smaps (or smaps_rollup, which yields one entry)."""
+    entries: list[SmapsEntry] = []
+    current: SmapsEntry | None = None
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        if _is_map_header(line):
+            current = SmapsEntry(_parse_map_line(line, "smaps"))
+            entries.append(current)
+            continue
+        if current is None:
+            raise MalformedInput("smaps", f"counter before any mapping: {line[:80]!r}")
+        name, _, rest = line.partition(":")
+        if not _:
+            raise MalformedInput("smaps", f"line without a colon: {line[:80]!r}")
+        if name == "VmFlags":
+            current.vmflags = tuple(rest.split())
+            continue
+        words = rest.split()
+        if not words:
+            raise MalformedInput("smaps", f"empty counter {name!r}")
+        try:
+            value = int(words[0])
+        except ValueError as exc:
+            raise MalformedInput("smaps", f"non-numeric {name}: {rest.strip()[:40]!r}") from exc
+        current.fields[name] = value * 1024 if len(words) > 1 and words[1] == "kB" else value
+    return entries
+
+
+def parse_status(text: str) -> dict[str, int | str]:
+    """Parse /proc/PID/status: sizes in bytes, counts as ints, the rest as text."""
+    out: dict[str, int | str] = {}
+    for line in text.splitlines():
+        name, sep, rest = line.partition(":")
+        if not sep:
+            continue
+        rest = rest.strip()
+        words = rest.split()
+        if len(words) == 2 and words[1] == "kB" and words[0].isdigit():
+            out[name] = int(words[0]) * 1024
+        elif rest.isdigit():
+            out[name] = int(rest)
+        else:
+            out[name] = rest
+    if "VmRSS" not in out and "Name" not in out:
+        raise MalformedInput("status", "neither Name nor VmRSS present")
+    return out
+
+
+def status_int(status: dict[str, int | str], name: str) -> int:
+    value = status.get(name, 0)
+    return value if isinstance(value, int) else 0
+
+
+def parse_environ(data: bytes) -> dict[str, str]:
+    """Parse /proc/PID/environ (NUL-separated KEY=VALUE)."""
+    env: dict[str, str] = {}
+    for item in data.split(b"\0"):
+        if not item:
+            continue
+        key, sep, value = item.partition(b"=")
+        if sep:
+            env[key.decode("utf-8", "replace")] = value.decode("utf-8", "replace")
+    return env
+
+
+@dataclass(frozen=True)
+class TaskStat:
+    """The fields of /proc/PID/task/TID/stat memgap uses."""
+
+    tid: int
+    comm: str
+    state: str
+    ppid: int
+    start_time: int  # clock ticks after boot: with the PID, it identifies a process
+
+
+def parse_stat(text: str) -> TaskStat:
+    """Parse /proc/PID/stat; the command name may hold spaces and parentheses."""
+    open_paren, close_paren = text.find("("), text.rfind(")")
+    if open_paren < 0 or close_paren < open_paren:
+        raise MalformedInput("stat", "no (comm) field")
+    try:
+        tid = int(text[:open_paren])
+        rest = text[close_paren + 2 :].split()
+        return TaskStat(tid, text[open_paren + 1 : close_paren], rest[0], int(rest[1]), int(rest[19]))
+    except (ValueError, IndexError) as exc:
+        raise MalformedInput("stat", f"too few fields: {text[:80]!r}") from exc
+
+
+def parse_syscall_sp(text: str) -> int | None:
+    """The stack pointer from /proc/PID/task/TID/syscall, or None while running."""
+    words = text.split()
+    if len(words) >= 8 and words[0] not in ("running",):
+        try:
+            return int(words[-2], 16)
+        except ValueError:
+            return None
+    return None
+
+
+# Pagemap: one little-endian u64 per page. Bit 63 present, 62 swapped,
+# 61 file page or shared anonymous.
+_PRESENT_TABLE = bytes(1 if b & 0x80 else 0 for b in range(256))
+_ANON_PRESENT_TABLE = bytes(1 if (b & 0x80) and not (b & 0x20) else 0 for b in range(256))
+_SWAPPED_TABLE = bytes(1 if b & 0x40 else 0 for b in range(256))
+
+
+@dataclass(frozen=True)
+class PageCounts:
+    """Pages of a range by state, from pagemap."""
+
+    present: int = 0
+    anon_present: int = 0  # present and private anonymous (bit 61 clear)
+    swapped: int = 0
+
+    def __add__(self, other: "PageCounts") -> "PageCounts":
+        return PageCounts(self.present + other.present, self.anon_present + other.anon_present,
+                          self.swapped + other.swapped)
+
+
+def count_pagemap(data: bytes) -> PageCounts:
+    """Count present, private-anonymous-present and swapped pages in pagemap bytes."""
+    if len(data) % 8:
+        raise MalformedInput("pagemap", f"length {len(data)} is not a multiple of 8")
+    high = data[7::8]  # the top byte of each little-endian entry holds bits 56..63
+    return PageCounts(
+        high.translate(_PRESENT_TABLE).count(1),
+        high.translate(_ANON_PRESENT_TABLE).count(1),
+        high.translate(_SWAPPED_TABLE).count(1),
+    )
+
+
+def present_bitmap(data: bytes) -> bytes:
+    """One byte per page: 1 where the page is present."""
+    return data[7::8].translate(_PRESENT_TABLE)
+
+
+class ProcReader:
+    """Reads one process's /proc files; OS errors become memgap errors here."""
+
+    def __init__(self, pid: int | str = "self", proc_root: str = "/proc") -> None:
+        self.pid = pid
+        self.proc_root = proc_root
+        self.base = f"{proc_root}/{pid}"
+        self._pagemap_fd: int | None = None
+        self._mem_fd: int | None = None
+
+    @property
+    def numeric_pid(self) -> int:
+        return os.getpid() if self.pid == "self" else int(self.pid)
+
+    def _fail(self, exc: OSError, what: str) -> Exception:
+        return translate_os_error(exc, self.numeric_pid, what, self.proc_root)
+
+    def read_text(self, name: str) -> str:
+        try:
+            with open(f"{self.base}/{name}", "rb") as fh:
+                return fh.read().decode("utf-8", "surrogateescape")
+        except OSError as exc:
+            raise self._fail(exc, f"/proc/{self.pid}/{name}") from None
+
+    def read_bytes(self, name: str) -> bytes:
+        try:
+            with open(f"{self.base}/{name}", "rb") as fh:
+                return fh.read()
+        except OSError as exc:
+            raise self._fail(exc, f"/proc/{self.pid}/{name}") from None
+
+    def status(self) -> dict[str, int | str]:
+        return parse_status(self.read_text("status"))
+
+    def maps(self) -> list[Mapping]:
+        return parse_maps(self.read_text("maps"))
+
+    def smaps(self) -> list[SmapsEntry]:
+        return parse_smaps(self.read_text("smaps"))
+
+    def smaps_rollup(self) -> SmapsEntry | None:
+        entries = parse_smaps(self.read_text("smaps_rollup"))
+        return entries[0] if entries else None
+
+    def environ(self) -> dict[str, str]:
+        return parse_environ(self.read_bytes("environ"))
+
+    def stat(self) -> TaskStat:
+        return parse_stat(self.read_text("stat"))
+
+    def cmdline(self) -> list[str]:
+        raw = self.read_bytes("cmdline")
+        return [a.decode("utf-8", "replace") for a in raw.split(b"\0") if a]
+
+    def task_ids(self) -> list[int]:
+        try:
+            return sorted(int(t) for t in os.listdir(f"{self.base}/task") if t.isdigit())
+        except OSError as exc:
+            raise self._fail(exc, f"/proc/{self.pid}/task") from None
+
+    def thread_stack_pointers(self) -> dict[int, int]:
+        """TID -> stack pointer for threads blocked in a system call.
+
+        A running thread has none (the kernel prints "running"); a thread that
+        exits between listing and reading is skipped.
+        """
+        out: dict[int, int] = {}
+        for tid in self.task_ids():
+            try:
+                with open(f"{self.base}/task/{tid}/syscall") as fh:
+                    sp = parse_syscall_sp(fh.read())
+            except OSError:
+                continue
+            if sp is not None:
+                out[tid] = sp
+        return out
+
+    def children_pids(self) -> list[int]:
+        """Direct children, from every thread's children file."""
+        kids: set[int] = set()
+        for tid in self.task_ids():
+            try:
+                with open(f"{self.base}/task/{tid}/children") as fh:
+                    kids.update(int(w) for w in fh.read().split())
+            except OSError:
+                continue
+        return sorted(kids)
+
+    def _open(self, name: str) -> int:
+        try:
+            return os.open(f"{self.base}/{name}", os.O_RDONLY)
+        except OSError as exc:
+            raise self._fail(exc, f"/proc/{self.pid}/{name}") from None
+
+    def pagemap(self, start: int, end: int) -> bytes:
+        """Raw pagemap entries for the pages of [start, end)."""
+        if self._pagemap_fd is None:
+            self._pagemap_fd = self._open("pagemap")
+        first, last = start // PAGE_SIZE, (end + PAGE_SIZE - 1) // PAGE_SIZE
+        want = (last - first) * 8
+        try:
+            data = os.pread(self._pagemap_fd, want, first * 8)
+        except OSError as exc:
+            raise self._fail(exc, f"/proc/{self.pid}/pagemap") from None
+        if len(data) != want:
+            raise MalformedInput("pagemap", f"short read: {len(data)} of {want} bytes")
+        return data
+
+    def read_memory(self, address: int, size: int) -> bytes | None:
+        """Bytes of the process's memory, or None where unmapped (no fault, no crash)."""
+        if self._mem_fd is None:
+            self._mem_fd = self._open("mem")
+        try:
+            data = os.pread(self._mem_fd, size, address)
+        except OSError:
+            return None
+        return data if len(data) == size else None
+
+    def close(self) -> None:
+        for fd in (self._pagemap_fd, self._mem_fd):
+            if fd is not None:
+                os.close(fd)
+        self._pagemap_fd = self._mem_fd = None
+
+    def __enter__(self) -> "ProcReader":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,86 @@
+"""Python's own view of its heap: tracemalloc when it traces, else a gc walk.
+
+The gc walk finds large buffers (bytes, bytearray, str, array.array, numpy
+arrays that own their data) referenced from gc-tracked containers: buffers
+themselves are not gc-tracked, so they are found through their referrers. It
+is O(objects): memgap takes it at phases, not in every sample.
+"""
+from __future__ import annotations
+
+import array
+import gc
+import sys
+import tracemalloc
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+SMALL_REQUEST_THRESHOLD = 512  # pymalloc serves requests up to this size; larger go to malloc
+LARGE_BUFFER_REPORT = 1 << 20  # buffers listed one by one from this size up
+
+
+@dataclass
+class PythonHeap:
+    source: str                         # "tracemalloc" or "gc-walk"
+    traced_current: int | None = None   # tracemalloc's current total
+    traced_peak: int | None = None
+    large_buffers_bytes: int = 0        # buffers > 512 B found by the gc walk
+    large_buffers_count: int = 0
+    largest: list[dict[str, Any]] = field(default_factory=list)
+    instance_counts: dict[str, int] = field(default_factory=dict)
+    gc_objects: int = 0
+
+
+def _buffer_size(obj: object) -> int:
+    """Bytes of a buffer object's data block, or 0 when it is not one we count."""
+    t = type(obj)
+    if t is bytes or t is bytearray or t is str or t is array.array:
+        return sys.getsizeof(obj)
+    if t.__name__ == "ndarray" and t.__module__ == "numpy":
+        return int(obj.nbytes) if getattr(obj, "base", None) is None else 0  # type: ignore[attr-defined]
+    return 0
+
+
+def walk_gc(class_names: Iterable[str] = ()) -> PythonHeap:
+    """Large buffers reachable from gc-tracked objects, and counts of named classes."""
+    wanted = set(class_names)
+    counts = dict.fromkeys(wanted, 0)
+    seen: set[int] = set()
+    total = count = 0
+    largest: list[tuple[int, str]] = []
+    objects = gc.get_objects()
+    try:
+        for obj in objects:
+            name = type(obj).__name__
+            if name in wanted:
+                counts[name] += 1
+            for ref in gc.get_referents(obj):
+                size = _buffer_size(ref)
+                if size > SMALL_REQUEST_THRESHOLD and id(ref) not in seen:
+                    seen.add(id(ref))
+                    total += size
+                    count += 1
+                    if size >= LARGE_BUFFER_REPORT:
+                        largest.append((size, type(ref).__name__))
+        n_objects = len(objects)
+    finally:
+        del objects  # drop our references before anything else runs
+    largest.sort(reverse=True)
+    return PythonHeap(
+        source="gc-walk",
+        large_buffers_bytes=total,
+        large_buffers_count=count,
+        largest=[{"type": t, "bytes": s} for s, t in largest[:10]],
+        instance_counts=counts,
+        gc_objects=n_objects,
+    )
+
+
+def python_heap(walk: bool, class_names: Iterable[str] = ()) -> PythonHeap | None:
+    """tracemalloc's totals when it traces (plus a walk if asked), else a walk if asked."""
+    if tracemalloc.is_tracing():
+        current, peak = tracemalloc.get_traced_memory()
+        heap = walk_gc(class_names) if walk else PythonHeap(source="tracemalloc")
+        heap.source = "tracemalloc"
+        heap.traced_current, heap.traced_peak = current, peak
+        return heap
+    return walk_gc(class_names) if walk else None

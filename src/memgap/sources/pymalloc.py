@@ -1,0 +1,111 @@
+"""CPython's small-object allocator (pymalloc): its statistics and its arenas.
+
+``sys._debugmallocstats()`` writes to the C stderr; we call the function behind
+it, ``_PyObject_DebugMallocStats(FILE*)``, with an in-memory stream instead, so
+nothing the process writes to stderr is touched. The text is parsed here; the
+arena and pool sizes are read from the text, not assumed per version.
+"""
+from __future__ import annotations
+
+import ctypes
+import re
+import sys
+from dataclasses import dataclass
+
+from ..errors import MalformedInput
+
+_NUM = r"([\d,]+)"
+_PATTERNS = {
+    "arenas_allocated_total": rf"# arenas allocated total\s*=\s*{_NUM}",
+    "arenas_reclaimed": rf"# arenas reclaimed\s*=\s*{_NUM}",
+    "arenas_highwater": rf"# arenas highwater mark\s*=\s*{_NUM}",
+    "arenas_current": rf"# arenas allocated current\s*=\s*{_NUM}",
+    "allocated_blocks_bytes": rf"# bytes in allocated blocks\s*=\s*{_NUM}",
+    "available_blocks_bytes": rf"# bytes in available blocks\s*=\s*{_NUM}",
+    "pool_headers_bytes": rf"# bytes lost to pool headers\s*=\s*{_NUM}",
+    "quantization_bytes": rf"# bytes lost to quantization\s*=\s*{_NUM}",
+    "arena_alignment_bytes": rf"# bytes lost to arena alignment\s*=\s*{_NUM}",
+}
+_ARENA_LINE = re.compile(rf"{_NUM} arenas \* {_NUM} bytes/arena\s*=\s*{_NUM}")
+_UNUSED_POOLS = re.compile(rf"{_NUM} unused pools \* {_NUM} bytes\s*=\s*{_NUM}")
+_CLASS_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s*$")
+
+
+def _n(text: str) -> int:
+    return int(text.replace(",", ""))
+
+
+@dataclass(frozen=True)
+class PymallocStats:
+    """What pymalloc reports about its arenas, in bytes unless named a count."""
+
+    arenas_current: int
+    arenas_highwater: int
+    arena_size: int
+    pool_size: int
+    allocated_blocks_bytes: int   # live small objects
+    available_blocks_bytes: int   # free blocks inside used pools
+    unused_pools: int             # pools with no block in use
+    pool_headers_bytes: int
+    quantization_bytes: int
+    arena_alignment_bytes: int
+    used_pools: int
+
+    @property
+    def arenas_bytes(self) -> int:
+        return self.arenas_current * self.arena_size
+
+    @property
+    def free_bytes(self) -> int:
+        """Arena bytes not holding a live block."""
+        return self.arenas_bytes - self.allocated_blocks_bytes
+
+
+def parse_debugmallocstats(text: str) -> PymallocStats | None:
+    """Parse the text of ``sys._debugmallocstats()``.
+
+    Returns None when pymalloc is not in use (PYTHONMALLOC=malloc prints no
+    arena section); raises MalformedInput when the section is there but broken.
+    """
+    if "arenas allocated current" not in text:
+        return None
+    values = {}
+    for key, pattern in _PATTERNS.items():
+        m = re.search(pattern, text)
+        if m is None:
+            raise MalformedInput("debugmallocstats", f"no line for {key.replace('_', ' ')}")
+        values[key] = _n(m.group(1))
+    arena = _ARENA_LINE.search(text)
+    pools = _UNUSED_POOLS.search(text)
+    if arena is None or pools is None:
+        raise MalformedInput("debugmallocstats", "no arena-size or unused-pools line")
+    used_pools = 0
+    for line in text.splitlines():
+        row = _CLASS_ROW.match(line)
+        if row:
+            used_pools += int(row.group(3))
+    return PymallocStats(
+        arenas_current=values["arenas_current"],
+        arenas_highwater=values["arenas_highwater"],
+        arena_size=_n(arena.group(2)),
+        pool_size=_n(pools.group(2)),
+        allocated_blocks_bytes=values["allocated_blocks_bytes"],
+        available_blocks_bytes=values["available_blocks_bytes"],
+        unused_pools=_n(pools.group(1)),
+        pool_headers_bytes=values["pool_headers_bytes"],
+        quantization_bytes=values["quantization_bytes"],
+        arena_alignment_bytes=values["arena_alignment_bytes"],
+        used_pools=used_pools,
+    )
+
+
+def capture_debugmallocstats() -> str:
+    """The text of ``sys._debugmallocstats()`` for this process, without touching stderr."""
+    from .glibc import glibc_malloc
+
+    func = getattr(ctypes.pythonapi, "_PyObject_DebugMallocStats", None)
+    if func is None:
+        return ""
+    func.argtypes = [ctypes.c_void_p]
+    func.restype = ctypes.c_int
+    return glibc_malloc().capture_to_memory(func)

@@ -1,0 +1,34 @@
+import glob
+import os
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.path.join(os.path.dirname(HERE), "src")
+if SRC not in sys.path:
+    sys.path.insert(0, SRC)
+
+FIXTURES = os.path.join(HERE, "fixtures")
+CAPTURES = sorted(
+    p for p in glob.glob(os.path.join(FIXTURES, "**", "malloc_info.xml"), recursive=True)
+)
+CAPTURE_DIRS = [os.path.dirname(p) for p in CAPTURES]
+
+
+def read(path: str) -> str:
+    with open(path, encoding="utf-8") as fh:
+        return fh.read()
+
+
+@pytest.fixture(params=CAPTURE_DIRS, ids=[os.path.basename(d) for d in CAPTURE_DIRS])
+def capture(request):
+    """A folder of outputs captured from one real process."""
+    return request.param
+
+
+def child_env(**extra: str) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = SRC + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.update(extra)
+    return env

@@ -1,0 +1,49 @@
+"""Running memgap and its scenarios as real child processes."""
+import json
+import os
+import subprocess
+import sys
+
+from conftest import child_env
+
+JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
+MiB = 1 << 20
+
+
+def memgap(*args, env=None, timeout=120, **kw):
+    return subprocess.run([sys.executable, "-m", "memgap", *args], env=env or child_env(),
+                          capture_output=True, text=True, timeout=timeout, **kw)
+
+
+def run_recorded(tmp_path, cmd, **env_extra):
+    """``memgap run --json`` a command; returns (completed process, run document)."""
+    out = os.path.join(str(tmp_path), "run.json")
+    proc = memgap("run", "--interval", "0.05", "--json", out, "--", *cmd, env=child_env(**env_extra))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    with open(out) as fh:
+        return proc, json.load(fh)
+
+
+def phase_snapshot(process, name):
+    matches = [s for s in process["snapshots"] if s["phase"] == name]
+    assert matches, f"no {name!r} snapshot in {[s['phase'] for s in process['snapshots']]}"
+    return matches[-1]
+
+
+def check_adds_up(snap):
+    """The layers add up to VmRSS, agree with the kernel's own split, and leave little unexplained."""
+    layers = {k: v["resident"] for k, v in snap["layers"].items()}
+    measured = {k: v for k, v in layers.items() if v is not None}
+    rss = snap["rss"]
+    assert sum(measured.values()) + snap["unexplained"] == rss
+    assert all(v >= 0 for v in measured.values()), layers
+    assert abs(snap["unexplained"]) <= 0.05 * rss, (snap["unexplained"], rss)
+    status = snap["status"]
+    # Independent of the pagemap walk: the kernel's counters, read in the same snapshot.
+    assert abs(layers["files"] - status["RssFile"] - status.get("RssShmem", 0)) <= 0.03 * rss + MiB
+    anon = sum(v for k, v in measured.items() if k != "files")
+    assert abs(anon - status["RssAnon"]) <= 0.03 * rss + MiB
+    if snap.get("pymalloc"):
+        detail = snap["layers"]["pymalloc_free"]["detail"]
+        assert detail["arenas_found"] == detail["arenas"]
+    return layers

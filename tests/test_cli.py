@@ -1,0 +1,206 @@
+"""The CLI on real processes: inspect from outside, trees, bad input, killed recordings."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import child_env
+from helpers import MiB, memgap
+from memgap.runs import load_run
+
+HOLDER = (
+    "import sys, time\n"
+    "blocks = [bytearray(64 * 1024) for _ in range(400)]\n"  # ~25 MiB in glibc's heap
+    "del blocks[::2]\n"
+    "print('ready', flush=True)\n"
+    "for i in range(600):\n"
+    "    sys.stdout.write(f'tick {i}\\n'); sys.stdout.flush(); time.sleep(0.05)\n"
+)
+
+
+@pytest.fixture
+def target():
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def _state(pid):
+    with open(f"/proc/{pid}/stat") as fh:
+        return fh.read().rsplit(")", 1)[1].split()[0]
+
+
+def test_inspect_outside_adds_up_and_leaves_target_running(target):
+    for _ in range(5):
+        proc = memgap("inspect", str(target.pid), "--json", "-")
+        assert proc.returncode == 0, proc.stderr
+        assert _state(target.pid) in "RS"
+    snap = json.loads(proc.stdout)
+    assert snap["schema"].startswith("memgap.snapshot/")
+    assert snap["route"] == "outside" and snap["pid"] == target.pid
+    for key in ("rss", "layers", "unexplained", "allocator", "findings"):
+        assert key in snap
+    layers = {k: v["resident"] for k, v in snap["layers"].items()}
+    assert layers["python_objects"] is None and "memgap run" in snap["layers"]["python_objects"]["note"]
+    measured = sum(v for v in layers.values() if v is not None)
+    assert measured + snap["unexplained"] == snap["rss"]
+    assert abs(snap["unexplained"]) <= 0.05 * snap["rss"]
+    # the freed half of the blocks sits in glibc's free chunks, found from outside
+    assert layers["allocator_free"] >= 8 * MiB
+    # the target kept running and printing in order
+    lines = [target.stdout.readline().strip() for _ in range(3)]
+    numbers = [int(line.split()[1]) for line in lines]
+    assert numbers == sorted(numbers) and numbers[-1] - numbers[0] == 2
+
+
+def test_inspect_tree(tmp_path):
+    script = ("import subprocess, sys, time\n"
+              "kids = [subprocess.Popen([sys.executable, '-c', 'import time; x = bytearray(8 << 20); "
+              "x[::4096] = b\"1\" * len(x[::4096]); time.sleep(30)']) for _ in range(2)]\n"
+              "print('ready', flush=True); time.sleep(30)\n")
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout.readline().strip() == "ready"
+        time.sleep(0.5)
+        proc = memgap("inspect", str(parent.pid), "--tree", "--json", "-")
+        assert proc.returncode == 0, proc.stderr
+        tree = json.loads(proc.stdout)
+        assert len(tree["processes"]) == 3
+        assert tree["total_rss"] == sum(p["rss"] for p in tree["processes"])
+        text = memgap("inspect", str(parent.pid), "--tree").stdout
+        assert "3 processes" in text
+    finally:
+        parent.kill()
+        parent.wait()
+        subprocess.run(["pkill", "-f", "x = bytearray"], check=False)
+
+
+def _one_line_error(proc, code):
+    assert proc.returncode == code, (proc.returncode, proc.stderr)
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("memgap: "), proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_missing_pid():
+    _one_line_error(memgap("inspect", "999999999"), 3)
+
+
+def test_pid_of_exited_process():
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    _one_line_error(memgap("inspect", str(proc.pid)), 3)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to switch to another user")
+def test_permission_denied(target):
+    """memgap as another user (nobody) may not read the target's memory: exit 4, one line."""
+    import memgap.cli  # imported before the fork: the child cannot read root's site-packages
+
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: become nobody, run the CLI, report its exit code
+        try:
+            os.close(read_fd)
+            sys.stderr = os.fdopen(write_fd, "w", buffering=1)
+            os.setgroups([])
+            os.setresgid(65534, 65534, 65534)
+            os.setresuid(65534, 65534, 65534)
+            code = memgap.cli.main(["inspect", str(target.pid)])
+            sys.stderr.flush()
+        except BaseException:  # noqa: BLE001
+            code = 99
+        os._exit(code)
+    os.close(write_fd)
+    with os.fdopen(read_fd) as fh:
+        stderr = fh.read()
+    _, status = os.waitpid(pid, 0)
+    proc = subprocess.CompletedProcess([], os.waitstatus_to_exitcode(status), "", stderr)
+    _one_line_error(proc, 4)
+    assert "permission denied" in stderr
+    assert _state(target.pid) in "RS"
+
+
+def test_vanished_mid_read():
+    from memgap.errors import NoSuchProcess
+    from memgap.sources.procfs import ProcReader
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    reader = ProcReader(proc.pid)
+    reader.maps()
+    proc.kill()
+    proc.wait()
+    with pytest.raises(NoSuchProcess):
+        reader.status()
+
+
+def test_malformed_proc_files(tmp_path):
+    from memgap.collect import snapshot_pid
+    from memgap.errors import MalformedInput
+
+    fake = tmp_path / "proc" / "4242"
+    fake.mkdir(parents=True)
+    (fake / "stat").write_text("4242 (x) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 100 1 1\n")
+    (fake / "maps").write_text("00400000-00401000 r-xp 00000000 fe:00 12 /bin/x\ngarbage line\n")
+    with pytest.raises(MalformedInput):
+        snapshot_pid(4242, proc_root=str(tmp_path / "proc"))
+
+
+def test_static_non_glibc_binary(tmp_path):
+    """A program without glibc's malloc in its maps: layers it cannot read are named, not guessed."""
+    if not shutil.which("gcc"):
+        pytest.skip("no C compiler")
+    src = tmp_path / "hold.c"
+    src.write_text('#include <unistd.h>\n#include <stdio.h>\nint main(void){puts("ready");fflush(stdout);'
+                   'sleep(30);return 0;}\n')
+    exe = tmp_path / "hold"
+    if subprocess.run(["gcc", "-static", "-O1", "-o", str(exe), str(src)], capture_output=True).returncode:
+        pytest.skip("static linking unavailable")
+    proc = subprocess.Popen([str(exe)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        out = memgap("inspect", str(proc.pid), "--json", "-")
+        assert out.returncode == 0, out.stderr
+        snap = json.loads(out.stdout)
+        assert snap["allocator"]["name"] == "unknown"
+        assert snap["layers"]["allocator_free"]["note"]
+        assert _state(proc.pid) in "RS"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_run_killed_midway_keeps_recording(tmp_path):
+    script = tmp_path / "phases.py"
+    script.write_text("import memgap, time\nfor i in range(3):\n    memgap.phase(f'step-{i}')\n"
+                      "time.sleep(30)\n")
+    out = tmp_path / "run.json"
+    proc = subprocess.Popen([sys.executable, "-m", "memgap", "run", "--json", str(out), "--",
+                             sys.executable, str(script)], env=child_env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    record_dir = str(out) + ".d"
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        if os.path.exists(record_dir) and any(f.startswith("process-") for f in os.listdir(record_dir)):
+            run = load_run(record_dir)
+            if any(len(p["snapshots"]) == 3 for p in run["processes"]):
+                break
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    run = load_run(record_dir)
+    assert not run["complete"]
+    assert run["timeline"], "samples written before the kill are kept"
+    phases = [s["phase"] for p in run["processes"] for s in p["snapshots"]]
+    assert phases == ["step-0", "step-1", "step-2"]
+
+
+def test_run_returns_child_exit_code_and_needs_a_command(tmp_path):
+    assert memgap("run", "--", sys.executable, "-c", "raise SystemExit(7)").returncode == 7
+    _one_line_error(memgap("run"), 2)

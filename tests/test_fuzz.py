@@ -1,0 +1,59 @@
+"""Fuzzing: any text, or a captured file with random damage, parses or raises MalformedInput."""
+import os
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import CAPTURE_DIRS, read
+from memgap.errors import MalformedInput
+from memgap.sources import procfs
+from memgap.sources.glibc import parse_malloc_info
+from memgap.sources.jemalloc import parse_jemalloc_stats_json
+from memgap.sources.pymalloc import parse_debugmallocstats
+
+PARSERS = {
+    "proc_self_smaps.txt": procfs.parse_smaps,
+    "proc_self_maps.txt": procfs.parse_maps,
+    "proc_self_status.txt": procfs.parse_status,
+    "malloc_info.xml": parse_malloc_info,
+    "debugmallocstats.txt": parse_debugmallocstats,
+}
+SAMPLES = {name: read(os.path.join(CAPTURE_DIRS[-1], name))[:6000] for name in PARSERS}
+
+
+def _survives(parse, text):
+    try:
+        parse(text)
+    except MalformedInput:
+        pass
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.text())
+def test_any_text(text):
+    for parse in (*PARSERS.values(), parse_jemalloc_stats_json):
+        _survives(parse, text)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(sorted(PARSERS)), st.data())
+def test_damaged_captures(name, data):
+    text = SAMPLES[name]
+    for _ in range(data.draw(st.integers(1, 5))):
+        at = data.draw(st.integers(0, len(text)))
+        kind = data.draw(st.sampled_from(["delete", "insert", "replace"]))
+        junk = data.draw(st.text(max_size=8))
+        if kind == "delete":
+            text = text[:at] + text[at + len(junk) + 1:]
+        elif kind == "insert":
+            text = text[:at] + junk + text[at:]
+        else:
+            text = text[:at] + junk + text[at + len(junk):]
+    _survives(PARSERS[name], text)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.binary())
+def test_pagemap_and_environ_bytes(data):
+    procfs.parse_environ(data)
+    _survives(procfs.count_pagemap, data)

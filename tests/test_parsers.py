@@ -1,0 +1,121 @@
+"""Parsers on outputs captured from real processes (tests/fixtures)."""
+import json
+import os
+import struct
+
+import pytest
+
+from conftest import read
+from memgap.errors import MalformedInput
+from memgap.sources import procfs
+from memgap.sources.glibc import parse_malloc_info
+from memgap.sources.jemalloc import parse_jemalloc_stats_json
+from memgap.sources.pymalloc import parse_debugmallocstats
+
+
+def test_smaps_add_up_to_rollup_and_status(capture):
+    entries = procfs.parse_smaps(read(os.path.join(capture, "proc_self_smaps.txt")))
+    rollup = procfs.parse_smaps(read(os.path.join(capture, "proc_self_smaps_rollup.txt")))[0]
+    status = procfs.parse_status(read(os.path.join(capture, "proc_self_status.txt")))
+    maps = procfs.parse_maps(read(os.path.join(capture, "proc_self_maps.txt")))
+    rss = sum(e.get("Rss") for e in entries)
+    # smaps and smaps_rollup were read a moment apart from one live process
+    assert abs(rss - rollup.get("Rss")) <= 0.02 * rollup.get("Rss")
+    assert abs(rollup.get("Rss") - status["VmRSS"]) <= 0.02 * status["VmRSS"]
+    assert status["VmRSS"] == status["RssAnon"] + status["RssFile"] + status["RssShmem"]
+    assert abs(len(entries) - len(maps)) <= 3
+    if "jemalloc" not in capture:
+        assert any(e.mapping.path == "[heap]" for e in entries)
+    assert all(e.mapping.end > e.mapping.start for e in entries)
+
+
+def test_malloc_info_totals_match_mallinfo2(capture):
+    info = parse_malloc_info(read(os.path.join(capture, "malloc_info.xml")))
+    meta = json.loads(read(os.path.join(capture, "meta.json")))
+    assert info.system == sum(a.system for a in info.arenas)
+    assert [a.nr for a in info.arenas] == list(range(len(info.arenas)))
+    mi = meta.get("mallinfo2") or {k: v * 2**20 for k, v in meta["mallinfo2_mib"].items()}
+    if "jemalloc" in capture:
+        return  # glibc's malloc_info there describes an allocator nobody used
+    assert info.mmap_bytes == pytest.approx(mi["hblkhd"], rel=0.05)
+    in_use = sum(a.in_use for a in info.arenas)
+    assert in_use == pytest.approx(mi["uordblks"], rel=0.05)
+    for arena in info.arenas[1:]:
+        assert arena.aspace_total >= arena.system - 4096
+
+
+def test_debugmallocstats_adds_up(capture):
+    stats = parse_debugmallocstats(read(os.path.join(capture, "debugmallocstats.txt")))
+    assert stats is not None
+    assert stats.arena_size == 1 << 20 and stats.pool_size == 16 << 10
+    accounted = (stats.allocated_blocks_bytes + stats.available_blocks_bytes
+                 + stats.unused_pools * stats.pool_size + stats.pool_headers_bytes
+                 + stats.quantization_bytes + stats.arena_alignment_bytes)
+    assert accounted == stats.arenas_bytes  # the "Total" line of the same output
+
+
+def test_jemalloc_stats_json():
+    folder = os.path.join(os.path.dirname(__file__), "fixtures", "many-arenas", "jemalloc-5.3-py3.12")
+    stats = parse_jemalloc_stats_json(read(os.path.join(folder, "jemalloc_stats.json")))
+    assert stats.allocated <= stats.active <= stats.resident <= stats.mapped
+    text = read(os.path.join(folder, "jemalloc_stats.txt"))  # printed a moment later
+    line = next(line for line in text.splitlines() if line.startswith("Allocated: "))
+    assert int(line.split()[1].rstrip(",")) == pytest.approx(stats.allocated, rel=0.01)
+
+
+def test_stat_with_parentheses_in_name():
+    line = "4242 (my (odd) name) S 1 4242 4242 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 987654 1 2 3"
+    stat = procfs.parse_stat(line)
+    assert (stat.tid, stat.comm, stat.state, stat.ppid, stat.start_time) == (4242, "my (odd) name", "S", 1, 987654)
+
+
+def test_environ_and_syscall():
+    assert procfs.parse_environ(b"A=1\0MALLOC_ARENA_MAX=2\0EMPTY=\0junk\0") == {
+        "A": "1", "MALLOC_ARENA_MAX": "2", "EMPTY": ""}
+    sp = procfs.parse_syscall_sp("202 0x7f 0x80 0x0 0x0 0x0 0x0 0x7ffd5a3c1e08 0x7f3e2b1c2d3e\n")
+    assert sp == 0x7FFD5A3C1E08
+    assert procfs.parse_syscall_sp("running\n") is None
+
+
+def test_pagemap_counts():
+    present, swapped, file_page = 1 << 63, 1 << 62, 1 << 61
+    entries = [present, present | file_page, 0, swapped, present, 0]
+    counts = procfs.count_pagemap(struct.pack("<6Q", *entries))
+    assert (counts.present, counts.anon_present, counts.swapped) == (3, 2, 1)
+    assert procfs.present_bitmap(struct.pack("<3Q", present, 0, present)) == b"\x01\x00\x01"
+    with pytest.raises(MalformedInput):
+        procfs.count_pagemap(b"\x00" * 7)
+
+
+@pytest.mark.parametrize("text", [
+    "", "<malloc>", "<other/>", "<malloc><heap nr='0'></heap></malloc>",
+    '<malloc><heap nr="x"><system type="current" size="1"/><total type="rest" count="1" size="2"/></heap></malloc>',
+])
+def test_malloc_info_malformed(text):
+    with pytest.raises(MalformedInput):
+        parse_malloc_info(text)
+
+
+@pytest.mark.parametrize("name,text", [
+    ("maps", "not a map line\n"),
+    ("maps", "zz-yy r-xp 0 00:00 0\n"),
+    ("smaps", "Rss: 4 kB\n"),
+    ("smaps", "00400000-00401000 r--p 00000000 fe:00 1 /bin/x\nRss: lots kB\n"),
+    ("status", "garbage\n"),
+])
+def test_proc_malformed(name, text):
+    parse = {"maps": procfs.parse_maps, "smaps": procfs.parse_smaps, "status": procfs.parse_status}[name]
+    with pytest.raises(MalformedInput):
+        parse(text)
+
+
+def test_truncated_captures_never_crash(capture):
+    """A file cut anywhere parses or raises MalformedInput, nothing else."""
+    for name, parse in (("proc_self_smaps.txt", procfs.parse_smaps), ("malloc_info.xml", parse_malloc_info),
+                        ("debugmallocstats.txt", parse_debugmallocstats), ("proc_self_maps.txt", procfs.parse_maps)):
+        text = read(os.path.join(capture, name))
+        for cut in range(1, len(text), max(1, len(text) // 40)):
+            try:
+                parse(text[:cut])
+            except MalformedInput:
+                pass
