@@ -13,6 +13,7 @@ from .sources.procfs import ProcReader, status_int
 
 RECORD_DIR_ENV = "MEMGAP_RECORD_DIR"
 TRIM_AFTER_ENV = "MEMGAP_TRIM_AFTER"  # a phase name: after recording it, trim once and record "after-trim"
+WALK_ENV = "MEMGAP_WALK"  # "0": phase snapshots skip the gc walk for large buffers
 
 _phases: list[Snapshot] = []
 _writer = None
@@ -41,28 +42,39 @@ def _recording_writer():  # type: ignore[no-untyped-def]
     return _writer
 
 
-def _record(name: str, walk: bool = True, trim_result: "TrimResult | None" = None) -> Snapshot:
-    snap = snapshot_self(phase=name, options=Options(walk_python=walk, regions=False))
+def _record(name: str, trim_result: "TrimResult | None" = None) -> Snapshot | None:
+    """Take and keep a phase snapshot. Under `memgap run` it never raises: a
+    failure is written to the recording and the observed program goes on."""
+    writer = _recording_writer()
+    walk = os.environ.get(WALK_ENV, "1") != "0"
+    try:
+        snap = snapshot_self(phase=name, options=Options(walk_python=walk, regions=False))
+    except Exception as exc:  # noqa: BLE001 - see docstring
+        if writer is None:
+            raise
+        writer.write({"type": "error", "pid": os.getpid(), "phase": name, "error": f"{type(exc).__name__}: {exc}"})
+        return None
     if trim_result is not None:
         snap.trim = {"performed": trim_result.performed, "released": trim_result.released,
                      "rss_before": trim_result.rss_before, "rss_after": trim_result.rss_after,
                      "seconds": trim_result.seconds, "reason": trim_result.reason}
     _phases.append(snap)
-    writer = _recording_writer()
     if writer is not None:
         import sys
 
         snap.cmd = list(sys.argv)
         writer.write({"type": "snapshot", "pid": snap.pid, "snapshot": snap.to_dict(regions=False)})
     if name == os.environ.get(TRIM_AFTER_ENV) and trim_result is None:
-        _record("after-trim", walk, trim())
+        _record("after-trim", trim())
     return snap
 
 
 class phase:  # noqa: N801 - used like a function
     """Record a snapshot named ``name`` now; as a context manager, also ``name:end`` at exit.
 
-    Under ``memgap run`` the snapshots go to the run's recording.
+    Under ``memgap run`` the snapshots go to the run's recording, and a
+    snapshot that fails is recorded as an error instead of raising into the
+    program (``self.snapshot`` is then None).
     """
 
     def __init__(self, name: str) -> None:

@@ -81,11 +81,13 @@ def attribute(m: Measurements) -> tuple[dict[str, Layer], int]:
         "files", _owned(regions, "file") + _owned(regions, "shmem"),
         virtual=None,
         derivation="pagemap: present pages of file-backed and shared mappings (bit 61)",
+        source="pagemap",
         detail={"file": _owned(regions, "file"), "shmem": _owned(regions, "shmem")},
     )
     layers["stacks"] = Layer(
         "stacks", _owned(regions, "stack"), virtual=_virtual(regions, "stack"),
         derivation="pagemap: resident pages of [stack] and of the mapping under each thread's stack pointer",
+        source="stack pointers, pagemap",
         detail={"count": sum(1 for r in regions if r.owner == "stack")},
     )
 
@@ -95,8 +97,10 @@ def attribute(m: Measurements) -> tuple[dict[str, Layer], int]:
     unknown_anon = _owned(regions, "anon")
     in_use = free = 0
     in_use_how, free_how = [], []
+    alloc_source = ""
     free_detail: dict[str, Any] = {}
     if m.glibc is not None:
+        alloc_source = "glibc arenas walked, pagemap"
         heap_free = sum(a.free_resident for a in m.glibc.arenas)
         in_use += heap_resident - heap_free
         free += heap_free
@@ -120,6 +124,7 @@ def attribute(m: Measurements) -> tuple[dict[str, Layer], int]:
         }
     elif m.jemalloc is not None:
         j = m.jemalloc
+        alloc_source = "jemalloc stats"
         in_use = min(j.allocated, unknown_anon)
         free = min(j.free_resident, unknown_anon - in_use)
         unknown_anon -= in_use + free
@@ -152,6 +157,8 @@ def attribute(m: Measurements) -> tuple[dict[str, Layer], int]:
             "python_objects", small + moved,
             virtual=(m.pymalloc.allocated_blocks_bytes if m.pymalloc else 0) + large,
             derivation=", ".join(py_how),
+            source="pymalloc stats" + (", tracemalloc" if heap and heap.traced_current is not None
+                                       else ", gc walk" if heap else ""),
             detail={"pymalloc_blocks": small, "in_c_allocator": moved,
                     "tracemalloc_current": heap.traced_current if heap else None,
                     "large_buffers": heap.largest if heap else [],
@@ -161,6 +168,7 @@ def attribute(m: Measurements) -> tuple[dict[str, Layer], int]:
             "pymalloc_free", arenas_resident - small,
             virtual=m.pymalloc.free_bytes if m.pymalloc else None,
             derivation="resident pages of pymalloc arenas (found by their pool headers) minus allocated blocks",
+            source="pool headers, pagemap",
             detail=({"arenas": m.pymalloc.arenas_current,
                      "arenas_found": sum(1 for r in regions if r.owner == "pymalloc-arena"),
                      "unused_pools": m.pymalloc.unused_pools,
@@ -178,17 +186,20 @@ def attribute(m: Measurements) -> tuple[dict[str, Layer], int]:
         virtual=m.mallinfo.in_use if m.mallinfo else (m.jemalloc.allocated if m.jemalloc else None),
         derivation="; ".join(in_use_how) + ("; minus Python's large objects (shown under python_objects)"
                                              if moved else ""),
+        source=alloc_source,
         note=m.notes.get("allocator_in_use", ""),
     )
     layers["allocator_free"] = Layer(
         "allocator_free", free,
         virtual=(sum(a.free for a in m.malloc_info.arenas) if m.malloc_info else None),
         derivation="; ".join(free_how), note=m.notes.get("allocator_free", ""), detail=free_detail,
+        source=alloc_source,
     )
     layers["other_anon"] = Layer(
         "other_anon", unknown_anon + _owned(regions, "file-cow"),
         derivation="anonymous resident pages no allocator above claims, plus private copies of file pages "
                    "(libraries' data and relocations)",
+        source="pagemap, unclaimed",
         detail={"unclaimed_anonymous": unknown_anon, "file_private_copies": _owned(regions, "file-cow")},
     )
     ordered = {name: layers[name] for name in

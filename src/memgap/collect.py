@@ -123,10 +123,10 @@ def snapshot_self(phase: str | None = None, options: Options | None = None) -> S
         pm = pymalloc_source.parse_debugmallocstats(pymalloc_source.capture_debugmallocstats())
         heap = pyheap.python_heap(options.walk_python, options.class_names)
         this_stack = () if threading.current_thread() is threading.main_thread() else (threading.get_ident(),)
-        memmap = read_memory_map(reader, this_stack)
+        memmap = read_memory_map(reader, this_stack, maps)
         layout = None
         if detection.is_glibc and mallinfo is not None and malloc_info is not None:
-            layout = find_glibc_layout(reader, memmap.plain_mappings, memmap.resident, mallinfo.keepcost)
+            layout = find_glibc_layout(reader, memmap.plain_mappings, memmap.resident)
         regions = label_regions(reader, memmap, layout, pm.arena_size if pm else None,
                                 pm.pool_size if pm else None)
         status = reader.status()

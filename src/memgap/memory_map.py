@@ -60,20 +60,41 @@ def _stack_limit(reader: ProcReader) -> int:
     return soft if soft > 0 else DEFAULT_STACK
 
 
-def read_memory_map(reader: ProcReader, extra_stack_addresses: tuple[int, ...] = ()) -> MemoryMap:
+def read_memory_map(reader: ProcReader, extra_stack_addresses: tuple[int, ...] = (),
+                    maps: list[Mapping] | None = None) -> MemoryMap:
     """Maps plus pagemap for every mapping that can hold pages, and the thread stacks."""
-    maps = reader.maps()
+    if maps is None:
+        maps = reader.maps()
     resident = ResidentMap(reader)
     mapped = []
-    for m in maps:
-        if m.is_special or m.perms[:3] == "---":
+    readable = [m for m in maps if not m.is_special and m.perms[:3] != "---"]
+    for group in _contiguous_file_groups(readable):
+        if len(group) == 1 or not group[0].is_file:
+            for m in group:
+                bitmap, counts = reader.resident_pages(m)
+                resident.add(m.start, m.end, bitmap)
+                mapped.append(MappedPages(m, counts))
             continue
-        raw = reader.pagemap(m.start, m.end)
-        resident.add(m.start, m.end, present_bitmap(raw))
-        mapped.append(MappedPages(m, count_pagemap(raw)))
+        # one pagemap read for a library's adjacent mappings: the read count, not the bytes, costs
+        raw = reader.pagemap(group[0].start, group[-1].end)
+        for m in group:
+            part = raw[(m.start - group[0].start) // PAGE_SIZE * 8:(m.end - group[0].start) // PAGE_SIZE * 8]
+            resident.add(m.start, m.end, present_bitmap(part))
+            mapped.append(MappedPages(m, count_pagemap(part)))
     memmap = MemoryMap(mapped, resident)
     memmap.stacks = find_stacks(maps, reader, extra_stack_addresses)
     return memmap
+
+
+def _contiguous_file_groups(maps: list[Mapping]) -> list[list[Mapping]]:
+    """Runs of adjacent file-backed mappings; every other mapping alone."""
+    groups: list[list[Mapping]] = []
+    for m in maps:
+        if groups and m.is_file and groups[-1][-1].is_file and groups[-1][-1].end == m.start:
+            groups[-1].append(m)
+        else:
+            groups.append([m])
+    return groups
 
 
 def find_stacks(maps: list[Mapping], reader: ProcReader, extra: tuple[int, ...]) -> list[tuple[int, int, str]]:

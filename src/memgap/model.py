@@ -30,8 +30,9 @@ class Layer:
     name: str
     resident: int | None            # None: not measured (``note`` says why)
     virtual: int | None = None
-    derivation: str = ""
+    derivation: str = ""   # how it was measured, in full
     note: str = ""
+    source: str = ""       # the same in a few words, for tables
     detail: dict[str, Any] = field(default_factory=dict)
 
     @property

@@ -19,7 +19,7 @@ from typing import Any
 
 import psutil
 
-from .api import RECORD_DIR_ENV
+from .api import RECORD_DIR_ENV, WALK_ENV
 from .diagnose import diagnose_series
 from .model import RUN_SCHEMA, Snapshot
 from .recording import RecordingWriter, read_events
@@ -53,6 +53,7 @@ class RunOptions:
     cmd: list[str]
     record_dir: str
     interval: float = 0.1
+    walk: bool = True
 
 
 def _sample(writer: RecordingWriter, root: int, known: set[int], start: float) -> None:
@@ -84,7 +85,10 @@ def record_run(options: RunOptions) -> int:
     writer.write({"type": "header", "schema": RUN_SCHEMA, "cmd": options.cmd, "start": start,
                   "interval": options.interval, "machine": machine_info()})
     try:
-        proc = subprocess.Popen(options.cmd, env=child_env(options.record_dir))
+        env = child_env(options.record_dir)
+        if not options.walk:
+            env[WALK_ENV] = "0"
+        proc = subprocess.Popen(options.cmd, env=env)
     except OSError as exc:
         writer.close()
         from .errors import MemgapError
@@ -92,9 +96,13 @@ def record_run(options: RunOptions) -> int:
         raise MemgapError(f"cannot run {options.cmd[0]!r}: {exc.strerror or exc}") from None
     known: set[int] = set()
     try:
-        while proc.poll() is None:
+        while True:
             _sample(writer, proc.pid, known, start)
-            time.sleep(options.interval)
+            try:
+                proc.wait(timeout=options.interval)  # returns the moment the command exits
+                break
+            except subprocess.TimeoutExpired:
+                continue
     except KeyboardInterrupt:
         proc.terminate()
         try:
@@ -118,6 +126,7 @@ def load_run(record_dir: str) -> dict[str, Any]:
     end: dict[str, Any] = {}
     processes: dict[int, dict[str, Any]] = {}
     timeline: list[dict[str, Any]] = []
+    errors: list[dict[str, Any]] = []
     samples_path = os.path.join(record_dir, SAMPLES_FILE)
     if os.path.exists(samples_path):
         for event in read_events(samples_path):
@@ -133,6 +142,8 @@ def load_run(record_dir: str) -> dict[str, Any]:
                 end = event
     for path in sorted(glob.glob(os.path.join(record_dir, "process-*.jsonl"))):
         for event in read_events(path):
+            if event.get("type") == "error":
+                errors.append({k: v for k, v in event.items() if k != "type"})
             if event.get("type") != "snapshot":
                 continue
             pid = event["pid"]
@@ -159,6 +170,7 @@ def load_run(record_dir: str) -> dict[str, Any]:
         "processes": sorted(processes.values(), key=lambda p: p["pid"]),
         "timeline": timeline,
         "findings": findings,
+        "errors": errors,
         "record_dir": record_dir,
     }
 

@@ -22,10 +22,12 @@ from ._output import write_json
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--interval", type=float, default=0.1, metavar="S", help="seconds between samples (0.1)")
     p.add_argument("--json", metavar="FILE", help="write the run as JSON; FILE.d/ keeps the raw recording")
+    p.add_argument("--no-walk", action="store_true",
+                   help="phase snapshots skip the gc walk for large buffers (cheaper, O(1) in objects)")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- the command to run")
 
 
-def run_and_report(cmd: list[str], interval: float, json_path: str | None) -> int:
+def run_and_report(cmd: list[str], interval: float, json_path: str | None, walk: bool = True) -> int:
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
     if not cmd:
@@ -33,7 +35,7 @@ def run_and_report(cmd: list[str], interval: float, json_path: str | None) -> in
     if interval <= 0:
         raise UsageError("--interval must be positive")
     record_dir = f"{json_path}.d" if json_path and json_path != "-" else tempfile.mkdtemp(prefix="memgap-run-")
-    code = record_run(RunOptions(cmd, record_dir, interval))
+    code = record_run(RunOptions(cmd, record_dir, interval, walk))
     run = load_run(record_dir)
     if json_path:
         write_json(run, json_path)
@@ -45,5 +47,5 @@ def run_and_report(cmd: list[str], interval: float, json_path: str | None) -> in
 
 
 def main(args: argparse.Namespace) -> int:
-    return run_and_report(list(args.cmd), args.interval, args.json)
+    return run_and_report(list(args.cmd), args.interval, args.json, walk=not args.no_walk)
 

@@ -51,6 +51,15 @@ def timeline_table(run: dict[str, Any]) -> Table:
     return table
 
 
+def _settled(snapshots: list[dict[str, Any]]) -> dict[str, Any]:
+    """The snapshot that shows the process at rest: "idle", else the last before "exit"."""
+    for snap in reversed(snapshots):
+        if snap.get("phase") == "idle":
+            return snap
+    before_exit = [s for s in snapshots if s.get("phase") != "exit"]
+    return before_exit[-1] if before_exit else snapshots[-1]
+
+
 def render_run(run: dict[str, Any], stream: TextIO, width: int | None = None) -> None:
     console = _console(stream, width)
     if run["timeline"]:
@@ -59,14 +68,18 @@ def render_run(run: dict[str, Any], stream: TextIO, width: int | None = None) ->
     for process in run["processes"]:
         if process["snapshots"]:
             console.print(phase_table(process))
-            last = process["snapshots"][-1]
+            last = _settled(process["snapshots"])
             if final is None or last["rss"] > final["rss"]:
                 final = last
     if final is not None:
-        console.print(f"Final breakdown of PID {final['pid']} (largest at its last snapshot):")
+        console.print(f"Breakdown of PID {final['pid']} at {final['phase']} (the largest process, "
+                      "at idle if it marked one):")
         render_snapshot(Snapshot.from_dict(final), stream, width)
     if run["findings"]:
         console.print("Over the phases:")
         print_findings(console, [Finding(**{k: v for k, v in f.items() if k != "pid"}) for f in run["findings"]])
+    for err in run.get("errors", []):
+        console.print(f"! PID {err.get('pid')}: snapshot at {err.get('phase')} failed ({err.get('error')}); "
+                      "the program went on")
     status = "complete" if run["complete"] else "cut short: everything up to the interruption is kept"
     console.print(f"exit code {run['exit_code']}; {run['duration']:.1f} s; recording {status}")

@@ -42,15 +42,16 @@ def layers_table(snap: Snapshot) -> Table:
     table.add_column("resident MiB", justify="right")
     table.add_column("of RSS", justify="right")
     table.add_column("virtual MiB", justify="right")
-    table.add_column("how it was measured", overflow="fold", max_width=60)
+    table.add_column("measured from", overflow="fold", max_width=40)
     for name, layer in snap.layers.items():
         if layer.resident is None:
-            table.add_row(LAYER_TITLES.get(name, name), "-", "-", "-", f"not measured: {layer.note}")
+            table.add_row(LAYER_TITLES.get(name, name), "-", "-", "-", f"not measured: {layer.note}",
+                          style="dim")
             continue
         table.add_row(LAYER_TITLES.get(name, name), mib(layer.resident), pct(layer.resident, snap.rss),
-                      mib(layer.virtual), layer.derivation)
+                      mib(layer.virtual), layer.source or layer.derivation)
     table.add_row("unexplained", mib(snap.unexplained), pct(snap.unexplained, snap.rss), "",
-                  "VmRSS minus the layers above", style="italic")
+                  "VmRSS minus the layers", style="italic")
     table.add_row("RSS (VmRSS)", mib(snap.rss), "100%", "", "/proc/PID/status", style="bold")
     return table
 

@@ -108,10 +108,9 @@ def find_anon_objects(reader: MemoryReader, regions: list[tuple[int, int]], resi
 
 def _next_resident(resident: ResidentMap, pos: int, end: int) -> int:
     """The next resident page at or after ``pos`` (or ``end``)."""
-    for r_start, r_end, bitmap in resident.ranges:
-        if r_start <= pos < r_end:
-            idx = bitmap.find(1, (pos - r_start) // PAGE_SIZE)
-            if idx < 0:
-                return min(end, r_end)
-            return min(end, r_start + idx * PAGE_SIZE)
-    return end
+    found = resident.range_at(pos)
+    if found is None:
+        return end
+    r_start, r_end, bitmap = found
+    idx = bitmap.find(1, (pos - r_start) // PAGE_SIZE)
+    return min(end, r_end) if idx < 0 else min(end, r_start + idx * PAGE_SIZE)

@@ -16,6 +16,7 @@ run time before they are trusted):
 """
 from __future__ import annotations
 
+import bisect
 import struct
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -41,14 +42,17 @@ class MemoryReader(Protocol):
 
 
 class ResidentMap:
-    """Present bits of a set of address ranges, read once from pagemap."""
+    """Present bits of a set of non-overlapping address ranges, read once from pagemap."""
 
     def __init__(self, reader: MemoryReader) -> None:
         self.reader = reader
-        self.ranges: list[tuple[int, int, bytes]] = []  # start, end, one byte per page
+        self.ranges: list[tuple[int, int, bytes]] = []  # start, end, one byte per page; sorted by start
+        self._starts: list[int] = []
 
     def add(self, start: int, end: int, bitmap: bytes) -> None:
-        self.ranges.append((start, end, bitmap))
+        at = bisect.bisect(self._starts, start)
+        self._starts.insert(at, start)
+        self.ranges.insert(at, (start, end, bitmap))
 
     def resident(self, start: int, end: int) -> int:
         """Resident bytes of whole pages in [start, end) (partial pages excluded)."""
@@ -57,12 +61,23 @@ class ResidentMap:
         if last <= first:
             return 0
         total = 0
-        for r_start, r_end, bitmap in self.ranges:
+        i = max(0, bisect.bisect_right(self._starts, first) - 1)
+        while i < len(self.ranges):
+            r_start, r_end, bitmap = self.ranges[i]
+            if r_start >= last:
+                break
             lo, hi = max(first, r_start), min(last, r_end)
             if lo < hi:
                 # count() with bounds: no slice, so no allocation inside the arenas being read
                 total += bitmap.count(1, (lo - r_start) // PAGE_SIZE, (hi - r_start) // PAGE_SIZE)
+            i += 1
         return total * PAGE_SIZE
+
+    def range_at(self, address: int) -> tuple[int, int, bytes] | None:
+        i = bisect.bisect_right(self._starts, address) - 1
+        if i >= 0 and self.ranges[i][0] <= address < self.ranges[i][1]:
+            return self.ranges[i]
+        return None
 
 
 _BK = struct.Struct("<Q")
@@ -218,7 +233,7 @@ def _measure_arena(reader: MemoryReader, arena: ArenaLayout, resident: ResidentM
 
 
 def _find_main_arena(reader: MemoryReader, thread_arenas: list[int], libc_data: list[Mapping],
-                     brk: Mapping | None, keepcost: int | None) -> int | None:
+                     brk: Mapping | None) -> int | None:
     """&main_arena: from a thread arena's ``next`` ring, else by scanning libc's data.
 
     The scan looks for a malloc_state whose ``top`` points into [heap] at a
@@ -250,8 +265,6 @@ def _find_main_arena(reader: MemoryReader, thread_arenas: list[int], libc_data: 
             if head is None or sysmem is None:
                 continue
             size, system = _chunk_size(_u64s(head)[0]), _u64s(sysmem)[0]
-            if keepcost is not None and size != keepcost:
-                continue
             if brk.end - PAGE_SIZE < top + size <= brk.end and 0 < system <= brk.size:
                 return base
     return None
@@ -285,18 +298,13 @@ class GlibcLayout:
         return out
 
 
-def find_glibc_layout(reader: MemoryReader, mappings: list[Mapping], resident: ResidentMap,
-                      keepcost: int | None = None) -> GlibcLayout:
-    """Find every arena, its heaps, and what of them is resident, free and releasable.
-
-    ``keepcost`` (mallinfo2, in-process only) is the main arena's top chunk
-    size: one more check when locating the main arena in libc's data.
-    """
+def find_glibc_layout(reader: MemoryReader, mappings: list[Mapping], resident: ResidentMap) -> GlibcLayout:
+    """Find every arena, its heaps, and what of them is resident, free and releasable."""
     problems: list[str] = []
     thread = find_thread_heaps(reader, mappings)
     arenas: list[ArenaLayout] = []
     brk = next((m for m in mappings if m.path == "[heap]"), None)
-    main_address = _find_main_arena(reader, list(thread), _libc_data_mappings(mappings), brk, keepcost)
+    main_address = _find_main_arena(reader, list(thread), _libc_data_mappings(mappings), brk)
     if main_address is not None and brk is not None:
         main = ArenaLayout(main_address, True, [Heap(brk.start, brk.size, brk.size)])
         arenas.append(main)

@@ -72,7 +72,7 @@ def _parse_map_line(line: str, source: str) -> Mapping:
     if len(parts) < 5:
         raise MalformedInput(source, f"short mapping line {line[:80]!r}")
     try:
-        start_s, end_s = parts[0].split("-", 1)
+        start_s, _, end_s = parts[0].partition("-")
         start, end = int(start_s, 16), int(end_s, 16)
         perms = parts[1]
         offset = int(parts[2], 16)
@@ -234,6 +234,30 @@ def present_bitmap(data: bytes) -> bytes:
     return data[7::8].translate(_PRESENT_TABLE)
 
 
+_MINCORE_TABLE = bytes(b & 1 for b in range(256))
+
+
+class _Mincore:
+    """mincore(2) on this process's own memory: the residency bytes pagemap would
+    give for private anonymous mappings, at a tenth of the cost."""
+
+    def __init__(self) -> None:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        self._mincore = libc.mincore
+        self._mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+        self._mincore.restype = ctypes.c_int
+        self._ctypes = ctypes
+
+    def bitmap(self, start: int, end: int) -> bytes | None:
+        pages = (end - start + PAGE_SIZE - 1) // PAGE_SIZE
+        buf = self._ctypes.create_string_buffer(pages)
+        if self._mincore(start, end - start, buf) != 0:
+            return None  # unmapped since maps was read, or not page aligned
+        return buf.raw[:pages].translate(_MINCORE_TABLE)
+
+
 class ProcReader:
     """Reads one process's /proc files; OS errors become memgap errors here."""
 
@@ -341,6 +365,23 @@ class ProcReader:
         if len(data) != want:
             raise MalformedInput("pagemap", f"short read: {len(data)} of {want} bytes")
         return data
+
+    def resident_pages(self, mapping: Mapping) -> tuple[bytes, PageCounts]:
+        """One byte per page of ``mapping`` (1 = present), and its page counts.
+
+        In this process, private anonymous mappings use mincore(2); everything
+        else (and every mapping of another process) uses pagemap, which also
+        tells file pages from private copies.
+        """
+        if self.pid == "self" and not mapping.is_file and mapping.perms[3] == "p":
+            if not hasattr(self, "_mincore_reader"):
+                self._mincore_reader = _Mincore()
+            bitmap = self._mincore_reader.bitmap(mapping.start, mapping.end)
+            if bitmap is not None:
+                present = bitmap.count(1)
+                return bitmap, PageCounts(present, present, 0)
+        raw = self.pagemap(mapping.start, mapping.end)
+        return present_bitmap(raw), count_pagemap(raw)
 
     def read_memory(self, address: int, size: int) -> bytes | None:
         """Bytes of the process's memory, or None where unmapped (no fault, no crash)."""

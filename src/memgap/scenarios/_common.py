@@ -1,0 +1,197 @@
+"""Helpers shared by the scenarios: knobs, phase marks, the idle tail.
+
+Kept free of heavy imports (no numpy) so it does not move a scenario's
+post-import baseline.
+
+Output contract (stdout, one line each, flushed):
+
+- ``memgap-scenario: <name> pid=<pid> <knob>=<value> ...`` once, at start-up,
+  with the knob values in force;
+- ``memgap-phase: <phase> rss_kib=<VmRSS>`` at every phase mark;
+- ``memgap-result: <name> <key>=<value> ...`` at most once, a small summary
+  (what actually ran: threads alive, nodes removed, ...).
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import re
+import sys
+import time
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
+
+from . import SCENARIOS, KnobValue, flag
+
+__all__ = [
+    "PHASE_NAME",
+    "idle",
+    "mark",
+    "parse_knobs",
+    "result",
+    "rss_kib",
+]
+
+#: phase names: lowercase words joined by dashes ("post-pass-3")
+PHASE_NAME = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*\Z")
+
+_UNRESOLVED = object()
+_phase_fn: Any = _UNRESOLVED
+
+
+# --------------------------------------------------------------------- knobs
+
+def _converter(default: KnobValue) -> Callable[[str], KnobValue]:
+    if isinstance(default, bool):  # before int: bool is an int
+        def to_bool(text: str) -> KnobValue:
+            low = text.strip().lower()
+            if low in ("1", "true", "yes", "on"):
+                return True
+            if low in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(f"not a boolean: {text!r}")
+        return to_bool
+    if isinstance(default, int):
+        return lambda text: int(text.strip(), 10)
+    if isinstance(default, float):
+        return lambda text: float(text.strip())
+    return str
+
+
+def parse_knobs(
+    scenario: str,
+    argv: Optional[Sequence[str]] = None,
+    *,
+    bounds: Optional[Mapping[str, Tuple[Optional[float], Optional[float]]]] = None,
+    environ: Optional[Mapping[str, str]] = None,
+    announce: bool = True,
+) -> argparse.Namespace:
+    """Resolve the knobs of ``scenario``: ``--flag``, then ``MEMGAP_<KNOB>``, then default.
+
+    ``bounds`` maps a knob to an inclusive ``(low, high)`` range (either may be
+    None); numeric knobs without one must be at least 1 (int) or 0 (float).
+    A bad flag or environment value exits with status 2 and a message naming it.
+    With ``announce``, prints the ``memgap-scenario:`` line.
+    """
+    info = SCENARIOS[scenario]
+    env = os.environ if environ is None else environ
+    bounds = dict(bounds or {})
+    parser = argparse.ArgumentParser(
+        prog=f"python -m {info.module}",
+        description=f"{info.summary} (seed {info.seed}). Every knob can also be set "
+        "through its MEMGAP_<KNOB> environment variable; a flag wins.",
+    )
+    converters: Dict[str, Callable[[str], KnobValue]] = {}
+    for knob, (var, default, help_) in info.knobs.items():
+        conv = converters[knob] = _converter(default)
+        names = [flag(knob)]
+        if "_" in knob:
+            names.append("--" + knob)  # --payload_kib too
+        parser.add_argument(
+            *names,
+            dest=knob,
+            type=conv,
+            default=None,
+            metavar=type(default).__name__.upper(),
+            help=f"{help_} (env {var}, default {default})",
+        )
+    args = parser.parse_args(argv)
+
+    for knob, (var, default, _help) in info.knobs.items():
+        value = getattr(args, knob)
+        source = flag(knob)
+        if value is None:
+            raw = env.get(var)
+            if raw is not None and raw.strip() != "":
+                source = var
+                try:
+                    value = converters[knob](raw)
+                except ValueError:
+                    parser.error(f"{var}={raw!r}: expected {type(default).__name__}")
+            else:
+                value = default
+                source = "default"
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            low, high = bounds.get(knob, (1 if isinstance(default, int) else 0, None))
+            if (low is not None and value < low) or (high is not None and value > high):
+                where = f"{source}={value}" if source != "default" else f"default {value}"
+                parser.error(
+                    f"{knob}: {where} is out of range "
+                    f"[{'' if low is None else low}, {'' if high is None else high}]"
+                )
+        setattr(args, knob, value)
+
+    if announce:
+        knobs = " ".join(f"{k}={getattr(args, k)}" for k in info.knobs)
+        _emit(f"memgap-scenario: {scenario} pid={os.getpid()} {knobs}")
+    return args
+
+
+# --------------------------------------------------------------------- marks
+
+def rss_kib() -> int:
+    """VmRSS of this process in KiB, from /proc/self/status (-1 if unreadable)."""
+    try:
+        with open("/proc/self/status", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"VmRSS:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return -1
+
+
+def _resolve_phase() -> Any:
+    global _phase_fn
+    if _phase_fn is _UNRESOLVED:
+        if not os.environ.get("MEMGAP_RECORD_DIR"):
+            _phase_fn = None  # not recorded (no `memgap run`): a plain run stays unobserved
+            return None
+        try:
+            import memgap  # the core; it may not provide phase() yet
+
+            _phase_fn = memgap.phase
+        except (ImportError, AttributeError):
+            _phase_fn = None
+    return _phase_fn
+
+
+def _emit(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def mark(name: str) -> int:
+    """Mark phase ``name``: snapshot through ``memgap.phase`` when memgap records
+    this process, and print ``memgap-phase: <name> rss_kib=<VmRSS>``. Returns the RSS (KiB)
+    read before the snapshot, so the line shows the program, not the observer."""
+    if not PHASE_NAME.match(name):
+        raise ValueError(f"phase name must be lowercase words joined by dashes: {name!r}")
+    rss = rss_kib()
+    phase = _resolve_phase()
+    if phase is not None:
+        phase(name)
+    _emit(f"memgap-phase: {name} rss_kib={rss}")
+    return rss
+
+
+def result(scenario: str, **fields: Any) -> None:
+    """Print the one ``memgap-result:`` summary line."""
+    body = " ".join(f"{k}={v}" for k, v in fields.items())
+    _emit(f"memgap-result: {scenario} {body}".rstrip())
+
+
+def idle(rest_seconds: float, *, rest_first: bool = False) -> int:
+    """The idle tail: ``gc.collect()`` twice, mark ``idle``, rest.
+
+    With ``rest_first`` the rest comes before the mark (``idle`` is then the
+    post-rest figure, as in the asyncio report). Returns the idle RSS in KiB.
+    """
+    gc.collect()
+    gc.collect()
+    if rest_first and rest_seconds > 0:
+        time.sleep(rest_seconds)
+    rss = mark("idle")
+    if not rest_first and rest_seconds > 0:
+        time.sleep(rest_seconds)
+    return rss

@@ -1,0 +1,143 @@
+"""Seed 001: bursty single-threaded asyncio decoding leaves the heap fragmented.
+
+Each burst starts ``concurrency`` coroutines that each JSON-decode ``events``
+event payloads (about ``payload_kib`` KiB of JSON each) into a list kept until
+the burst ends, yielding to the loop between events so their allocations
+interleave. Afterwards Python holds almost nothing, but glibc's main heap
+stays resident: something is nearly always allocated near its top, so the
+automatic trim never fires; only ``malloc_trim(0)`` gives it back.
+
+    python -m memgap.scenarios.asyncburst --bursts 3 --concurrency 6 --events 400
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import gc
+import json
+import random
+import sys
+from typing import Any, List, Optional, Sequence
+
+from . import _common
+
+NAME = "asyncburst"
+#: distinct payload texts; events cycle through them
+N_TEXTS = 32
+
+_WORDS = (
+    "the a document paragraph sentence clause whose which however therefore "
+    "moreover proofreading grammar spelling style tone concise passive voice "
+    "reviewer suggested replacement original offset length confidence model "
+    "consistent terminology heading caption figure table reference citation"
+).split()
+_KINDS = ("grammar", "spelling", "style", "clarity", "punctuation", "terminology")
+
+#: Long-lived service state touched by every event: the cursor of each stream
+#: and a ring of recently seen event ids (a /debug endpoint's view). A little of
+#: it is allocated during every burst and outlives it; that is all it takes to
+#: keep the heap from shrinking.
+CURSORS: dict = {}
+RECENT: "collections.deque[str]" = collections.deque(maxlen=256)
+
+
+def _sentence(rng: random.Random, n_words: int) -> str:
+    return " ".join(rng.choice(_WORDS) for _ in range(n_words)).capitalize() + "."
+
+
+def build_event(rng: random.Random, seq: int, payload_kib: int, text_share: float = 0.75) -> bytes:
+    """One progress event as it comes off the stream: JSON bytes, about
+    ``payload_kib`` KiB.
+
+    Mixed object sizes, as in a real event: most bytes are paragraphs of
+    document text (strings over 512 bytes, so the C allocator's), the rest
+    small dicts, short strings and floats (pymalloc's).
+    """
+    target = payload_kib * 1024
+    event: dict = {
+        "id": f"{seq:08d}-{rng.getrandbits(32):08x}",
+        "event": "progress",
+        "seq": seq,
+        "document": {"id": rng.getrandbits(48), "title": _sentence(rng, 6), "version": seq % 7},
+        "paragraphs": [],
+        "suggestions": [],
+    }
+    text_bytes = 0
+    while text_bytes < target * text_share:
+        para = " ".join(_sentence(rng, rng.randint(6, 18)) for _ in range(rng.randint(5, 14)))
+        event["paragraphs"].append(para)
+        text_bytes += len(para) + 4
+    text = json.dumps(event)
+    while len(text) < target:
+        event["suggestions"].append(
+            {
+                "offset": rng.randrange(1_000_000),
+                "length": rng.randint(1, 40),
+                "kind": rng.choice(_KINDS),
+                "original": rng.choice(_WORDS),
+                "replacement": rng.choice(_WORDS),
+                "score": round(rng.random(), 4),
+                "explanation": _sentence(rng, rng.randint(5, 14)),
+            }
+        )
+        text = json.dumps(event)
+    return text.encode()
+
+
+async def subscriber(
+    stream: str, texts: List[bytes], events: int, start: int, held: List[List[Any]]
+) -> int:
+    """Decode ``events`` payloads into a list that the burst holds until it ends."""
+    kept: List[Any] = []
+    held.append(kept)
+    for i in range(events):
+        event = json.loads(texts[(start + i) % len(texts)])
+        kept.append(event)
+        CURSORS[stream] = event["id"]
+        RECENT.append(event["id"])
+        await asyncio.sleep(0)  # let the other subscribers interleave
+    return len(kept)
+
+
+async def run_bursts(args: Any, texts: List[bytes]) -> int:
+    decoded = 0
+    for k in range(1, args.bursts + 1):
+        held: List[List[Any]] = []
+        counts = await asyncio.gather(
+            *(
+                subscriber(f"stream-{k}-{c}", texts, args.events, c * 7, held)
+                for c in range(args.concurrency)
+            )
+        )
+        decoded += sum(counts)
+        # The burst ends: drop everything it decoded. (The lists travel in
+        # `held`, not as the tasks' results: returned through gather(), they
+        # were seen to stay alive, with their tasks, until the loop closed.)
+        held.clear()
+        del held
+        gc.collect()
+        _common.mark(f"post-burst-{k}")
+    return decoded
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = _common.parse_knobs(NAME, argv, bounds={"rest": (0, None)})
+    _common.mark("post-import")
+
+    rng = random.Random(1)
+    texts = [build_event(rng, seq, args.payload_kib) for seq in range(N_TEXTS)]
+    decoded = asyncio.run(run_bursts(args, texts))
+
+    gc.collect()
+    _common.idle(args.rest, rest_first=True)
+    _common.result(
+        NAME,
+        decoded=decoded,
+        coroutines=args.bursts * args.concurrency,
+        payload_bytes=sum(len(t) for t in texts) // len(texts),
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

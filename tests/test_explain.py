@@ -1,0 +1,66 @@
+"""The layers add up, on every scenario at idle, under glibc and under jemalloc (real runs)."""
+import os
+
+import pytest
+
+from helpers import JEMALLOC, MiB, check_adds_up, phase_snapshot, run_recorded
+from memgap.scenarios import SCENARIOS, scenario_command
+
+# Small knobs: each run takes a few seconds on 2 cores but still shows its pattern.
+SMALL = {
+    "threadpool": {"passes": 2, "chunks": 128},
+    "asyncburst": {"bursts": 2},
+    "trie": {"words": 80000},
+    "multiproc": {"procs": 2},
+    "blockingpool": {"requests": 600},
+}
+ALLOCATORS = ["glibc", pytest.param("jemalloc", marks=pytest.mark.skipif(
+    not os.path.exists(JEMALLOC), reason="libjemalloc2 is not installed"))]
+
+
+@pytest.mark.parametrize("allocator", ALLOCATORS)
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_scenario_idle_adds_up(tmp_path, name, allocator):
+    env = {"LD_PRELOAD": JEMALLOC} if allocator == "jemalloc" else {}
+    _, run = run_recorded(tmp_path, scenario_command(name, **SMALL[name]), **env)
+    idles = [p for p in run["processes"] if any(s["phase"] == "idle" for s in p["snapshots"])]
+    assert idles, "no process reached idle"
+    for process in idles:
+        snap = phase_snapshot(process, "idle")
+        assert snap["allocator"]["name"] == allocator
+        layers = check_adds_up(snap)
+        if allocator == "jemalloc":
+            assert snap["allocator"]["jemalloc"]["allocated"] > 0
+            assert layers["allocator_in_use"] > 0
+
+
+def test_threadpool_trim_estimate_matches_trim(tmp_path):
+    """What allocator_free says a trim would release is within 20% of what malloc_trim(0) releases."""
+    _, run = run_recorded(tmp_path, scenario_command("threadpool", passes=3), MEMGAP_TRIM_AFTER="idle")
+    process = run["processes"][0]
+    idle = phase_snapshot(process, "idle")
+    after = phase_snapshot(process, "after-trim")
+    estimate = idle["layers"]["allocator_free"]["detail"]["trim_releasable"]
+    released = after["trim"]["released"]
+    assert after["trim"]["performed"]
+    assert released > 8 * MiB, "the scenario retained too little to compare"
+    assert abs(estimate - released) <= 0.2 * released, (estimate, released)
+    # the thread arenas' top chunks are what a trim leaves behind
+    assert after["layers"]["allocator_free"]["resident"] < idle["layers"]["allocator_free"]["resident"]
+
+
+def test_python_objects_follow_tracemalloc(tmp_path):
+    script = tmp_path / "objects.py"
+    script.write_text(
+        "import memgap, tracemalloc\n"
+        "assert tracemalloc.is_tracing()\n"
+        "keep = [{'k': i, 'v': [i] * 8, 's': str(i) * 3} for i in range(150000)]\n"
+        "blobs = [bytes(4096) for _ in range(3000)]\n"
+        "memgap.phase('loaded')\n"
+        "print('traced', tracemalloc.get_traced_memory()[0])\n")
+    proc, run = run_recorded(tmp_path, ["python3", str(script)], PYTHONTRACEMALLOC="1")
+    snap = phase_snapshot(run["processes"][0], "loaded")
+    traced = snap["python_heap"]["traced_current"]
+    assert traced > 40 * MiB
+    assert abs(snap["layers"]["python_objects"]["resident"] - traced) <= 0.10 * traced
+    check_adds_up(snap)
