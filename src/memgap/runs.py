@@ -53,14 +53,33 @@ class RunOptions:
     cmd: list[str]
     record_dir: str
     interval: float = 0.1
-    walk: bool = True
+    walk: bool = False  # phase snapshots with the gc walk (see `memgap run --walk`)
+
+
+def tree_pids(root: int) -> list[int]:
+    """The process and its descendants, from /proc/PID/task/TID/children.
+
+    That costs a few reads per process; psutil's children() reads every
+    process on the machine, which at 10 Hz is the sampler's main cost.
+    """
+    pids, queue = [], [root]
+    while queue:
+        pid = queue.pop()
+        pids.append(pid)
+        try:
+            queue.extend(ProcReader(pid).children_pids())
+        except Exception:  # noqa: BLE001 - exited meanwhile
+            continue
+    if len(pids) == 1 and not os.path.exists(f"/proc/{root}/task/{root}/children"):
+        try:  # a kernel without CONFIG_PROC_CHILDREN
+            return [root, *(c.pid for c in psutil.Process(root).children(recursive=True))]
+        except psutil.NoSuchProcess:
+            return []
+    return pids
 
 
 def _sample(writer: RecordingWriter, root: int, known: set[int], start: float) -> None:
-    try:
-        pids = [root, *(c.pid for c in psutil.Process(root).children(recursive=True))]
-    except psutil.NoSuchProcess:
-        return
+    pids = tree_pids(root)
     now = time.time() - start
     for pid in pids:
         reader = ProcReader(pid)

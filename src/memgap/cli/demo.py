@@ -16,6 +16,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--list", action="store_true", help="list the scenarios")
     p.add_argument("--json", metavar="FILE", help="write the run as JSON")
     p.add_argument("--interval", type=float, default=0.1, metavar="S")
+    p.add_argument("--walk", action="store_true", help="as for memgap run")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -30,4 +31,4 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError(f"no scenario {args.name!r}; choose from {', '.join(SCENARIOS)}")
     info = SCENARIOS[args.name]
     print(f"memgap demo: {info.name} (seed {info.seed}): {info.summary}", file=sys.stderr)
-    return run_and_report(scenario_command(args.name), args.interval, args.json)
+    return run_and_report(scenario_command(args.name), args.interval, args.json, walk=args.walk)

@@ -22,12 +22,13 @@ from ._output import write_json
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--interval", type=float, default=0.1, metavar="S", help="seconds between samples (0.1)")
     p.add_argument("--json", metavar="FILE", help="write the run as JSON; FILE.d/ keeps the raw recording")
-    p.add_argument("--no-walk", action="store_true",
-                   help="phase snapshots skip the gc walk for large buffers (cheaper, O(1) in objects)")
+    p.add_argument("--walk", action="store_true",
+                   help="phase snapshots also walk the gc for large buffers (bytes, numpy arrays) so they count "
+                        "as Python objects; costs time and memory in proportion to the objects")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- the command to run")
 
 
-def run_and_report(cmd: list[str], interval: float, json_path: str | None, walk: bool = True) -> int:
+def run_and_report(cmd: list[str], interval: float, json_path: str | None, walk: bool = False) -> int:
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
     if not cmd:
@@ -47,5 +48,5 @@ def run_and_report(cmd: list[str], interval: float, json_path: str | None, walk:
 
 
 def main(args: argparse.Namespace) -> int:
-    return run_and_report(list(args.cmd), args.interval, args.json, walk=not args.no_walk)
+    return run_and_report(list(args.cmd), args.interval, args.json, walk=args.walk)
 

@@ -6,8 +6,7 @@ malloc is the process's allocator (the caller checks that first).
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
-import xml.etree.ElementTree as ET
+import re
 from dataclasses import dataclass, field
 
 from ..errors import MalformedInput, Unsupported
@@ -77,72 +76,93 @@ class MallocInfo:
     system_max: int
 
 
-def _int_attr(el: ET.Element, name: str, source: str = "malloc_info") -> int:
-    raw = el.get(name)
-    if raw is None:
-        raise MalformedInput(source, f"<{el.tag}> has no {name}")
-    try:
-        return int(raw)
-    except ValueError as exc:
-        raise MalformedInput(source, f"<{el.tag} {name}={raw!r}> is not a number") from exc
+_ROOT = re.compile(r"\A\s*<malloc version=\"\d+\">\s*(.*?)</malloc>\s*\Z", re.S)
+_HEAP = re.compile(r"<heap nr=\"([^\"]*)\">(.*?)</heap>", re.S)
+_ELEMENT = re.compile(r"<(\w+)((?:\s+\w+=\"[^\"<>]*\")*)\s*/>")
+_ATTR = re.compile(r"(\w+)=\"([^\"]*)\"")
+_SIZES = re.compile(r"<sizes>(.*?)</sizes>|<sizes/>", re.S)
 
 
-def _totals(el: ET.Element) -> dict[str, tuple[int, int]]:
-    out = {}
-    for t in el.findall("total"):
-        out[t.get("type", "")] = (_int_attr(t, "count"), _int_attr(t, "size"))
+def _number(raw: str, what: str) -> int:
+    if not raw.isdigit():
+        raise MalformedInput("malloc_info", f"{what}={raw!r} is not a number")
+    return int(raw)
+
+
+def _elements(text: str, where: str) -> list[tuple[str, dict[str, str]]]:
+    """The empty elements of ``text``; anything else left over is malformed."""
+    out = [(m.group(1), dict(_ATTR.findall(m.group(2)))) for m in _ELEMENT.finditer(text)]
+    if _ELEMENT.sub("", text).strip():
+        raise MalformedInput("malloc_info", f"unexpected content in {where}")
     return out
 
 
-def _typed(el: ET.Element, tag: str) -> dict[str, int]:
-    return {e.get("type", ""): _int_attr(e, "size") for e in el.findall(tag)}
+def _collect(elements: list[tuple[str, dict[str, str]]], where: str) -> tuple[dict, dict]:
+    """(totals by type -> (count, size), system/aspace sizes by 'tag:type')."""
+    totals, sizes = {}, {}
+    for tag, attrs in elements:
+        try:
+            if tag == "total":
+                totals[attrs["type"]] = (_number(attrs["count"], "count"), _number(attrs["size"], "size"))
+            elif tag in ("system", "aspace"):
+                sizes[f"{tag}:{attrs['type']}"] = _number(attrs["size"], "size")
+        except KeyError as exc:
+            raise MalformedInput("malloc_info", f"<{tag}> in {where} lacks {exc.args[0]}") from None
+    return totals, sizes
 
 
 def parse_malloc_info(xml_text: str) -> MallocInfo:
-    """Parse the XML written by glibc's ``malloc_info(0, fp)``."""
-    try:
-        root = ET.fromstring(xml_text)
-    except ET.ParseError as exc:
-        raise MalformedInput("malloc_info", f"XML does not parse ({exc})") from None
-    if root.tag != "malloc":
-        raise MalformedInput("malloc_info", f"root element is <{root.tag}>, not <malloc>")
+    """Parse the XML written by glibc's ``malloc_info(0, fp)`` (a fixed, flat format)."""
+    root = _ROOT.match(xml_text)
+    if root is None:
+        raise MalformedInput("malloc_info", "not a <malloc version=...> document")
+    body = root.group(1)
     arenas = []
-    for heap in root.findall("heap"):
-        totals = _totals(heap)
-        system = _typed(heap, "system")
-        aspace = _typed(heap, "aspace")
-        if "current" not in system or "rest" not in totals:
-            raise MalformedInput("malloc_info", f"heap {heap.get('nr')} lacks system or totals")
+    for heap in _HEAP.finditer(body):
+        where = f"heap {heap.group(1)}"
+        inner = heap.group(2)
         bins, unsorted = [], None
-        sizes = heap.find("sizes")
-        for el in sizes if sizes is not None else []:
-            entry = tuple(_int_attr(el, k) for k in ("from", "to", "total", "count"))
-            if el.tag == "unsorted":
-                unsorted = entry
-            else:
-                bins.append(entry)
+        sizes_block = _SIZES.search(inner)
+        if sizes_block is not None:
+            for tag, attrs in _elements(sizes_block.group(1) or "", where):
+                try:
+                    entry = tuple(_number(attrs[k], k) for k in ("from", "to", "total", "count"))
+                except KeyError as exc:
+                    raise MalformedInput("malloc_info", f"<{tag}> in {where} lacks {exc.args[0]}") from None
+                if tag == "unsorted":
+                    unsorted = entry
+                elif tag == "size":
+                    bins.append(entry)
+                else:
+                    raise MalformedInput("malloc_info", f"<{tag}> inside <sizes> of {where}")
+            inner = inner[: sizes_block.start()] + inner[sizes_block.end():]
+        totals, sizes = _collect(_elements(inner, where), where)
+        if "system:current" not in sizes or "rest" not in totals:
+            raise MalformedInput("malloc_info", f"{where} lacks system or totals")
+        system = sizes["system:current"]
         arenas.append(ArenaInfo(
-            nr=_int_attr(heap, "nr"),
-            system=system["current"],
-            system_max=system.get("max", system["current"]),
+            nr=_number(heap.group(1), "nr"),
+            system=system,
+            system_max=sizes.get("system:max", system),
             fast_count=totals.get("fast", (0, 0))[0],
             fast_bytes=totals.get("fast", (0, 0))[1],
             rest_count=totals["rest"][0],
             rest_bytes=totals["rest"][1],
-            aspace_total=aspace.get("total", system["current"]),
-            aspace_mprotect=aspace.get("mprotect", system["current"]),
-            subheaps=aspace.get("subheaps", 0),
+            aspace_total=sizes.get("aspace:total", system),
+            aspace_mprotect=sizes.get("aspace:mprotect", system),
+            subheaps=sizes.get("aspace:subheaps", 0),
             bins=bins,  # type: ignore[arg-type]
             unsorted=unsorted,  # type: ignore[arg-type]
         ))
-    totals = _totals(root)
-    system = _typed(root, "system")
+    if not arenas:
+        raise MalformedInput("malloc_info", "no <heap> element")
+    totals, sizes = _collect(_elements(_HEAP.sub("", body), "<malloc>"), "<malloc>")
     return MallocInfo(
         arenas=arenas,
         mmap_count=totals.get("mmap", (0, 0))[0],
         mmap_bytes=totals.get("mmap", (0, 0))[1],
-        system=system.get("current", sum(a.system for a in arenas)),
-        system_max=system.get("max", 0),
+        system=sizes.get("system:current", sum(a.system for a in arenas)),
+        system_max=sizes.get("system:max", 0),
     )
 
 
@@ -150,9 +170,10 @@ class GlibcMalloc:
     """ctypes access to glibc's malloc introspection in this process."""
 
     def __init__(self) -> None:
-        name = ctypes.util.find_library("c") or "libc.so.6"
+        # The soname, not ctypes.util.find_library: that imports subprocess and
+        # more into the observed process, and glibc's soname is fixed.
         try:
-            self.libc = ctypes.CDLL(name, use_errno=True)
+            self.libc = ctypes.CDLL("libc.so.6", use_errno=True)
         except OSError as exc:
             raise Unsupported(f"cannot load the C library ({exc})") from None
         for sym in ("mallinfo2", "malloc_info", "malloc_trim", "open_memstream"):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import array
 import gc
 import sys
-import tracemalloc
+import _tracemalloc  # the C module: importing tracemalloc.py would add to the observed heap
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -77,8 +77,8 @@ def walk_gc(class_names: Iterable[str] = ()) -> PythonHeap:
 
 def python_heap(walk: bool, class_names: Iterable[str] = ()) -> PythonHeap | None:
     """tracemalloc's totals when it traces (plus a walk if asked), else a walk if asked."""
-    if tracemalloc.is_tracing():
-        current, peak = tracemalloc.get_traced_memory()
+    if _tracemalloc.is_tracing():
+        current, peak = _tracemalloc.get_traced_memory()
         heap = walk_gc(class_names) if walk else PythonHeap(source="tracemalloc")
         heap.source = "tracemalloc"
         heap.traced_current, heap.traced_peak = current, peak
