@@ -47,10 +47,6 @@ class Mapping:
         return self.inode != 0 or (self.path.startswith("/") and not self.path.startswith("/SYSV"))
 
     @property
-    def is_anonymous(self) -> bool:
-        return not self.is_file and not self.path.startswith("[") or self.path in ("[heap]", "[stack]")
-
-    @property
     def is_special(self) -> bool:
         return self.path in SPECIAL_MAPPINGS
 

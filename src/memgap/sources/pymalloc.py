@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ctypes
 import re
-import sys
 from dataclasses import dataclass
 
 from ..errors import MalformedInput
