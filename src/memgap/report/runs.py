@@ -1,6 +1,7 @@
 """Terminal rendering of a ``memgap run`` document."""
 from __future__ import annotations
 
+import os
 from typing import Any, TextIO
 
 from rich.table import Table
@@ -22,7 +23,8 @@ def sparkline(values: list[int], width: int = 40) -> str:
 
 
 def phase_table(process: dict[str, Any]) -> Table:
-    cmd = " ".join(process.get("cmd") or [])[:60]
+    argv = process.get("cmd") or []
+    cmd = " ".join([os.path.basename(argv[0]), *argv[1:]])[:70] if argv else ""
     table = Table(title=f"PID {process['pid']} {cmd}: phases (MiB)", title_justify="left")
     table.add_column("phase", no_wrap=True)
     table.add_column("RSS", justify="right")
