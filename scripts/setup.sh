@@ -9,7 +9,7 @@ need=""
 for pkg in libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0 gcc; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need="$need $pkg"
 done
-python3 -m venv --help >/dev/null 2>&1 || need="$need python3-venv"
+python3 -c "import ensurepip" >/dev/null 2>&1 || need="$need python3-venv"
 if [ -n "$need" ]; then
     $SUDO apt-get update -qq
     $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $need

@@ -35,12 +35,20 @@ class Measurements:
     notes: dict[str, str] = field(default_factory=dict)  # layer -> why it was not measured
 
 
-def _owned(regions: list[Region], owner: str) -> int:
-    return sum(r.resident for r in regions if r.owner == owner)
+class _Owners:
+    """Resident bytes, virtual bytes and region counts per owner, summed once."""
 
+    def __init__(self, regions: list[Region]) -> None:
+        self.resident: dict[str, int] = {}
+        self.virtual: dict[str, int] = {}
+        self.count: dict[str, int] = {}
+        for r in regions:
+            self.resident[r.owner] = self.resident.get(r.owner, 0) + r.resident
+            self.virtual[r.owner] = self.virtual.get(r.owner, 0) + r.end - r.start
+            self.count[r.owner] = self.count.get(r.owner, 0) + 1
 
-def _virtual(regions: list[Region], owner: str) -> int:
-    return sum(r.end - r.start for r in regions if r.owner == owner)
+    def __call__(self, owner: str) -> int:
+        return self.resident.get(owner, 0)
 
 
 def _arena_detail(m: Measurements) -> list[dict[str, Any]]:
@@ -75,26 +83,26 @@ def _arena_detail(m: Measurements) -> list[dict[str, Any]]:
 
 def attribute(m: Measurements) -> tuple[dict[str, Layer], int]:
     """Layers (by name) and the unexplained remainder ``rss - sum(layers)``."""
-    regions = m.regions
+    owned = _Owners(m.regions)
     layers: dict[str, Layer] = {}
     layers["files"] = Layer(
-        "files", _owned(regions, "file") + _owned(regions, "shmem"),
+        "files", owned("file") + owned("shmem"),
         virtual=None,
         derivation="pagemap: present pages of file-backed and shared mappings (bit 61)",
         source="pagemap",
-        detail={"file": _owned(regions, "file"), "shmem": _owned(regions, "shmem")},
+        detail={"file": owned("file"), "shmem": owned("shmem")},
     )
     layers["stacks"] = Layer(
-        "stacks", _owned(regions, "stack"), virtual=_virtual(regions, "stack"),
+        "stacks", owned("stack"), virtual=owned.virtual.get("stack", 0),
         derivation="pagemap: resident pages of [stack] and of the mapping under each thread's stack pointer",
         source="stack pointers, pagemap",
-        detail={"count": sum(1 for r in regions if r.owner == "stack")},
+        detail={"count": owned.count.get("stack", 0)},
     )
 
     # The C allocator: glibc heaps, glibc mmapped chunks, or another allocator's stats.
-    heap_resident = _owned(regions, "glibc-heap")
-    mmapped_resident = _owned(regions, "mmapped-chunk")
-    unknown_anon = _owned(regions, "anon")
+    heap_resident = owned("glibc-heap")
+    mmapped_resident = owned("mmapped-chunk")
+    unknown_anon = owned("anon")
     in_use = free = 0
     in_use_how, free_how = [], []
     alloc_source = ""
@@ -119,7 +127,7 @@ def attribute(m: Measurements) -> tuple[dict[str, Layer], int]:
             "trim_releasable": releasable,
             "trim_estimate_complete": complete,
             "held_in_thread_tops": sum(a.top_resident for a in m.glibc.arenas if not a.is_main),
-            "mmapped_chunks": sum(1 for r in regions if r.owner == "mmapped-chunk"),
+            "mmapped_chunks": owned.count.get("mmapped-chunk", 0),
             "problems": list(m.glibc.problems),
         }
     elif m.jemalloc is not None:
@@ -137,7 +145,7 @@ def attribute(m: Measurements) -> tuple[dict[str, Layer], int]:
         in_use = heap_resident + mmapped_resident
 
     # Python: live small objects in pymalloc arenas, large objects in the C allocator.
-    arenas_resident = _owned(regions, "pymalloc-arena")
+    arenas_resident = owned("pymalloc-arena")
     small = large = 0
     py_how = []
     if m.pymalloc is not None:
@@ -170,7 +178,7 @@ def attribute(m: Measurements) -> tuple[dict[str, Layer], int]:
             derivation="resident pages of pymalloc arenas (found by their pool headers) minus allocated blocks",
             source="pool headers, pagemap",
             detail=({"arenas": m.pymalloc.arenas_current,
-                     "arenas_found": sum(1 for r in regions if r.owner == "pymalloc-arena"),
+                     "arenas_found": owned.count.get("pymalloc-arena", 0),
                      "unused_pools": m.pymalloc.unused_pools,
                      "available_blocks": m.pymalloc.available_blocks_bytes} if m.pymalloc else {}),
         )
@@ -196,11 +204,11 @@ def attribute(m: Measurements) -> tuple[dict[str, Layer], int]:
         source=alloc_source,
     )
     layers["other_anon"] = Layer(
-        "other_anon", unknown_anon + _owned(regions, "file-cow"),
+        "other_anon", unknown_anon + owned("file-cow"),
         derivation="anonymous resident pages no allocator above claims, plus private copies of file pages "
                    "(libraries' data and relocations)",
         source="pagemap, unclaimed",
-        detail={"unclaimed_anonymous": unknown_anon, "file_private_copies": _owned(regions, "file-cow")},
+        detail={"unclaimed_anonymous": unknown_anon, "file_private_copies": owned("file-cow")},
     )
     ordered = {name: layers[name] for name in
                ("files", "python_objects", "pymalloc_free", "allocator_in_use", "allocator_free",

@@ -6,6 +6,7 @@ allocator's structures read through /proc/PID/mem, never stopping the target).
 """
 from __future__ import annotations
 
+import bisect
 import os
 import threading
 import time
@@ -52,7 +53,9 @@ def label_regions(reader: ProcReader, memmap: MemoryMap, glibc: GlibcLayout | No
                   arena_size: int | None, pool_size: int | None) -> list[Region]:
     """Every resident page of the process, owned by exactly one labelled region."""
     res = memmap.resident
-    heaps = glibc.regions() if glibc else []
+    owners = sorted([*((s, e, "glibc-heap", label) for s, e, label in (glibc.regions() if glibc else [])),
+                     *((s, e, "stack", label) for s, e, label in memmap.stacks)])
+    owner_starts = [o[0] for o in owners]
     regions: list[Region] = []
     for mp in memmap.mappings:
         m = mp.mapping
@@ -65,15 +68,12 @@ def label_regions(reader: ProcReader, memmap: MemoryMap, glibc: GlibcLayout | No
         if mp.file_resident:  # shared anonymous memory (memfd-less MAP_SHARED, SysV shm)
             regions.append(Region(m.start, m.end, "shmem", mp.file_resident, m.perms, m.path))
         claimed: list[tuple[int, int]] = []
-        for start, end, label in heaps:
+        # heaps and stacks are disjoint and sorted: only those starting before m.end can overlap it
+        for start, end, owner, label in owners[max(0, bisect.bisect_right(owner_starts, m.start) - 1):
+                                                bisect.bisect_left(owner_starts, m.end)]:
             lo, hi = max(start, m.start), min(end, m.end)
             if lo < hi:
-                regions.append(Region(lo, hi, "glibc-heap", _anon_in(res, mp, lo, hi), m.perms, label))
-                claimed.append((lo, hi))
-        for start, end, label in memmap.stacks:
-            lo, hi = max(start, m.start), min(end, m.end)
-            if lo < hi:
-                regions.append(Region(lo, hi, "stack", _anon_in(res, mp, lo, hi), m.perms, label))
+                regions.append(Region(lo, hi, owner, _anon_in(res, mp, lo, hi), m.perms, label))
                 claimed.append((lo, hi))
         rest = _subtract(m.start, m.end, claimed)
         if not mp.anon_resident:
@@ -109,7 +109,7 @@ def snapshot_self(phase: str | None = None, options: Options | None = None) -> S
         mallinfo = malloc_info = jemalloc = None
         if detection.is_glibc:
             glibc = glibc_malloc()
-            mallinfo, malloc_info = glibc.mallinfo2(), glibc.malloc_info()
+            mallinfo, malloc_info = glibc.mallinfo2(), glibc.malloc_info(bins=False)
         elif detection.name == "jemalloc":
             from .sources.jemalloc import read_jemalloc_stats
 
@@ -122,8 +122,10 @@ def snapshot_self(phase: str | None = None, options: Options | None = None) -> S
                 f"allocator {detection.name}: memgap reads glibc and jemalloc statistics only")
         pm = pymalloc_source.parse_debugmallocstats(pymalloc_source.capture_debugmallocstats())
         heap = pyheap.python_heap(options.walk_python, options.class_names)
-        this_stack = () if threading.current_thread() is threading.main_thread() else (threading.get_ident(),)
-        memmap = read_memory_map(reader, this_stack, maps)
+        # Python threads: their pthread struct (the ident) sits at the top of their stack
+        py_threads = [t for t in threading.enumerate() if t is not threading.main_thread() and t.ident]
+        memmap = read_memory_map(reader, tuple(t.ident for t in py_threads), maps,  # type: ignore[misc]
+                                 frozenset(t.native_id for t in py_threads if t.native_id))
         layout = None
         if detection.is_glibc and mallinfo is not None and malloc_info is not None:
             layout = find_glibc_layout(reader, memmap.plain_mappings, memmap.resident)

@@ -16,7 +16,7 @@ from .sources.procfs import PAGE_SIZE, Mapping, PageCounts, ProcReader, count_pa
 DEFAULT_STACK = 8 << 20
 
 
-@dataclass
+@dataclass(slots=True)
 class MappedPages:
     mapping: Mapping
     counts: PageCounts
@@ -61,7 +61,7 @@ def _stack_limit(reader: ProcReader) -> int:
 
 
 def read_memory_map(reader: ProcReader, extra_stack_addresses: tuple[int, ...] = (),
-                    maps: list[Mapping] | None = None) -> MemoryMap:
+                    maps: list[Mapping] | None = None, known_tids: frozenset[int] = frozenset()) -> MemoryMap:
     """Maps plus pagemap for every mapping that can hold pages, and the thread stacks."""
     if maps is None:
         maps = reader.maps()
@@ -82,7 +82,7 @@ def read_memory_map(reader: ProcReader, extra_stack_addresses: tuple[int, ...] =
             resident.add(m.start, m.end, present_bitmap(part))
             mapped.append(MappedPages(m, count_pagemap(part)))
     memmap = MemoryMap(mapped, resident)
-    memmap.stacks = find_stacks(maps, reader, extra_stack_addresses)
+    memmap.stacks = find_stacks(maps, reader, extra_stack_addresses, known_tids)
     return memmap
 
 
@@ -97,16 +97,20 @@ def _contiguous_file_groups(maps: list[Mapping]) -> list[list[Mapping]]:
     return groups
 
 
-def find_stacks(maps: list[Mapping], reader: ProcReader, extra: tuple[int, ...]) -> list[tuple[int, int, str]]:
+def find_stacks(maps: list[Mapping], reader: ProcReader, extra: tuple[int, ...],
+                known_tids: frozenset[int] = frozenset()) -> list[tuple[int, int, str]]:
     """Stack ranges: [stack], the mapping under each blocked thread's stack
-    pointer, and the addresses given (e.g. this thread's pthread struct).
+    pointer, and the addresses given (in-process: each Python thread's pthread
+    struct, which glibc puts at the top of that thread's stack). Threads in
+    ``known_tids`` are covered by those addresses and their syscall files are
+    not read.
 
     A thread stack is capped at the stack size measured from its mapping's
     start: the kernel may have merged an unrelated mapping above it.
     """
     limit = _stack_limit(reader)
     try:
-        pointers = reader.thread_stack_pointers()
+        pointers = reader.thread_stack_pointers(skip=known_tids)
     except Exception:  # noqa: BLE001 - syscall files need ptrace access; stacks then stay unlabelled
         pointers = {}
     found: dict[int, tuple[int, int, str]] = {}
@@ -115,7 +119,7 @@ def find_stacks(maps: list[Mapping], reader: ProcReader, extra: tuple[int, ...])
             found[m.start] = (m.start, m.end, "main thread stack")
     anon = [m for m in maps if m.writable and not m.is_file and not m.path]
     for label, address in [*((f"thread {tid} stack", sp) for tid, sp in pointers.items()),
-                           *(("this thread's stack", a) for a in extra)]:
+                           *(("Python thread stack", a) for a in extra)]:
         for m in anon:
             if m.start <= address < m.end and m.start not in found:
                 end = min(m.end, m.start + limit)

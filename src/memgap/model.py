@@ -51,7 +51,7 @@ class Finding:
     remedy: str = ""
 
 
-@dataclass
+@dataclass(slots=True)
 class Region:
     """A labelled range of the memory map (the evidence under the layers)."""
 

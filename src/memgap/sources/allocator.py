@@ -66,8 +66,20 @@ class _DlInfo(ctypes.Structure):
                 ("dli_sname", ctypes.c_char_p), ("dli_saddr", ctypes.c_void_p)]
 
 
+_detected: dict[int, AllocatorDetection] = {}
+
+
 def detect_in_process(mappings: list[Mapping]) -> AllocatorDetection:
-    """Which library this process's ``malloc`` symbol comes from."""
+    """Which library this process's ``malloc`` symbol comes from (asked once per process:
+    the symbol cannot be rebound after start-up)."""
+    pid = os.getpid()
+    if pid not in _detected:
+        _detected.clear()
+        _detected[pid] = _detect_in_process(mappings)
+    return _detected[pid]
+
+
+def _detect_in_process(mappings: list[Mapping]) -> AllocatorDetection:
     from_maps = detect_from_maps(mappings)
     try:
         default = ctypes.CDLL(None)

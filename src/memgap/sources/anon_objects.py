@@ -25,7 +25,7 @@ _CHUNK = struct.Struct("<QQ")
 _POOL = struct.Struct("<QQQQIIII")
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # created by the hundred per snapshot: no frozen overhead
 class AnonObject:
     start: int
     end: int

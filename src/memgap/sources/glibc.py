@@ -137,12 +137,13 @@ class _Block:
 _TAGS = ("size", "unsorted", "total", "system", "aspace")
 
 
-def parse_malloc_info(xml_text: str) -> MallocInfo:
+def parse_malloc_info(xml_text: str, bins: bool = True) -> MallocInfo:
     """Parse the XML written by glibc's ``malloc_info(0, fp)``.
 
     glibc writes one element per line in a fixed order, so this reads it line
     by line (several times faster than an XML parser, and nothing to import);
-    anything it does not expect is malformed input.
+    anything it does not expect is malformed input. ``bins=False`` skips the
+    free-chunk size histogram (most of the lines) when only totals are needed.
     """
     lines = [line.strip() for line in xml_text.splitlines() if line.strip()]
     if not lines or not lines[0].startswith("<malloc version=") or lines[-1] != "</malloc>":
@@ -162,7 +163,7 @@ def parse_malloc_info(xml_text: str) -> MallocInfo:
                 raise MalformedInput("malloc_info", "</heap> without <heap>")
             arenas.append(heap.arena())
             heap = None
-        elif line in ("<sizes>", "</sizes>", "<sizes/>"):
+        elif line in ("<sizes>", "</sizes>", "<sizes/>") or not bins and line.startswith(("<size ", "<unsorted ")):
             continue
         else:
             tag = line[1:].split(" ", 1)[0]
@@ -228,8 +229,8 @@ class GlibcMalloc:
     def malloc_info_xml(self) -> str:
         return self.capture_to_memory(lambda fp: self.libc.malloc_info(0, fp))
 
-    def malloc_info(self) -> MallocInfo:
-        return parse_malloc_info(self.malloc_info_xml())
+    def malloc_info(self, bins: bool = True) -> MallocInfo:
+        return parse_malloc_info(self.malloc_info_xml(), bins)
 
     def trim(self, pad: int = 0) -> bool:
         """``malloc_trim(pad)``; True when glibc says it released something."""

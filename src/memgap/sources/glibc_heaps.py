@@ -80,7 +80,7 @@ class ResidentMap:
         return None
 
 
-_BK = struct.Struct("<Q")
+_U64 = struct.Struct("<Q")
 
 
 def _u64s(data: bytes) -> tuple[int, ...]:
@@ -185,7 +185,7 @@ def _walk_bins(reader: MemoryReader, arena: ArenaLayout, resident: ResidentMap) 
     visited = 0
     for i in [1, *range(psindex, NBINS)]:
         bin_addr = arena.address + OFF_BINS + (i - 1) * 16 - 16  # bin_at(): fd lines up with bins[]
-        (p,) = _BK.unpack_from(bins, (i - 1) * 16 + 8)  # the bin's bk: its last chunk
+        (p,) = _U64.unpack_from(bins, (i - 1) * 16 + 8)  # the bin's bk: its last chunk
         prev_seen = bin_addr
         while p != bin_addr:
             visited += 1
@@ -213,9 +213,8 @@ def _measure_arena(reader: MemoryReader, arena: ArenaLayout, resident: ResidentM
     if state is None:
         arena.walk_problem = "malloc_state unreadable"
         return
-    words = _u64s(state[: MALLOC_STATE_SIZE // 8 * 8])
-    arena.top = words[OFF_TOP // 8]
-    arena.system_mem = words[OFF_SYSTEM_MEM // 8]
+    (arena.top,) = _U64.unpack_from(state, OFF_TOP)
+    (arena.system_mem,) = _U64.unpack_from(state, OFF_SYSTEM_MEM)
     if arena.contains(arena.top):
         head = reader.read_memory(arena.top + 8, 8)
         if head is not None:

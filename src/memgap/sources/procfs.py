@@ -17,7 +17,7 @@ PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 SPECIAL_MAPPINGS = frozenset({"[vvar]", "[vvar_vclock]", "[vdso]", "[vsyscall]"})
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # created by the hundred per snapshot: no frozen overhead
 class Mapping:
     """One line of /proc/PID/maps."""
 
@@ -200,7 +200,7 @@ _ANON_PRESENT_TABLE = bytes(1 if (b & 0x80) and not (b & 0x20) else 0 for b in r
 _SWAPPED_TABLE = bytes(1 if b & 0x40 else 0 for b in range(256))
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # created by the hundred per snapshot: no frozen overhead
 class PageCounts:
     """Pages of a range by state, from pagemap."""
 
@@ -245,13 +245,25 @@ class _Mincore:
         self._mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
         self._mincore.restype = ctypes.c_int
         self._ctypes = ctypes
+        self._buffer = ctypes.create_string_buffer(0)
 
     def bitmap(self, start: int, end: int) -> bytes | None:
         pages = (end - start + PAGE_SIZE - 1) // PAGE_SIZE
-        buf = self._ctypes.create_string_buffer(pages)
-        if self._mincore(start, end - start, buf) != 0:
+        if pages > len(self._buffer):  # one buffer, grown as needed, reused across calls
+            self._buffer = self._ctypes.create_string_buffer(pages)
+        if self._mincore(start, end - start, self._buffer) != 0:
             return None  # unmapped since maps was read, or not page aligned
-        return buf.raw[:pages].translate(_MINCORE_TABLE)
+        return self._ctypes.string_at(self._buffer, pages).translate(_MINCORE_TABLE)
+
+
+_MINCORE: _Mincore | None = None
+
+
+def _mincore() -> _Mincore:
+    global _MINCORE
+    if _MINCORE is None:
+        _MINCORE = _Mincore()
+    return _MINCORE
 
 
 class ProcReader:
@@ -314,14 +326,16 @@ class ProcReader:
         except OSError as exc:
             raise self._fail(exc, f"/proc/{self.pid}/task") from None
 
-    def thread_stack_pointers(self) -> dict[int, int]:
-        """TID -> stack pointer for threads blocked in a system call.
+    def thread_stack_pointers(self, skip: frozenset[int] = frozenset()) -> dict[int, int]:
+        """TID -> stack pointer for threads blocked in a system call (but those in ``skip``).
 
         A running thread has none (the kernel prints "running"); a thread that
         exits between listing and reading is skipped.
         """
         out: dict[int, int] = {}
         for tid in self.task_ids():
+            if tid in skip:
+                continue
             try:
                 with open(f"{self.base}/task/{tid}/syscall") as fh:
                     sp = parse_syscall_sp(fh.read())
@@ -370,9 +384,7 @@ class ProcReader:
         tells file pages from private copies.
         """
         if self.pid == "self" and not mapping.is_file and mapping.perms[3] == "p":
-            if not hasattr(self, "_mincore_reader"):
-                self._mincore_reader = _Mincore()
-            bitmap = self._mincore_reader.bitmap(mapping.start, mapping.end)
+            bitmap = _mincore().bitmap(mapping.start, mapping.end)
             if bitmap is not None:
                 present = bitmap.count(1)
                 return bitmap, PageCounts(present, present, 0)
