@@ -176,6 +176,31 @@ def test_static_non_glibc_binary(tmp_path):
         proc.wait()
 
 
+@pytest.mark.skipif(not shutil.which("musl-gcc"), reason="musl-tools is not installed")
+def test_musl_process(tmp_path):
+    """musl's malloc is named as such; memgap reads its kernel view and measures no glibc layers."""
+    src = tmp_path / "hold.c"
+    src.write_text('#include <stdio.h>\n#include <stdlib.h>\n#include <unistd.h>\n'
+                   'int main(void){void *p[64]; for (int i = 0; i < 64; i++) p[i] = malloc(200000);'
+                   'puts("ready"); fflush(stdout); sleep(30); return p[0] == 0;}\n')
+    exe = tmp_path / "hold"
+    subprocess.run(["musl-gcc", "-o", str(exe), str(src)], check=True)
+    proc = subprocess.Popen([str(exe)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        out = memgap("inspect", str(proc.pid), "--json", "-")
+        assert out.returncode == 0, out.stderr
+        snap = json.loads(out.stdout)
+        assert snap["allocator"]["name"] == "musl"
+        assert "musl" in snap["layers"]["allocator_free"]["note"]
+        layers = [v["resident"] for v in snap["layers"].values() if v["resident"] is not None]
+        assert sum(layers) + snap["unexplained"] == snap["rss"]
+        assert _state(proc.pid) in "RS"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_run_killed_midway_keeps_recording(tmp_path):
     script = tmp_path / "phases.py"
     script.write_text("import memgap, time\nfor i in range(3):\n    memgap.phase(f'step-{i}')\n"

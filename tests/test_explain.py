@@ -64,3 +64,28 @@ def test_python_objects_follow_tracemalloc(tmp_path):
     assert traced > 40 * MiB
     assert abs(snap["layers"]["python_objects"]["resident"] - traced) <= 0.10 * traced
     check_adds_up(snap)
+
+
+OTHER_ALLOCATORS = {
+    "tcmalloc": "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4",
+    "mimalloc": "/usr/lib/x86_64-linux-gnu/libmimalloc.so.2",
+}
+
+
+@pytest.mark.parametrize("name", sorted(OTHER_ALLOCATORS))
+def test_allocator_without_statistics(tmp_path, name):
+    """Under tcmalloc or mimalloc the layers still add up; the allocator layers say "not measured"."""
+    library = OTHER_ALLOCATORS[name]
+    if not os.path.exists(library):
+        pytest.skip(f"{library} is not installed")
+    script = tmp_path / "load.py"
+    script.write_text("import memgap\nx = [bytearray(100000) for _ in range(300)]\ndel x[::2]\n"
+                      "memgap.phase('loaded')\nprint(memgap.trim().reason)\n")
+    proc, run = run_recorded(tmp_path, ["python3", str(script)], LD_PRELOAD=library)
+    snap = phase_snapshot(run["processes"][0], "loaded")
+    assert snap["allocator"]["name"] == name
+    layers = check_adds_up(snap)
+    assert layers["allocator_in_use"] is None and layers["allocator_free"] is None
+    assert name in snap["layers"]["allocator_free"]["note"]
+    assert layers["other_anon"] >= 10 * MiB  # the 15 MiB the program holds, in the allocator's pages
+    assert f"malloc is {name}" in proc.stdout

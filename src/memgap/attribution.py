@@ -142,7 +142,10 @@ def attribute(m: Measurements) -> tuple[dict[str, Layer], int]:
         free_detail = {"jemalloc": {"allocated": j.allocated, "active": j.active, "resident": j.resident,
                                     "retained": j.retained, "metadata": j.metadata, "narenas": j.narenas}}
     else:
-        in_use = heap_resident + mmapped_resident
+        # No statistics for this allocator: its memory stays under other_anon, and the two
+        # allocator layers say "not measured" rather than print a zero nobody measured.
+        unknown_anon += heap_resident + mmapped_resident
+        in_use = free = None  # type: ignore[assignment]
 
     # Python: live small objects in pymalloc arenas, large objects in the C allocator.
     arenas_resident = owned("pymalloc-arena")
@@ -158,8 +161,9 @@ def attribute(m: Measurements) -> tuple[dict[str, Layer], int]:
     elif heap is not None:
         large = heap.large_buffers_bytes
         py_how.append("plus buffers over 512 B found by a gc walk (held in the C allocator)")
-    moved = min(large, in_use)
-    in_use -= moved
+    moved = min(large, in_use) if in_use is not None else 0
+    if in_use is not None:
+        in_use -= moved
     if m.pymalloc is not None or heap is not None:
         layers["python_objects"] = Layer(
             "python_objects", small + moved,
@@ -190,7 +194,7 @@ def attribute(m: Measurements) -> tuple[dict[str, Layer], int]:
                                         note="" if arenas_resident else note)
 
     layers["allocator_in_use"] = Layer(
-        "allocator_in_use", max(0, in_use),
+        "allocator_in_use", max(0, in_use) if in_use is not None else None,
         virtual=m.mallinfo.in_use if m.mallinfo else (m.jemalloc.allocated if m.jemalloc else None),
         derivation="; ".join(in_use_how) + ("; minus Python's large objects (shown under python_objects)"
                                              if moved else ""),

@@ -35,6 +35,8 @@ class AllocatorDetection:
 
 
 def _kind_of(path: str) -> str | None:
+    if "musl" in path:  # musl's libc is named libc.so too (/usr/lib/x86_64-linux-musl/libc.so)
+        return "musl"
     base = os.path.basename(path)
     for prefix, kind in _LIBRARIES:
         if base.startswith(prefix):
