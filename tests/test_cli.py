@@ -152,6 +152,14 @@ def test_malformed_proc_files(tmp_path):
         snapshot_pid(4242, proc_root=str(tmp_path / "proc"))
 
 
+def test_malformed_proc_file_exit_code(tmp_path):
+    fake = tmp_path / "proc" / "4242"
+    fake.mkdir(parents=True)
+    (fake / "stat").write_text("4242 (x) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 100 1 1\n")
+    (fake / "maps").write_text("00400000-00401000 r-xp 00000000 fe:00 12 /bin/x\n0040")  # cut mid-line
+    _one_line_error(memgap("inspect", "4242", "--proc-root", str(tmp_path / "proc")), 6)
+
+
 def test_static_non_glibc_binary(tmp_path):
     """A program without glibc's malloc in its maps: layers it cannot read are named, not guessed."""
     if not shutil.which("gcc"):

@@ -22,6 +22,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tree", action="store_true", help="the process and all its descendants, one row each")
     p.add_argument("--json", metavar="FILE", help="write JSON ('-' for stdout)")
     p.add_argument("--regions", action="store_true", help="also print the labelled memory map")
+    p.add_argument("--proc-root", default="/proc", metavar="DIR",
+                   help="where procfs is mounted (a host's /proc seen from a container, or test files)")
 
 
 def descendants(pid: int) -> list[int]:
@@ -33,10 +35,10 @@ def descendants(pid: int) -> list[int]:
 
 def main(args: argparse.Namespace) -> int:
     if args.tree:
-        snaps = [snapshot_pid(args.pid, Options(regions=False))]
+        snaps = [snapshot_pid(args.pid, Options(regions=False), args.proc_root)]
         for child in descendants(args.pid):
             try:
-                snaps.append(snapshot_pid(child, Options(regions=False)))
+                snaps.append(snapshot_pid(child, Options(regions=False), args.proc_root))
             except NoSuchProcess:
                 continue  # exited while we read the tree
         if args.json:
@@ -46,7 +48,7 @@ def main(args: argparse.Namespace) -> int:
         if args.json != "-":
             render_tree(snaps, sys.stdout)
         return 0
-    snap = snapshot_pid(args.pid, Options(regions=args.regions))
+    snap = snapshot_pid(args.pid, Options(regions=args.regions), args.proc_root)
     if args.json:
         write_json(snap.to_dict(regions=args.regions), args.json)
     if args.json != "-":

@@ -30,10 +30,19 @@ class PythonHeap:
     gc_objects: int = 0
 
 
+_CONTAINERS = (dict, list, tuple, set, frozenset)
+
+
 def _buffer_size(obj: object) -> int:
     """Bytes of a buffer object's data block, or 0 when it is not one we count."""
     t = type(obj)
-    if t is bytes or t is bytearray or t is str or t is array.array:
+    # Cheap length tests first: at most 100 characters (4 bytes each) or 256 bytes
+    # cannot exceed pymalloc's 512-byte limit, and most strings are short.
+    if t is str:
+        return sys.getsizeof(obj) if len(obj) > 100 else 0  # type: ignore[arg-type]
+    if t is bytes:
+        return sys.getsizeof(obj) if len(obj) > 256 else 0  # type: ignore[arg-type]
+    if t is bytearray or t is array.array:
         return sys.getsizeof(obj)
     if t.__name__ == "ndarray" and t.__module__ == "numpy":
         return int(obj.nbytes) if getattr(obj, "base", None) is None else 0  # type: ignore[attr-defined]
@@ -47,20 +56,33 @@ def walk_gc(class_names: Iterable[str] = ()) -> PythonHeap:
     seen: set[int] = set()
     total = count = 0
     largest: list[tuple[int, str]] = []
+    def visit(refs: list) -> None:  # type: ignore[type-arg]
+        nonlocal total, count
+        for ref in refs:
+            t = type(ref)
+            if t in _CONTAINERS:
+                # Containers holding only atomic objects are untracked by the gc (a dict
+                # of bytes, a tuple of ints): follow them from their tracked referrer.
+                if not gc.is_tracked(ref) and id(ref) not in seen:
+                    seen.add(id(ref))
+                    visit(gc.get_referents(ref))
+                continue
+            size = _buffer_size(ref)
+            if size > SMALL_REQUEST_THRESHOLD and id(ref) not in seen:
+                seen.add(id(ref))
+                total += size
+                count += 1
+                if size >= LARGE_BUFFER_REPORT:
+                    largest.append((size, t.__name__))
+
     objects = gc.get_objects()
     try:
         for obj in objects:
-            name = type(obj).__name__
-            if name in wanted:
-                counts[name] += 1
-            for ref in gc.get_referents(obj):
-                size = _buffer_size(ref)
-                if size > SMALL_REQUEST_THRESHOLD and id(ref) not in seen:
-                    seen.add(id(ref))
-                    total += size
-                    count += 1
-                    if size >= LARGE_BUFFER_REPORT:
-                        largest.append((size, type(ref).__name__))
+            if wanted:
+                name = type(obj).__name__
+                if name in wanted:
+                    counts[name] += 1
+            visit(gc.get_referents(obj))
         n_objects = len(objects)
     finally:
         del objects  # drop our references before anything else runs

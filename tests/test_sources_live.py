@@ -1,0 +1,58 @@
+"""Sources read from live processes, checked against the allocator's own totals."""
+import json
+import subprocess
+import sys
+
+from conftest import child_env
+
+PROBE = r"""
+import json, threading
+from memgap.sources.procfs import ProcReader
+from memgap.sources.glibc import glibc_malloc
+from memgap.sources.glibc_heaps import find_thread_heaps
+from memgap.memory_map import read_memory_map
+
+ready, done = threading.Barrier(9), threading.Event()
+def hold():
+    keep = [bytearray(50000) for _ in range(200)]
+    ready.wait(); done.wait()
+threads = [threading.Thread(target=hold) for _ in range(8)]
+for t in threads: t.start()
+ready.wait()
+reader = ProcReader("self")
+maps = reader.maps()
+heaps = find_thread_heaps(reader, maps)
+brk = next(m for m in maps if m.path == "[heap]")
+mi = glibc_malloc().mallinfo2()
+info = glibc_malloc().malloc_info()
+done.set()
+print(json.dumps({"arenas": len(info.arenas), "thread_arenas": len(heaps),
+                  "heap_bytes": sum(h.size for hs in heaps.values() for h in hs),
+                  "brk": brk.end - brk.start, "mallinfo_arena": mi.arena,
+                  "main_system": info.arenas[0].system}))
+"""
+
+
+def test_heap_headers_add_up_to_mallinfo2():
+    """Thread heaps found by their heap_info headers, plus [heap], are exactly mallinfo2().arena."""
+    out = subprocess.run([sys.executable, "-c", PROBE], env=child_env(), capture_output=True, text=True,
+                         timeout=60, check=True)
+    d = json.loads(out.stdout)
+    assert d["thread_arenas"] == d["arenas"] - 1 >= 1
+    assert d["main_system"] <= d["brk"]
+    # the main arena's sbrk'd bytes plus every thread heap's size field
+    assert d["heap_bytes"] + d["main_system"] == d["mallinfo_arena"]
+
+
+def test_instance_counts_and_large_buffers():
+    script = ("import memgap\nclass Node:\n    pass\nclass Leaf(Node):\n    pass\n"
+              "keep = [Node() for _ in range(1234)] + [Leaf() for _ in range(56)]\n"
+              "blobs = {i: bytes(2 << 20) for i in range(3)}\n"
+              "s = memgap.snapshot(walk=True, count=('Node', 'Leaf'))\n"
+              "import json; print(json.dumps(s.python_heap))\n")
+    out = subprocess.run([sys.executable, "-c", script], env=child_env(), capture_output=True, text=True,
+                         timeout=60, check=True)
+    heap = json.loads(out.stdout)
+    assert heap["instance_counts"] == {"Node": 1234, "Leaf": 56}
+    assert heap["large_buffers_bytes"] >= 3 * (2 << 20)
+    assert [b["type"] for b in heap["largest"][:3]] == ["bytes"] * 3
