@@ -1,7 +1,11 @@
-"""What the bootstrap installs in a Python child of ``memgap run``."""
+"""What the bootstrap installs in a Python child of ``memgap run`` or ``memgap lab``."""
 from __future__ import annotations
 
 import atexit
+import os
+import threading
+
+TRIM_EVERY_ENV = "MEMGAP_TRIM_EVERY"
 
 
 def _at_exit() -> None:
@@ -13,5 +17,36 @@ def _at_exit() -> None:
         pass
 
 
+def _trim_periodically(seconds: float) -> None:
+    """Call malloc_trim(0) every ``seconds`` (glibc only), from a daemon thread."""
+    from .sources.allocator import detect_in_process
+    from .sources.glibc import glibc_malloc
+    from .sources.procfs import ProcReader
+
+    try:
+        if not detect_in_process(ProcReader("self").maps()).is_glibc:
+            return
+        libc = glibc_malloc()
+    except Exception:  # noqa: BLE001 - no trimmer rather than a broken program
+        return
+    stop = threading.Event()
+    atexit.register(stop.set)
+
+    def loop() -> None:
+        while not stop.wait(seconds):
+            libc.trim(0)
+
+    threading.Thread(target=loop, name="memgap-trimmer", daemon=True).start()
+
+
 def install() -> None:
-    atexit.register(_at_exit)
+    if os.environ.get("MEMGAP_RECORD_DIR"):
+        atexit.register(_at_exit)
+    every = os.environ.get(TRIM_EVERY_ENV)
+    if every:
+        try:
+            seconds = float(every)
+        except ValueError:
+            return
+        if seconds > 0:
+            _trim_periodically(seconds)

@@ -11,10 +11,11 @@ from __future__ import annotations
 import glob
 import os
 import platform
+import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import psutil
@@ -54,6 +55,10 @@ class RunOptions:
     record_dir: str
     interval: float = 0.1
     walk: bool = False  # phase snapshots with the gc walk (see `memgap run --walk`)
+    env: dict[str, str] = field(default_factory=dict)  # set for the command, over memgap's own
+    timeout: float | None = None
+    stdout: Any = None  # passed to Popen: None inherits
+    stderr: Any = None
 
 
 def tree_pids(root: int) -> list[int]:
@@ -96,24 +101,53 @@ def _sample(writer: RecordingWriter, root: int, known: set[int], start: float) -
                       "threads": status_int(status, "Threads")})
 
 
+def _stop(proc: subprocess.Popen, own_group: bool) -> None:  # type: ignore[type-arg]
+    """Terminate the command (its whole process group when it has one), then kill it."""
+    def signal_all(sig: int) -> None:
+        try:
+            if own_group:
+                os.killpg(proc.pid, sig)
+            else:
+                proc.send_signal(sig)
+        except ProcessLookupError:
+            pass
+
+    signal_all(signal.SIGTERM)
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass
+    signal_all(signal.SIGKILL)  # the group may outlive its leader: no process is left behind
+    proc.wait()
+
+
 def record_run(options: RunOptions) -> int:
-    """Run the command, sampling its tree until it exits; returns its exit code."""
+    """Run the command, sampling its tree until it exits; returns its exit code.
+
+    With ``timeout`` the command runs in its own process group, and the whole
+    group is stopped when the time is up (the end event says ``timed_out``).
+    """
     os.makedirs(options.record_dir, exist_ok=True)
     writer = RecordingWriter(os.path.join(options.record_dir, SAMPLES_FILE))
     start = time.time()
     writer.write({"type": "header", "schema": RUN_SCHEMA, "cmd": options.cmd, "start": start,
-                  "interval": options.interval, "machine": machine_info()})
+                  "interval": options.interval, "machine": machine_info(), "env": options.env})
+    own_group = options.timeout is not None
     try:
         env = child_env(options.record_dir)
         if not options.walk:
             env[WALK_ENV] = "0"
-        proc = subprocess.Popen(options.cmd, env=env)
+        env.update(options.env)
+        proc = subprocess.Popen(options.cmd, env=env, start_new_session=own_group,
+                                stdout=options.stdout, stderr=options.stderr)
     except OSError as exc:
         writer.close()
         from .errors import MemgapError
 
         raise MemgapError(f"cannot run {options.cmd[0]!r}: {exc.strerror or exc}") from None
     known: set[int] = set()
+    deadline = None if options.timeout is None else time.monotonic() + options.timeout
+    timed_out = False
     try:
         while True:
             _sample(writer, proc.pid, known, start)
@@ -121,20 +155,23 @@ def record_run(options: RunOptions) -> int:
                 proc.wait(timeout=options.interval)  # returns the moment the command exits
                 break
             except subprocess.TimeoutExpired:
-                continue
+                if deadline is not None and time.monotonic() > deadline:
+                    timed_out = True
+                    _stop(proc, own_group)
+                    break
     except KeyboardInterrupt:
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        _stop(proc, own_group)
         writer.write({"type": "end", "t": round(time.time() - start, 4), "exit_code": proc.returncode,
                       "interrupted": True})
         writer.close()
         raise
     code = proc.wait()
-    writer.write({"type": "end", "t": round(time.time() - start, 4), "exit_code": code})
+    if own_group and not timed_out:
+        try:  # children the command left running in its group
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    writer.write({"type": "end", "t": round(time.time() - start, 4), "exit_code": code, "timed_out": timed_out})
     writer.close()
     return code
 
@@ -185,6 +222,8 @@ def load_run(record_dir: str) -> dict[str, Any]:
         "interval": header.get("interval"),
         "exit_code": end.get("exit_code"),
         "complete": bool(end) and not end.get("interrupted", False),
+        "timed_out": bool(end.get("timed_out")),
+        "env": header.get("env", {}),
         "duration": end.get("t", timeline[-1]["t"] if timeline else 0.0),
         "processes": sorted(processes.values(), key=lambda p: p["pid"]),
         "timeline": timeline,

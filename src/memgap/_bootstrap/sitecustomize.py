@@ -1,15 +1,17 @@
-"""Loaded by Python children of ``memgap run`` (this folder is put first on PYTHONPATH).
+"""Loaded by Python children of ``memgap run`` and ``memgap lab`` (this folder is
+put first on PYTHONPATH).
 
-It records an ``exit`` snapshot when the interpreter exits, so memgap.phase()
-calls and the final state of an unmodified program reach the run's recording,
-then hands over to any sitecustomize the user already had.
+Under a recording it records an ``exit`` snapshot when the interpreter exits, so
+memgap.phase() calls and the final state of an unmodified program reach the
+run's recording; with MEMGAP_TRIM_EVERY=SECONDS it starts a periodic
+malloc_trim(0). Then it hands over to any sitecustomize the user already had.
 """
 
 
 def _install() -> None:
     import os
 
-    if not os.environ.get("MEMGAP_RECORD_DIR"):
+    if not (os.environ.get("MEMGAP_RECORD_DIR") or os.environ.get("MEMGAP_TRIM_EVERY")):
         return
     try:
         from memgap._hook import install

@@ -31,7 +31,10 @@ LAYER_SHORT = {
 
 
 def _console(stream: TextIO, width: int | None = None) -> Console:
-    return Console(file=stream, width=width or 110, highlight=False, soft_wrap=False, markup=False)
+    """A console on ``stream``: the terminal's width on a terminal, 120 columns elsewhere."""
+    if width is None and not (hasattr(stream, "isatty") and stream.isatty()):
+        width = 120
+    return Console(file=stream, width=width, highlight=False, soft_wrap=False, markup=False)
 
 
 def layers_table(snap: Snapshot) -> Table:

@@ -1,0 +1,74 @@
+"""Run a workload under allocator variants and recommend the cheapest fix that works.
+
+Each variant runs --reps times, interleaved (A B C A B C), each run recorded
+like `memgap run` (the tree over time; phase snapshots of Python processes).
+Idle is the RSS at the phase named idle (memgap.phase("idle")); after it each
+run trims once to measure what malloc_trim(0) releases. Variants are ranked by
+idle RSS within a slowdown budget; one is called better only when its whole
+range clears the baseline's.
+
+  memgap lab --reps 3 -- python -m memgap.scenarios.threadpool
+  memgap lab --variant glibc --variant glibc:arena_max=2,trim=idle \\
+             --variant jemalloc:background_thread=true,dirty_decay_ms=1000 -- CMD ...
+
+Variant specs: glibc[:arena_max=N,mmap_threshold=B,trim_threshold=B,top_pad=B,
+mmap_max=N], jemalloc[:MALLOC_CONF options], tcmalloc[:opt=v], mimalloc[:opt=v];
+any glibc variant takes trim=idle or trim=every:SECONDS; any takes pymalloc=off.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+
+from ..errors import UsageError
+from ..lab.runner import LabInterrupted, LabOptions, run_lab
+from ..lab.variants import DEFAULT_SPECS, parse_variant, resolve
+from ..report.lab import render_lab
+from ._output import write_json
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--variant", action="append", metavar="SPEC",
+                   help="a variant to run (repeatable); default: a set covering glibc tunables, trims, "
+                        "jemalloc, tcmalloc, mimalloc and pymalloc off")
+    p.add_argument("--reps", type=int, default=3, help="repetitions per variant (3)")
+    p.add_argument("--timeout", type=float, default=600.0, metavar="S", help="seconds per run before it is stopped")
+    p.add_argument("--max-slowdown", type=float, default=0.05, metavar="F",
+                   help="the throughput budget: a variant may be at most this much slower (0.05 = 5%%)")
+    p.add_argument("--json", metavar="FILE", help="write the lab's results as JSON")
+    p.add_argument("--dir", metavar="DIR", help="keep the recordings here (default: a new temporary folder)")
+    p.add_argument("--show-output", action="store_true", help="let the workload print to the terminal")
+    p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- the workload to run")
+
+
+def main(args: argparse.Namespace) -> int:
+    cmd = list(args.cmd)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        raise UsageError("no workload given: memgap lab [options] -- CMD ...")
+    if args.reps < 1:
+        raise UsageError("--reps must be at least 1")
+    specs = args.variant or list(DEFAULT_SPECS)
+    variants = [parse_variant(s) for s in specs]
+    if not any(v.is_baseline for v in variants):
+        variants.insert(0, parse_variant("glibc"))  # every comparison needs the baseline
+    variants, skipped = resolve(variants)
+    for line in skipped:
+        print(f"memgap lab: skipping {line}", file=sys.stderr)
+    options = LabOptions(cmd, variants, args.reps, args.timeout, args.max_slowdown,
+                         lab_dir=args.dir or tempfile.mkdtemp(prefix="memgap-lab-"),
+                         quiet_workload=not args.show_output, skipped=skipped)
+    try:
+        lab = run_lab(options, progress=lambda line: print(line, file=sys.stderr, flush=True))
+    except LabInterrupted as stop:
+        if args.json:
+            write_json(stop.document, args.json)
+        render_lab(stop.document, sys.stdout)
+        raise KeyboardInterrupt from None
+    if args.json:
+        write_json(lab, args.json)
+    if args.json != "-":
+        render_lab(lab, sys.stdout)
+    return 0

@@ -1,0 +1,112 @@
+"""What one lab run measured, from its recording (pure: a run document in, figures out)."""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+MiB = 1 << 20
+
+
+@dataclass
+class RunMetrics:
+    variant: str
+    rep: int
+    order: int                 # position in the interleaved sequence
+    status: str                # ok, crashed, timeout, killed, no-idle
+    exit_code: int | None = None
+    wall: float = 0.0          # seconds, the workload from start to exit
+    cpu: float = 0.0           # user + system seconds of the workload's processes
+    baseline: int | None = None    # RSS at the first phase (post-import)
+    peak: int | None = None        # highest RSS sampled or reported (VmHWM)
+    idle: int | None = None        # RSS at the phase named idle
+    after_trim: int | None = None  # RSS right after one malloc_trim(0) at idle
+    trim_released: int | None = None
+    vm_peak: int | None = None
+    pattern: str = ""
+    pattern_evidence: str = ""
+    phases: list[tuple[str, int]] = field(default_factory=list)
+    record_dir: str = ""
+    note: str = ""
+
+
+def _main_process(run: dict[str, Any]) -> dict[str, Any] | None:
+    """The process the figures describe: the largest one that recorded phases, else the root."""
+    with_snaps = [p for p in run["processes"] if p["snapshots"]]
+    if with_snaps:
+        return max(with_snaps, key=lambda p: max(s["rss"] for s in p["snapshots"]))
+    return run["processes"][0] if run["processes"] else None
+
+
+def classify_pattern(values: list[int]) -> tuple[str, str]:
+    """Words for RSS over repeated bursts: flat, oscillates, ratchets, grows linearly."""
+    if len(values) < 3:
+        return "", ""
+    evidence = " -> ".join(f"{v / MiB:.0f}" for v in values) + " MiB"
+    steps = [b - a for a, b in zip(values, values[1:])]
+    scale = max(2 * MiB, 0.03 * max(values))
+    if all(abs(s) < scale for s in steps):
+        return "flat", evidence
+    ups = [s for s in steps if s >= scale]
+    downs = [s for s in steps if s <= -scale]
+    if ups and downs:
+        return "oscillates", evidence
+    if len(ups) == len(steps) and max(ups) < 2 * min(ups):
+        return "grows linearly", evidence
+    if ups and not downs:
+        return "ratchets", evidence
+    return "falls", evidence
+
+
+def run_metrics(run: dict[str, Any], variant: str, rep: int, order: int, cpu: float,
+                trims_at_idle: bool = False, allocator: str = "") -> RunMetrics:
+    """Figures of one run; ``trims_at_idle``: the variant is itself the idle trim, so its
+    idle figure is the RSS after that trim. ``allocator``: the malloc the variant
+    should have put in place; a run whose process reports another one did not
+    apply the variant and is marked "not-applied"."""
+    m = RunMetrics(variant=variant, rep=rep, order=order, status="ok", exit_code=run.get("exit_code"),
+                   wall=float(run.get("duration") or 0.0), cpu=cpu, record_dir=run.get("record_dir", ""))
+    code = run.get("exit_code")
+    if run.get("timed_out"):
+        m.status = "timeout"
+    elif code is not None and code < 0:
+        m.status = "killed"
+        m.note = f"killed by signal {-code}" + (" (the OOM killer, or out of memory)" if code == -9 else "")
+    elif code:
+        m.status = "crashed"
+        m.note = f"exit code {code}"
+    proc = _main_process(run)
+    if proc is None:
+        return m
+    samples = [s["rss"] for s in run["timeline"] if s["pid"] == proc["pid"]]
+    snaps = proc["snapshots"]
+    m.phases = [(s["phase"], s["rss"]) for s in snaps]
+    hwm = max((s["status"].get("VmHWM", 0) for s in snaps), default=0)
+    m.peak = max([*samples, hwm]) or None
+    m.vm_peak = max((s["status"].get("VmPeak", 0) for s in snaps), default=0) or None
+    if snaps:
+        m.baseline = snaps[0]["rss"]
+        seen = snaps[0].get("allocator", {}).get("name")
+        if allocator and seen and seen != allocator and m.status == "ok":
+            m.status = "not-applied"
+            m.note = f"the process ran {seen}, not {allocator}: the preload did not take"
+    idle = [s for s in snaps if s["phase"] == "idle"]
+    if idle:
+        m.idle = idle[-1]["rss"]
+    elif m.status == "ok":
+        m.status = "no-idle"
+        m.note = "the workload marked no phase named idle"
+    trimmed = [s for s in snaps if s["phase"] == "after-trim" and s.get("trim")]
+    if trimmed and trimmed[-1]["trim"]["performed"]:
+        m.after_trim = trimmed[-1]["trim"]["rss_after"]
+        m.trim_released = trimmed[-1]["trim"]["released"]
+    bursts = [rss for phase, rss in m.phases
+              if phase not in ("idle", "exit", "after-trim") and phase != m.phases[0][0]]
+    m.pattern, m.pattern_evidence = classify_pattern(bursts)
+    if trims_at_idle and m.after_trim is not None:
+        m.idle = m.after_trim
+    return m
+
+
+def median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None

@@ -1,0 +1,182 @@
+"""Allocator variants: parsing ``--variant`` specs, finding allocators, building env.
+
+A spec is ``NAME[:key=value,...]``:
+
+- ``glibc`` with glibc's tunables ``arena_max``, ``mmap_threshold``,
+  ``trim_threshold``, ``top_pad``, ``mmap_max`` (set through their
+  ``MALLOC_*_`` environment variables);
+- ``jemalloc`` with any ``MALLOC_CONF`` option (``background_thread=true``,
+  ``dirty_decay_ms=1000``, ...);
+- ``tcmalloc`` and ``mimalloc`` with their ``TCMALLOC_*`` / ``MIMALLOC_*``
+  environment options (``release_rate=10`` -> ``TCMALLOC_RELEASE_RATE=10``);
+- on any of them, ``trim=idle`` (one ``malloc_trim(0)`` after the phase named
+  idle) or ``trim=every:SECONDS`` (a periodic trim), injected through memgap's
+  bootstrap without changing the program; and ``pymalloc=off``
+  (``PYTHONMALLOC=malloc``).
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass, field
+
+from ..errors import UsageError
+
+ALLOCATORS = ("glibc", "jemalloc", "tcmalloc", "mimalloc")
+GLIBC_TUNABLES = {
+    "arena_max": "MALLOC_ARENA_MAX",
+    "mmap_threshold": "MALLOC_MMAP_THRESHOLD_",
+    "trim_threshold": "MALLOC_TRIM_THRESHOLD_",
+    "top_pad": "MALLOC_TOP_PAD_",
+    "mmap_max": "MALLOC_MMAP_MAX_",
+}
+# library file name, Debian package
+LIBRARIES = {
+    "jemalloc": ("libjemalloc.so.2", "libjemalloc2"),
+    "tcmalloc": ("libtcmalloc_minimal.so.4", "libtcmalloc-minimal4"),
+    "mimalloc": ("libmimalloc.so.2", "libmimalloc2.0"),
+}
+LIBRARY_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib",
+                "/usr/local/lib", "/lib/x86_64-linux-gnu")
+TRIM_AFTER_ENV, TRIM_EVERY_ENV = "MEMGAP_TRIM_AFTER", "MEMGAP_TRIM_EVERY"
+
+# What a remedy costs to apply, cheapest first: the lab prefers the cheapest that works.
+COST_ENV, COST_TRIMMER, COST_PRELOAD = 0, 1, 2
+COST_WORDS = {COST_ENV: "environment only", COST_TRIMMER: "a trimmer in the process",
+              COST_PRELOAD: "another allocator preloaded"}
+
+DEFAULT_SPECS = (
+    "glibc",
+    "glibc:arena_max=2",
+    "glibc:mmap_threshold=131072",
+    "glibc:trim_threshold=65536",
+    "glibc:trim=idle",
+    "glibc:arena_max=2,trim=idle",
+    "jemalloc",
+    "jemalloc:background_thread=true,dirty_decay_ms=1000",
+    "tcmalloc",
+    "mimalloc",
+    "glibc:pymalloc=off",
+)
+
+
+@dataclass
+class Variant:
+    """One way to run the workload: an allocator and its settings."""
+
+    spec: str
+    allocator: str
+    options: dict[str, str] = field(default_factory=dict)
+    trim: str = ""             # "", "idle" or "every:SECONDS"
+    pymalloc_off: bool = False
+    library: str = ""          # the preloaded allocator's path, once found
+
+    @property
+    def cost(self) -> int:
+        if self.allocator != "glibc":
+            return COST_PRELOAD
+        return COST_TRIMMER if self.trim else COST_ENV
+
+    @property
+    def is_baseline(self) -> bool:
+        return self.allocator == "glibc" and not self.options and not self.trim and not self.pymalloc_off
+
+    def env(self) -> dict[str, str]:
+        """The environment that applies this variant to an unmodified process.
+
+        LD_PRELOAD keeps a preload the user already has, after the allocator.
+        """
+        env: dict[str, str] = {}
+        if self.allocator == "glibc":
+            env.update({GLIBC_TUNABLES[k]: v for k, v in self.options.items()})
+        elif self.allocator == "jemalloc":
+            if self.options:
+                env["MALLOC_CONF"] = ",".join(f"{k}:{v}" for k, v in self.options.items())
+        else:
+            prefix = "TCMALLOC_" if self.allocator == "tcmalloc" else "MIMALLOC_"
+            env.update({prefix + k.upper(): v for k, v in self.options.items()})
+        if self.library:
+            existing = os.environ.get("LD_PRELOAD", "")
+            env["LD_PRELOAD"] = f"{self.library} {existing}".strip()
+        if self.trim == "idle":
+            env[TRIM_AFTER_ENV] = "idle"
+        elif self.trim.startswith("every:"):
+            env[TRIM_EVERY_ENV] = self.trim.split(":", 1)[1]
+        if self.pymalloc_off:
+            env["PYTHONMALLOC"] = "malloc"
+        return env
+
+
+def parse_variant(spec: str) -> Variant:
+    """Parse ``NAME[:key=value,...]`` (raises UsageError with what is wrong)."""
+    name, _, rest = spec.strip().partition(":")
+    if name not in ALLOCATORS:
+        raise UsageError(f"variant {spec!r}: unknown allocator {name!r} (choose from {', '.join(ALLOCATORS)})")
+    variant = Variant(spec.strip(), name)
+    for item in filter(None, (part.strip() for part in rest.split(","))):
+        key, eq, value = item.partition("=")
+        if not eq or not key or not value:
+            raise UsageError(f"variant {spec!r}: {item!r} is not key=value")
+        if key == "trim":
+            if value != "idle" and not (value.startswith("every:") and _positive(value[6:])):
+                raise UsageError(f"variant {spec!r}: trim is 'idle' or 'every:SECONDS', not {value!r}")
+            if name != "glibc":
+                raise UsageError(f"variant {spec!r}: trim applies to glibc only")
+            variant.trim = value
+        elif key == "pymalloc":
+            if value not in ("off", "on"):
+                raise UsageError(f"variant {spec!r}: pymalloc is 'off' or 'on'")
+            variant.pymalloc_off = value == "off"
+        elif name == "glibc":
+            if key not in GLIBC_TUNABLES:
+                raise UsageError(f"variant {spec!r}: glibc has no tunable {key!r} "
+                                 f"(choose from {', '.join(GLIBC_TUNABLES)})")
+            if not value.isdigit():
+                raise UsageError(f"variant {spec!r}: {key} must be a whole number of bytes or arenas")
+            variant.options[key] = value
+        else:
+            variant.options[key] = value
+    return variant
+
+
+def _positive(text: str) -> bool:
+    try:
+        return float(text) > 0
+    except ValueError:
+        return False
+
+
+def find_library(allocator: str) -> str | None:
+    """The allocator's shared library on this machine, or None."""
+    filename = LIBRARIES[allocator][0]
+    for directory in LIBRARY_DIRS:
+        path = os.path.join(directory, filename)
+        if os.path.exists(path):
+            return path
+    try:
+        out = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    for line in out.splitlines():
+        if line.strip().startswith(filename) and "=>" in line:
+            return line.split("=>", 1)[1].strip()
+    return None
+
+
+def install_hint(allocator: str) -> str:
+    return f"apt-get install {LIBRARIES[allocator][1]}"
+
+
+def resolve(variants: list[Variant]) -> tuple[list[Variant], list[str]]:
+    """Variants that can run here (libraries found), and a line for each skipped one."""
+    ready, skipped = [], []
+    for v in variants:
+        if v.allocator in LIBRARIES:
+            path = find_library(v.allocator)
+            if path is None:
+                skipped.append(f"{v.spec}: {LIBRARIES[v.allocator][0]} not found; install it with "
+                               f"`{install_hint(v.allocator)}`")
+                continue
+            v.library = path
+        ready.append(v)
+    return ready, skipped

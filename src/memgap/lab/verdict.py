@@ -1,0 +1,99 @@
+"""Rank the variants and choose the cheapest one that works (pure).
+
+A variant counts as better than the baseline only when its whole idle range
+(min-max over repetitions) lies below the baseline's; its slowdown is the
+median over repetitions of its wall time over the baseline's in the same
+repetition (the runs are interleaved, so a repetition shares the machine's
+weather). Among the variants that are better and within the slowdown budget,
+the lab picks the cheapest kind of remedy whose idle RSS is within 10% of the
+best one's.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+from .metrics import RunMetrics
+from .variants import COST_WORDS, Variant
+
+NEAR_BEST = 1.10
+
+
+@dataclass
+class VariantSummary:
+    spec: str
+    cost: int
+    runs: int
+    ok: int
+    statuses: dict[str, int] = field(default_factory=dict)
+    idle: tuple[int, int, int] | None = None        # median, min, max
+    after_trim: tuple[int, int, int] | None = None
+    peak: tuple[int, int, int] | None = None
+    baseline: tuple[int, int, int] | None = None    # post-import RSS
+    wall: tuple[float, float, float] | None = None
+    slowdown: float | None = None                   # median wall ratio vs the baseline variant
+    patterns: list[str] = field(default_factory=list)
+    better: bool = False
+    within_budget: bool = True
+    reason: str = ""
+
+
+def _spread(values: list[float]) -> tuple | None:  # type: ignore[type-arg]
+    return (statistics.median(values), min(values), max(values)) if values else None
+
+
+def summarize(variant: Variant, runs: list[RunMetrics], baseline_runs: list[RunMetrics]) -> VariantSummary:
+    ok = [r for r in runs if r.status == "ok"]
+    statuses: dict[str, int] = {}
+    for r in runs:
+        statuses[r.status] = statuses.get(r.status, 0) + 1
+    s = VariantSummary(variant.spec, variant.cost, len(runs), len(ok), statuses)
+    s.idle = _spread([r.idle for r in ok if r.idle is not None])
+    s.after_trim = _spread([r.after_trim for r in ok if r.after_trim is not None])
+    s.peak = _spread([r.peak for r in ok if r.peak is not None])
+    s.baseline = _spread([r.baseline for r in ok if r.baseline is not None])
+    s.wall = _spread([r.wall for r in ok])
+    base_by_rep = {r.rep: r.wall for r in baseline_runs if r.status == "ok" and r.wall > 0}
+    ratios = [r.wall / base_by_rep[r.rep] for r in ok if r.rep in base_by_rep]
+    s.slowdown = statistics.median(ratios) if ratios else None
+    s.patterns = sorted({r.pattern for r in ok if r.pattern})
+    return s
+
+
+@dataclass
+class Verdict:
+    summaries: list[VariantSummary]        # ranked: eligible by idle median, then the rest
+    baseline: VariantSummary | None
+    recommended: VariantSummary | None
+    reason: str
+
+
+def decide(summaries: list[VariantSummary], baseline_spec: str, max_slowdown: float) -> Verdict:
+    base = next((s for s in summaries if s.spec == baseline_spec), None)
+    for s in summaries:
+        if s.ok < s.runs:
+            s.reason = ", ".join(f"{n} {k}" for k, n in sorted(s.statuses.items()) if k != "ok")
+        if s.slowdown is not None and s.slowdown > 1 + max_slowdown:
+            s.within_budget = False
+        if base is not None and base.idle and s.idle and s is not base and s.ok == s.runs:
+            s.better = s.idle[2] < base.idle[1]  # its worst run beats the baseline's best
+    eligible = [s for s in summaries if s.better and s.within_budget]
+    ranked = sorted(eligible, key=lambda s: s.idle[0]) + sorted(
+        [s for s in summaries if s not in eligible], key=lambda s: (s.idle is None, s.idle[0] if s.idle else 0))
+    if base is None or not base.idle:
+        return Verdict(ranked, base, None, "the baseline variant (glibc) did not reach idle: nothing to compare")
+    if not eligible:
+        return Verdict(ranked, base, None,
+                       "no variant's idle RSS range cleared the baseline's within the slowdown budget: "
+                       "keep the defaults")
+    best = eligible[0].idle[0]
+    near = [s for s in eligible if s.idle[0] <= best * NEAR_BEST]
+    choice = min(near, key=lambda s: (s.cost, s.idle[0]))
+    reason = (f"idle RSS {choice.idle[0] / 2**20:.0f} MiB (range {choice.idle[1] / 2**20:.0f}-"
+              f"{choice.idle[2] / 2**20:.0f}) against the baseline's {base.idle[0] / 2**20:.0f} "
+              f"({base.idle[1] / 2**20:.0f}-{base.idle[2] / 2**20:.0f}), wall x{choice.slowdown or 1:.2f}; "
+              f"{COST_WORDS[choice.cost]}")
+    if choice is not eligible[0]:
+        reason += (f"; chosen over {eligible[0].spec} ({eligible[0].idle[0] / 2**20:.0f} MiB) "
+                   "as the cheaper remedy within 10% of it")
+    return Verdict(ranked, base, choice, reason)

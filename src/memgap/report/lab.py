@@ -1,0 +1,69 @@
+"""Terminal rendering of a lab document."""
+from __future__ import annotations
+
+from typing import Any, TextIO
+
+from rich.table import Table
+
+from ..units import mib
+from .terminal import _console
+
+
+def _spread(value: Any) -> str:
+    if not value:
+        return "-"
+    med, lo, hi = value
+    return f"{mib(med, 0)} ({mib(lo, 0)}-{mib(hi, 0)})"
+
+
+def variants_table(lab: dict[str, Any]) -> Table:
+    table = Table(title=f"{lab['reps']} interleaved repetitions per variant, MiB: median (min-max)",
+                  title_justify="left")
+    for col in ("variant", "post-import", "peak", "idle", "after trim", "wall s", "slowdown", "pattern", "verdict"):
+        table.add_column(col, justify="left" if col in ("variant", "pattern", "verdict") else "right",
+                         no_wrap=col != "verdict")
+    recommended = (lab.get("recommendation") or {}).get("variant")
+    for v in lab["variants"]:
+        if v["spec"] == recommended:
+            verdict = "recommended"
+        elif v["reason"]:
+            verdict = v["reason"]
+        elif v["better"] and not v["within_budget"]:
+            verdict = "better, too slow"
+        elif v["better"]:
+            verdict = "better"
+        else:
+            verdict = "baseline" if v == lab["variants"][0] and not v["better"] else "not better"
+        wall = f"{v['wall'][0]:.2f}" if v["wall"] else "-"
+        slow = f"x{v['slowdown']:.2f}" if v["slowdown"] else "-"
+        table.add_row(v["spec"], _spread(v["baseline"]), _spread(v["peak"]), _spread(v["idle"]),
+                      _spread(v["after_trim"]), wall, slow, ", ".join(v["patterns"]), verdict,
+                      style="bold" if v["spec"] == recommended else None)
+    return table
+
+
+def render_lab(lab: dict[str, Any], stream: TextIO, width: int | None = None) -> None:
+    console = _console(stream, width)
+    m = lab["machine"]
+    console.print(f"memgap lab on {m.get('cpus')} CPUs, {m.get('glibc')}, Python {m.get('python')}: "
+                  f"{' '.join(lab['cmd'])}")
+    for line in lab["skipped"]:
+        console.print(f"skipped {line}")
+    console.print(variants_table(lab))
+    console.print(f"Verdict: {lab['verdict']}")
+    rec = lab.get("recommendation")
+    if rec:
+        console.print(f"Apply {rec['variant']}:")
+        console.print("  environment:  " + " ".join(rec["shell"]))
+        if rec["dockerfile"]:
+            console.print("  Dockerfile:   " + rec["dockerfile"].replace("\n", "\n                "))
+        console.print("  systemd:      " + " ".join(rec["systemd"]))
+        console.print("  Python (children spawned by this process):")
+        for line in rec["python"].splitlines():
+            console.print("    " + line)
+        for note in rec["notes"]:
+            console.print(f"  note: {note}")
+    overhead = lab["lab_seconds"] / lab["workload_seconds"] if lab["workload_seconds"] else 0
+    console.print(f"{len(lab['runs'])} runs in {lab['lab_seconds']:.1f} s ({overhead:.2f}x the workloads' "
+                  f"own {lab['workload_seconds']:.1f} s); recordings in {lab['lab_dir']}"
+                  + ("" if lab["complete"] else "; INCOMPLETE: interrupted"))

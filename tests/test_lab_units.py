@@ -1,0 +1,119 @@
+"""The lab's pure parts: variant specs, the environment they set, metrics and the verdict."""
+import pytest
+
+from memgap.errors import UsageError
+from memgap.lab import variants as V
+from memgap.lab.metrics import RunMetrics, classify_pattern
+from memgap.lab.runner import recommendation_lines
+from memgap.lab.verdict import decide, summarize
+
+MiB = 1 << 20
+
+
+def test_glibc_tunables_become_their_env_vars():
+    v = V.parse_variant("glibc:arena_max=2,mmap_threshold=131072,trim_threshold=65536,top_pad=0")
+    assert v.env() == {"MALLOC_ARENA_MAX": "2", "MALLOC_MMAP_THRESHOLD_": "131072",
+                       "MALLOC_TRIM_THRESHOLD_": "65536", "MALLOC_TOP_PAD_": "0"}
+    assert v.cost == V.COST_ENV and not v.is_baseline
+    assert V.parse_variant("glibc").is_baseline and V.parse_variant("glibc").env() == {}
+
+
+def test_jemalloc_options_become_malloc_conf(monkeypatch):
+    monkeypatch.setenv("LD_PRELOAD", "/opt/other.so")
+    v = V.parse_variant("jemalloc:background_thread=true,dirty_decay_ms=1000")
+    v.library = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
+    env = v.env()
+    assert env["MALLOC_CONF"] == "background_thread:true,dirty_decay_ms:1000"
+    assert env["LD_PRELOAD"] == "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2 /opt/other.so"  # keeps the user's
+    assert v.cost == V.COST_PRELOAD
+
+
+def test_trim_and_pymalloc_options():
+    assert V.parse_variant("glibc:trim=idle").env() == {"MEMGAP_TRIM_AFTER": "idle"}
+    assert V.parse_variant("glibc:arena_max=2,trim=every:5").env() == {
+        "MALLOC_ARENA_MAX": "2", "MEMGAP_TRIM_EVERY": "5"}
+    assert V.parse_variant("glibc:pymalloc=off").env() == {"PYTHONMALLOC": "malloc"}
+    assert V.parse_variant("glibc:trim=idle").cost == V.COST_TRIMMER
+    assert V.parse_variant("tcmalloc:release_rate=10").env()["TCMALLOC_RELEASE_RATE"] == "10"
+    assert V.parse_variant("mimalloc:purge_delay=0").env()["MIMALLOC_PURGE_DELAY"] == "0"
+
+
+@pytest.mark.parametrize("spec", ["nosuch", "glibc:arena_max", "glibc:arenas=2", "glibc:arena_max=two",
+                                  "glibc:trim=sometimes", "glibc:trim=every:0", "jemalloc:trim=idle",
+                                  "glibc:pymalloc=maybe", "glibc:=3"])
+def test_bad_specs_are_usage_errors(spec):
+    with pytest.raises(UsageError):
+        V.parse_variant(spec)
+
+
+def test_missing_allocator_is_skipped_with_the_install_line(monkeypatch):
+    monkeypatch.setitem(V.LIBRARIES, "mimalloc", ("libmimalloc-not-here.so.9", "libmimalloc2.0"))
+    ready, skipped = V.resolve([V.parse_variant("glibc"), V.parse_variant("mimalloc")])
+    assert [v.spec for v in ready] == ["glibc"]
+    assert skipped == ["mimalloc: libmimalloc-not-here.so.9 not found; install it with "
+                       "`apt-get install libmimalloc2.0`"]
+
+
+def test_recommendation_lines():
+    lines = recommendation_lines(V.parse_variant("glibc:arena_max=2,mmap_threshold=131072"))
+    assert lines["env"] == {"MALLOC_ARENA_MAX": "2", "MALLOC_MMAP_THRESHOLD_": "131072"}
+    assert lines["shell"] == ["MALLOC_ARENA_MAX=2", "MALLOC_MMAP_THRESHOLD_=131072"]
+    assert lines["dockerfile"].startswith("ENV MALLOC_ARENA_MAX=2 \\")
+    assert lines["systemd"] == ['Environment="MALLOC_ARENA_MAX=2"', 'Environment="MALLOC_MMAP_THRESHOLD_=131072"']
+    namespace = {}
+    exec(lines["python"], namespace)  # the Python it prints runs
+    import os
+    assert os.environ.pop("MALLOC_ARENA_MAX") == "2" and os.environ.pop("MALLOC_MMAP_THRESHOLD_") == "131072"
+
+
+@pytest.mark.parametrize("values,word", [
+    ([100, 101, 100, 101], "flat"),
+    ([100, 150, 100, 150], "oscillates"),
+    ([100, 150, 200, 250], "grows linearly"),
+    ([100, 180, 190, 260], "ratchets"),
+])
+def test_pattern_words(values, word):
+    assert classify_pattern([v * MiB for v in values])[0] == word
+
+
+def _runs(spec, idles, walls, status="ok"):
+    return [RunMetrics(spec, rep, 0, status, wall=w, idle=i * MiB, baseline=30 * MiB)
+            for rep, (i, w) in enumerate(zip(idles, walls), 1)]
+
+
+def _verdict(table, max_slowdown=0.05):
+    base = _runs("glibc", *table["glibc"])
+    summaries = [summarize(V.parse_variant(spec), _runs(spec, *rows), base) for spec, rows in table.items()]
+    return decide(summaries, "glibc", max_slowdown)
+
+
+def test_verdict_needs_the_whole_range_to_clear_the_baseline():
+    v = _verdict({"glibc": ([80, 90, 100], [3, 3, 3]),
+                  "glibc:arena_max=2": ([70, 85, 95], [3, 3, 3])})  # overlaps: not better
+    assert v.recommended is None and "keep the defaults" in v.reason
+
+
+def test_verdict_respects_the_slowdown_budget_and_prefers_the_cheapest():
+    v = _verdict({
+        "glibc": ([80, 90, 100], [3.0, 3.2, 3.1]),
+        "glibc:mmap_threshold=131072": ([40, 41, 42], [4.0, 4.2, 4.1]),   # best memory, 33% slower
+        "jemalloc": ([44, 45, 46], [3.0, 3.2, 3.1]),                       # preload
+        "glibc:arena_max=2,trim=idle": ([45, 46, 47], [3.0, 3.1, 3.1]),    # trimmer: cheaper than a preload
+    })
+    assert v.recommended.spec == "glibc:arena_max=2,trim=idle"
+    slow = next(s for s in v.summaries if s.spec == "glibc:mmap_threshold=131072")
+    assert slow.better and not slow.within_budget
+    assert v.summaries[0].spec == "jemalloc"  # ranked first among the eligible by idle median
+    loose = _verdict({"glibc": ([80, 90, 100], [3, 3, 3]),
+                      "glibc:mmap_threshold=131072": ([40, 41, 42], [4, 4, 4])}, max_slowdown=0.5)
+    assert loose.recommended.spec == "glibc:mmap_threshold=131072"
+
+
+def test_a_variant_that_failed_a_run_is_not_recommended():
+    base = _runs("glibc", [80, 90, 100], [3, 3, 3])
+    crashed = _runs("jemalloc", [40, 41], [3, 3]) + _runs("jemalloc", [0], [1], status="crashed")
+    summaries = [summarize(V.parse_variant("glibc"), base, base),
+                 summarize(V.parse_variant("jemalloc"), crashed, base)]
+    v = decide(summaries, "glibc", 0.05)
+    assert v.recommended is None
+    assert summaries[1].reason == "1 crashed"
