@@ -109,6 +109,23 @@ def test_verdict_respects_the_slowdown_budget_and_prefers_the_cheapest():
     assert loose.recommended.spec == "glibc:mmap_threshold=131072"
 
 
+def test_the_best_is_found_whatever_the_order_of_variants():
+    v = _verdict({"glibc": ([80, 90, 100], [3, 3, 3]),
+                  "glibc:trim=idle": ([52, 52, 53], [3, 3, 3]),
+                  "glibc:arena_max=2,trim=idle": ([41, 41, 41], [3, 3, 3])})
+    assert v.recommended.spec == "glibc:arena_max=2,trim=idle"
+    assert "chosen over" not in v.reason
+    assert [s.spec for s in v.summaries][:2] == ["glibc:arena_max=2,trim=idle", "glibc:trim=idle"]
+
+
+def test_between_equal_costs_the_fewest_settings_win():
+    v = _verdict({"glibc": ([48, 48, 48], [1.4, 1.4, 1.4]),
+                  "glibc:arena_max=2,trim=idle": ([30, 30, 32], [1.4, 1.4, 1.4]),
+                  "glibc:trim=idle": ([31, 30, 31], [1.4, 1.4, 1.4])})
+    assert v.recommended.spec == "glibc:trim=idle"
+    assert "simpler remedy" in v.reason
+
+
 def test_a_variant_that_failed_a_run_is_not_recommended():
     base = _runs("glibc", [80, 90, 100], [3, 3, 3])
     crashed = _runs("jemalloc", [40, 41], [3, 3]) + _runs("jemalloc", [0], [1], status="crashed")

@@ -78,6 +78,11 @@ class Variant:
         return COST_TRIMMER if self.trim else COST_ENV
 
     @property
+    def settings(self) -> int:
+        """How many things a user must change to apply it (a tie-break between equal costs)."""
+        return len(self.options) + bool(self.trim) + self.pymalloc_off + (self.allocator != "glibc")
+
+    @property
     def is_baseline(self) -> bool:
         return self.allocator == "glibc" and not self.options and not self.trim and not self.pymalloc_off
 

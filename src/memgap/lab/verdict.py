@@ -5,8 +5,9 @@ A variant counts as better than the baseline only when its whole idle range
 median over repetitions of its wall time over the baseline's in the same
 repetition (the runs are interleaved, so a repetition shares the machine's
 weather). Among the variants that are better and within the slowdown budget,
-the lab picks the cheapest kind of remedy whose idle RSS is within 10% of the
-best one's.
+the lab picks the cheapest kind of remedy (environment only, then a trimmer,
+then another allocator), with the fewest settings, whose idle RSS is within 10%
+of the best one's.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ NEAR_BEST = 1.10
 class VariantSummary:
     spec: str
     cost: int
+    settings: int
     runs: int
     ok: int
     statuses: dict[str, int] = field(default_factory=dict)
@@ -47,7 +49,7 @@ def summarize(variant: Variant, runs: list[RunMetrics], baseline_runs: list[RunM
     statuses: dict[str, int] = {}
     for r in runs:
         statuses[r.status] = statuses.get(r.status, 0) + 1
-    s = VariantSummary(variant.spec, variant.cost, len(runs), len(ok), statuses)
+    s = VariantSummary(variant.spec, variant.cost, variant.settings, len(runs), len(ok), statuses)
     s.idle = _spread([r.idle for r in ok if r.idle is not None])
     s.after_trim = _spread([r.after_trim for r in ok if r.after_trim is not None])
     s.peak = _spread([r.peak for r in ok if r.peak is not None])
@@ -77,8 +79,8 @@ def decide(summaries: list[VariantSummary], baseline_spec: str, max_slowdown: fl
             s.within_budget = False
         if base is not None and base.idle and s.idle and s is not base and s.ok == s.runs:
             s.better = s.idle[2] < base.idle[1]  # its worst run beats the baseline's best
-    eligible = [s for s in summaries if s.better and s.within_budget]
-    ranked = sorted(eligible, key=lambda s: s.idle[0]) + sorted(
+    eligible = sorted((s for s in summaries if s.better and s.within_budget), key=lambda s: s.idle[0])
+    ranked = eligible + sorted(
         [s for s in summaries if s not in eligible], key=lambda s: (s.idle is None, s.idle[0] if s.idle else 0))
     if base is None or not base.idle:
         return Verdict(ranked, base, None, "the baseline variant (glibc) did not reach idle: nothing to compare")
@@ -88,12 +90,12 @@ def decide(summaries: list[VariantSummary], baseline_spec: str, max_slowdown: fl
                        "keep the defaults")
     best = eligible[0].idle[0]
     near = [s for s in eligible if s.idle[0] <= best * NEAR_BEST]
-    choice = min(near, key=lambda s: (s.cost, s.idle[0]))
+    choice = min(near, key=lambda s: (s.cost, s.settings, s.idle[0]))
     reason = (f"idle RSS {choice.idle[0] / 2**20:.0f} MiB (range {choice.idle[1] / 2**20:.0f}-"
               f"{choice.idle[2] / 2**20:.0f}) against the baseline's {base.idle[0] / 2**20:.0f} "
               f"({base.idle[1] / 2**20:.0f}-{base.idle[2] / 2**20:.0f}), wall x{choice.slowdown or 1:.2f}; "
               f"{COST_WORDS[choice.cost]}")
     if choice is not eligible[0]:
         reason += (f"; chosen over {eligible[0].spec} ({eligible[0].idle[0] / 2**20:.0f} MiB) "
-                   "as the cheaper remedy within 10% of it")
+                   "as the simpler remedy within 10% of it")
     return Verdict(ranked, base, choice, reason)

@@ -32,8 +32,10 @@ def variants_table(lab: dict[str, Any]) -> Table:
             verdict = "better, too slow"
         elif v["better"]:
             verdict = "better"
+        elif v["spec"] == lab.get("baseline"):
+            verdict = "baseline"
         else:
-            verdict = "baseline" if v == lab["variants"][0] and not v["better"] else "not better"
+            verdict = "not better"
         wall = f"{v['wall'][0]:.2f}" if v["wall"] else "-"
         slow = f"x{v['slowdown']:.2f}" if v["slowdown"] else "-"
         table.add_row(v["spec"], _spread(v["baseline"]), _spread(v["peak"]), _spread(v["idle"]),
@@ -43,6 +45,8 @@ def variants_table(lab: dict[str, Any]) -> Table:
 
 
 def render_lab(lab: dict[str, Any], stream: TextIO, width: int | None = None) -> None:
+    if width is None and not (hasattr(stream, "isatty") and stream.isatty()):
+        width = 170  # a log or a file: room for the whole table
     console = _console(stream, width)
     m = lab["machine"]
     console.print(f"memgap lab on {m.get('cpus')} CPUs, {m.get('glibc')}, Python {m.get('python')}: "

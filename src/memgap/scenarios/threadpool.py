@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import List, Optional, Sequence
 
 import numpy as np
+import numpy.random  # noqa: F401 - numpy loads it lazily: count it as an import, not as session state
 
 from . import _common
 
