@@ -160,53 +160,50 @@ def test_malformed_proc_file_exit_code(tmp_path):
     _one_line_error(memgap("inspect", "4242", "--proc-root", str(tmp_path / "proc")), 6)
 
 
-def test_static_non_glibc_binary(tmp_path):
-    """A program without glibc's malloc in its maps: layers it cannot read are named, not guessed."""
-    if not shutil.which("gcc"):
-        pytest.skip("no C compiler")
-    src = tmp_path / "hold.c"
-    src.write_text('#include <unistd.h>\n#include <stdio.h>\nint main(void){puts("ready");fflush(stdout);'
-                   'sleep(30);return 0;}\n')
-    exe = tmp_path / "hold"
-    if subprocess.run(["gcc", "-static", "-O1", "-o", str(exe), str(src)], capture_output=True).returncode:
-        pytest.skip("static linking unavailable")
+HOLD_C = ('#include <stdio.h>\n#include <stdlib.h>\n#include <unistd.h>\n'
+          'int main(void){void *p[64]; for (int i = 0; i < 64; i++) p[i] = malloc(200000);'
+          'puts("ready"); fflush(stdout); sleep(30); return p[0] == 0;}\n')
+
+
+def _inspect_native(tmp_path, compile_cmd):
+    """Build HOLD_C with ``compile_cmd + [-o exe, src]``, run it, inspect it from outside."""
+    src, exe = tmp_path / "hold.c", tmp_path / "hold"
+    src.write_text(HOLD_C)
+    if subprocess.run([*compile_cmd, "-o", str(exe), str(src)], capture_output=True).returncode:
+        pytest.skip(f"{' '.join(compile_cmd)} cannot build here")
     proc = subprocess.Popen([str(exe)], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "ready"
         out = memgap("inspect", str(proc.pid), "--json", "-")
         assert out.returncode == 0, out.stderr
-        snap = json.loads(out.stdout)
-        assert snap["allocator"]["name"] == "unknown"
-        assert snap["layers"]["allocator_free"]["note"]
         assert _state(proc.pid) in "RS"
+        return json.loads(out.stdout)
     finally:
         proc.kill()
         proc.wait()
+
+
+def _adds_up(snap):
+    layers = [v["resident"] for v in snap["layers"].values() if v["resident"] is not None]
+    return sum(layers) + snap["unexplained"] == snap["rss"]
+
+
+@pytest.mark.skipif(not shutil.which("gcc"), reason="no C compiler")
+def test_static_non_glibc_binary(tmp_path):
+    """A program without glibc's malloc in its maps: layers it cannot read are named, not guessed."""
+    snap = _inspect_native(tmp_path, ["gcc", "-static", "-O1"])
+    assert snap["allocator"]["name"] == "unknown"
+    assert snap["layers"]["allocator_free"]["resident"] is None and snap["layers"]["allocator_free"]["note"]
+    assert _adds_up(snap)
 
 
 @pytest.mark.skipif(not shutil.which("musl-gcc"), reason="musl-tools is not installed")
 def test_musl_process(tmp_path):
     """musl's malloc is named as such; memgap reads its kernel view and measures no glibc layers."""
-    src = tmp_path / "hold.c"
-    src.write_text('#include <stdio.h>\n#include <stdlib.h>\n#include <unistd.h>\n'
-                   'int main(void){void *p[64]; for (int i = 0; i < 64; i++) p[i] = malloc(200000);'
-                   'puts("ready"); fflush(stdout); sleep(30); return p[0] == 0;}\n')
-    exe = tmp_path / "hold"
-    subprocess.run(["musl-gcc", "-o", str(exe), str(src)], check=True)
-    proc = subprocess.Popen([str(exe)], stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout.readline().strip() == "ready"
-        out = memgap("inspect", str(proc.pid), "--json", "-")
-        assert out.returncode == 0, out.stderr
-        snap = json.loads(out.stdout)
-        assert snap["allocator"]["name"] == "musl"
-        assert "musl" in snap["layers"]["allocator_free"]["note"]
-        layers = [v["resident"] for v in snap["layers"].values() if v["resident"] is not None]
-        assert sum(layers) + snap["unexplained"] == snap["rss"]
-        assert _state(proc.pid) in "RS"
-    finally:
-        proc.kill()
-        proc.wait()
+    snap = _inspect_native(tmp_path, ["musl-gcc"])
+    assert snap["allocator"]["name"] == "musl"
+    assert "musl" in snap["layers"]["allocator_free"]["note"]
+    assert _adds_up(snap)
 
 
 def test_run_killed_midway_keeps_recording(tmp_path):

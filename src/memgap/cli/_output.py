@@ -9,12 +9,16 @@ from ..errors import MemgapError
 
 
 def write_json(data: Any, path: str) -> None:
-    text = json.dumps(data, indent=1, default=str)
+    write_text(json.dumps(data, indent=1, default=str) + "\n", path)
+
+
+def write_text(text: str, path: str) -> None:
+    """Write to a file, or to stdout for '-'."""
     if path == "-":
-        sys.stdout.write(text + "\n")
+        sys.stdout.write(text)
         return
     try:
         with open(path, "w", encoding="utf-8") as fh:
-            fh.write(text + "\n")
+            fh.write(text)
     except OSError as exc:
         raise MemgapError(f"cannot write {path}: {exc.strerror or exc}") from None

@@ -24,8 +24,8 @@ import tempfile
 from ..errors import UsageError
 from ..lab.runner import LabInterrupted, LabOptions, run_lab
 from ..lab.variants import DEFAULT_SPECS, parse_variant, resolve
-from ..report.lab import render_lab
-from ._output import write_json
+from ..report.lab import markdown_table, render_lab
+from ._output import write_json, write_text
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -37,6 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-slowdown", type=float, default=0.05, metavar="F",
                    help="the throughput budget: a variant may be at most this much slower (0.05 = 5%%)")
     p.add_argument("--json", metavar="FILE", help="write the lab's results as JSON")
+    p.add_argument("--markdown", metavar="FILE", help="also write the variants table as Markdown")
     p.add_argument("--dir", metavar="DIR", help="keep the recordings here (default: a new temporary folder)")
     p.add_argument("--show-output", action="store_true", help="let the workload print to the terminal")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- the workload to run")
@@ -69,6 +70,8 @@ def main(args: argparse.Namespace) -> int:
         raise KeyboardInterrupt from None
     if args.json:
         write_json(lab, args.json)
+    if args.markdown:
+        write_text(markdown_table(lab), args.markdown)
     if args.json != "-":
         render_lab(lab, sys.stdout)
     return 0

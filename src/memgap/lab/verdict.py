@@ -35,6 +35,7 @@ class VariantSummary:
     wall: tuple[float, float, float] | None = None
     slowdown: float | None = None                   # median wall ratio vs the baseline variant
     patterns: list[str] = field(default_factory=list)
+    pattern_counts: dict[str, int] = field(default_factory=dict)
     better: bool = False
     within_budget: bool = True
     reason: str = ""
@@ -59,6 +60,9 @@ def summarize(variant: Variant, runs: list[RunMetrics], baseline_runs: list[RunM
     ratios = [r.wall / base_by_rep[r.rep] for r in ok if r.rep in base_by_rep]
     s.slowdown = statistics.median(ratios) if ratios else None
     s.patterns = sorted({r.pattern for r in ok if r.pattern})
+    for r in ok:
+        if r.pattern:
+            s.pattern_counts[r.pattern] = s.pattern_counts.get(r.pattern, 0) + 1
     return s
 
 

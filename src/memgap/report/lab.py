@@ -16,6 +16,36 @@ def _spread(value: Any) -> str:
     return f"{mib(med, 0)} ({mib(lo, 0)}-{mib(hi, 0)})"
 
 
+def _verdict_word(lab: dict[str, Any], v: dict[str, Any]) -> str:
+    if v["spec"] == (lab.get("recommendation") or {}).get("variant"):
+        return "recommended"
+    if v["reason"]:
+        return v["reason"]
+    if v["better"] and not v["within_budget"]:
+        return "too slow"
+    if v["better"]:
+        return "better"
+    return "baseline" if v["spec"] == lab.get("baseline") else "not better"
+
+
+def _pattern(v: dict[str, Any]) -> str:
+    """The commonest pattern word over the repetitions."""
+    words = v.get("pattern_counts") or {}
+    return max(words, key=words.get) if words else ", ".join(v.get("patterns", []))
+
+
+def markdown_table(lab: dict[str, Any]) -> str:
+    """The variants as a Markdown table (MiB, median and min-max)."""
+    rows = ["| variant | post-import | peak | idle | after trim | wall s | slowdown | pattern | verdict |",
+            "|---|---|---|---|---|---|---|---|---|"]
+    for v in lab["variants"]:
+        wall = f"{v['wall'][0]:.2f}" if v["wall"] else "-"
+        slow = f"x{v['slowdown']:.2f}" if v["slowdown"] else "-"
+        rows.append(f"| `{v['spec']}` | {_spread(v['baseline'])} | {_spread(v['peak'])} | {_spread(v['idle'])} | "
+                    f"{_spread(v['after_trim'])} | {wall} | {slow} | {_pattern(v)} | {_verdict_word(lab, v)} |")
+    return "\n".join(rows) + "\n"
+
+
 def variants_table(lab: dict[str, Any]) -> Table:
     table = Table(title=f"{lab['reps']} interleaved repetitions per variant, MiB: median (min-max)",
                   title_justify="left")
@@ -24,22 +54,10 @@ def variants_table(lab: dict[str, Any]) -> Table:
                          no_wrap=col != "verdict")
     recommended = (lab.get("recommendation") or {}).get("variant")
     for v in lab["variants"]:
-        if v["spec"] == recommended:
-            verdict = "recommended"
-        elif v["reason"]:
-            verdict = v["reason"]
-        elif v["better"] and not v["within_budget"]:
-            verdict = "better, too slow"
-        elif v["better"]:
-            verdict = "better"
-        elif v["spec"] == lab.get("baseline"):
-            verdict = "baseline"
-        else:
-            verdict = "not better"
         wall = f"{v['wall'][0]:.2f}" if v["wall"] else "-"
         slow = f"x{v['slowdown']:.2f}" if v["slowdown"] else "-"
         table.add_row(v["spec"], _spread(v["baseline"]), _spread(v["peak"]), _spread(v["idle"]),
-                      _spread(v["after_trim"]), wall, slow, ", ".join(v["patterns"]), verdict,
+                      _spread(v["after_trim"]), wall, slow, _pattern(v), _verdict_word(lab, v),
                       style="bold" if v["spec"] == recommended else None)
     return table
 

@@ -6,6 +6,7 @@ malloc is the process's allocator (the caller checks that first).
 from __future__ import annotations
 
 import ctypes
+import functools
 from dataclasses import dataclass, field
 
 from ..errors import MalformedInput, Unsupported
@@ -237,12 +238,7 @@ class GlibcMalloc:
         return bool(self.libc.malloc_trim(pad))
 
 
-_glibc: GlibcMalloc | None = None
-
-
+@functools.cache
 def glibc_malloc() -> GlibcMalloc:
     """The process-wide GlibcMalloc (raises Unsupported off glibc)."""
-    global _glibc
-    if _glibc is None:
-        _glibc = GlibcMalloc()
-    return _glibc
+    return GlibcMalloc()

@@ -6,6 +6,7 @@ injectable ``proc_root`` and translate OS errors in one place.
 """
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, field
 
@@ -256,14 +257,9 @@ class _Mincore:
         return self._ctypes.string_at(self._buffer, pages).translate(_MINCORE_TABLE)
 
 
-_MINCORE: _Mincore | None = None
-
-
+@functools.cache
 def _mincore() -> _Mincore:
-    global _MINCORE
-    if _MINCORE is None:
-        _MINCORE = _Mincore()
-    return _MINCORE
+    return _Mincore()
 
 
 class ProcReader:
