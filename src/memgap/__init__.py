@@ -14,11 +14,13 @@ from __future__ import annotations
 from .api import TrimResult, explain, phase, phases, snapshot, trim
 from .errors import AccessDenied, MalformedInput, MemgapError, NoSuchProcess, Unsupported
 from .model import Finding, Layer, Snapshot
+from .remedies import Trimmer, preload_env, spawn_env, verify_env
 
 __version__ = "0.1.0"
 
 __all__ = [
     "snapshot", "phase", "phases", "trim", "explain", "TrimResult",
+    "Trimmer", "spawn_env", "preload_env", "verify_env",
     "Snapshot", "Layer", "Finding",
     "MemgapError", "NoSuchProcess", "AccessDenied", "Unsupported", "MalformedInput",
 ]

@@ -6,6 +6,7 @@ import os
 import threading
 
 TRIM_EVERY_ENV = "MEMGAP_TRIM_EVERY"
+TRIMMER_ENV = "MEMGAP_TRIMMER"  # "1": run memgap.Trimmer (trims when the process goes quiet)
 
 
 def _at_exit() -> None:
@@ -42,6 +43,16 @@ def _trim_periodically(seconds: float) -> None:
 def install() -> None:
     if os.environ.get("MEMGAP_RECORD_DIR"):
         atexit.register(_at_exit)
+    if os.environ.get(TRIMMER_ENV) == "1":
+        from .errors import Unsupported
+        from .remedies import Trimmer
+
+        try:
+            trimmer = Trimmer().start()
+        except Unsupported:
+            pass  # not glibc: nothing to trim, and the program runs as it would
+        else:
+            atexit.register(trimmer.stop)
     every = os.environ.get(TRIM_EVERY_ENV)
     if every:
         try:

@@ -4,14 +4,15 @@ put first on PYTHONPATH).
 Under a recording it records an ``exit`` snapshot when the interpreter exits, so
 memgap.phase() calls and the final state of an unmodified program reach the
 run's recording; with MEMGAP_TRIM_EVERY=SECONDS it starts a periodic
-malloc_trim(0). Then it hands over to any sitecustomize the user already had.
+malloc_trim(0), with MEMGAP_TRIMMER=1 memgap.Trimmer (a trim when the process
+goes quiet after a burst). Then it hands over to any sitecustomize the user already had.
 """
 
 
 def _install() -> None:
     import os
 
-    if not (os.environ.get("MEMGAP_RECORD_DIR") or os.environ.get("MEMGAP_TRIM_EVERY")):
+    if not any(os.environ.get(v) for v in ("MEMGAP_RECORD_DIR", "MEMGAP_TRIM_EVERY", "MEMGAP_TRIMMER")):
         return
     try:
         from memgap._hook import install

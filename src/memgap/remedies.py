@@ -1,0 +1,150 @@
+"""Remedies as code: an idle trimmer, and the environment for spawned children.
+
+    trimmer = memgap.Trimmer().start()      # trims after bursts, when the process goes quiet
+    env = memgap.spawn_env(MALLOC_ARENA_MAX="2")
+    env = memgap.preload_env("jemalloc", background_thread="true", dirty_decay_ms="1000")
+    memgap.verify_env(child.pid, env)       # what actually reached the child
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass
+
+from .errors import Unsupported
+from .sources.procfs import ProcReader, status_int
+
+MiB = 1 << 20
+
+
+@dataclass
+class TrimmerStats:
+    trims: int = 0
+    released: int = 0       # bytes of RSS the trims gave back, measured from VmRSS
+    seconds: float = 0.0    # time spent inside malloc_trim
+    checks: int = 0
+
+
+class Trimmer:
+    """Call ``malloc_trim(0)`` when the process has gone quiet after a burst.
+
+    Every ``interval`` seconds it reads ``mallinfo2()`` (a few microseconds). A
+    burst is over when the bytes in use have not moved by more than
+    ``quiet_change`` for ``quiet`` seconds; it trims then if glibc holds at
+    least ``min_free`` bytes free. The cost is bounded: at most one trim per
+    ``min_gap`` seconds, and after a trim that gave back less than 1 MiB the
+    gap doubles (up to 64 times) until one releases again. glibc only: elsewhere
+    ``start()`` raises Unsupported.
+    """
+
+    def __init__(self, interval: float = 1.0, quiet: float = 2.0, min_free: int = 16 * MiB,
+                 quiet_change: float = 0.02, min_gap: float = 10.0) -> None:
+        self.interval, self.quiet, self.min_free = interval, quiet, min_free
+        self.quiet_change, self.min_gap = quiet_change, min_gap
+        self.stats = TrimmerStats()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> "Trimmer":
+        from .sources.allocator import detect_in_process
+        from .sources.glibc import glibc_malloc
+
+        detection = detect_in_process(ProcReader("self").maps())
+        if not detection.is_glibc:
+            raise Unsupported(f"the trimmer needs glibc's malloc; this process runs {detection.name}")
+        self._libc = glibc_malloc()
+        self._thread = threading.Thread(target=self._loop, name="memgap-trimmer", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def __enter__(self) -> "Trimmer":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _loop(self) -> None:
+        status = ProcReader("self")
+        last_in_use = None
+        quiet_since = time.monotonic()
+        next_allowed = 0.0
+        gap = self.min_gap
+        while not self._stop.wait(self.interval):
+            info = self._libc.mallinfo2()
+            self.stats.checks += 1
+            now = time.monotonic()
+            in_use = info.in_use
+            if last_in_use is None or abs(in_use - last_in_use) > self.quiet_change * max(last_in_use, MiB):
+                quiet_since = now
+            last_in_use = in_use
+            if now - quiet_since < self.quiet or now < next_allowed or info.fordblks < self.min_free:
+                continue
+            before = status_int(status.status(), "VmRSS")
+            started = time.perf_counter()
+            self._libc.trim(0)
+            self.stats.seconds += time.perf_counter() - started
+            released = max(0, before - status_int(status.status(), "VmRSS"))
+            self.stats.trims += 1
+            self.stats.released += released
+            gap = self.min_gap if released >= MiB else min(gap * 2, self.min_gap * 64)
+            next_allowed = now + gap
+
+
+def spawn_env(base: dict[str, str] | None = None, **settings: str) -> dict[str, str]:
+    """The environment for a child process with allocator ``settings``.
+
+    A value the user already set (in ``base``, default os.environ) wins: the
+    setting is theirs, and memgap does not override it.
+    """
+    env = dict(os.environ if base is None else base)
+    for key, value in settings.items():
+        env.setdefault(key, str(value))
+    return env
+
+
+def preload_env(allocator: str, base: dict[str, str] | None = None, **options: str) -> dict[str, str]:
+    """The environment that runs a child under ``allocator`` (jemalloc, tcmalloc, mimalloc).
+
+    The allocator goes in front of an existing LD_PRELOAD; jemalloc's options
+    become MALLOC_CONF, the others' their TCMALLOC_*/MIMALLOC_* variables.
+    Raises Unsupported when the allocator is not installed (with the install line).
+    """
+    from .lab.variants import find_library, install_hint, parse_variant
+
+    spec = allocator + (":" + ",".join(f"{k}={v}" for k, v in options.items()) if options else "")
+    variant = parse_variant(spec)
+    if variant.allocator == "glibc":
+        raise Unsupported("glibc is already the default allocator: use spawn_env for its tunables")
+    library = find_library(variant.allocator)
+    if library is None:
+        raise Unsupported(f"{allocator} is not installed here: {install_hint(variant.allocator)}")
+    env = dict(os.environ if base is None else base)
+    existing = env.get("LD_PRELOAD", "")
+    variant.library = library
+    settings = variant.env()
+    settings["LD_PRELOAD"] = f"{library} {existing}".strip()
+    env.update(settings)
+    return env
+
+
+def verify_env(pid: int, expected: dict[str, str]) -> dict[str, tuple[str | None, str]]:
+    """Which of ``expected`` did not reach process ``pid``: name -> (found, wanted).
+
+    Reads /proc/PID/environ (the environment the process started with) and, for
+    LD_PRELOAD, also checks that each preloaded library is mapped.
+    """
+    reader = ProcReader(pid)
+    actual = reader.environ()
+    missing = {k: (actual.get(k), v) for k, v in expected.items() if actual.get(k) != v}
+    if "LD_PRELOAD" in expected and "LD_PRELOAD" not in missing:
+        mapped = {m.path for m in reader.maps()}
+        for library in expected["LD_PRELOAD"].split():
+            if os.path.realpath(library) not in {os.path.realpath(p) for p in mapped if p.startswith("/")}:
+                missing["LD_PRELOAD"] = (f"{library} not mapped", expected["LD_PRELOAD"])
+    return missing

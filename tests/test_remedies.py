@@ -1,0 +1,100 @@
+"""Remedies as code, on real processes and real allocators."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import child_env
+from helpers import JEMALLOC
+from memgap.remedies import preload_env, spawn_env, verify_env
+from memgap.runs import BOOTSTRAP_DIR
+
+BURST_THEN_QUIET = r"""
+import json, os, sys, time
+import memgap
+def rss():
+    return int([l for l in open('/proc/self/status') if l.startswith('VmRSS')][0].split()[1]) << 10
+blocks = [bytearray(100_000) for _ in range(1500)]   # ~150 MiB in glibc's heap (under the mmap threshold)
+del blocks[:-1]                                      # the last one pins the top: free() cannot shrink the heap
+before = rss()
+if os.environ.get("START_TRIMMER"):
+    trimmer = memgap.Trimmer(interval=0.1, quiet=0.3, min_free=4 << 20, min_gap=1.0).start()
+time.sleep(float(os.environ.get("WAIT", "1.5")))
+after = rss()
+stats = trimmer.stats.__dict__ if os.environ.get("START_TRIMMER") else None
+print(json.dumps({"before": before, "after": after, "stats": stats}))
+"""
+
+
+def _burst(**env):
+    out = subprocess.run([sys.executable, "-c", BURST_THEN_QUIET], env=child_env(**env),
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_trimmer_gives_back_what_a_quiet_process_holds():
+    untouched = _burst()
+    trimmed = _burst(START_TRIMMER="1")
+    assert untouched["after"] > 100 << 20, "glibc kept the freed burst"  # the problem
+    assert trimmed["stats"]["trims"] >= 1
+    assert trimmed["after"] < untouched["after"] - (80 << 20)
+    assert trimmed["stats"]["released"] >= 80 << 20
+    assert trimmed["stats"]["trims"] <= 2  # bounded: quiet afterwards, nothing left to trim
+
+
+def test_trimmer_from_the_bootstrap_on_an_unmodified_program():
+    env = {"MEMGAP_TRIMMER": "1", "PYTHONPATH": BOOTSTRAP_DIR + os.pathsep + child_env()["PYTHONPATH"],
+           "WAIT": "4"}
+    trimmed = _burst(**env)
+    assert trimmed["after"] < 60 << 20, trimmed
+
+
+@pytest.mark.skipif(not os.path.exists(JEMALLOC), reason="libjemalloc2 is not installed")
+def test_trimmer_refuses_other_allocators():
+    script = "import memgap\ntry:\n    memgap.Trimmer().start()\nexcept memgap.Unsupported as e:\n    print(e)\n"
+    out = subprocess.run([sys.executable, "-c", script], env=child_env(LD_PRELOAD=JEMALLOC),
+                         capture_output=True, text=True, timeout=60)
+    assert "needs glibc's malloc; this process runs jemalloc" in out.stdout
+
+
+def test_spawn_env_keeps_what_the_user_set():
+    env = spawn_env({"MALLOC_ARENA_MAX": "4", "PATH": "/bin"}, MALLOC_ARENA_MAX="2", MALLOC_TRIM_THRESHOLD_="65536")
+    assert env == {"MALLOC_ARENA_MAX": "4", "PATH": "/bin", "MALLOC_TRIM_THRESHOLD_": "65536"}
+
+
+SLEEPER = [sys.executable, "-c", "import sys, time; print('up', flush=True); time.sleep(30)"]
+
+
+def _child(env):
+    proc = subprocess.Popen(SLEEPER, env=env, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "up"
+    return proc
+
+
+def test_verify_env_reads_what_reached_the_child():
+    env = spawn_env(MALLOC_ARENA_MAX="2")
+    proc = _child(env)
+    try:
+        assert verify_env(proc.pid, {"MALLOC_ARENA_MAX": "2"}) == {}
+        assert verify_env(proc.pid, {"MALLOC_ARENA_MAX": "3"}) == {"MALLOC_ARENA_MAX": ("2", "3")}
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.skipif(not os.path.exists(JEMALLOC), reason="libjemalloc2 is not installed")
+def test_preload_env_runs_the_child_under_jemalloc():
+    env = preload_env("jemalloc", base={**os.environ, "LD_PRELOAD": ""}, dirty_decay_ms="1000")
+    assert env["MALLOC_CONF"] == "dirty_decay_ms:1000"
+    proc = _child(env)
+    try:
+        wanted = {k: env[k] for k in ("LD_PRELOAD", "MALLOC_CONF")}
+        assert verify_env(proc.pid, wanted) == {}
+        maps = open(f"/proc/{proc.pid}/maps").read()
+        assert "libjemalloc" in maps
+    finally:
+        proc.kill()
+        proc.wait()
