@@ -118,3 +118,19 @@ def test_interrupted_lab_keeps_its_runs(tmp_path):
     assert len(lab["runs"]) >= 3
     recorded = (lab_dir / "lab.jsonl").read_text().count('"type":"run"')
     assert recorded == len([r for r in lab["runs"]])
+
+
+def test_lab_throughput_from_the_workloads_metric(tmp_path):
+    script = tmp_path / "rate.py"
+    script.write_text("import os, memgap\nmemgap.phase('post-import')\n"
+                      "rate = 500.0 if os.environ.get('MALLOC_ARENA_MAX') else 1000.0\n"
+                      "memgap.metric('req/s', rate)\nmemgap.phase('idle')\n")
+    out = tmp_path / "lab.json"
+    proc = memgap("lab", "--reps", "2", "--metric", "req/s", "--variant", "glibc", "--variant", "glibc:arena_max=2",
+                  "--json", str(out), "--dir", str(tmp_path / "runs"), "--", sys.executable, str(script))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lab = json.loads(out.read_text())
+    assert lab["metric"] == "req/s"
+    assert {r["variant"]: r["throughput"] for r in lab["runs"]} == {"glibc": 1000.0, "glibc:arena_max=2": 500.0}
+    slow = next(v for v in lab["variants"] if v["spec"] == "glibc:arena_max=2")
+    assert slow["slowdown"] == 2.0 and not slow["within_budget"]

@@ -11,7 +11,7 @@ In-process API::
 """
 from __future__ import annotations
 
-from .api import TrimResult, explain, phase, phases, snapshot, trim
+from .api import TrimResult, explain, metric, phase, phases, snapshot, trim
 from .errors import AccessDenied, MalformedInput, MemgapError, NoSuchProcess, Unsupported
 from .model import Finding, Layer, Snapshot
 from .remedies import Trimmer, preload_env, spawn_env, verify_env
@@ -19,7 +19,7 @@ from .remedies import Trimmer, preload_env, spawn_env, verify_env
 __version__ = "0.1.0"
 
 __all__ = [
-    "snapshot", "phase", "phases", "trim", "explain", "TrimResult",
+    "snapshot", "phase", "phases", "trim", "explain", "metric", "TrimResult",
     "Trimmer", "spawn_env", "preload_env", "verify_env",
     "Snapshot", "Layer", "Finding",
     "MemgapError", "NoSuchProcess", "AccessDenied", "Unsupported", "MalformedInput",

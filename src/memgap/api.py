@@ -89,6 +89,19 @@ class phase:  # noqa: N801 - used like a function
         self.end_snapshot = _record(f"{self.name}:end")
 
 
+def metric(name: str, value: float) -> None:
+    """Report a figure of the workload (``memgap.metric("req/s", 1530.0)``).
+
+    Under ``memgap run`` and ``memgap lab`` it goes to the recording, where the
+    lab reads its throughput from it (``memgap lab --metric req/s``); elsewhere
+    it does nothing. The last value reported under a name counts.
+    """
+    writer = _recording_writer()
+    if writer is not None:
+        writer.write({"type": "metric", "pid": os.getpid(), "name": str(name), "value": float(value),
+                      "time": time.time()})
+
+
 def phases() -> list[Snapshot]:
     """Snapshots recorded by phase() in this process, oldest first."""
     return list(_phases)

@@ -183,6 +183,7 @@ def load_run(record_dir: str) -> dict[str, Any]:
     processes: dict[int, dict[str, Any]] = {}
     timeline: list[dict[str, Any]] = []
     errors: list[dict[str, Any]] = []
+    metrics: dict[str, float] = {}  # the last value reported under each name, any process
     samples_path = os.path.join(record_dir, SAMPLES_FILE)
     if os.path.exists(samples_path):
         for event in read_events(samples_path):
@@ -200,6 +201,8 @@ def load_run(record_dir: str) -> dict[str, Any]:
         for event in read_events(path):
             if event.get("type") == "error":
                 errors.append({k: v for k, v in event.items() if k != "type"})
+            if event.get("type") == "metric":
+                metrics[event["name"]] = event["value"]
             if event.get("type") != "snapshot":
                 continue
             pid = event["pid"]
@@ -229,6 +232,7 @@ def load_run(record_dir: str) -> dict[str, Any]:
         "timeline": timeline,
         "findings": findings,
         "errors": errors,
+        "metrics": metrics,
         "record_dir": record_dir,
     }
 

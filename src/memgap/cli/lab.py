@@ -36,6 +36,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, default=600.0, metavar="S", help="seconds per run before it is stopped")
     p.add_argument("--max-slowdown", type=float, default=0.05, metavar="F",
                    help="the throughput budget: a variant may be at most this much slower (0.05 = 5%%)")
+    p.add_argument("--metric", metavar="NAME", default="",
+                   help="throughput: a figure the workload reports with memgap.metric(NAME, value), higher "
+                        "is better (default: the workload's wall time)")
     p.add_argument("--json", metavar="FILE", help="write the lab's results as JSON")
     p.add_argument("--markdown", metavar="FILE", help="also write the variants table as Markdown")
     p.add_argument("--dir", metavar="DIR", help="keep the recordings here (default: a new temporary folder)")
@@ -60,7 +63,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"memgap lab: skipping {line}", file=sys.stderr)
     options = LabOptions(cmd, variants, args.reps, args.timeout, args.max_slowdown,
                          lab_dir=args.dir or tempfile.mkdtemp(prefix="memgap-lab-"),
-                         quiet_workload=not args.show_output, skipped=skipped)
+                         quiet_workload=not args.show_output, skipped=skipped, metric=args.metric)
     try:
         lab = run_lab(options, progress=lambda line: print(line, file=sys.stderr, flush=True))
     except LabInterrupted as stop:

@@ -23,6 +23,7 @@ class RunMetrics:
     after_trim: int | None = None  # RSS right after one malloc_trim(0) at idle
     trim_released: int | None = None
     vm_peak: int | None = None
+    throughput: float | None = None  # the workload's own metric (--metric), higher is better
     pattern: str = ""
     pattern_evidence: str = ""
     phases: list[tuple[str, int]] = field(default_factory=list)
@@ -59,7 +60,7 @@ def classify_pattern(values: list[int]) -> tuple[str, str]:
 
 
 def run_metrics(run: dict[str, Any], variant: str, rep: int, order: int, cpu: float,
-                trims_at_idle: bool = False, allocator: str = "") -> RunMetrics:
+                trims_at_idle: bool = False, allocator: str = "", metric: str = "") -> RunMetrics:
     """Figures of one run; ``trims_at_idle``: the variant is itself the idle trim, so its
     idle figure is the RSS after that trim. ``allocator``: the malloc the variant
     should have put in place; a run whose process reports another one did not
@@ -75,6 +76,10 @@ def run_metrics(run: dict[str, Any], variant: str, rep: int, order: int, cpu: fl
     elif code:
         m.status = "crashed"
         m.note = f"exit code {code}"
+    if metric:
+        m.throughput = run.get("metrics", {}).get(metric)
+        if m.throughput is None and m.status == "ok":
+            m.status, m.note = "no-metric", f"the workload reported no metric {metric!r}"
     proc = _main_process(run)
     if proc is None:
         return m

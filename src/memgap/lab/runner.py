@@ -28,6 +28,7 @@ class LabOptions:
     interval: float = 0.1
     lab_dir: str = ""
     quiet_workload: bool = True
+    metric: str = ""  # a throughput the workload reports with memgap.metric(); else wall time counts
     skipped: list[str] = field(default_factory=list)
 
 
@@ -89,7 +90,7 @@ def _run_one(options: LabOptions, variant: Variant, rep: int, order: int) -> Run
     cpu = _cpu_of_children() - cpu_before
     run = load_run(record_dir)
     return run_metrics(run, variant.spec, rep, order, cpu, trims_at_idle=variant.trim == "idle",
-                       allocator=variant.allocator)
+                       allocator=variant.allocator, metric=options.metric)
 
 
 def _progress_line(order: int, total: int, r: RunMetrics) -> str:
@@ -159,6 +160,7 @@ def lab_document(options: LabOptions, results: list[RunMetrics], seconds: float,
         "python": sys.version.split()[0],
         "reps": options.reps,
         "max_slowdown": options.max_slowdown,
+        "metric": options.metric or "wall time",
         "order": [f"{r.variant}#{r.rep}" for r in results],
         "runs": [asdict(r) for r in results],
         "baseline": baseline.spec if baseline else None,

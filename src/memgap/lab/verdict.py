@@ -33,7 +33,8 @@ class VariantSummary:
     peak: tuple[int, int, int] | None = None
     baseline: tuple[int, int, int] | None = None    # post-import RSS
     wall: tuple[float, float, float] | None = None
-    slowdown: float | None = None                   # median wall ratio vs the baseline variant
+    throughput: tuple[float, float, float] | None = None
+    slowdown: float | None = None   # median over reps: wall / baseline wall, or baseline throughput / throughput
     patterns: list[str] = field(default_factory=list)
     pattern_counts: dict[str, int] = field(default_factory=dict)
     better: bool = False
@@ -56,8 +57,13 @@ def summarize(variant: Variant, runs: list[RunMetrics], baseline_runs: list[RunM
     s.peak = _spread([r.peak for r in ok if r.peak is not None])
     s.baseline = _spread([r.baseline for r in ok if r.baseline is not None])
     s.wall = _spread([r.wall for r in ok])
-    base_by_rep = {r.rep: r.wall for r in baseline_runs if r.status == "ok" and r.wall > 0}
-    ratios = [r.wall / base_by_rep[r.rep] for r in ok if r.rep in base_by_rep]
+    s.throughput = _spread([r.throughput for r in ok if r.throughput is not None])
+    if s.throughput is not None:  # the workload's own figure, higher is better
+        base_tp = {r.rep: r.throughput for r in baseline_runs if r.status == "ok" and r.throughput}
+        ratios = [base_tp[r.rep] / r.throughput for r in ok if r.rep in base_tp and r.throughput]
+    else:
+        base_by_rep = {r.rep: r.wall for r in baseline_runs if r.status == "ok" and r.wall > 0}
+        ratios = [r.wall / base_by_rep[r.rep] for r in ok if r.rep in base_by_rep]
     s.slowdown = statistics.median(ratios) if ratios else None
     s.patterns = sorted({r.pattern for r in ok if r.pattern})
     for r in ok:
