@@ -128,6 +128,8 @@ def attribute(m: Measurements) -> tuple[dict[str, Layer], int]:
             "trim_estimate_complete": complete,
             "held_in_thread_tops": sum(a.top_resident for a in m.glibc.arenas if not a.is_main),
             "mmapped_chunks": owned.count.get("mmapped-chunk", 0),
+            # mallinfo2's count, to compare with the chunks found (memalign'ed ones are not found)
+            "mmapped_chunks_reported": m.mallinfo.hblks if m.mallinfo else None,
             "problems": list(m.glibc.problems),
         }
     elif m.jemalloc is not None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from .attribution import Measurements, attribute
-from .errors import MemgapError, Unsupported
+from .errors import NoSuchProcess, Unsupported
 from .memory_map import MemoryMap, read_memory_map
 from .model import Region, Snapshot
 from .sources import allocator as allocator_source
@@ -143,11 +143,7 @@ def snapshot_self(phase: str | None = None, options: Options | None = None) -> S
         python_heap=heap.__dict__.copy() if heap else None,
         regions=regions if options.regions else [],
     )
-    snap.collect_seconds = time.perf_counter() - started
-    from .diagnose import diagnose
-
-    snap.findings = diagnose(snap)
-    return snap
+    return _finish(snap, started)
 
 
 def _allocator_dict(detection, mallinfo, malloc_info, jemalloc) -> dict:  # type: ignore[no-untyped-def]
@@ -175,13 +171,8 @@ def snapshot_pid(pid: int, options: Options | None = None, proc_root: str = "/pr
         memmap = read_memory_map(reader)
         layout = None
         is_python = any("python" in os.path.basename(m.path) for m in maps if m.is_file)
-        if detection.is_glibc:
-            try:
-                layout = find_glibc_layout(reader, memmap.plain_mappings, memmap.resident)
-            except MemgapError:
-                raise
-            except OSError as exc:
-                notes["allocator_free"] = f"could not read the allocator's memory ({exc})"
+        if detection.is_glibc:  # read-only, validated walks through /proc/PID/mem
+            layout = find_glibc_layout(reader, memmap.plain_mappings, memmap.resident)
         else:
             notes["allocator_in_use"] = notes["allocator_free"] = (
                 f"allocator {detection.name}: from outside memgap reads glibc's heaps only")
@@ -194,8 +185,6 @@ def snapshot_pid(pid: int, options: Options | None = None, proc_root: str = "/pr
             status["Uss"] = rollup.get("Private_Clean") + rollup.get("Private_Dirty")
         cmd = reader.cmdline()
         if reader.stat().start_time != stat_before.start_time:
-            from .errors import NoSuchProcess
-
             raise NoSuchProcess(pid, "the PID was reused while memgap read it")
     rss = status_int(status, "VmRSS")
     measured = Measurements(rss, regions, detection.name, layout, notes=notes)
@@ -205,8 +194,13 @@ def snapshot_pid(pid: int, options: Options | None = None, proc_root: str = "/pr
         allocator=_allocator_dict(detection, None, None, None), route="outside",
         status=_status_subset(status), regions=regions if options.regions else [], cmd=cmd,
     )
-    snap.collect_seconds = time.perf_counter() - started
+    return _finish(snap, started)
+
+
+def _finish(snap: Snapshot, started: float) -> Snapshot:
+    """Stamp the collection time and add the findings."""
     from .diagnose import diagnose
 
+    snap.collect_seconds = time.perf_counter() - started
     snap.findings = diagnose(snap)
     return snap

@@ -37,6 +37,9 @@ def _glibc_retention(snap: Snapshot) -> list[Finding]:
                         f"trim would release {mib(a['trim_releasable'])} MiB")
     summary = (f"glibc holds {mib(free)} MiB free in {d['arena_count']} arenas ({d['thread_arenas']} thread "
                f"arenas); a trim would release ~{mib(releasable)} MiB")
+    if not d.get("trim_estimate_complete", True):
+        summary += " (at least: an arena changed while it was read, see problems)"
+        evidence.extend(d.get("problems", []))
     remedy = "memgap.trim() (malloc_trim(0)) after the burst"
     if held_tops > max(FLOOR, free // 3):
         evidence.append(f"{mib(held_tops)} MiB sit in thread arenas' top chunks, which malloc_trim(0) leaves "
