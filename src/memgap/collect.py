@@ -97,12 +97,33 @@ def _status_subset(status: dict[str, int | str]) -> dict[str, int]:
 
 
 def snapshot_self(phase: str | None = None, options: Options | None = None) -> Snapshot:
-    """A snapshot of this process, with allocator and Python statistics."""
+    """A snapshot of this process, with allocator and Python statistics.
+
+    The cyclic garbage collector is paused while it runs: the snapshot's own
+    allocations must not set off a collection in the program it observes (one
+    that frees memory between the pagemap read and VmRSS would also show up
+    as unexplained).
+    """
+    import gc
+
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _snapshot_self(phase, options)
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _snapshot_self(phase: str | None, options: Options | None) -> Snapshot:
     from .sources import pyheap, pymalloc as pymalloc_source
 
     options = options or Options()
     started = time.perf_counter()
     notes: dict[str, str] = {}
+    # The gc walk first: it allocates (and may map new pymalloc arenas), so every
+    # figure read after it, maps included, sees the heap as the walk left it.
+    heap = pyheap.python_heap(options.walk_python, options.class_names)
     with ProcReader("self") as reader:
         maps = reader.maps()
         detection = allocator_source.detect_in_process(maps)
@@ -121,7 +142,6 @@ def snapshot_self(phase: str | None = None, options: Options | None = None) -> S
             notes["allocator_in_use"] = notes["allocator_free"] = (
                 f"allocator {detection.name}: memgap reads glibc and jemalloc statistics only")
         pm = pymalloc_source.parse_debugmallocstats(pymalloc_source.capture_debugmallocstats())
-        heap = pyheap.python_heap(options.walk_python, options.class_names)
         # Python threads: their pthread struct (the ident) sits at the top of their stack
         py_threads = [t for t in threading.enumerate() if t is not threading.main_thread() and t.ident]
         memmap = read_memory_map(reader, tuple(t.ident for t in py_threads), maps,  # type: ignore[misc]
