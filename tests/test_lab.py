@@ -134,3 +134,24 @@ def test_lab_throughput_from_the_workloads_metric(tmp_path):
     assert {r["variant"]: r["throughput"] for r in lab["runs"]} == {"glibc": 1000.0, "glibc:arena_max=2": 500.0}
     slow = next(v for v in lab["variants"] if v["spec"] == "glibc:arena_max=2")
     assert slow["slowdown"] == 2.0 and not slow["within_budget"]
+
+
+def test_lab_sweeps_parameters_as_a_grid(tmp_path):
+    script = tmp_path / "grow.py"
+    script.write_text("import os, memgap\nmemgap.phase('post-import')\n"
+                      "keep = bytearray(int(os.environ['MIB']) * int(os.environ['COPIES']) << 20)\n"
+                      "keep[::4096] = b'x' * len(keep[::4096])\nmemgap.phase('idle')\n")
+    out = tmp_path / "lab.json"
+    proc = memgap("lab", "--reps", "1", "--variant", "glibc", "--param", "MIB=8,32", "--param", "COPIES=1,2",
+                  "--json", str(out), "--dir", str(tmp_path / "runs"), "--", sys.executable, str(script))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lab = json.loads(out.read_text())
+    assert lab["params"] == {"MIB": ["8", "32"], "COPIES": ["1", "2"]}
+    assert [c["params"] for c in lab["cells"]] == [{"MIB": m, "COPIES": c} for m in ("8", "32") for c in ("1", "2")]
+    rows = {(r["params"]["MIB"], r["params"]["COPIES"]): r for r in lab["sweep"]["glibc"]}
+    growth = rows[("32", "2")]["idle"] - rows[("8", "1")]["idle"]
+    assert (64 - 8 - 2) << 20 < growth < (64 - 8 + 6) << 20  # the held buffer, measured in RSS
+    assert rows[("8", "1")]["idle_growth"] == 0
+    assert lab["cell"] == {"MIB": "32", "COPIES": "2"}  # the worst case leads the verdict
+    assert "MIB=32 COPIES=2" in " ".join(lab["order"])
+    assert "COPIES=2 idle" in proc.stdout  # the sweep table

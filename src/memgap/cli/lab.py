@@ -36,6 +36,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, default=600.0, metavar="S", help="seconds per run before it is stopped")
     p.add_argument("--max-slowdown", type=float, default=0.05, metavar="F",
                    help="the throughput budget: a variant may be at most this much slower (0.05 = 5%%)")
+    p.add_argument("--param", action="append", default=[], metavar="NAME=V1,V2,...",
+                   help="sweep an environment variable of the workload (repeatable: the grid of all values)")
     p.add_argument("--metric", metavar="NAME", default="",
                    help="throughput: a figure the workload reports with memgap.metric(NAME, value), higher "
                         "is better (default: the workload's wall time)")
@@ -44,6 +46,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dir", metavar="DIR", help="keep the recordings here (default: a new temporary folder)")
     p.add_argument("--show-output", action="store_true", help="let the workload print to the terminal")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- the workload to run")
+
+
+def _parse_param(text: str) -> tuple[str, list[str]]:
+    name, eq, values = text.partition("=")
+    items = [v.strip() for v in values.split(",") if v.strip()]
+    if not eq or not name.strip() or not items:
+        raise UsageError(f"--param {text!r}: expected NAME=V1,V2,...")
+    return name.strip(), items
 
 
 def main(args: argparse.Namespace) -> int:
@@ -61,9 +71,11 @@ def main(args: argparse.Namespace) -> int:
     variants, skipped = resolve(variants)
     for line in skipped:
         print(f"memgap lab: skipping {line}", file=sys.stderr)
+    params = [_parse_param(p) for p in args.param]
     options = LabOptions(cmd, variants, args.reps, args.timeout, args.max_slowdown,
                          lab_dir=args.dir or tempfile.mkdtemp(prefix="memgap-lab-"),
-                         quiet_workload=not args.show_output, skipped=skipped, metric=args.metric)
+                         quiet_workload=not args.show_output, skipped=skipped, metric=args.metric,
+                         params=params)
     try:
         lab = run_lab(options, progress=lambda line: print(line, file=sys.stderr, flush=True))
     except LabInterrupted as stop:

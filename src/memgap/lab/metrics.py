@@ -29,6 +29,7 @@ class RunMetrics:
     phases: list[tuple[str, int]] = field(default_factory=list)
     record_dir: str = ""
     note: str = ""
+    params: dict[str, str] = field(default_factory=dict)  # the swept parameters of this run
 
 
 def _main_process(run: dict[str, Any]) -> dict[str, Any] | None:

@@ -1,6 +1,7 @@
 """Run the workload once per variant and repetition, interleaved, recording each run."""
 from __future__ import annotations
 
+import itertools
 import os
 import resource
 import subprocess
@@ -29,6 +30,12 @@ class LabOptions:
     lab_dir: str = ""
     quiet_workload: bool = True
     metric: str = ""  # a throughput the workload reports with memgap.metric(); else wall time counts
+    params: list[tuple[str, list[str]]] = field(default_factory=list)  # swept env vars, in order
+
+    def cells(self) -> list[dict[str, str]]:
+        """Every combination of the swept parameters (one empty cell without any)."""
+        names = [name for name, _ in self.params]
+        return [dict(zip(names, values)) for values in itertools.product(*(v for _, v in self.params))]
     skipped: list[str] = field(default_factory=list)
 
 
@@ -50,16 +57,18 @@ def run_lab(options: LabOptions, progress: Callable[[str], None] = lambda line: 
                   "machine": machine_info()})
     results: list[RunMetrics] = []
     started = time.monotonic()
-    total = len(options.variants) * options.reps
+    cells = options.cells()
+    total = len(options.variants) * options.reps * len(cells)
     interrupted = False
     try:
         for rep in range(1, options.reps + 1):
-            for variant in options.variants:
-                order = len(results) + 1
-                result = _run_one(options, variant, rep, order)
-                results.append(result)
-                events.write({"type": "run", **asdict(result)})
-                progress(_progress_line(order, total, result))
+            for cell in cells:
+                for variant in options.variants:
+                    order = len(results) + 1
+                    result = _run_one(options, variant, rep, order, cell)
+                    results.append(result)
+                    events.write({"type": "run", **asdict(result)})
+                    progress(_progress_line(order, total, result))
     except KeyboardInterrupt:
         interrupted = True
     finally:
@@ -78,10 +87,10 @@ class LabInterrupted(KeyboardInterrupt):
         self.document = document
 
 
-def _run_one(options: LabOptions, variant: Variant, rep: int, order: int) -> RunMetrics:
+def _run_one(options: LabOptions, variant: Variant, rep: int, order: int, cell: dict[str, str]) -> RunMetrics:
     slug = "".join(c if c.isalnum() else "-" for c in variant.spec)[:60]
     record_dir = os.path.join(options.lab_dir, f"run-{order:03d}-{slug}")
-    env = variant.env()
+    env = {**cell, **variant.env()}
     env.setdefault(TRIM_AFTER_ENV, "idle")  # every run measures what one trim at idle releases
     sink = subprocess.DEVNULL if options.quiet_workload else None
     cpu_before = _cpu_of_children()
@@ -89,14 +98,17 @@ def _run_one(options: LabOptions, variant: Variant, rep: int, order: int) -> Run
                           stdout=sink, stderr=sink))
     cpu = _cpu_of_children() - cpu_before
     run = load_run(record_dir)
-    return run_metrics(run, variant.spec, rep, order, cpu, trims_at_idle=variant.trim == "idle",
-                       allocator=variant.allocator, metric=options.metric)
+    result = run_metrics(run, variant.spec, rep, order, cpu, trims_at_idle=variant.trim == "idle",
+                         allocator=variant.allocator, metric=options.metric)
+    result.params = dict(cell)
+    return result
 
 
 def _progress_line(order: int, total: int, r: RunMetrics) -> str:
     idle = f"idle {r.idle / 2**20:.0f} MiB" if r.idle is not None else "no idle"
     status = "" if r.status == "ok" else f" [{r.status}{': ' + r.note if r.note else ''}]"
-    return f"[{order}/{total}] {r.variant} (rep {r.rep}): {idle}, {r.wall:.1f} s{status}"
+    cell = " ".join(f"{k}={v}" for k, v in r.params.items())
+    return f"[{order}/{total}] {r.variant}{' ' + cell if cell else ''} (rep {r.rep}): {idle}, {r.wall:.1f} s{status}"
 
 
 def recommendation_lines(variant: Variant) -> dict[str, Any]:
@@ -141,18 +153,52 @@ def _quote(value: str) -> str:
 
 
 
-def lab_document(options: LabOptions, results: list[RunMetrics], seconds: float,
-                 interrupted: bool = False) -> dict[str, Any]:
-    by_spec = {v.spec: [r for r in results if r.variant == v.spec] for v in options.variants}
+def _cell_verdict(options: LabOptions, runs: list[RunMetrics]) -> tuple[Verdict, dict[str, Any] | None]:
+    by_spec = {v.spec: [r for r in runs if r.variant == v.spec] for v in options.variants}
     baseline = next((v for v in options.variants if v.is_baseline), None)
     base_runs = by_spec.get(baseline.spec, []) if baseline else []
     summaries = [summarize(v, by_spec[v.spec], base_runs) for v in options.variants if by_spec[v.spec]]
-    verdict: Verdict = decide(summaries, baseline.spec if baseline else "", options.max_slowdown)
+    verdict = decide(summaries, baseline.spec if baseline else "", options.max_slowdown)
     recommendation = None
     if verdict.recommended is not None:
         chosen = next(v for v in options.variants if v.spec == verdict.recommended.spec)
         recommendation = {"variant": chosen.spec, "reason": verdict.reason, **recommendation_lines(chosen)}
+    return verdict, recommendation
+
+
+def _sweep(cells: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Per variant, its idle and peak medians in every cell and the growth over the first cell."""
+    table: dict[str, list[dict[str, Any]]] = {}
+    for cell in cells:
+        for v in cell["variants"]:
+            table.setdefault(v["spec"], []).append({
+                "params": cell["params"], "idle": v["idle"][0] if v["idle"] else None,
+                "peak": v["peak"][0] if v["peak"] else None})
+    for rows in table.values():
+        first = rows[0]
+        for row in rows:
+            for key in ("idle", "peak"):
+                row[f"{key}_growth"] = (row[key] / first[key] - 1) if row[key] and first[key] else None
+    return table
+
+
+def lab_document(options: LabOptions, results: list[RunMetrics], seconds: float,
+                 interrupted: bool = False) -> dict[str, Any]:
+    """The lab's results. With swept parameters the verdict at the top is the one of
+    the cell where the baseline idles highest (the worst case); every cell has its own."""
+    baseline = next((v for v in options.variants if v.is_baseline), None)
+    cells = []
+    for cell in options.cells():
+        runs = [r for r in results if r.params == cell]
+        if not runs:
+            continue
+        verdict, recommendation = _cell_verdict(options, runs)
+        cells.append({"params": cell, "variants": [asdict(s) for s in verdict.summaries],
+                      "verdict": verdict.reason, "recommendation": recommendation,
+                      "baseline_idle": verdict.baseline.idle[0] if verdict.baseline and verdict.baseline.idle else 0})
+    worst = max(cells, key=lambda c: c["baseline_idle"]) if cells else None
     workload_seconds = sum(r.wall for r in results)
+    cell_label = lambda r: f" [{' '.join(f'{k}={v}' for k, v in r.params.items())}]" if r.params else ""  # noqa: E731
     return {
         "schema": LAB_SCHEMA,
         "cmd": options.cmd,
@@ -161,15 +207,19 @@ def lab_document(options: LabOptions, results: list[RunMetrics], seconds: float,
         "reps": options.reps,
         "max_slowdown": options.max_slowdown,
         "metric": options.metric or "wall time",
-        "order": [f"{r.variant}#{r.rep}" for r in results],
+        "params": {name: values for name, values in options.params},
+        "order": [f"{r.variant}#{r.rep}{cell_label(r)}" for r in results],
         "runs": [asdict(r) for r in results],
         "baseline": baseline.spec if baseline else None,
-        "variants": [asdict(s) for s in verdict.summaries],
+        "cell": worst["params"] if worst else {},
+        "variants": worst["variants"] if worst else [],
+        "verdict": worst["verdict"] if worst else "no run finished",
+        "recommendation": worst["recommendation"] if worst else None,
+        "cells": cells,
+        "sweep": _sweep(cells) if len(cells) > 1 else {},
         "skipped": options.skipped,
-        "verdict": verdict.reason,
-        "recommendation": recommendation,
         "lab_seconds": round(seconds, 3),
         "workload_seconds": round(workload_seconds, 3),
-        "complete": not interrupted and len(results) == len(options.variants) * options.reps,
+        "complete": not interrupted and len(results) == len(options.variants) * options.reps * len(options.cells()),
         "lab_dir": options.lab_dir,
     }

@@ -62,6 +62,41 @@ def variants_table(lab: dict[str, Any]) -> Table:
     return table
 
 
+def _growth(value: float | None) -> str:
+    return f"{100 * value:+.0f}%" if value is not None else "-"
+
+
+def sweep_table(lab: dict[str, Any], spec: str) -> Table | None:
+    """Seed 004's table for one variant: idle (and peak) per setting, growth over the first setting."""
+    rows = lab.get("sweep", {}).get(spec)
+    if not rows:
+        return None
+    names = list(lab["params"])
+    table = Table(title=f"{spec}: idle and peak RSS per setting (MiB), growth over the first setting",
+                  title_justify="left")
+    if len(names) == 2:
+        first, second = names
+        table.add_column(first)
+        for v2 in lab["params"][second]:
+            table.add_column(f"{second}={v2} idle", justify="right")
+            table.add_column("growth", justify="right")
+            table.add_column("peak", justify="right")
+        for v1 in lab["params"][first]:
+            cells = []
+            for v2 in lab["params"][second]:
+                row = next((r for r in rows if r["params"] == {first: v1, second: v2}), None)
+                cells += [mib(row["idle"], 0), _growth(row["idle_growth"]), mib(row["peak"], 0)] if row else ["-"] * 3
+            table.add_row(v1, *cells)
+        return table
+    table.add_column("setting")
+    for col in ("idle", "growth", "peak", "growth"):
+        table.add_column(col, justify="right")
+    for row in rows:
+        table.add_row(" ".join(f"{k}={v}" for k, v in row["params"].items()), mib(row["idle"], 0),
+                      _growth(row["idle_growth"]), mib(row["peak"], 0), _growth(row["peak_growth"]))
+    return table
+
+
 def render_lab(lab: dict[str, Any], stream: TextIO, width: int | None = None) -> None:
     if width is None and not (hasattr(stream, "isatty") and stream.isatty()):
         width = 170  # a log or a file: room for the whole table
@@ -71,6 +106,14 @@ def render_lab(lab: dict[str, Any], stream: TextIO, width: int | None = None) ->
                   f"{' '.join(lab['cmd'])}")
     for line in lab["skipped"]:
         console.print(f"skipped {line}")
+    if lab.get("sweep"):
+        shown = {lab.get("baseline"), (lab.get("recommendation") or {}).get("variant")}
+        for spec in filter(None, shown):
+            table = sweep_table(lab, spec)
+            if table is not None:
+                console.print(table)
+        cell = " ".join(f"{k}={v}" for k, v in lab["cell"].items())
+        console.print(f"Variants at {cell}, where the baseline idles highest:")
     console.print(variants_table(lab))
     console.print(f"Verdict: {lab['verdict']}")
     rec = lab.get("recommendation")
