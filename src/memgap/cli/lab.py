@@ -24,6 +24,7 @@ import tempfile
 from ..errors import UsageError
 from ..lab.runner import LabInterrupted, LabOptions, run_lab
 from ..lab.variants import DEFAULT_SPECS, parse_variant, resolve
+from ..report.html import render_html
 from ..report.lab import markdown_table, render_lab
 from ._output import write_json, write_text
 
@@ -43,6 +44,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "is better (default: the workload's wall time)")
     p.add_argument("--json", metavar="FILE", help="write the lab's results as JSON")
     p.add_argument("--markdown", metavar="FILE", help="also write the variants table as Markdown")
+    p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report with charts")
     p.add_argument("--dir", metavar="DIR", help="keep the recordings here (default: a new temporary folder)")
     p.add_argument("--show-output", action="store_true", help="let the workload print to the terminal")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- the workload to run")
@@ -81,12 +83,16 @@ def main(args: argparse.Namespace) -> int:
     except LabInterrupted as stop:
         if args.json:
             write_json(stop.document, args.json)
+        if args.html:
+            write_text(render_html(stop.document), args.html)
         render_lab(stop.document, sys.stdout)
         raise KeyboardInterrupt from None
     if args.json:
         write_json(lab, args.json)
     if args.markdown:
         write_text(markdown_table(lab), args.markdown)
+    if args.html:
+        write_text(render_html(lab), args.html)
     if args.json != "-":
         render_lab(lab, sys.stdout)
     return 0

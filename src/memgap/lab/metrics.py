@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 MiB = 1 << 20
+MAX_POINTS = 300  # timeline points kept per run for charts
 
 
 @dataclass
@@ -30,6 +31,8 @@ class RunMetrics:
     record_dir: str = ""
     note: str = ""
     params: dict[str, str] = field(default_factory=dict)  # the swept parameters of this run
+    timeline: list[tuple[float, int]] = field(default_factory=list)  # (seconds, RSS) of the main process
+    layers: list[dict[str, Any]] = field(default_factory=list)  # per phase: {"phase", "rss", "layers"}
 
 
 def _main_process(run: dict[str, Any]) -> dict[str, Any] | None:
@@ -84,8 +87,13 @@ def run_metrics(run: dict[str, Any], variant: str, rep: int, order: int, cpu: fl
     proc = _main_process(run)
     if proc is None:
         return m
-    samples = [s["rss"] for s in run["timeline"] if s["pid"] == proc["pid"]]
+    points = [(s["t"], s["rss"]) for s in run["timeline"] if s["pid"] == proc["pid"]]
+    step = max(1, len(points) // MAX_POINTS)
+    m.timeline = points[::step]
+    samples = [rss for _, rss in points]
     snaps = proc["snapshots"]
+    m.layers = [{"phase": s["phase"], "rss": s["rss"],
+                 "layers": {name: layer["resident"] for name, layer in s["layers"].items()}} for s in snaps]
     m.phases = [(s["phase"], s["rss"]) for s in snaps]
     hwm = max((s["status"].get("VmHWM", 0) for s in snaps), default=0)
     m.peak = max([*samples, hwm]) or None

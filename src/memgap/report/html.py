@@ -1,0 +1,182 @@
+"""A self-contained HTML report of a lab: charts drawn in the page, no network.
+
+The data goes in as JSON inside a ``<script type="application/json">`` block,
+escaped so that nothing in it (a path, a command line) can close the block or
+open a tag; the page's own script draws SVG charts from it:
+RSS over time per variant on one axis, the layers of a chosen run stacked per
+phase, and the variants side by side (idle median with min-max, after trim).
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+LAYER_COLORS = {
+    "files": "#9e9e9e", "python_objects": "#3f51b5", "pymalloc_free": "#9fa8da",
+    "allocator_in_use": "#e65100", "allocator_free": "#ffb74d", "stacks": "#00897b", "other_anon": "#8d6e63",
+}
+
+
+def safe_json(data: Any) -> str:
+    """JSON that cannot end a <script> element or start markup, whatever strings it holds."""
+    text = json.dumps(data, separators=(",", ":"), default=str)
+    return (text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
+            .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
+
+
+def _chart_data(lab: dict[str, Any]) -> dict[str, Any]:
+    """Only what the charts draw: keeps the page small."""
+    runs = [{"variant": r["variant"], "rep": r["rep"], "params": r.get("params", {}), "status": r["status"],
+             "timeline": r.get("timeline", []), "layers": r.get("layers", [])} for r in lab["runs"]]
+    return {"cmd": lab["cmd"], "machine": lab["machine"], "reps": lab["reps"], "verdict": lab["verdict"],
+            "recommendation": (lab.get("recommendation") or {}).get("variant"), "cell": lab.get("cell", {}),
+            "variants": [{"spec": v["spec"], "idle": v["idle"], "after_trim": v["after_trim"], "peak": v["peak"],
+                          "slowdown": v["slowdown"]} for v in lab["variants"]],
+            "runs": runs, "colors": LAYER_COLORS}
+
+
+PAGE = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<title>memgap lab</title>
+<style>
+body { font: 14px system-ui, sans-serif; margin: 24px; color: #222; }
+h1 { font-size: 20px; } h2 { font-size: 16px; margin-top: 28px; }
+svg { background: #fafafa; border: 1px solid #ddd; }
+.legend span { display: inline-block; margin-right: 14px; }
+.swatch { display: inline-block; width: 10px; height: 10px; margin-right: 4px; }
+code { background: #f0f0f0; padding: 1px 4px; }
+</style></head>
+<body>
+<h1>memgap lab</h1>
+<p>Workload: <code id="cmd"></code></p>
+<p id="machine"></p>
+<p>Verdict: <span id="verdict"></span></p>
+<h2>RSS over time, one run per variant (repetition 1)</h2>
+<svg id="timeline" width="900" height="320"></svg>
+<div class="legend" id="timeline-legend"></div>
+<h2>Layers per phase of one run</h2>
+<select id="run-choice"></select>
+<svg id="layers" width="900" height="320"></svg>
+<div class="legend" id="layers-legend"></div>
+<h2>Variants side by side: idle RSS (median, min-max) and after one trim</h2>
+<svg id="variants" width="900" height="40"></svg>
+<script type="application/json" id="lab-data">__DATA__</script>
+<script>
+"use strict";
+const data = JSON.parse(document.getElementById("lab-data").textContent);
+const NS = "http://www.w3.org/2000/svg";
+const MiB = 1048576;
+const palette = ["#1565c0", "#c62828", "#2e7d32", "#6a1b9a", "#ef6c00", "#00838f", "#4e342e", "#ad1457",
+                 "#283593", "#558b2f", "#f9a825", "#37474f"];
+function el(tag, attrs, parent) {
+  const node = document.createElementNS(NS, tag);
+  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
+  if (parent) parent.appendChild(node);
+  return node;
+}
+function text(parent, x, y, s, attrs) {
+  const t = el("text", Object.assign({x: x, y: y, "font-size": 11}, attrs || {}), parent);
+  t.textContent = s;
+  return t;
+}
+function legend(id, items) {
+  const box = document.getElementById(id);
+  for (const [label, color] of items) {
+    const span = document.createElement("span");
+    const sw = document.createElement("i");
+    sw.className = "swatch"; sw.style.background = color;
+    span.appendChild(sw); span.appendChild(document.createTextNode(label));
+    box.appendChild(span);
+  }
+}
+function axes(svg, w, h, m, xmax, ymax, xlabel) {
+  el("line", {x1: m, y1: h - m, x2: w - 10, y2: h - m, stroke: "#888"}, svg);
+  el("line", {x1: m, y1: 10, x2: m, y2: h - m, stroke: "#888"}, svg);
+  for (let i = 0; i <= 4; i++) {
+    const y = h - m - (h - m - 10) * i / 4;
+    text(svg, 4, y + 4, (ymax * i / 4 / MiB).toFixed(0) + " MiB");
+  }
+  text(svg, w - 10, h - 8, xlabel, {"text-anchor": "end"});
+}
+document.getElementById("cmd").textContent = data.cmd.join(" ");
+document.getElementById("machine").textContent =
+  `${data.machine.cpus} CPUs, ${data.machine.glibc}, Python ${data.machine.python}; ${data.reps} repetitions`;
+document.getElementById("verdict").textContent = data.verdict;
+
+const sameCell = r => JSON.stringify(r.params) === JSON.stringify(data.cell);
+(function timeline() {
+  const svg = document.getElementById("timeline"), w = 900, h = 320, m = 60;
+  const runs = data.runs.filter(r => r.rep === 1 && sameCell(r) && r.timeline.length);
+  const tmax = Math.max(1e-9, ...runs.map(r => r.timeline[r.timeline.length - 1][0]));
+  const ymax = Math.max(1, ...runs.map(r => Math.max(...r.timeline.map(p => p[1]))));
+  axes(svg, w, h, m, tmax, ymax, tmax.toFixed(1) + " s");
+  const items = [];
+  runs.forEach((r, i) => {
+    const color = palette[i % palette.length];
+    const pts = r.timeline.map(p => [m + (w - m - 10) * p[0] / tmax, h - m - (h - m - 10) * p[1] / ymax]);
+    el("polyline", {points: pts.map(p => p.join(",")).join(" "), fill: "none", stroke: color,
+                    "stroke-width": 1.5, "data-variant": r.variant}, svg);
+    items.push([r.variant, color]);
+  });
+  legend("timeline-legend", items);
+})();
+
+function drawLayers(run) {
+  const svg = document.getElementById("layers"), w = 900, h = 320, m = 60;
+  while (svg.firstChild) svg.removeChild(svg.firstChild);
+  const phases = run.layers;
+  const ymax = Math.max(1, ...phases.map(p => p.rss));
+  axes(svg, w, h, m, phases.length, ymax, "phase");
+  const bw = (w - m - 20) / Math.max(1, phases.length);
+  phases.forEach((p, i) => {
+    let y = h - m;
+    for (const [name, color] of Object.entries(data.colors)) {
+      const v = p.layers[name] || 0;
+      const bh = (h - m - 10) * v / ymax;
+      y -= bh;
+      el("rect", {x: m + i * bw + 4, y: y, width: Math.max(1, bw - 8), height: bh, fill: color,
+                  class: "layer", "data-layer": name}, svg);
+    }
+    text(svg, m + i * bw + bw / 2, h - m + 14, p.phase, {"text-anchor": "middle"});
+  });
+}
+(function layers() {
+  const choice = document.getElementById("run-choice");
+  const runs = data.runs.filter(r => r.layers.length);
+  runs.forEach((r, i) => {
+    const opt = document.createElement("option");
+    opt.value = i;
+    opt.textContent = `${r.variant} #${r.rep}` + (Object.keys(r.params).length ? " " + JSON.stringify(r.params) : "");
+    choice.appendChild(opt);
+  });
+  choice.addEventListener("change", () => drawLayers(runs[choice.value]));
+  if (runs.length) drawLayers(runs[0]);
+  legend("layers-legend", Object.entries(data.colors));
+})();
+
+(function variants() {
+  const svg = document.getElementById("variants"), left = 330, row = 26, w = 900;
+  const vs = data.variants.filter(v => v.idle);
+  svg.setAttribute("height", 20 + row * vs.length);
+  const xmax = Math.max(1, ...vs.map(v => v.idle[2]));
+  vs.forEach((v, i) => {
+    const y = 10 + i * row, scale = x => left + (w - left - 60) * x / xmax;
+    const label = v.spec + (v.spec === data.recommendation ? "  (recommended)" : "");
+    text(svg, left - 8, y + 14, label, {"text-anchor": "end", "font-weight": v.spec === data.recommendation ? "bold" : "normal"});
+    el("rect", {x: left, y: y + 3, width: scale(v.idle[0]) - left, height: 14, fill: "#90caf9", class: "bar",
+                "data-variant": v.spec}, svg);
+    el("line", {x1: scale(v.idle[1]), x2: scale(v.idle[2]), y1: y + 10, y2: y + 10, stroke: "#0d47a1",
+                "stroke-width": 2, class: "range"}, svg);
+    if (v.after_trim) el("circle", {cx: scale(v.after_trim[0]), cy: y + 10, r: 4, fill: "#e65100",
+                                    class: "after-trim"}, svg);
+    text(svg, scale(v.idle[2]) + 6, y + 14, (v.idle[0] / MiB).toFixed(0) + " MiB");
+  });
+})();
+</script>
+</body></html>
+"""
+
+
+def render_html(lab: dict[str, Any]) -> str:
+    """The report page for a lab document."""
+    return PAGE.replace("__DATA__", safe_json(_chart_data(lab)))
