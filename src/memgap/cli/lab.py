@@ -50,6 +50,36 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- the workload to run")
 
 
+class _Progress:
+    """A progress bar on a terminal, one line per finished run elsewhere (logs, CI)."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.bar = None
+
+    def __enter__(self) -> "_Progress":
+        if sys.stderr.isatty():
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+            self.bar = Progress("lab", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                                console=Console(file=sys.stderr))
+            self.bar.start()
+            self.task = self.bar.add_task("runs", total=self.total)
+        return self
+
+    def __call__(self, line: str) -> None:
+        if self.bar is None:
+            print(line, file=sys.stderr, flush=True)
+        else:
+            self.bar.console.print(line, markup=False, highlight=False)
+            self.bar.advance(self.task)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
 def _parse_param(text: str) -> tuple[str, list[str]]:
     name, eq, values = text.partition("=")
     items = [v.strip() for v in values.split(",") if v.strip()]
@@ -78,8 +108,10 @@ def main(args: argparse.Namespace) -> int:
                          lab_dir=args.dir or tempfile.mkdtemp(prefix="memgap-lab-"),
                          quiet_workload=not args.show_output, skipped=skipped, metric=args.metric,
                          params=params)
+    total = len(options.variants) * options.reps * len(options.cells())
     try:
-        lab = run_lab(options, progress=lambda line: print(line, file=sys.stderr, flush=True))
+        with _Progress(total) as progress:
+            lab = run_lab(options, progress=progress)
     except LabInterrupted as stop:
         if args.json:
             write_json(stop.document, args.json)
