@@ -1,6 +1,7 @@
 """memgap lab on real workloads and real allocators."""
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -155,3 +156,52 @@ def test_lab_sweeps_parameters_as_a_grid(tmp_path):
     assert lab["cell"] == {"MIB": "32", "COPIES": "2"}  # the worst case leads the verdict
     assert "MIB=32 COPIES=2" in " ".join(lab["order"])
     assert "COPIES=2 idle" in proc.stdout  # the sweep table
+
+
+SERVER_C = r"""
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+static void *worker(void *arg) {
+  (void)arg;
+  for (int r = 0; r < 100; r++) {
+    char *p[50];
+    for (int i = 0; i < 50; i++) { p[i] = malloc(60000); memset(p[i], 1, 60000); }
+    for (int i = 0; i < 50; i++) free(p[i]);
+  }
+  return 0;
+}
+int main(int argc, char **argv) {
+  (void)argc; (void)argv;
+  puts("phase: started"); fflush(stdout);
+  pthread_t t[8];
+  for (int i = 0; i < 8; i++) pthread_create(&t[i], 0, worker, 0);
+  for (int i = 0; i < 8; i++) pthread_join(t[i], 0);
+  puts("phase: burst-done"); fflush(stdout);
+  for (;;) pause();  /* a server: it never exits on its own */
+}
+"""
+
+
+@pytest.mark.skipif(not shutil.which("gcc"), reason="no C compiler")
+def test_lab_on_a_server_that_never_exits(tmp_path):
+    """Phases from its output, idle after a quiet spell, read from outside, then stopped."""
+    src, exe = tmp_path / "server.c", tmp_path / "memgap-lab-test-server"
+    src.write_text(SERVER_C)
+    subprocess.run(["gcc", "-O1", "-pthread", "-o", str(exe), str(src)], check=True)
+    out = tmp_path / "lab.json"
+    proc = memgap("lab", "--reps", "2", "--variant", "glibc", "--variant", "glibc:arena_max=2",
+                  "--phase-regex", r"phase: (\S+)", "--idle-after", "1", "--timeout", "30",
+                  "--json", str(out), "--dir", str(tmp_path / "runs"), "--", str(exe), timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lab = json.loads(out.read_text())
+    for r in lab["runs"]:
+        assert r["status"] == "ok" and r["note"] == "stopped by the lab once idle", r
+        assert [p for p, _ in r["phases"]] == ["started", "burst-done", "idle"]
+        assert r["idle"] > 0 and r["peak"] >= r["idle"]
+        # the work's time, not the quiet second the lab waited through before it stopped the server
+        assert r["timeline"][-1][0] >= r["wall"] + 0.9
+    time.sleep(0.3)
+    assert _leftovers("memgap-lab-test-server") == []

@@ -23,6 +23,8 @@ import psutil
 from .api import RECORD_DIR_ENV, WALK_ENV
 from .diagnose import diagnose_series
 from .model import RUN_SCHEMA, Snapshot
+from .errors import MemgapError
+from .marks import PhaseClock, StdoutMarks
 from .recording import RecordingWriter, read_events
 from .sources.procfs import ProcReader, status_int
 
@@ -59,6 +61,8 @@ class RunOptions:
     timeout: float | None = None
     stdout: Any = None  # passed to Popen: None inherits
     stderr: Any = None
+    mark_regex: str = ""     # stdout lines that mark a phase (group 1 names it)
+    idle_after: float = 0.0  # seconds without a new phase after which the program counts as idle
 
 
 def tree_pids(root: int) -> list[int]:
@@ -121,6 +125,20 @@ def _stop(proc: subprocess.Popen, own_group: bool) -> None:  # type: ignore[type
     proc.wait()
 
 
+def _outside_snapshot(writer: RecordingWriter, pid: int, phase: str, start: float) -> None:
+    """A phase snapshot of ``pid`` read from outside (for marks the program did not make itself)."""
+    from .collect import Options, snapshot_pid
+
+    try:
+        snap = snapshot_pid(pid, Options(regions=False))
+    except MemgapError as exc:
+        writer.write({"type": "error", "pid": pid, "phase": phase, "error": str(exc)})
+        return
+    snap.phase = phase
+    writer.write({"type": "snapshot", "pid": pid, "t": round(time.time() - start, 4),
+                  "snapshot": snap.to_dict(regions=False)})
+
+
 def record_run(options: RunOptions) -> int:
     """Run the command, sampling its tree until it exits; returns its exit code.
 
@@ -133,24 +151,37 @@ def record_run(options: RunOptions) -> int:
     writer.write({"type": "header", "schema": RUN_SCHEMA, "cmd": options.cmd, "start": start,
                   "interval": options.interval, "machine": machine_info(), "env": options.env})
     own_group = options.timeout is not None
+    own_group = own_group or bool(options.idle_after)
     try:
         env = child_env(options.record_dir)
         if not options.walk:
             env[WALK_ENV] = "0"
         env.update(options.env)
+        stdout = subprocess.PIPE if options.mark_regex else options.stdout
         proc = subprocess.Popen(options.cmd, env=env, start_new_session=own_group,
-                                stdout=options.stdout, stderr=options.stderr)
+                                stdout=stdout, stderr=options.stderr)
     except OSError as exc:
         writer.close()
-        from .errors import MemgapError
-
         raise MemgapError(f"cannot run {options.cmd[0]!r}: {exc.strerror or exc}") from None
     known: set[int] = set()
     deadline = None if options.timeout is None else time.monotonic() + options.timeout
-    timed_out = False
+    timed_out = stopped_at_idle = False
+    marks = StdoutMarks(proc.stdout, options.mark_regex, options.stdout is None) if options.mark_regex else None
+    clock = PhaseClock(options.record_dir)
     try:
         while True:
             _sample(writer, proc.pid, known, start)
+            for name in marks.pending() if marks else []:
+                _outside_snapshot(writer, proc.pid, name, start)
+                clock.mark()
+            if options.idle_after:
+                clock.poll()
+                if clock.quiet_for() >= options.idle_after:
+                    # Quiet long enough: this is its idle; the program has shown what it holds.
+                    _outside_snapshot(writer, proc.pid, "idle", start)
+                    stopped_at_idle = True
+                    _stop(proc, own_group)
+                    break
             try:
                 proc.wait(timeout=options.interval)  # returns the moment the command exits
                 break
@@ -171,7 +202,8 @@ def record_run(options: RunOptions) -> int:
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    writer.write({"type": "end", "t": round(time.time() - start, 4), "exit_code": code, "timed_out": timed_out})
+    writer.write({"type": "end", "t": round(time.time() - start, 4), "exit_code": code, "timed_out": timed_out,
+                  "stopped_at_idle": stopped_at_idle})
     writer.close()
     return code
 
@@ -197,6 +229,12 @@ def load_run(record_dir: str) -> dict[str, Any]:
                 timeline.append({k: v for k, v in event.items() if k != "type"})
             elif kind == "end":
                 end = event
+            elif kind == "snapshot":  # read from outside at a mark
+                entry = processes.setdefault(event["pid"], {"pid": event["pid"], "ppid": None, "cmd": [],
+                                                             "snapshots": []})
+                entry["snapshots"].append(event["snapshot"])
+            elif kind == "error":
+                errors.append({k: v for k, v in event.items() if k != "type"})
     for path in sorted(glob.glob(os.path.join(record_dir, "process-*.jsonl"))):
         for event in read_events(path):
             if event.get("type") == "error":
@@ -211,6 +249,8 @@ def load_run(record_dir: str) -> dict[str, Any]:
             if not entry["cmd"]:
                 entry["cmd"] = snap.get("cmd", [])
             entry["snapshots"].append(snap)
+    for entry in processes.values():  # marks read from outside and the program's own, in time order
+        entry["snapshots"].sort(key=lambda snap: snap.get("time", 0))
     findings = []
     for entry in processes.values():
         snaps = [Snapshot.from_dict(s) for s in entry["snapshots"] if not str(s.get("phase", "")).endswith(":end")]
@@ -221,11 +261,13 @@ def load_run(record_dir: str) -> dict[str, Any]:
     return {
         "schema": RUN_SCHEMA,
         "cmd": header.get("cmd", []),
+        "start": header.get("start"),
         "machine": header.get("machine", {}),
         "interval": header.get("interval"),
         "exit_code": end.get("exit_code"),
         "complete": bool(end) and not end.get("interrupted", False),
         "timed_out": bool(end.get("timed_out")),
+        "stopped_at_idle": bool(end.get("stopped_at_idle")),
         "env": header.get("env", {}),
         "duration": end.get("t", timeline[-1]["t"] if timeline else 0.0),
         "processes": sorted(processes.values(), key=lambda p: p["pid"]),

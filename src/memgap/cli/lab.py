@@ -18,6 +18,7 @@ any glibc variant takes trim=idle or trim=every:SECONDS; any takes pymalloc=off.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import tempfile
 
@@ -39,6 +40,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the throughput budget: a variant may be at most this much slower (0.05 = 5%%)")
     p.add_argument("--param", action="append", default=[], metavar="NAME=V1,V2,...",
                    help="sweep an environment variable of the workload (repeatable: the grid of all values)")
+    p.add_argument("--phase-regex", metavar="REGEX", default="",
+                   help="lines of the workload's stdout that mark a phase (group 1 names it, e.g. "
+                        "'phase: (\\S+)'); memgap reads the process from outside at each")
+    p.add_argument("--idle-after", type=float, default=0.0, metavar="S",
+                   help="a workload quiet for S seconds (no new phase) is idle: measured from outside, then "
+                        "stopped (for servers and programs that mark no idle phase)")
     p.add_argument("--metric", metavar="NAME", default="",
                    help="throughput: a figure the workload reports with memgap.metric(NAME, value), higher "
                         "is better (default: the workload's wall time)")
@@ -96,6 +103,11 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError("no workload given: memgap lab [options] -- CMD ...")
     if args.reps < 1:
         raise UsageError("--reps must be at least 1")
+    if args.phase_regex:
+        try:
+            re.compile(args.phase_regex)
+        except re.error as exc:
+            raise UsageError(f"--phase-regex: {exc}") from None
     specs = args.variant or list(DEFAULT_SPECS)
     variants = [parse_variant(s) for s in specs]
     if not any(v.is_baseline for v in variants):
@@ -107,7 +119,7 @@ def main(args: argparse.Namespace) -> int:
     options = LabOptions(cmd, variants, args.reps, args.timeout, args.max_slowdown,
                          lab_dir=args.dir or tempfile.mkdtemp(prefix="memgap-lab-"),
                          quiet_workload=not args.show_output, skipped=skipped, metric=args.metric,
-                         params=params)
+                         params=params, phase_regex=args.phase_regex, idle_after=args.idle_after)
     total = len(options.variants) * options.reps * len(options.cells())
     try:
         with _Progress(total) as progress:

@@ -74,6 +74,8 @@ def run_metrics(run: dict[str, Any], variant: str, rep: int, order: int, cpu: fl
     code = run.get("exit_code")
     if run.get("timed_out"):
         m.status = "timeout"
+    elif run.get("stopped_at_idle"):
+        m.note = "stopped by the lab once idle"
     elif code is not None and code < 0:
         m.status = "killed"
         m.note = f"killed by signal {-code}" + (" (the OOM killer, or out of memory)" if code == -9 else "")
@@ -110,6 +112,11 @@ def run_metrics(run: dict[str, Any], variant: str, rep: int, order: int, cpu: fl
     elif m.status == "ok":
         m.status = "no-idle"
         m.note = "the workload marked no phase named idle"
+    if run.get("stopped_at_idle") and run.get("start"):
+        # The lab waited for quiet, then stopped it: the work ended at its last phase before idle.
+        before_idle = [s["time"] for s in snaps if s["phase"] != "idle"]
+        if before_idle:
+            m.wall = max(before_idle) - run["start"]
     trimmed = [s for s in snaps if s["phase"] == "after-trim" and s.get("trim")]
     if trimmed and trimmed[-1]["trim"]["performed"]:
         m.after_trim = trimmed[-1]["trim"]["rss_after"]
