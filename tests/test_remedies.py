@@ -98,3 +98,9 @@ def test_preload_env_runs_the_child_under_jemalloc():
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_periodic_trim_from_the_bootstrap():
+    env = {"MEMGAP_TRIM_EVERY": "0.3", "PYTHONPATH": BOOTSTRAP_DIR + os.pathsep + child_env()["PYTHONPATH"]}
+    trimmed = _burst(**env)
+    assert trimmed["after"] < 60 << 20, trimmed
