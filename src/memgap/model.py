@@ -84,9 +84,6 @@ class Snapshot:
     cmd: list[str] = field(default_factory=list)
     trim: dict[str, Any] | None = None  # set on the snapshot taken right after a measured trim
 
-    def layer_total(self) -> int:
-        return sum(layer.resident or 0 for layer in self.layers.values())
-
     def to_dict(self, regions: bool = True) -> dict[str, Any]:
         out: dict[str, Any] = {"schema": SCHEMA}
         out.update(asdict(self))

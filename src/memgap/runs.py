@@ -13,7 +13,6 @@ import os
 import platform
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,9 +21,9 @@ import psutil
 
 from .api import RECORD_DIR_ENV, WALK_ENV
 from .diagnose import diagnose_series
-from .model import RUN_SCHEMA, Snapshot
 from .errors import MemgapError
 from .marks import PhaseClock, StdoutMarks
+from .model import RUN_SCHEMA, Snapshot
 from .recording import RecordingWriter, read_events
 from .sources.procfs import ProcReader, status_int
 
@@ -278,6 +277,3 @@ def load_run(record_dir: str) -> dict[str, Any]:
         "record_dir": record_dir,
     }
 
-
-def python_executable() -> str:
-    return sys.executable
