@@ -234,3 +234,12 @@ def test_run_killed_midway_keeps_recording(tmp_path):
 def test_run_returns_child_exit_code_and_needs_a_command(tmp_path):
     assert memgap("run", "--", sys.executable, "-c", "raise SystemExit(7)").returncode == 7
     _one_line_error(memgap("run"), 2)
+
+
+def test_top_refreshes_and_ends(target):
+    proc = memgap("top", str(target.pid), "--iterations", "3", "--interval", "0.1")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("---") == 3 and "last 3 refreshes" in proc.stdout
+    assert "glibc arenas" in proc.stdout and "trend" in proc.stdout
+    assert _state(target.pid) in "RS"
+    _one_line_error(memgap("top", "999999999", "--iterations", "1"), 3)

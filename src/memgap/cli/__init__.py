@@ -6,9 +6,9 @@ import sys
 from typing import Sequence
 
 from ..errors import MemgapError
-from . import demo, inspect, lab, run, snapshot
+from . import demo, inspect, lab, run, snapshot, top
 
-COMMANDS = {"inspect": inspect, "run": run, "lab": lab, "demo": demo, "snapshot": snapshot}
+COMMANDS = {"inspect": inspect, "top": top, "run": run, "lab": lab, "demo": demo, "snapshot": snapshot}
 
 
 def build_parser() -> argparse.ArgumentParser:

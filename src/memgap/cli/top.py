@@ -1,0 +1,106 @@
+"""A live view of a process (or a tree) from outside: layers over time, the
+largest arenas, findings, refreshed in place.
+
+  memgap top PID [--interval S] [--tree] [--iterations N]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections import deque
+
+from rich.console import Group
+from rich.table import Table
+
+from ..collect import Options, snapshot_pid
+from ..errors import NoSuchProcess, UsageError
+from ..model import Snapshot
+from ..report.runs import sparkline
+from ..report.terminal import LAYER_TITLES, _console, arenas_table, layers_table
+from ..units import mib, pct
+from .inspect import descendants
+
+HISTORY = 60
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("pid", type=int, help="process ID")
+    p.add_argument("--interval", type=float, default=1.0, metavar="S", help="seconds between refreshes (1)")
+    p.add_argument("--tree", action="store_true", help="the process and its descendants, summed")
+    p.add_argument("--iterations", type=int, default=0, metavar="N", help="stop after N refreshes (0: until Ctrl-C)")
+
+
+def _snapshots(pid: int, tree: bool) -> list[Snapshot]:
+    snaps = [snapshot_pid(pid, Options(regions=False))]
+    for child in descendants(pid) if tree else []:
+        try:
+            snaps.append(snapshot_pid(child, Options(regions=False)))
+        except NoSuchProcess:
+            continue
+    return snaps
+
+
+def _trend_table(history: deque, snaps: list[Snapshot]) -> Table:  # type: ignore[type-arg]
+    total = sum(s.rss for s in snaps)
+    table = Table(title=f"{len(snaps)} process{'es' if len(snaps) > 1 else ''}: RSS {mib(total)} MiB, "
+                        f"last {len(history)} refreshes", title_justify="left")
+    for col in ("layer", "MiB", "of RSS", "trend"):
+        table.add_column(col, justify="left" if col in ("layer", "trend") else "right")
+    for name in snaps[0].layers:
+        values = [sum(s.layers[name].resident or 0 for s in frame) for frame in history]
+        now = values[-1]
+        measured = any(s.layers[name].resident is not None for s in snaps)
+        table.add_row(LAYER_TITLES.get(name, name), mib(now) if measured else "-",
+                      pct(now, total) if measured else "-", sparkline(values, 40) if measured else "not measured")
+    return table
+
+
+def frame(history: deque, snaps: list[Snapshot]) -> Group:  # type: ignore[type-arg]
+    parts = [_trend_table(history, snaps)]
+    main = snaps[0]
+    if len(snaps) == 1:
+        parts.append(layers_table(main))
+    arenas = arenas_table(main, limit=5)
+    if arenas is not None:
+        parts.append(arenas)
+    for f in (f for s in snaps for f in s.findings):
+        parts.append(f"{'!' if f.severity == 'warning' else '-'} {f.summary}")
+    return Group(*parts)
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.interval <= 0:
+        raise UsageError("--interval must be positive")
+    console = _console(sys.stdout)
+    history: deque = deque(maxlen=HISTORY)  # type: ignore[type-arg]
+    live = None
+    if sys.stdout.isatty():
+        from rich.live import Live
+
+        live = Live(console=console, auto_refresh=False, screen=False)
+        live.start()
+    count = 0
+    try:
+        while True:
+            try:
+                snaps = _snapshots(args.pid, args.tree)
+            except NoSuchProcess:
+                if count:
+                    console.print(f"PID {args.pid} exited")
+                    return 0
+                raise
+            history.append(snaps)
+            view = frame(history, snaps)
+            if live is not None:
+                live.update(view, refresh=True)
+            else:
+                console.print(f"--- {time.strftime('%H:%M:%S')}")
+                console.print(view)
+            count += 1
+            if args.iterations and count >= args.iterations:
+                return 0
+            time.sleep(args.interval)
+    finally:
+        if live is not None:
+            live.stop()
