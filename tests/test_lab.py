@@ -205,3 +205,25 @@ def test_lab_on_a_server_that_never_exits(tmp_path):
         assert r["timeline"][-1][0] >= r["wall"] + 0.9
     time.sleep(0.3)
     assert _leftovers("memgap-lab-test-server") == []
+
+
+@pytest.mark.skipif(not shutil.which("cc") and not shutil.which("gcc"), reason="no C compiler")
+def test_native_blockingpool_matrix(tmp_path):
+    """Seed 004's concurrency x payload matrix on a C program: memory grows with both."""
+    from memgap.scenarios.native import PHASE_REGEX, build
+
+    exe = build("blockingpool", str(tmp_path / "bin"))
+    out = tmp_path / "lab.json"
+    proc = memgap("lab", "--reps", "1", "--variant", "glibc", "--variant", "glibc:trim=idle",
+                  "--param", "CONCURRENCY=1,16", "--param", "PAYLOAD_KIB=1,200", "--phase-regex", PHASE_REGEX,
+                  "--idle-after", "0.5", "--timeout", "60", "--json", str(out), "--dir", str(tmp_path / "runs"),
+                  "--", exe, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lab = json.loads(out.read_text())
+    rows = {(r["params"]["CONCURRENCY"], r["params"]["PAYLOAD_KIB"]): r for r in lab["sweep"]["glibc"]}
+    small, big = rows[("1", "1")]["idle"], rows[("16", "200")]["idle"]
+    assert big > small + (8 << 20), (small, big)  # 16 arenas x 200 KiB payloads retain megabytes
+    assert rows[("16", "1")]["idle"] < small + (4 << 20)  # small payloads: concurrency alone costs little
+    trims = [r for r in lab["runs"] if r["variant"] == "glibc:trim=idle"]
+    assert all(r["status"] == "not-applied" and "not Python" in r["note"] for r in trims)
+    assert _leftovers(os.path.basename(exe)) == []

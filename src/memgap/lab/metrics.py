@@ -16,7 +16,8 @@ class RunMetrics:
     order: int                 # position in the interleaved sequence
     status: str                # ok, crashed, timeout, killed, no-idle
     exit_code: int | None = None
-    wall: float = 0.0          # seconds, the workload from start to exit
+    wall: float = 0.0          # seconds of work: start to exit, or to the last phase before idle
+    duration: float = 0.0      # seconds the lab spent on the run (start to exit or stop)
     cpu: float = 0.0           # user + system seconds of the workload's processes
     baseline: int | None = None    # RSS at the first phase (post-import)
     peak: int | None = None        # highest RSS sampled or reported (VmHWM)
@@ -64,13 +65,16 @@ def classify_pattern(values: list[int]) -> tuple[str, str]:
 
 
 def run_metrics(run: dict[str, Any], variant: str, rep: int, order: int, cpu: float,
-                trims_at_idle: bool = False, allocator: str = "", metric: str = "") -> RunMetrics:
+                trims_at_idle: bool = False, allocator: str = "", metric: str = "",
+                needs_bootstrap: bool = False) -> RunMetrics:
     """Figures of one run; ``trims_at_idle``: the variant is itself the idle trim, so its
     idle figure is the RSS after that trim. ``allocator``: the malloc the variant
     should have put in place; a run whose process reports another one did not
-    apply the variant and is marked "not-applied"."""
+    apply the variant and is marked "not-applied", as is one that needs memgap's
+    Python bootstrap (a trimmer) in a process that is not Python."""
     m = RunMetrics(variant=variant, rep=rep, order=order, status="ok", exit_code=run.get("exit_code"),
-                   wall=float(run.get("duration") or 0.0), cpu=cpu, record_dir=run.get("record_dir", ""))
+                   wall=float(run.get("duration") or 0.0), duration=float(run.get("duration") or 0.0), cpu=cpu,
+                   record_dir=run.get("record_dir", ""))
     code = run.get("exit_code")
     if run.get("timed_out"):
         m.status = "timeout"
@@ -106,6 +110,9 @@ def run_metrics(run: dict[str, Any], variant: str, rep: int, order: int, cpu: fl
         if allocator and seen and seen != allocator and m.status == "ok":
             m.status = "not-applied"
             m.note = f"the process ran {seen}, not {allocator}: the preload did not take"
+        if needs_bootstrap and m.status == "ok" and not any(s.get("route") == "in-process" for s in snaps):
+            m.status = "not-applied"
+            m.note = "a trimmer needs memgap's bootstrap in a Python process; this one is not Python"
     idle = [s for s in snaps if s["phase"] == "idle"]
     if idle:
         m.idle = idle[-1]["rss"]

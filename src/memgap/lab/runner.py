@@ -102,7 +102,7 @@ def _run_one(options: LabOptions, variant: Variant, rep: int, order: int, cell: 
     cpu = _cpu_of_children() - cpu_before
     run = load_run(record_dir)
     result = run_metrics(run, variant.spec, rep, order, cpu, trims_at_idle=variant.trim == "idle",
-                         allocator=variant.allocator, metric=options.metric)
+                         allocator=variant.allocator, metric=options.metric, needs_bootstrap=bool(variant.trim))
     result.params = dict(cell)
     return result
 
@@ -200,7 +200,7 @@ def lab_document(options: LabOptions, results: list[RunMetrics], seconds: float,
                       "verdict": verdict.reason, "recommendation": recommendation,
                       "baseline_idle": verdict.baseline.idle[0] if verdict.baseline and verdict.baseline.idle else 0})
     worst = max(cells, key=lambda c: c["baseline_idle"]) if cells else None
-    workload_seconds = sum(r.wall for r in results)
+    workload_seconds = sum(r.duration for r in results)
     cell_label = lambda r: f" [{' '.join(f'{k}={v}' for k, v in r.params.items())}]" if r.params else ""  # noqa: E731
     return {
         "schema": LAB_SCHEMA,
