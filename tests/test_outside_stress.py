@@ -1,8 +1,6 @@
 """Reading a busy process from outside, again and again, never harms it."""
-import json
 import subprocess
 import sys
-import time
 
 from conftest import child_env
 from memgap.collect import Options, snapshot_pid
