@@ -36,7 +36,7 @@ def _pattern(v: dict[str, Any]) -> str:
 
 def markdown_table(lab: dict[str, Any]) -> str:
     """The variants as a Markdown table (MiB, median and min-max)."""
-    rows = ["| variant | post-import | peak | idle | after trim | wall s | slowdown | pattern | verdict |",
+    rows = ["| variant | first phase | peak | idle | after trim | wall s | slowdown | pattern | verdict |",
             "|---|---|---|---|---|---|---|---|---|"]
     for v in lab["variants"]:
         wall = f"{v['wall'][0]:.2f}" if v["wall"] else "-"
@@ -49,7 +49,7 @@ def markdown_table(lab: dict[str, Any]) -> str:
 def variants_table(lab: dict[str, Any]) -> Table:
     table = Table(title=f"{lab['reps']} interleaved repetitions per variant, MiB: median (min-max)",
                   title_justify="left")
-    for col in ("variant", "post-import", "peak", "idle", "after trim", "wall s", "slowdown", "pattern", "verdict"):
+    for col in ("variant", "first phase", "peak", "idle", "after trim", "wall s", "slowdown", "pattern", "verdict"):
         table.add_column(col, justify="left" if col in ("variant", "pattern", "verdict") else "right",
                          no_wrap=col != "verdict")
     recommended = (lab.get("recommendation") or {}).get("variant")
