@@ -227,3 +227,19 @@ def test_native_blockingpool_matrix(tmp_path):
     trims = [r for r in lab["runs"] if r["variant"] == "glibc:trim=idle"]
     assert all(r["status"] == "not-applied" and "not Python" in r["note"] for r in trims)
     assert _leftovers(os.path.basename(exe)) == []
+
+
+def test_lab_throughput_from_a_line_the_workload_prints(tmp_path):
+    script = tmp_path / "rate.py"
+    script.write_text("import os, memgap\nmemgap.phase('post-import')\n"
+                      "print('served 123 requests, %.1f req/s' % (250.0 if os.environ.get('MALLOC_ARENA_MAX') "
+                      "else 1000.0), flush=True)\nmemgap.phase('idle')\n")
+    out = tmp_path / "lab.json"
+    proc = memgap("lab", "--reps", "1", "--metric", "req/s", "--metric-regex", r"([\d.]+) req/s",
+                  "--variant", "glibc", "--variant", "glibc:arena_max=2", "--json", str(out),
+                  "--dir", str(tmp_path / "runs"), "--", sys.executable, str(script))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lab = json.loads(out.read_text())
+    assert {r["variant"]: r["throughput"] for r in lab["runs"]} == {"glibc": 1000.0, "glibc:arena_max=2": 250.0}
+    assert next(v for v in lab["variants"] if v["spec"] == "glibc:arena_max=2")["slowdown"] == 4.0
+    assert memgap("lab", "--metric-regex", "x", "--", "true").returncode == 2  # which metric is it?

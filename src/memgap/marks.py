@@ -18,9 +18,14 @@ from typing import IO
 
 
 class StdoutMarks:
-    def __init__(self, stream: IO[bytes], pattern: str, echo: bool) -> None:
-        self.regex = re.compile(pattern)
+    """Phase marks (``pattern``) and metric values (``metric_pattern``, group 1 a number)
+    from the lines a program prints."""
+
+    def __init__(self, stream: IO[bytes], pattern: str, echo: bool, metric_pattern: str = "") -> None:
+        self.regex = re.compile(pattern) if pattern else None
+        self.metric_regex = re.compile(metric_pattern) if metric_pattern else None
         self.marks: "queue.Queue[str]" = queue.Queue()
+        self.values: "queue.Queue[float]" = queue.Queue()
         self.echo = echo
         self.thread = threading.Thread(target=self._read, args=(stream,), name="memgap-stdout", daemon=True)
         self.thread.start()
@@ -31,17 +36,31 @@ class StdoutMarks:
             if out is not None:
                 out.write(raw)
                 out.flush()
-            match = self.regex.search(raw.decode("utf-8", "replace"))
+            line = raw.decode("utf-8", "replace")
+            match = self.regex.search(line) if self.regex else None
             if match:
                 self.marks.put(match.group(1) if match.groups() else match.group(0))
+            match = self.metric_regex.search(line) if self.metric_regex else None
+            if match:
+                try:
+                    self.values.put(float(match.group(1) if match.groups() else match.group(0)))
+                except ValueError:
+                    pass  # a line that matched but holds no number
 
-    def pending(self) -> list[str]:
-        names = []
+    @staticmethod
+    def _drain(q: "queue.Queue") -> list:  # type: ignore[type-arg]
+        items = []
         while True:
             try:
-                names.append(self.marks.get_nowait())
+                items.append(q.get_nowait())
             except queue.Empty:
-                return names
+                return items
+
+    def pending(self) -> list[str]:
+        return self._drain(self.marks)
+
+    def pending_values(self) -> list[float]:
+        return self._drain(self.values)
 
 
 class PhaseClock:

@@ -61,6 +61,8 @@ class RunOptions:
     stdout: Any = None  # passed to Popen: None inherits
     stderr: Any = None
     mark_regex: str = ""     # stdout lines that mark a phase (group 1 names it)
+    metric_regex: str = ""   # stdout lines that report a metric (group 1 its value)...
+    metric_name: str = ""    # ...recorded under this name
     idle_after: float = 0.0  # seconds without a new phase after which the program counts as idle
 
 
@@ -156,7 +158,7 @@ def record_run(options: RunOptions) -> int:
         if not options.walk:
             env[WALK_ENV] = "0"
         env.update(options.env)
-        stdout = subprocess.PIPE if options.mark_regex else options.stdout
+        stdout = subprocess.PIPE if options.mark_regex or options.metric_regex else options.stdout
         proc = subprocess.Popen(options.cmd, env=env, start_new_session=own_group,
                                 stdout=stdout, stderr=options.stderr)
     except OSError as exc:
@@ -165,7 +167,8 @@ def record_run(options: RunOptions) -> int:
     known: set[int] = set()
     deadline = None if options.timeout is None else time.monotonic() + options.timeout
     timed_out = stopped_at_idle = False
-    marks = StdoutMarks(proc.stdout, options.mark_regex, options.stdout is None) if options.mark_regex else None
+    marks = (StdoutMarks(proc.stdout, options.mark_regex, options.stdout is None, options.metric_regex)
+             if options.mark_regex or options.metric_regex else None)
     clock = PhaseClock(options.record_dir)
     try:
         while True:
@@ -173,6 +176,9 @@ def record_run(options: RunOptions) -> int:
             for name in marks.pending() if marks else []:
                 _outside_snapshot(writer, proc.pid, name, start)
                 clock.mark()
+            for value in marks.pending_values() if marks else []:
+                writer.write({"type": "metric", "pid": proc.pid, "name": options.metric_name, "value": value,
+                              "time": time.time()})
             if options.idle_after:
                 clock.poll()
                 if clock.quiet_for() >= options.idle_after:
@@ -196,6 +202,11 @@ def record_run(options: RunOptions) -> int:
         writer.close()
         raise
     code = proc.wait()
+    if marks is not None:  # lines read after the last sample: the metrics still count
+        marks.thread.join(timeout=2)
+        for value in marks.pending_values():
+            writer.write({"type": "metric", "pid": proc.pid, "name": options.metric_name, "value": value,
+                          "time": time.time()})
     if own_group and not timed_out:
         try:  # children the command left running in its group
             os.killpg(proc.pid, signal.SIGKILL)
@@ -234,6 +245,8 @@ def load_run(record_dir: str) -> dict[str, Any]:
                 entry["snapshots"].append(event["snapshot"])
             elif kind == "error":
                 errors.append({k: v for k, v in event.items() if k != "type"})
+            elif kind == "metric":
+                metrics[event["name"]] = event["value"]
     for path in sorted(glob.glob(os.path.join(record_dir, "process-*.jsonl"))):
         for event in read_events(path):
             if event.get("type") == "error":

@@ -49,6 +49,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--metric", metavar="NAME", default="",
                    help="throughput: a figure the workload reports with memgap.metric(NAME, value), higher "
                         "is better (default: the workload's wall time)")
+    p.add_argument("--metric-regex", metavar="REGEX", default="",
+                   help="read --metric from the workload's stdout instead: group 1 of the last matching line")
     p.add_argument("--json", metavar="FILE", help="write the lab's results as JSON")
     p.add_argument("--markdown", metavar="FILE", help="also write the variants table as Markdown")
     p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report with charts")
@@ -103,11 +105,13 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError("no workload given: memgap lab [options] -- CMD ...")
     if args.reps < 1:
         raise UsageError("--reps must be at least 1")
-    if args.phase_regex:
+    for flag, pattern in (("--phase-regex", args.phase_regex), ("--metric-regex", args.metric_regex)):
         try:
-            re.compile(args.phase_regex)
+            re.compile(pattern)
         except re.error as exc:
-            raise UsageError(f"--phase-regex: {exc}") from None
+            raise UsageError(f"{flag}: {exc}") from None
+    if args.metric_regex and not args.metric:
+        raise UsageError("--metric-regex needs --metric NAME (what the number is)")
     specs = args.variant or list(DEFAULT_SPECS)
     variants = [parse_variant(s) for s in specs]
     if not any(v.is_baseline for v in variants):
@@ -119,7 +123,8 @@ def main(args: argparse.Namespace) -> int:
     options = LabOptions(cmd, variants, args.reps, args.timeout, args.max_slowdown,
                          lab_dir=args.dir or tempfile.mkdtemp(prefix="memgap-lab-"),
                          quiet_workload=not args.show_output, skipped=skipped, metric=args.metric,
-                         params=params, phase_regex=args.phase_regex, idle_after=args.idle_after)
+                         params=params, phase_regex=args.phase_regex, idle_after=args.idle_after,
+                         metric_regex=args.metric_regex)
     total = len(options.variants) * options.reps * len(options.cells())
     try:
         with _Progress(total) as progress:

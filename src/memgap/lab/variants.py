@@ -53,6 +53,7 @@ DEFAULT_SPECS = (
     "glibc:trim=idle",
     "glibc:arena_max=2,trim=idle",
     "jemalloc",
+    "jemalloc:dirty_decay_ms=1000",
     "jemalloc:background_thread=true,dirty_decay_ms=1000",
     "tcmalloc",
     "mimalloc",
