@@ -51,6 +51,7 @@ DEFAULT_SPECS = (
     "glibc:mmap_threshold=131072",
     "glibc:trim_threshold=65536",
     "glibc:trim=idle",
+    "glibc:trim=every:1",
     "glibc:arena_max=2,trim=idle",
     "jemalloc",
     "jemalloc:dirty_decay_ms=1000",
