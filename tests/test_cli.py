@@ -63,23 +63,27 @@ def test_inspect_outside_adds_up_and_leaves_target_running(target):
 def test_inspect_tree(tmp_path):
     script = ("import subprocess, sys, time\n"
               "kids = [subprocess.Popen([sys.executable, '-c', 'import time; x = bytearray(8 << 20); "
-              "x[::4096] = b\"1\" * len(x[::4096]); time.sleep(30)']) for _ in range(2)]\n"
+              "x[::4096] = b\"1\" * len(x[::4096]); print(1, flush=True); time.sleep(30)'], "
+              "stdout=subprocess.PIPE) for _ in range(2)]\n"
+              "[k.stdout.readline() for k in kids]\n"
               "print('ready', flush=True); time.sleep(30)\n")
-    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    # its own session: the whole tree is stopped at the end, and nothing else
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                              start_new_session=True)
     try:
         assert parent.stdout.readline().strip() == "ready"
-        time.sleep(0.5)
         proc = memgap("inspect", str(parent.pid), "--tree", "--json", "-")
         assert proc.returncode == 0, proc.stderr
         tree = json.loads(proc.stdout)
         assert len(tree["processes"]) == 3
         assert tree["total_rss"] == sum(p["rss"] for p in tree["processes"])
-        text = memgap("inspect", str(parent.pid), "--tree").stdout
-        assert "3 processes" in text
+        assert all(p["status"]["Pss"] <= p["rss"] for p in tree["processes"])
+        text = memgap("inspect", str(parent.pid), "--tree")
+        assert text.returncode == 0, text.stderr
+        assert "3 processes" in text.stdout
     finally:
-        parent.kill()
+        os.killpg(parent.pid, signal.SIGKILL)
         parent.wait()
-        subprocess.run(["pkill", "-f", "x = bytearray"], check=False)
 
 
 def _one_line_error(proc, code):

@@ -57,7 +57,7 @@ if os.environ.get("MALLOC_ARENA_MAX") == "2":
 if os.environ.get("MALLOC_TOP_PAD_"):
     os.kill(os.getpid(), 9)                       # killed under this one
 if os.environ.get("MALLOC_MMAP_THRESHOLD_"):
-    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "memgap-lab-test-grandchild"])
+    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", sys.argv[1]])
     time.sleep(120)                               # hangs, with a grandchild, under this one
 memgap.phase("post-import")
 memgap.phase("idle")
@@ -84,7 +84,8 @@ def test_lab_reports_crash_timeout_and_kill_and_goes_on(tmp_path):
     args = ["lab", "--reps", "1", "--timeout", "4", "--json", str(out), "--dir", str(tmp_path / "runs")]
     for v in ["glibc", "glibc:arena_max=2", "glibc:mmap_threshold=131072", "glibc:top_pad=4096"]:
         args += ["--variant", v]
-    proc = memgap(*args, "--", sys.executable, str(script), timeout=120)
+    marker = f"memgap-lab-test-grandchild-{os.getpid()}-{tmp_path.name}"  # unique to this test run
+    proc = memgap(*args, "--", sys.executable, str(script), marker, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     lab = json.loads(out.read_text())
     status = {r["variant"]: r["status"] for r in lab["runs"]}
@@ -94,7 +95,7 @@ def test_lab_reports_crash_timeout_and_kill_and_goes_on(tmp_path):
     assert notes["glibc:arena_max=2"] == "exit code 3" and "signal 9" in notes["glibc:top_pad=4096"]
     assert lab["recommendation"] is None
     time.sleep(0.5)
-    assert _leftovers("memgap-lab-test-grandchild") == []
+    assert _leftovers(marker) == []
 
 
 def test_interrupted_lab_keeps_its_runs(tmp_path):
@@ -188,7 +189,7 @@ int main(int argc, char **argv) {
 @pytest.mark.skipif(not shutil.which("gcc"), reason="no C compiler")
 def test_lab_on_a_server_that_never_exits(tmp_path):
     """Phases from its output, idle after a quiet spell, read from outside, then stopped."""
-    src, exe = tmp_path / "server.c", tmp_path / "memgap-lab-test-server"
+    src, exe = tmp_path / "server.c", tmp_path / f"memgap-lab-test-server-{os.getpid()}"
     src.write_text(SERVER_C)
     subprocess.run(["gcc", "-O1", "-pthread", "-o", str(exe), str(src)], check=True)
     out = tmp_path / "lab.json"
@@ -204,7 +205,7 @@ def test_lab_on_a_server_that_never_exits(tmp_path):
         # the work's time, not the quiet second the lab waited through before it stopped the server
         assert r["timeline"][-1][0] >= r["wall"] + 0.9
     time.sleep(0.3)
-    assert _leftovers("memgap-lab-test-server") == []
+    assert _leftovers(exe.name) == []
 
 
 @pytest.mark.skipif(not shutil.which("cc") and not shutil.which("gcc"), reason="no C compiler")
@@ -226,7 +227,7 @@ def test_native_blockingpool_matrix(tmp_path):
     assert rows[("16", "1")]["idle"] < small + (4 << 20)  # small payloads: concurrency alone costs little
     trims = [r for r in lab["runs"] if r["variant"] == "glibc:trim=idle"]
     assert all(r["status"] == "not-applied" and "not Python" in r["note"] for r in trims)
-    assert _leftovers(os.path.basename(exe)) == []
+    assert _leftovers(exe) == []  # its full path: unique to this test
 
 
 def test_lab_throughput_from_a_line_the_workload_prints(tmp_path):
