@@ -1,5 +1,6 @@
-"""A live view of a process (or a tree) from outside: layers over time, the
-largest arenas, findings, refreshed in place.
+"""Watch a process (or a tree) from outside, live.
+
+Layers over time, the largest arenas and the findings, refreshed in place.
 
   memgap top PID [--interval S] [--tree] [--iterations N]
 """
