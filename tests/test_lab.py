@@ -16,6 +16,17 @@ from memgap.scenarios import scenario_command
 SMALL_THREADPOOL = scenario_command("threadpool", passes=2, chunks=128)
 
 
+def _lab(tmp_path, script_text, *args, timeout=120):
+    """``memgap lab ARGS -- python SCRIPT``; returns (completed process, lab document)."""
+    script = tmp_path / "work.py"
+    script.write_text(script_text)
+    out = tmp_path / "lab.json"
+    proc = memgap("lab", *args, "--json", str(out), "--dir", str(tmp_path / "runs"), "--", sys.executable,
+                  str(script), timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc, json.loads(out.read_text())
+
+
 @pytest.mark.skipif(not os.path.exists(JEMALLOC), reason="libjemalloc2 is not installed")
 def test_lab_interleaves_measures_and_recommends(tmp_path):
     out = tmp_path / "lab.json"
@@ -123,15 +134,10 @@ def test_interrupted_lab_keeps_its_runs(tmp_path):
 
 
 def test_lab_throughput_from_the_workloads_metric(tmp_path):
-    script = tmp_path / "rate.py"
-    script.write_text("import os, memgap\nmemgap.phase('post-import')\n"
-                      "rate = 500.0 if os.environ.get('MALLOC_ARENA_MAX') else 1000.0\n"
-                      "memgap.metric('req/s', rate)\nmemgap.phase('idle')\n")
-    out = tmp_path / "lab.json"
-    proc = memgap("lab", "--reps", "2", "--metric", "req/s", "--variant", "glibc", "--variant", "glibc:arena_max=2",
-                  "--json", str(out), "--dir", str(tmp_path / "runs"), "--", sys.executable, str(script))
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    lab = json.loads(out.read_text())
+    _, lab = _lab(tmp_path, "import os, memgap\nmemgap.phase('post-import')\n"
+                            "rate = 500.0 if os.environ.get('MALLOC_ARENA_MAX') else 1000.0\n"
+                            "memgap.metric('req/s', rate)\nmemgap.phase('idle')\n",
+                  "--reps", "2", "--metric", "req/s", "--variant", "glibc", "--variant", "glibc:arena_max=2")
     assert lab["metric"] == "req/s"
     assert {r["variant"]: r["throughput"] for r in lab["runs"]} == {"glibc": 1000.0, "glibc:arena_max=2": 500.0}
     slow = next(v for v in lab["variants"] if v["spec"] == "glibc:arena_max=2")
@@ -139,15 +145,10 @@ def test_lab_throughput_from_the_workloads_metric(tmp_path):
 
 
 def test_lab_sweeps_parameters_as_a_grid(tmp_path):
-    script = tmp_path / "grow.py"
-    script.write_text("import os, memgap\nmemgap.phase('post-import')\n"
-                      "keep = bytearray(int(os.environ['MIB']) * int(os.environ['COPIES']) << 20)\n"
-                      "keep[::4096] = b'x' * len(keep[::4096])\nmemgap.phase('idle')\n")
-    out = tmp_path / "lab.json"
-    proc = memgap("lab", "--reps", "1", "--variant", "glibc", "--param", "MIB=8,32", "--param", "COPIES=1,2",
-                  "--json", str(out), "--dir", str(tmp_path / "runs"), "--", sys.executable, str(script))
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    lab = json.loads(out.read_text())
+    proc, lab = _lab(tmp_path, "import os, memgap\nmemgap.phase('post-import')\n"
+                               "keep = bytearray(int(os.environ['MIB']) * int(os.environ['COPIES']) << 20)\n"
+                               "keep[::4096] = b'x' * len(keep[::4096])\nmemgap.phase('idle')\n",
+                     "--reps", "1", "--variant", "glibc", "--param", "MIB=8,32", "--param", "COPIES=1,2")
     assert lab["params"] == {"MIB": ["8", "32"], "COPIES": ["1", "2"]}
     assert [c["params"] for c in lab["cells"]] == [{"MIB": m, "COPIES": c} for m in ("8", "32") for c in ("1", "2")]
     rows = {(r["params"]["MIB"], r["params"]["COPIES"]): r for r in lab["sweep"]["glibc"]}
@@ -231,16 +232,11 @@ def test_native_blockingpool_matrix(tmp_path):
 
 
 def test_lab_throughput_from_a_line_the_workload_prints(tmp_path):
-    script = tmp_path / "rate.py"
-    script.write_text("import os, memgap\nmemgap.phase('post-import')\n"
-                      "print('served 123 requests, %.1f req/s' % (250.0 if os.environ.get('MALLOC_ARENA_MAX') "
-                      "else 1000.0), flush=True)\nmemgap.phase('idle')\n")
-    out = tmp_path / "lab.json"
-    proc = memgap("lab", "--reps", "1", "--metric", "req/s", "--metric-regex", r"([\d.]+) req/s",
-                  "--variant", "glibc", "--variant", "glibc:arena_max=2", "--json", str(out),
-                  "--dir", str(tmp_path / "runs"), "--", sys.executable, str(script))
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    lab = json.loads(out.read_text())
+    _, lab = _lab(tmp_path, "import os, memgap\nmemgap.phase('post-import')\n"
+                            "print('served 123 requests, %.1f req/s' % (250.0 if os.environ.get('MALLOC_ARENA_MAX') "
+                            "else 1000.0), flush=True)\nmemgap.phase('idle')\n",
+                  "--reps", "1", "--metric", "req/s", "--metric-regex", r"([\d.]+) req/s",
+                  "--variant", "glibc", "--variant", "glibc:arena_max=2")
     assert {r["variant"]: r["throughput"] for r in lab["runs"]} == {"glibc": 1000.0, "glibc:arena_max=2": 250.0}
     assert next(v for v in lab["variants"] if v["spec"] == "glibc:arena_max=2")["slowdown"] == 4.0
     assert memgap("lab", "--metric-regex", "x", "--", "true").returncode == 2  # which metric is it?
