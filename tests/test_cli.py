@@ -233,6 +233,12 @@ def test_run_killed_midway_keeps_recording(tmp_path):
     assert run["timeline"], "samples written before the kill are kept"
     phases = [s["phase"] for p in run["processes"] for s in p["snapshots"]]
     assert phases == ["step-0", "step-1", "step-2"]
+    # and the CLI shows what it kept
+    shown = memgap("report", record_dir, "--json", str(tmp_path / "kept.json"))
+    assert shown.returncode == 0, shown.stderr
+    assert "step-2" in shown.stdout and "cut short" in shown.stdout
+    assert json.loads((tmp_path / "kept.json").read_text())["schema"] == "memgap.run/1"
+    _one_line_error(memgap("report", str(tmp_path)), 2)  # not a recording
 
 
 def test_run_returns_child_exit_code_and_needs_a_command(tmp_path):

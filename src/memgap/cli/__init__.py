@@ -6,9 +6,10 @@ import sys
 from typing import Sequence
 
 from ..errors import MemgapError
-from . import demo, inspect, lab, run, snapshot, top
+from . import demo, inspect, lab, report, run, snapshot, top
 
-COMMANDS = {"inspect": inspect, "top": top, "run": run, "lab": lab, "demo": demo, "snapshot": snapshot}
+COMMANDS = {"inspect": inspect, "top": top, "run": run, "lab": lab, "report": report, "demo": demo,
+            "snapshot": snapshot}
 
 
 def build_parser() -> argparse.ArgumentParser:
