@@ -44,7 +44,7 @@ def test_lab_interleaves_measures_and_recommends(tmp_path):
         assert r["status"] == "ok", r
         assert r["baseline"] and r["peak"] >= r["idle"] > 0
         if variant == "glibc":
-            assert r["trim_released"] is not None and r["after_trim"] < r["idle"]
+            assert r["trim_released"] is not None and r["after_trim"] <= r["idle"]
         if variant.startswith("jemalloc"):
             assert r["after_trim"] is None  # malloc_trim is glibc's: nothing to measure
     # the idle trimmer variant's idle figure is the RSS after its trim
