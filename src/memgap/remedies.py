@@ -31,10 +31,10 @@ class Trimmer:
 
     Every ``interval`` seconds it reads ``mallinfo2()`` (a few microseconds). A
     burst is over when the bytes in use have not moved by more than
-    ``quiet_change`` for ``quiet`` seconds; it trims then if glibc holds at
-    least ``min_free`` bytes free. The cost is bounded: at most one trim per
-    ``min_gap`` seconds, and after a trim that gave back less than 1 MiB the
-    gap doubles (up to 64 times) until one releases again. glibc only: elsewhere
+    ``quiet_change`` for ``quiet`` seconds; it trims then, once per burst, if
+    glibc holds at least ``min_free`` bytes free. The cost is bounded: at most
+    one trim per ``min_gap`` seconds, and after a trim that gave back less than
+    1 MiB the gap doubles (up to 64 times) until one releases again. glibc only: elsewhere
     ``start()`` raises Unsupported.
     """
 
@@ -73,6 +73,7 @@ class Trimmer:
         status = ProcReader("self")
         last_in_use = None
         quiet_since = time.monotonic()
+        burst_since_trim = True  # whatever came before the trimmer started counts as a burst
         next_allowed = 0.0
         gap = self.min_gap
         while not self._stop.wait(self.interval):
@@ -82,8 +83,12 @@ class Trimmer:
             in_use = info.in_use
             if last_in_use is None or abs(in_use - last_in_use) > self.quiet_change * max(last_in_use, MiB):
                 quiet_since = now
+                burst_since_trim = True
             last_in_use = in_use
-            if now - quiet_since < self.quiet or now < next_allowed or info.fordblks < self.min_free:
+            # glibc still counts pages it gave back as free: fordblks alone cannot say a trim is due,
+            # so only a burst since the last trim makes one worth doing.
+            if (not burst_since_trim or now - quiet_since < self.quiet or now < next_allowed
+                    or info.fordblks < self.min_free):
                 continue
             before = status_int(status.status(), "VmRSS")
             started = time.perf_counter()
@@ -92,6 +97,7 @@ class Trimmer:
             released = max(0, before - status_int(status.status(), "VmRSS"))
             self.stats.trims += 1
             self.stats.released += released
+            burst_since_trim = False
             gap = self.min_gap if released >= MiB else min(gap * 2, self.min_gap * 64)
             next_allowed = now + gap
 

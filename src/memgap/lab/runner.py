@@ -34,12 +34,12 @@ class LabOptions:
     phase_regex: str = ""    # stdout lines that mark a phase (see memgap.marks)
     idle_after: float = 0.0  # seconds without a new phase: idle, measured from outside, then stopped
     metric_regex: str = ""   # stdout lines that report the --metric value (group 1)
+    skipped: list[str] = field(default_factory=list)  # variants not run, with the install line
 
     def cells(self) -> list[dict[str, str]]:
         """Every combination of the swept parameters (one empty cell without any)."""
         names = [name for name, _ in self.params]
         return [dict(zip(names, values)) for values in itertools.product(*(v for _, v in self.params))]
-    skipped: list[str] = field(default_factory=list)
 
 
 def _cpu_of_children() -> float:
