@@ -5,8 +5,7 @@ import atexit
 import os
 import threading
 
-TRIM_EVERY_ENV = "MEMGAP_TRIM_EVERY"
-TRIMMER_ENV = "MEMGAP_TRIMMER"  # "1": run memgap.Trimmer (trims when the process goes quiet)
+from .envnames import RECORD_DIR_ENV, TRIM_EVERY_ENV, TRIMMER_ENV
 
 
 def _at_exit() -> None:
@@ -41,7 +40,7 @@ def _trim_periodically(seconds: float) -> None:
 
 
 def install() -> None:
-    if os.environ.get("MEMGAP_RECORD_DIR"):
+    if os.environ.get(RECORD_DIR_ENV):
         atexit.register(_at_exit)
     if os.environ.get(TRIMMER_ENV) == "1":
         from .errors import Unsupported

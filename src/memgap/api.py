@@ -7,13 +7,11 @@ from dataclasses import dataclass
 from types import TracebackType
 
 from .collect import Options, snapshot_self
+from .envnames import RECORD_DIR_ENV, TRIM_AFTER_ENV, WALK_ENV
 from .errors import Unsupported
 from .model import Snapshot
 from .sources.procfs import ProcReader, status_int
 
-RECORD_DIR_ENV = "MEMGAP_RECORD_DIR"
-TRIM_AFTER_ENV = "MEMGAP_TRIM_AFTER"  # a phase name: after recording it, trim once and record "after-trim"
-WALK_ENV = "MEMGAP_WALK"  # "0": phase snapshots skip the gc walk for large buffers
 
 _phases: list[Snapshot] = []
 _writer = None

@@ -19,7 +19,7 @@ from typing import Any
 
 import psutil
 
-from .api import RECORD_DIR_ENV, WALK_ENV
+from .envnames import RECORD_DIR_ENV, WALK_ENV
 from .diagnose import diagnose_series
 from .errors import MemgapError
 from .marks import PhaseClock, StdoutMarks

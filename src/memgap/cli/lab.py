@@ -130,18 +130,19 @@ def main(args: argparse.Namespace) -> int:
         with _Progress(total) as progress:
             lab = run_lab(options, progress=progress)
     except LabInterrupted as stop:
-        if args.json:
-            write_json(stop.document, args.json)
-        if args.html:
-            write_text(render_html(stop.document), args.html)
-        render_lab(stop.document, sys.stdout)
+        write_lab(stop.document, args.json, args.html, args.markdown)
         raise KeyboardInterrupt from None
-    if args.json:
-        write_json(lab, args.json)
-    if args.markdown:
-        write_text(markdown_table(lab), args.markdown)
-    if args.html:
-        write_text(render_html(lab), args.html)
-    if args.json != "-":
-        render_lab(lab, sys.stdout)
+    write_lab(lab, args.json, args.html, args.markdown)
     return 0
+
+
+def write_lab(lab: dict, json_path: str | None, html: str | None, markdown: str | None) -> None:  # type: ignore[type-arg]
+    """Every output asked for, then the tables (unless the JSON goes to stdout)."""
+    if json_path:
+        write_json(lab, json_path)
+    if html:
+        write_text(render_html(lab), html)
+    if markdown:
+        write_text(markdown_table(lab), markdown)
+    if json_path != "-":
+        render_lab(lab, sys.stdout)

@@ -12,11 +12,10 @@ import os
 import sys
 
 from ..errors import MalformedInput, UsageError
-from ..report.html import render_html
-from ..report.lab import markdown_table, render_lab
 from ..report.runs import render_run
 from ..runs import SAMPLES_FILE, load_run
-from ._output import write_json, write_text
+from ._output import write_json
+from .lab import write_lab
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -43,18 +42,13 @@ def _load(path: str) -> dict:  # type: ignore[type-arg]
 def main(args: argparse.Namespace) -> int:
     doc = _load(args.path)
     schema = str(doc.get("schema", ""))
-    if args.json:
-        write_json(doc, args.json)
     if schema.startswith("memgap.lab/"):
-        if args.html:
-            write_text(render_html(doc), args.html)
-        if args.markdown:
-            write_text(markdown_table(doc), args.markdown)
-        if args.json != "-":
-            render_lab(doc, sys.stdout)
+        write_lab(doc, args.json, args.html, args.markdown)
     elif schema.startswith("memgap.run/"):
         if args.html or args.markdown:
             raise UsageError("--html and --markdown are for a lab's results")
+        if args.json:
+            write_json(doc, args.json)
         if args.json != "-":
             render_run(doc, sys.stdout)
     else:

@@ -13,7 +13,8 @@ from typing import Any, Callable
 from ..recording import RecordingWriter
 from ..runs import BOOTSTRAP_DIR, RunOptions, load_run, machine_info, record_run
 from .metrics import RunMetrics, run_metrics
-from .variants import TRIM_AFTER_ENV, Variant
+from ..envnames import TRIM_AFTER_ENV
+from .variants import Variant
 from .verdict import Verdict, decide, summarize
 
 LAB_SCHEMA = "memgap.lab/1"

@@ -20,6 +20,7 @@ import os
 import subprocess
 from dataclasses import dataclass, field
 
+from ..envnames import TRIM_AFTER_ENV, TRIM_EVERY_ENV
 from ..errors import UsageError
 
 ALLOCATORS = ("glibc", "jemalloc", "tcmalloc", "mimalloc")
@@ -38,7 +39,6 @@ LIBRARIES = {
 }
 LIBRARY_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib",
                 "/usr/local/lib", "/lib/x86_64-linux-gnu")
-TRIM_AFTER_ENV, TRIM_EVERY_ENV = "MEMGAP_TRIM_AFTER", "MEMGAP_TRIM_EVERY"
 
 # What a remedy costs to apply, cheapest first: the lab prefers the cheapest that works.
 COST_ENV, COST_TRIMMER, COST_PRELOAD = 0, 1, 2

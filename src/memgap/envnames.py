@@ -1,0 +1,10 @@
+"""The environment variables memgap's bootstrap and children read, named once.
+
+(The bootstrap's sitecustomize and the scenarios spell the first ones out: they
+must not import memgap before they know it is wanted.)
+"""
+RECORD_DIR_ENV = "MEMGAP_RECORD_DIR"  # a recording folder: phase snapshots go there
+TRIM_AFTER_ENV = "MEMGAP_TRIM_AFTER"  # a phase name: after recording it, trim once and record "after-trim"
+TRIM_EVERY_ENV = "MEMGAP_TRIM_EVERY"  # seconds: a periodic malloc_trim(0)
+TRIMMER_ENV = "MEMGAP_TRIMMER"        # "1": run memgap.Trimmer (trims when the process goes quiet)
+WALK_ENV = "MEMGAP_WALK"              # "0": phase snapshots skip the gc walk for large buffers
