@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from .attribution import Measurements, attribute
-from .errors import NoSuchProcess, Unsupported
+from .errors import PidReused, Unsupported
 from .memory_map import MemoryMap, read_memory_map
 from .model import Region, Snapshot
 from .sources import allocator as allocator_source
@@ -205,7 +205,7 @@ def snapshot_pid(pid: int, options: Options | None = None, proc_root: str = "/pr
             status["Uss"] = rollup.get("Private_Clean") + rollup.get("Private_Dirty")
         cmd = reader.cmdline()
         if reader.stat().start_time != stat_before.start_time:
-            raise NoSuchProcess(pid, "the PID was reused while memgap read it")
+            raise PidReused(pid, "its start time changed while memgap read it")
     rss = status_int(status, "VmRSS")
     measured = Measurements(rss, regions, detection.name, layout, notes=notes)
     layers, unexplained = attribute(measured)

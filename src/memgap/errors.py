@@ -60,6 +60,37 @@ class MalformedInput(MemgapError):
         super().__init__(f"malformed {source}: {detail}")
 
 
+class PidReused(NoSuchProcess):
+    """The PID now names another process than the one memgap was following."""
+
+    exit_code = 7
+
+    def __init__(self, pid: int, detail: str = "") -> None:
+        NoSuchProcess.__init__(self, pid)
+        MemgapError.__init__(self, f"PID {pid} was reused by another process"
+                             + (f" ({detail})" if detail else ""))
+
+
+class PtraceDisallowed(MemgapError):
+    """The kernel refused to let memgap attach a debugger (ptrace) to the process."""
+
+    exit_code = 8
+
+    def __init__(self, pid: int, detail: str) -> None:
+        self.pid = pid
+        super().__init__(f"ptrace attach to PID {pid} is not allowed: {detail}")
+
+
+class ToolMissing(MemgapError):
+    """A program or build tool memgap needs for this request is not installed."""
+
+    exit_code = 9
+
+    def __init__(self, tool: str, needed_for: str, install: str) -> None:
+        self.tool = tool
+        super().__init__(f"{tool} is not installed (needed for {needed_for}): {install}")
+
+
 def pid_exists(pid: int, proc_root: str = "/proc") -> bool:
     return os.path.exists(f"{proc_root}/{pid}")
 
