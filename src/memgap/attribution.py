@@ -30,6 +30,7 @@ class Measurements:
     mallinfo: Mallinfo2 | None = None
     malloc_info: MallocInfo | None = None
     jemalloc: JemallocStats | None = None
+    tcmalloc: dict[str, int] | None = None  # MallocExtension numeric properties (from the agent)
     pymalloc: PymallocStats | None = None
     python_heap: PythonHeap | None = None
     notes: dict[str, str] = field(default_factory=dict)  # layer -> why it was not measured
@@ -72,6 +73,7 @@ def _arena_detail(m: Measurements) -> list[dict[str, Any]]:
             "free": info.free if info else None,
             "resident": arena.resident,
             "free_resident": arena.free_resident,
+            "free_walked": arena.bins_free_bytes + arena.top_size,  # compare with malloc_info's "free"
             "top_resident": arena.top_resident,
             "bins_free_resident": arena.bins_free_resident,
             "trim_releasable": arena.trim_releasable() if arena.walk_complete or arena.is_main else None,
@@ -143,6 +145,18 @@ def attribute(m: Measurements) -> tuple[dict[str, Layer], int]:
                         "metadata), within unclaimed anonymous pages")
         free_detail = {"jemalloc": {"allocated": j.allocated, "active": j.active, "resident": j.resident,
                                     "retained": j.retained, "metadata": j.metadata, "narenas": j.narenas}}
+    elif m.tcmalloc:
+        t = m.tcmalloc
+        alloc_source = "tcmalloc MallocExtension"
+        allocated = t.get("generic.current_allocated_bytes", 0)
+        held = t.get("generic.heap_size", 0) - t.get("tcmalloc.pageheap_unmapped_bytes", 0)
+        in_use = min(allocated, unknown_anon)
+        free = min(max(0, held - allocated), unknown_anon - in_use)
+        unknown_anon -= in_use + free
+        in_use_how.append("tcmalloc generic.current_allocated_bytes, within unclaimed anonymous pages")
+        free_how.append("tcmalloc generic.heap_size minus pageheap_unmapped_bytes minus the allocated bytes "
+                        "(page heap free, central and thread caches), within unclaimed anonymous pages")
+        free_detail = {"tcmalloc": dict(t)}
     else:
         # No statistics for this allocator: its memory stays under other_anon, and the two
         # allocator layers say "not measured" rather than print a zero nobody measured.

@@ -11,10 +11,10 @@ import os
 import threading
 import time
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Any, Iterable
 
 from .attribution import Measurements, attribute
-from .errors import PidReused, Unsupported
+from .errors import MemgapError, PidReused, Unsupported
 from .memory_map import MemoryMap, read_memory_map
 from .model import Region, Snapshot
 from .sources import allocator as allocator_source
@@ -33,6 +33,7 @@ class Options:
     walk_python: bool = False          # gc walk for large buffers (O(objects))
     class_names: tuple[str, ...] = ()  # classes to count instances of
     regions: bool = True               # keep the labelled memory map in the snapshot
+    agent: bool = True                 # outside: ask the process's native agent, when it has one
 
 
 def _subtract(start: int, end: int, holes: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -179,13 +180,41 @@ def _allocator_dict(detection, mallinfo, malloc_info, jemalloc) -> dict:  # type
     return out
 
 
+def _ask_agent(reader: ProcReader, pid: int, proc_root: str) -> tuple[Any, str]:
+    """The report of the native agent preloaded in ``pid`` (None if it has none), and why not."""
+    from .agent.client import query, socket_path
+
+    try:
+        environ = reader.environ()
+        uid = os.stat(f"{proc_root}/{pid}").st_uid
+    except (OSError, MemgapError):
+        return None, ""
+    if "memgap" not in environ.get("LD_PRELOAD", ""):
+        return None, ""
+    path = socket_path(pid, environ, uid)
+    try:
+        if os.stat(path).st_uid != uid:  # a socket the process's owner did not make is not its agent
+            return None, f"agent socket {path} is not owned by the process's user"
+    except OSError:
+        return None, f"the agent is preloaded but has no socket at {path}"
+    try:
+        return query(path), ""
+    except MemgapError as exc:
+        return None, str(exc)
+
+
 def snapshot_pid(pid: int, options: Options | None = None, proc_root: str = "/proc") -> Snapshot:
-    """A snapshot of another process, read from /proc without stopping or changing it."""
+    """A snapshot of another process, read from /proc without stopping or changing it.
+
+    When the process has memgap's native agent preloaded, the agent's allocator
+    statistics (mallinfo2, malloc_info, jemalloc's) join what /proc shows.
+    """
     options = options or Options()
     started = time.perf_counter()
     notes = {"python_objects": "needs the process's own statistics: run it under `memgap run`"}
     with ProcReader(pid, proc_root) as reader:
         stat_before = reader.stat()
+        report, agent_problem = _ask_agent(reader, pid, proc_root) if options.agent else (None, "")
         maps = reader.maps()
         detection = allocator_source.detect_from_maps(maps)
         memmap = read_memory_map(reader)
@@ -193,6 +222,8 @@ def snapshot_pid(pid: int, options: Options | None = None, proc_root: str = "/pr
         is_python = any("python" in os.path.basename(m.path) for m in maps if m.is_file)
         if detection.is_glibc:  # read-only, validated walks through /proc/PID/mem
             layout = find_glibc_layout(reader, memmap.plain_mappings, memmap.resident)
+        elif report is not None and (report.jemalloc is not None or report.tcmalloc):
+            pass  # the agent's statistics stand in for a walk
         else:
             notes["allocator_in_use"] = notes["allocator_free"] = (
                 f"allocator {detection.name}: from outside memgap reads glibc's heaps only")
@@ -208,10 +239,19 @@ def snapshot_pid(pid: int, options: Options | None = None, proc_root: str = "/pr
             raise PidReused(pid, "its start time changed while memgap read it")
     rss = status_int(status, "VmRSS")
     measured = Measurements(rss, regions, detection.name, layout, notes=notes)
+    if report is not None:
+        measured.mallinfo, measured.malloc_info, measured.jemalloc = report.mallinfo, report.malloc_info, \
+            report.jemalloc
+        measured.tcmalloc = report.tcmalloc or None
     layers, unexplained = attribute(measured)
+    allocator = _allocator_dict(detection, measured.mallinfo, measured.malloc_info, measured.jemalloc)
+    if report is not None:
+        allocator["agent"] = report.summary()
+    elif agent_problem:
+        allocator["agent_problem"] = agent_problem
     snap = Snapshot(
         pid=pid, time=time.time(), rss=rss, layers=layers, unexplained=unexplained,
-        allocator=_allocator_dict(detection, None, None, None), route="outside",
+        allocator=allocator, route="outside, with the agent" if report is not None else "outside",
         status=_status_subset(status), regions=regions if options.regions else [], cmd=cmd,
     )
     return _finish(snap, started)

@@ -19,7 +19,7 @@ from typing import Any
 
 import psutil
 
-from .envnames import RECORD_DIR_ENV, WALK_ENV
+from .envnames import RECORD_DIR_ENV, TRIM_AFTER_ENV, WALK_ENV
 from .diagnose import diagnose_series
 from .errors import MemgapError
 from .marks import PhaseClock, StdoutMarks
@@ -64,6 +64,7 @@ class RunOptions:
     metric_regex: str = ""   # stdout lines that report a metric (group 1 its value)...
     metric_name: str = ""    # ...recorded under this name
     idle_after: float = 0.0  # seconds without a new phase after which the program counts as idle
+    agent: bool = True       # preload the native agent (it stays dormant in Python interpreters)
 
 
 def tree_pids(root: int) -> list[int]:
@@ -126,8 +127,13 @@ def _stop(proc: subprocess.Popen, own_group: bool) -> None:  # type: ignore[type
     proc.wait()
 
 
-def _outside_snapshot(writer: RecordingWriter, pid: int, phase: str, start: float) -> None:
-    """A phase snapshot of ``pid`` read from outside (for marks the program did not make itself)."""
+def _outside_snapshot(writer: RecordingWriter, pid: int, phase: str, start: float,
+                      trim_after: str = "") -> None:
+    """A phase snapshot of ``pid`` read from outside (for marks the program did not make itself).
+
+    After the phase named ``trim_after``, the process's agent (if it has one)
+    trims, and an "after-trim" snapshot records what that released.
+    """
     from .collect import Options, snapshot_pid
 
     try:
@@ -138,6 +144,37 @@ def _outside_snapshot(writer: RecordingWriter, pid: int, phase: str, start: floa
     snap.phase = phase
     writer.write({"type": "snapshot", "pid": pid, "t": round(time.time() - start, 4),
                   "snapshot": snap.to_dict(regions=False)})
+    if phase == trim_after and "agent" in snap.allocator:
+        _agent_trim(writer, pid, start)
+
+
+def _agent_trim(writer: RecordingWriter, pid: int, start: float) -> None:
+    from .agent.client import socket_path, trim
+    from .collect import Options, snapshot_pid
+
+    try:
+        reader = ProcReader(pid)
+        result = trim(socket_path(pid, reader.environ(), os.stat(f"/proc/{pid}").st_uid))
+        snap = snapshot_pid(pid, Options(regions=False))
+    except (MemgapError, OSError) as exc:
+        writer.write({"type": "error", "pid": pid, "phase": "after-trim", "error": str(exc)})
+        return
+    snap.phase = "after-trim"
+    snap.trim = {"performed": True, "released": max(0, result.rss_before - result.rss_after),
+                 "rss_before": result.rss_before, "rss_after": result.rss_after, "seconds": result.seconds,
+                 "reason": "", "by": "agent"}
+    writer.write({"type": "snapshot", "pid": pid, "t": round(time.time() - start, 4),
+                  "snapshot": snap.to_dict(regions=False)})
+
+
+def _with_agent(env: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """``env`` with the native agent preloaded, and what the header says about it."""
+    from .agent import agent_env, library_path
+
+    try:
+        return agent_env(env, mode="auto"), {"library": library_path(), "mode": "auto"}
+    except MemgapError as exc:  # no compiler: the run goes on without the agent
+        return env, {"problem": str(exc)}
 
 
 def record_run(options: RunOptions) -> int:
@@ -149,15 +186,20 @@ def record_run(options: RunOptions) -> int:
     os.makedirs(options.record_dir, exist_ok=True)
     writer = RecordingWriter(os.path.join(options.record_dir, SAMPLES_FILE))
     start = time.time()
+    env = child_env(options.record_dir)
+    if not options.walk:
+        env[WALK_ENV] = "0"
+    env.update(options.env)
+    agent_info: dict[str, str] = {}
+    if options.agent:
+        env, agent_info = _with_agent(env)
     writer.write({"type": "header", "schema": RUN_SCHEMA, "cmd": options.cmd, "start": start,
-                  "interval": options.interval, "machine": machine_info(), "env": options.env})
+                  "interval": options.interval, "machine": machine_info(), "env": options.env,
+                  "agent": agent_info})
+    trim_after = env.get(TRIM_AFTER_ENV, "")
     own_group = options.timeout is not None
     own_group = own_group or bool(options.idle_after)
     try:
-        env = child_env(options.record_dir)
-        if not options.walk:
-            env[WALK_ENV] = "0"
-        env.update(options.env)
         stdout = subprocess.PIPE if options.mark_regex or options.metric_regex else options.stdout
         proc = subprocess.Popen(options.cmd, env=env, start_new_session=own_group,
                                 stdout=stdout, stderr=options.stderr)
@@ -166,7 +208,7 @@ def record_run(options: RunOptions) -> int:
         raise MemgapError(f"cannot run {options.cmd[0]!r}: {exc.strerror or exc}") from None
     known: set[int] = set()
     deadline = None if options.timeout is None else time.monotonic() + options.timeout
-    timed_out = stopped_at_idle = False
+    timed_out = stopped_at_idle = marked_idle = False
     marks = (StdoutMarks(proc.stdout, options.mark_regex, options.stdout is None, options.metric_regex)
              if options.mark_regex or options.metric_regex else None)
     clock = PhaseClock(options.record_dir)
@@ -174,7 +216,8 @@ def record_run(options: RunOptions) -> int:
         while True:
             _sample(writer, proc.pid, known, start)
             for name in marks.pending() if marks else []:
-                _outside_snapshot(writer, proc.pid, name, start)
+                _outside_snapshot(writer, proc.pid, name, start, trim_after)
+                marked_idle = marked_idle or name == "idle"
                 clock.mark()
             for value in marks.pending_values() if marks else []:
                 writer.write({"type": "metric", "pid": proc.pid, "name": options.metric_name, "value": value,
@@ -182,8 +225,10 @@ def record_run(options: RunOptions) -> int:
             if options.idle_after:
                 clock.poll()
                 if clock.quiet_for() >= options.idle_after:
-                    # Quiet long enough: this is its idle; the program has shown what it holds.
-                    _outside_snapshot(writer, proc.pid, "idle", start)
+                    # Quiet long enough: this is its idle (unless it said so itself: that one was
+                    # measured already, and a trim may have followed it).
+                    if not marked_idle:
+                        _outside_snapshot(writer, proc.pid, "idle", start, trim_after)
                     stopped_at_idle = True
                     _stop(proc, own_group)
                     break
@@ -216,6 +261,20 @@ def record_run(options: RunOptions) -> int:
                   "stopped_at_idle": stopped_at_idle})
     writer.close()
     return code
+
+
+def _add_agent_exit(processes: dict[int, dict[str, Any]], errors: list[dict[str, Any]], path: str) -> None:
+    """The statistics an agent wrote as its process exited, onto that process's entry."""
+    from .agent.client import parse_report
+
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            report = parse_report(fh.read(), path)
+    except (OSError, MemgapError) as exc:
+        errors.append({"error": str(exc), "file": path})
+        return
+    entry = processes.setdefault(report.pid, {"pid": report.pid, "ppid": None, "cmd": [], "snapshots": []})
+    entry["agent_exit"] = report.summary()
 
 
 def load_run(record_dir: str) -> dict[str, Any]:
@@ -261,6 +320,8 @@ def load_run(record_dir: str) -> dict[str, Any]:
             if not entry["cmd"]:
                 entry["cmd"] = snap.get("cmd", [])
             entry["snapshots"].append(snap)
+    for path in sorted(glob.glob(os.path.join(record_dir, "agent-*.txt"))):  # the agents' last words
+        _add_agent_exit(processes, errors, path)
     for entry in processes.values():  # marks read from outside and the program's own, in time order
         entry["snapshots"].sort(key=lambda snap: snap.get("time", 0))
     findings = []
@@ -281,6 +342,7 @@ def load_run(record_dir: str) -> dict[str, Any]:
         "timed_out": bool(end.get("timed_out")),
         "stopped_at_idle": bool(end.get("stopped_at_idle")),
         "env": header.get("env", {}),
+        "agent": header.get("agent", {}),
         "duration": end.get("t", timeline[-1]["t"] if timeline else 0.0),
         "processes": sorted(processes.values(), key=lambda p: p["pid"]),
         "timeline": timeline,

@@ -46,6 +46,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--idle-after", type=float, default=0.0, metavar="S",
                    help="a workload quiet for S seconds (no new phase) is idle: measured from outside, then "
                         "stopped (for servers and programs that mark no idle phase)")
+    p.add_argument("--no-agent", action="store_true",
+                   help="do not preload memgap's native agent (without it, trims and trimmer variants do "
+                        "not reach programs that are not Python)")
     p.add_argument("--metric", metavar="NAME", default="",
                    help="throughput: a figure the workload reports with memgap.metric(NAME, value), higher "
                         "is better (default: the workload's wall time)")
@@ -124,7 +127,7 @@ def main(args: argparse.Namespace) -> int:
                          lab_dir=args.dir or tempfile.mkdtemp(prefix="memgap-lab-"),
                          quiet_workload=not args.show_output, skipped=skipped, metric=args.metric,
                          params=params, phase_regex=args.phase_regex, idle_after=args.idle_after,
-                         metric_regex=args.metric_regex)
+                         metric_regex=args.metric_regex, agent=not args.no_agent)
     total = len(options.variants) * options.reps * len(options.cells())
     try:
         with _Progress(total) as progress:

@@ -28,11 +28,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--phase-regex", metavar="REGEX", default="",
                    help="lines of the command's stdout that mark a phase (group 1 names it); the process is "
                         "read from outside at each")
+    p.add_argument("--no-agent", action="store_true",
+                   help="do not preload memgap's native agent (it serves allocator statistics of non-Python "
+                        "processes and stays dormant in Python ones)")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- the command to run")
 
 
 def run_and_report(cmd: list[str], interval: float, json_path: str | None, walk: bool = False,
-                   phase_regex: str = "") -> int:
+                   phase_regex: str = "", agent: bool = True) -> int:
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
     if not cmd:
@@ -40,7 +43,7 @@ def run_and_report(cmd: list[str], interval: float, json_path: str | None, walk:
     if interval <= 0:
         raise UsageError("--interval must be positive")
     record_dir = f"{json_path}.d" if json_path and json_path != "-" else tempfile.mkdtemp(prefix="memgap-run-")
-    code = record_run(RunOptions(cmd, record_dir, interval, walk, mark_regex=phase_regex))
+    code = record_run(RunOptions(cmd, record_dir, interval, walk, mark_regex=phase_regex, agent=agent))
     run = load_run(record_dir)
     if json_path:
         write_json(run, json_path)
@@ -52,5 +55,6 @@ def run_and_report(cmd: list[str], interval: float, json_path: str | None, walk:
 
 
 def main(args: argparse.Namespace) -> int:
-    return run_and_report(list(args.cmd), args.interval, args.json, walk=args.walk, phase_regex=args.phase_regex)
+    return run_and_report(list(args.cmd), args.interval, args.json, walk=args.walk, phase_regex=args.phase_regex,
+                          agent=not args.no_agent)
 

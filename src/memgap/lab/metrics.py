@@ -64,6 +64,11 @@ def classify_pattern(values: list[int]) -> tuple[str, str]:
     return "falls", evidence
 
 
+def _trimmer_reached(snaps: list[dict[str, Any]]) -> bool:
+    """Whether something that can trim ran inside the process: the Python bootstrap or the agent."""
+    return any(s.get("route") == "in-process" or "agent" in s.get("allocator", {}) for s in snaps)
+
+
 def run_metrics(run: dict[str, Any], variant: str, rep: int, order: int, cpu: float,
                 trims_at_idle: bool = False, allocator: str = "", metric: str = "",
                 needs_bootstrap: bool = False) -> RunMetrics:
@@ -110,9 +115,10 @@ def run_metrics(run: dict[str, Any], variant: str, rep: int, order: int, cpu: fl
         if allocator and seen and seen != allocator and m.status == "ok":
             m.status = "not-applied"
             m.note = f"the process ran {seen}, not {allocator}: the preload did not take"
-        if needs_bootstrap and m.status == "ok" and not any(s.get("route") == "in-process" for s in snaps):
+        if needs_bootstrap and m.status == "ok" and not _trimmer_reached(snaps):
             m.status = "not-applied"
-            m.note = "a trimmer needs memgap's bootstrap in a Python process; this one is not Python"
+            m.note = ("a trimmer needs memgap's bootstrap (Python) or its native agent in the process; "
+                      "this one had neither")
     idle = [s for s in snaps if s["phase"] == "idle"]
     if idle:
         m.idle = idle[-1]["rss"]
@@ -121,7 +127,7 @@ def run_metrics(run: dict[str, Any], variant: str, rep: int, order: int, cpu: fl
         m.note = "the workload marked no phase named idle"
     if run.get("stopped_at_idle") and run.get("start"):
         # The lab waited for quiet, then stopped it: the work ended at its last phase before idle.
-        before_idle = [s["time"] for s in snaps if s["phase"] != "idle"]
+        before_idle = [s["time"] for s in snaps if s["phase"] not in ("idle", "after-trim")]
         if before_idle:
             m.wall = max(before_idle) - run["start"]
     trimmed = [s for s in snaps if s["phase"] == "after-trim" and s.get("trim")]

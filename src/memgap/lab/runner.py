@@ -34,6 +34,7 @@ class LabOptions:
     params: list[tuple[str, list[str]]] = field(default_factory=list)  # swept env vars, in order
     phase_regex: str = ""    # stdout lines that mark a phase (see memgap.marks)
     idle_after: float = 0.0  # seconds without a new phase: idle, measured from outside, then stopped
+    agent: bool = True       # preload the native agent (statistics, trims and trimmers in non-Python programs)
     metric_regex: str = ""   # stdout lines that report the --metric value (group 1)
     skipped: list[str] = field(default_factory=list)  # variants not run, with the install line
 
@@ -101,7 +102,7 @@ def _run_one(options: LabOptions, variant: Variant, rep: int, order: int, cell: 
     record_run(RunOptions(options.cmd, record_dir, options.interval, env=env, timeout=options.timeout,
                           stdout=sink, stderr=sink, mark_regex=options.phase_regex,
                           idle_after=options.idle_after, metric_regex=options.metric_regex,
-                          metric_name=options.metric))
+                          metric_name=options.metric, agent=options.agent))
     cpu = _cpu_of_children() - cpu_before
     run = load_run(record_dir)
     result = run_metrics(run, variant.spec, rep, order, cpu, trims_at_idle=variant.trim == "idle",

@@ -1,0 +1,8 @@
+"""Builds memgap's native agent (a plain C shared library, LD_PRELOADed into
+programs; it never imports Python) with the system compiler. Optional: without a
+compiler the install still succeeds, and memgap says what is missing when the
+agent is first needed (`memgap agent` builds it then)."""
+from setuptools import Extension, setup
+
+setup(ext_modules=[Extension("memgap.agent._memgap_agent", sources=["src/memgap/agent/agent.c"],
+                             extra_compile_args=["-O2", "-Wall"], optional=True)])

@@ -1,0 +1,54 @@
+"""memgap's native agent: a small C library to LD_PRELOAD into any process.
+
+    path = memgap.agent.library_path()          # built at install, or now
+    env = memgap.agent.agent_env()              # LD_PRELOAD and MEMGAP_AGENT for a child
+    report = memgap.agent.query(pid, "stats")   # mallinfo2, malloc_info, jemalloc stats...
+
+It serves the allocator's own statistics and a trim over a Unix socket private
+to the user (mode 0600, peers checked), and runs the idle or periodic trimmer
+when MEMGAP_TRIMMER / MEMGAP_TRIM_EVERY ask for it. Its threads never call
+malloc, so it adds no glibc arena. See agent.c for the protocol.
+"""
+from __future__ import annotations
+
+import glob
+import os
+
+from ..native_build import compile_c
+from .client import AgentReport, AgentTrim, parse_report, query, socket_path, trim
+
+__all__ = ["AgentReport", "AgentTrim", "agent_env", "library_path", "parse_report", "query", "socket_path",
+           "trim", "AGENT_ENV"]
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCE = os.path.join(HERE, "agent.c")
+AGENT_ENV = "MEMGAP_AGENT"  # off | auto (not in Python interpreters) | on
+FLAGS = ["-O2", "-shared", "-fPIC", "-pthread"]
+
+
+def library_path() -> str:
+    """The agent's shared library: the one the install built, or one built now.
+
+    A build made before agent.c last changed (a source checkout) is not used.
+    Raises ToolMissing when it has to be built and there is no C compiler.
+    """
+    built = sorted(glob.glob(os.path.join(HERE, "_memgap_agent*.so")))
+    if built and (not os.path.exists(SOURCE) or os.path.getmtime(built[0]) >= os.path.getmtime(SOURCE)):
+        return built[0]
+    return compile_c(SOURCE, "memgap-agent.so", FLAGS)
+
+
+def agent_env(base: dict[str, str] | None = None, mode: str = "on") -> dict[str, str]:
+    """``base`` (default os.environ) with the agent added after any LD_PRELOAD already there.
+
+    ``mode`` "auto" leaves Python interpreters alone (memgap's bootstrap
+    observes those from inside).
+    """
+    env = dict(os.environ if base is None else base)
+    library = library_path()
+    preload = env.get("LD_PRELOAD", "").split()
+    if library not in preload:
+        preload.append(library)  # after an allocator preload: the agent defines no malloc
+    env["LD_PRELOAD"] = " ".join(preload)
+    env[AGENT_ENV] = mode
+    return env
