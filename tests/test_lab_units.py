@@ -1,4 +1,6 @@
 """The lab's pure parts: variant specs, the environment they set, metrics and the verdict."""
+import os
+
 import pytest
 
 from memgap.errors import UsageError
@@ -64,6 +66,36 @@ def test_recommendation_lines():
     exec(lines["python"], namespace)  # the Python it prints runs
     import os
     assert os.environ.pop("MALLOC_ARENA_MAX") == "2" and os.environ.pop("MALLOC_MMAP_THRESHOLD_") == "131072"
+
+
+def test_trimmer_recommendations_for_python_and_for_other_programs():
+    quiet = V.parse_variant("glibc:arena_max=2,trim=quiet")
+    assert quiet.env() == {"MALLOC_ARENA_MAX": "2", "MEMGAP_TRIMMER": "1"}
+    python = recommendation_lines(quiet, python=True)["env"]
+    assert python["MEMGAP_TRIMMER"] == "1" and python["PYTHONPATH"].endswith("_bootstrap")
+    # a C program marks no phase for memgap: the idle trim becomes the agent's idle trimmer
+    native = recommendation_lines(V.parse_variant("glibc:trim=idle"), python=False)
+    env = native["env"]
+    assert "MEMGAP_TRIM_AFTER" not in env and "PYTHONPATH" not in env
+    assert env["MEMGAP_TRIMMER"] == "1" and env["MEMGAP_AGENT"] == "on"
+    assert os.path.exists(env["LD_PRELOAD"].split()[-1])
+    every = recommendation_lines(V.parse_variant("glibc:trim=every:5"), python=False)["env"]
+    assert every["MEMGAP_TRIM_EVERY"] == "5" and "MEMGAP_TRIMMER" not in every
+
+
+def test_idle_after_rest_is_the_exit_figure():
+    snap = {"phase": "", "rss": 0, "layers": {}, "status": {}, "allocator": {"name": "glibc"},
+            "route": "in-process", "time": 0}
+    run = {"exit_code": 0, "duration": 5.0, "timeline": [{"t": 1.0, "pid": 1, "rss": 90}],
+           "processes": [{"pid": 1, "snapshots": [dict(snap, phase="post-import", rss=30),
+                                                  dict(snap, phase="idle", rss=80),
+                                                  dict(snap, phase="exit", rss=40)]}]}
+    from memgap.lab.metrics import run_metrics
+
+    plain = run_metrics(run, "glibc", 1, 1, 0.0)
+    quiet = run_metrics(run, "glibc:trim=quiet", 1, 2, 0.0, idle_after_rest=True, needs_bootstrap=True)
+    assert (plain.idle, plain.post_rest, plain.python) == (80, 40, True)
+    assert quiet.idle == 40 and quiet.status == "ok"
 
 
 @pytest.mark.parametrize("values,word", [

@@ -30,10 +30,10 @@ class Measurements:
     mallinfo: Mallinfo2 | None = None
     malloc_info: MallocInfo | None = None
     jemalloc: JemallocStats | None = None
-    tcmalloc: dict[str, int] | None = None  # MallocExtension numeric properties (from the agent)
     pymalloc: PymallocStats | None = None
     python_heap: PythonHeap | None = None
     notes: dict[str, str] = field(default_factory=dict)  # layer -> why it was not measured
+    tcmalloc: dict[str, int] | None = None  # MallocExtension numeric properties (from the agent)
 
 
 class _Owners:

@@ -154,7 +154,8 @@ def _snapshot_self(phase: str | None, options: Options | None) -> Snapshot:
                                 pm.pool_size if pm else None)
         status = reader.status()
     rss = status_int(status, "VmRSS")
-    measured = Measurements(rss, regions, detection.name, layout, mallinfo, malloc_info, jemalloc, pm, heap, notes)
+    measured = Measurements(rss, regions, detection.name, layout, mallinfo=mallinfo, malloc_info=malloc_info,
+                            jemalloc=jemalloc, pymalloc=pm, python_heap=heap, notes=notes)
     layers, unexplained = attribute(measured)
     snap = Snapshot(
         pid=os.getpid(), time=time.time(), rss=rss, layers=layers, unexplained=unexplained,

@@ -6,10 +6,10 @@ import sys
 from typing import Sequence
 
 from ..errors import MemgapError
-from . import demo, inspect, lab, report, run, snapshot, top
+from . import agent, demo, inspect, lab, report, run, snapshot, top
 
 COMMANDS = {"inspect": inspect, "top": top, "run": run, "lab": lab, "report": report, "demo": demo,
-            "snapshot": snapshot}
+            "snapshot": snapshot, "agent": agent}
 
 
 def build_parser() -> argparse.ArgumentParser:

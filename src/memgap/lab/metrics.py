@@ -21,7 +21,8 @@ class RunMetrics:
     cpu: float = 0.0           # user + system seconds of the workload's processes
     baseline: int | None = None    # RSS at the first phase (post-import)
     peak: int | None = None        # highest RSS sampled or reported (VmHWM)
-    idle: int | None = None        # RSS at the phase named idle
+    idle: int | None = None        # RSS at the phase named idle (trim=quiet: after the rest)
+    post_rest: int | None = None   # RSS last sampled before the program ended or was stopped
     after_trim: int | None = None  # RSS right after one malloc_trim(0) at idle
     trim_released: int | None = None
     vm_peak: int | None = None
@@ -34,6 +35,7 @@ class RunMetrics:
     params: dict[str, str] = field(default_factory=dict)  # the swept parameters of this run
     timeline: list[tuple[float, int]] = field(default_factory=list)  # (seconds, RSS) of the main process
     layers: list[dict[str, Any]] = field(default_factory=list)  # per phase: {"phase", "rss", "layers"}
+    python: bool = False           # the main process recorded its own phases (memgap's bootstrap)
 
 
 def _main_process(run: dict[str, Any]) -> dict[str, Any] | None:
@@ -71,9 +73,11 @@ def _trimmer_reached(snaps: list[dict[str, Any]]) -> bool:
 
 def run_metrics(run: dict[str, Any], variant: str, rep: int, order: int, cpu: float,
                 trims_at_idle: bool = False, allocator: str = "", metric: str = "",
-                needs_bootstrap: bool = False) -> RunMetrics:
+                needs_bootstrap: bool = False, idle_after_rest: bool = False) -> RunMetrics:
     """Figures of one run; ``trims_at_idle``: the variant is itself the idle trim, so its
-    idle figure is the RSS after that trim. ``allocator``: the malloc the variant
+    idle figure is the RSS after that trim; ``idle_after_rest``: the variant acts
+    once the program has been quiet a while (the idle trimmer), so its idle figure
+    is the RSS after the program's rest. ``allocator``: the malloc the variant
     should have put in place; a run whose process reports another one did not
     apply the variant and is marked "not-applied", as is one that needs memgap's
     Python bootstrap (a trimmer) in a process that is not Python."""
@@ -103,6 +107,10 @@ def run_metrics(run: dict[str, Any], variant: str, rep: int, order: int, cpu: fl
     m.timeline = points[::step]
     samples = [rss for _, rss in points]
     snaps = proc["snapshots"]
+    # after the rest: at exit (before the interpreter tears down), else the last sample
+    at_exit = [s["rss"] for s in snaps if s["phase"] == "exit"]
+    m.post_rest = at_exit[-1] if at_exit else (samples[-1] if samples else None)
+    m.python = any(s.get("route") == "in-process" for s in snaps)
     m.layers = [{"phase": s["phase"], "rss": s["rss"],
                  "layers": {name: layer["resident"] for name, layer in s["layers"].items()}} for s in snaps]
     m.phases = [(s["phase"], s["rss"]) for s in snaps]
@@ -139,6 +147,8 @@ def run_metrics(run: dict[str, Any], variant: str, rep: int, order: int, cpu: fl
     m.pattern, m.pattern_evidence = classify_pattern(bursts)
     if trims_at_idle and m.after_trim is not None:
         m.idle = m.after_trim
+    if idle_after_rest and m.idle is not None and m.post_rest is not None:
+        m.idle = m.post_rest
     return m
 
 

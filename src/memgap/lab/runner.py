@@ -13,7 +13,8 @@ from typing import Any, Callable
 from ..recording import RecordingWriter
 from ..runs import BOOTSTRAP_DIR, RunOptions, load_run, machine_info, record_run
 from .metrics import RunMetrics, run_metrics
-from ..envnames import TRIM_AFTER_ENV
+from ..envnames import TRIM_AFTER_ENV, TRIMMER_ENV
+from ..errors import MemgapError
 from .variants import Variant
 from .verdict import Verdict, decide, summarize
 
@@ -106,6 +107,7 @@ def _run_one(options: LabOptions, variant: Variant, rep: int, order: int, cell: 
     cpu = _cpu_of_children() - cpu_before
     run = load_run(record_dir)
     result = run_metrics(run, variant.spec, rep, order, cpu, trims_at_idle=variant.trim == "idle",
+                         idle_after_rest=variant.trim == "quiet",
                          allocator=variant.allocator, metric=options.metric, needs_bootstrap=bool(variant.trim))
     result.params = dict(cell)
     return result
@@ -118,17 +120,39 @@ def _progress_line(order: int, total: int, r: RunMetrics) -> str:
     return f"[{order}/{total}] {r.variant}{' ' + cell if cell else ''} (rep {r.rep}): {idle}, {r.wall:.1f} s{status}"
 
 
-def recommendation_lines(variant: Variant) -> dict[str, Any]:
-    """The ways to apply a variant: env lines, Dockerfile, systemd, Python for spawned children."""
+def recommendation_lines(variant: Variant, python: bool = True) -> dict[str, Any]:
+    """The ways to apply a variant: env lines, Dockerfile, systemd, Python for spawned children.
+
+    ``python``: the workload is a Python program (a trimmer then comes through
+    memgap's bootstrap); otherwise through memgap's native agent.
+    """
     env = variant.env()
     notes = []
-    if variant.trim:
+    if variant.trim and python:
         env["PYTHONPATH"] = BOOTSTRAP_DIR
         notes.append("PYTHONPATH: put memgap's bootstrap folder in front of any PYTHONPATH the program has; "
                      "memgap must be importable by the program's Python")
         if variant.trim == "idle":
             notes.append("trim=idle trims after the program calls memgap.phase('idle'); in a program that "
-                         "marks no phase, call memgap.trim() after each burst instead")
+                         "marks no phase, call memgap.trim() after each burst, or apply trim=quiet "
+                         "(MEMGAP_TRIMMER=1: memgap's idle trimmer) instead")
+    elif variant.trim:
+        from ..agent import AGENT_ENV, library_path
+
+        if env.pop(TRIM_AFTER_ENV, None):  # a program that is not Python marks no phase for memgap
+            env[TRIMMER_ENV] = "1"
+            notes.append("trim=idle was measured as one trim at the program's idle; an unmodified program gets "
+                         "it from the agent's idle trimmer (MEMGAP_TRIMMER=1), which trims once the program "
+                         "has been quiet for 2 s after a burst")
+        try:
+            agent = library_path()
+        except MemgapError as exc:
+            agent = "$(memgap agent --path)"
+            notes.append(f"the agent is not built here: {exc}")
+        env["LD_PRELOAD"] = " ".join([*env.get("LD_PRELOAD", "").split(), agent])
+        env[AGENT_ENV] = "on"
+        notes.append(f"LD_PRELOAD: memgap's native agent ({agent}; `memgap agent` prints where it is "
+                     "installed) must exist where the program runs")
     if variant.library:
         notes.append(f"{variant.library} must exist where the program runs "
                      f"(Debian: apt-get install {_package(variant)})")
@@ -169,7 +193,9 @@ def _cell_verdict(options: LabOptions, runs: list[RunMetrics]) -> tuple[Verdict,
     recommendation = None
     if verdict.recommended is not None:
         chosen = next(v for v in options.variants if v.spec == verdict.recommended.spec)
-        recommendation = {"variant": chosen.spec, "reason": verdict.reason, **recommendation_lines(chosen)}
+        python = any(r.python for r in runs) or not runs
+        recommendation = {"variant": chosen.spec, "reason": verdict.reason,
+                          **recommendation_lines(chosen, python)}
     return verdict, recommendation
 
 

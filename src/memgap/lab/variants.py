@@ -9,10 +9,12 @@ A spec is ``NAME[:key=value,...]``:
   ``dirty_decay_ms=1000``, ...);
 - ``tcmalloc`` and ``mimalloc`` with their ``TCMALLOC_*`` / ``MIMALLOC_*``
   environment options (``release_rate=10`` -> ``TCMALLOC_RELEASE_RATE=10``);
-- on any of them, ``trim=idle`` (one ``malloc_trim(0)`` after the phase named
-  idle) or ``trim=every:SECONDS`` (a periodic trim), injected through memgap's
-  bootstrap without changing the program; and ``pymalloc=off``
-  (``PYTHONMALLOC=malloc``).
+- on glibc, ``trim=idle`` (one ``malloc_trim(0)`` after the phase named idle),
+  ``trim=quiet`` (memgap's idle trimmer: a trim once the program has been quiet
+  for 2 s after a burst; measured after the program's rest) or
+  ``trim=every:SECONDS`` (a periodic trim), injected without changing the
+  program: through memgap's bootstrap in Python, its native agent elsewhere;
+  and ``pymalloc=off`` (``PYTHONMALLOC=malloc``).
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ import os
 import subprocess
 from dataclasses import dataclass, field
 
-from ..envnames import TRIM_AFTER_ENV, TRIM_EVERY_ENV
+from ..envnames import TRIM_AFTER_ENV, TRIM_EVERY_ENV, TRIMMER_ENV
 from ..errors import UsageError
 
 ALLOCATORS = ("glibc", "jemalloc", "tcmalloc", "mimalloc")
@@ -53,6 +55,7 @@ DEFAULT_SPECS = (
     "glibc:trim=idle",
     "glibc:trim=every:1",
     "glibc:arena_max=2,trim=idle",
+    "glibc:arena_max=2,trim=quiet",
     "jemalloc",
     "jemalloc:dirty_decay_ms=1000",
     "jemalloc:background_thread=true,dirty_decay_ms=1000",
@@ -69,7 +72,7 @@ class Variant:
     spec: str
     allocator: str
     options: dict[str, str] = field(default_factory=dict)
-    trim: str = ""             # "", "idle" or "every:SECONDS"
+    trim: str = ""             # "", "idle", "quiet" or "every:SECONDS"
     pymalloc_off: bool = False
     library: str = ""          # the preloaded allocator's path, once found
 
@@ -107,6 +110,8 @@ class Variant:
             env["LD_PRELOAD"] = f"{self.library} {existing}".strip()
         if self.trim == "idle":
             env[TRIM_AFTER_ENV] = "idle"
+        elif self.trim == "quiet":
+            env[TRIMMER_ENV] = "1"
         elif self.trim.startswith("every:"):
             env[TRIM_EVERY_ENV] = self.trim.split(":", 1)[1]
         if self.pymalloc_off:
@@ -125,8 +130,8 @@ def parse_variant(spec: str) -> Variant:
         if not eq or not key or not value:
             raise UsageError(f"variant {spec!r}: {item!r} is not key=value")
         if key == "trim":
-            if value != "idle" and not (value.startswith("every:") and _positive(value[6:])):
-                raise UsageError(f"variant {spec!r}: trim is 'idle' or 'every:SECONDS', not {value!r}")
+            if value not in ("idle", "quiet") and not (value.startswith("every:") and _positive(value[6:])):
+                raise UsageError(f"variant {spec!r}: trim is 'idle', 'quiet' or 'every:SECONDS', not {value!r}")
             if name != "glibc":
                 raise UsageError(f"variant {spec!r}: trim applies to glibc only")
             variant.trim = value
