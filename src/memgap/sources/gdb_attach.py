@@ -1,0 +1,790 @@
+"""Run a few C calls inside another process through gdb, and always let it go.
+
+One job: attach gdb (a subprocess speaking its machine interface, MI) to a PID,
+evaluate expressions that call functions in it, and detach whatever happens:
+an error, a timeout, Ctrl-C. What the calls mean (malloc_info, malloc_trim,
+Python's C API) is the caller's business (``memgap.deep``). The MI parser and
+the ptrace diagnosis are pure functions, tested on captured text.
+
+Why each guard is here:
+
+- ``unwindonsignal``: a call that faults or is interrupted is unwound, gdb
+  puts the thread's registers back as they were before the call.
+- A timeout or Ctrl-C interrupts the call with SIGINT sent to the thread that
+  runs it (tgkill), never to gdb: gdb hands its own SIGINT to the whole
+  process, and a signal that lands in another thread makes gdb abandon the
+  call *without* unwinding it (the thread would later return from the called
+  function into the program's entry point).
+- For the same reason asynchronous signals (SIGTERM, SIGPIPE, SIGCHLD,
+  timers...) pass straight through to the process without stopping it; faults
+  (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT) still stop, so one raised by a
+  call of ours is unwound instead of killing the process.
+- Other threads run while a call runs (scheduler-locking off): a stopped
+  thread holding a malloc lock would otherwise deadlock the call. Callers lock
+  the scheduler around calls that must not let others run.
+- At the deadline a call that waits (thread state S: on a futex, in a system
+  call) is interrupted at once; one still on the CPU, perhaps inside a lock it
+  took, gets a short grace first, as unwinding it there would leave the lock
+  taken.
+- gdb runs in its own session, so a Ctrl-C in memgap's terminal reaches memgap
+  only; memgap decides what gdb and the process get.
+- Once gdb is gone every thread's state is read: a process memgap left
+  stopped (T) is continued, one that was stopped before is left alone.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import selectors
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from ..errors import (MalformedInput, MemgapError, NoSuchProcess, PidReused, PtraceDisallowed, ToolMissing)
+from .procfs import ProcReader, parse_stat, status_int
+
+YAMA_SCOPE = "/proc/sys/kernel/yama/ptrace_scope"
+CAP_SYS_PTRACE = 19
+DEFAULT_TIMEOUT = 20.0
+GRACE_ON_CPU = 2.0     # more seconds for a call still running on the CPU at the deadline
+INTERRUPT_WAIT = 3.0   # for gdb to unwind an interrupted call
+CLEANUP_WAIT = 3.0     # for each cleanup command (errno, free, detach)
+EXIT_WAIT = 2.0        # for gdb to exit after -gdb-exit, then after SIGTERM
+
+# Setup before attaching. (command, required): an optional one may be unknown to an older gdb.
+SETUP = (
+    ("-gdb-set pagination off", False),
+    ("-gdb-set confirm off", False),
+    ("-gdb-set unwindonsignal on", True),
+    ("-gdb-set unwind-on-terminating-exception on", False),
+    ('-interpreter-exec console "set auto-load off"', False),
+    ('-interpreter-exec console "set debuginfod enabled off"', False),
+    # Separate debug info is not needed (every call is cast) and is slow to read.
+    ("-gdb-set debug-file-directory /nonexistent", False),
+    ('-interpreter-exec console "handle all nostop noprint pass"', True),
+    ('-interpreter-exec console "handle SIGSEGV SIGBUS SIGILL SIGFPE SIGABRT SIGSYS stop print"', True),
+)
+
+
+class GdbTimeout(MemgapError):
+    """A gdb step did not finish in time; it was interrupted and gdb detached."""
+
+    def __init__(self, pid: int, what: str, seconds: float) -> None:
+        self.pid = pid
+        super().__init__(f"gdb did not finish {what} in PID {pid} within {seconds:g} s: "
+                         "interrupted and detached, the process runs on")
+
+
+class CallFailed(MemgapError):
+    """gdb reported an error for a call (a call stopped by a signal was unwound first)."""
+
+    def __init__(self, expr: str, message: str) -> None:
+        self.expr = expr
+        self.gdb_message = message
+        first = message.strip().splitlines()[0] if message.strip() else "no message"
+        super().__init__(f"gdb: {expr}: {first}")
+
+
+class GdbFailed(MemgapError):
+    """gdb itself failed: it exited, or answered what memgap cannot use."""
+
+
+# --- MI output, parsed (pure) -------------------------------------------------
+
+_KINDS = {"^": "result", "*": "exec", "+": "status", "=": "notify", "~": "console", "@": "target", "&": "log"}
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", '"': '"', "\\": "\\", "a": "\a", "b": "\b", "f": "\f",
+            "v": "\v", "e": "\x1b"}
+_RECORD = re.compile(r"(\d*)([\^*+=~@&])")
+
+
+@dataclass
+class MiRecord:
+    """One line of gdb's MI output."""
+
+    kind: str                 # result, exec, status, notify, console, target, log, prompt, other
+    token: int | None = None
+    cls: str = ""             # done, error, running, exit, stopped, ... (result and async records)
+    results: dict[str, Any] = field(default_factory=dict)
+    text: str = ""            # stream records, and lines that are not MI at all
+
+
+def _cstring(s: str, i: int) -> tuple[str, int]:
+    """A C string starting at s[i] == '"'; returns (text, index after the closing quote)."""
+    if i >= len(s) or s[i] != '"':
+        raise MalformedInput("gdb MI output", f"expected a string at {s[i:i + 20]!r}")
+    out, i = [], i + 1
+    while i < len(s):
+        c = s[i]
+        if c == '"':
+            return "".join(out), i + 1
+        if c == "\\" and i + 1 < len(s):
+            nxt = s[i + 1]
+            octal = re.match(r"[0-7]{1,3}", s[i + 1:i + 4])
+            if octal:
+                out.append(chr(int(octal.group(), 8)))
+                i += 1 + len(octal.group())
+                continue
+            out.append(_ESCAPES.get(nxt, nxt))
+            i += 2
+            continue
+        out.append(c)
+        i += 1
+    raise MalformedInput("gdb MI output", "unterminated string")
+
+
+def _value(s: str, i: int) -> tuple[Any, int]:
+    if i < len(s) and s[i] == '"':
+        return _cstring(s, i)
+    if i < len(s) and s[i] == "{":
+        return _results(s, i + 1, "}")
+    if i < len(s) and s[i] == "[":
+        items: list[Any] = []
+        i += 1
+        while i < len(s) and s[i] != "]":
+            if s[i] == ",":
+                i += 1
+                continue
+            if s[i] in '"{[':  # a list of values
+                item, i = _value(s, i)
+            else:              # a list of results (name=value), each kept as a one-entry dict
+                eq = s.find("=", i)
+                if eq < 0:
+                    raise MalformedInput("gdb MI output", f"expected name=value at {s[i:i + 20]!r}")
+                name = s[i:eq]
+                value, i = _value(s, eq + 1)
+                item = {name: value}
+            items.append(item)
+        if i >= len(s):
+            raise MalformedInput("gdb MI output", "unterminated list")
+        return items, i + 1
+    raise MalformedInput("gdb MI output", f"unexpected value at {s[i:i + 20]!r}")
+
+
+def _results(s: str, i: int, close: str | None) -> tuple[dict[str, Any], int]:
+    out: dict[str, Any] = {}
+    while i < len(s):
+        if close and s[i] == close:
+            return out, i + 1
+        if s[i] == ",":
+            i += 1
+            continue
+        eq = s.find("=", i)
+        if eq < 0:
+            raise MalformedInput("gdb MI output", f"expected name=value at {s[i:i + 20]!r}")
+        name = s[i:eq]
+        value, i = _value(s, eq + 1)
+        out[name] = value
+    if close:
+        raise MalformedInput("gdb MI output", f"missing {close!r}")
+    return out, i
+
+
+def parse_mi_line(line: str) -> MiRecord:
+    """Parse one line of gdb's MI output; text that is not MI comes back as kind "other"."""
+    line = line.rstrip("\r\n")
+    if line.strip() == "(gdb)":
+        return MiRecord("prompt")
+    m = _RECORD.match(line)
+    if not m:
+        return MiRecord("other", text=line)
+    token = int(m.group(1)) if m.group(1) else None
+    kind, rest = _KINDS[m.group(2)], line[m.end():]
+    if kind in ("console", "target", "log"):
+        return MiRecord(kind, token, text=_cstring(rest, 0)[0])
+    cls, _, tail = rest.partition(",")
+    return MiRecord(kind, token, cls, _results(tail, 0, None)[0] if tail else {})
+
+
+def mi_quote(text: str) -> str:
+    """``text`` as an MI C-string argument."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def parse_int(value: str) -> int:
+    """An integer as gdb prints it: ``42``, ``-1``, ``0x7f...``, ``0x55... <sym>``."""
+    word = value.strip().split()[0] if value.strip() else ""
+    try:
+        return int(word, 0)
+    except ValueError:
+        raise MalformedInput("gdb value", f"not an integer: {value[:40]!r}") from None
+
+
+_LWP = re.compile(r"\b(?:LWP|process) (\d+)")
+
+
+def parse_threads(results: dict[str, Any]) -> list[tuple[str, int]]:
+    """(gdb thread id, LWP) from a ``-thread-info`` result."""
+    out = []
+    for t in results.get("threads", []):
+        m = _LWP.search(t.get("target-id", "")) if isinstance(t, dict) else None
+        if m:
+            out.append((t["id"], int(m.group(1))))
+    return out
+
+
+# --- ptrace permission (pure, and the readers it needs) -----------------------
+
+def yama_text(scope: int | None) -> str:
+    return (f"kernel.yama.ptrace_scope is {scope}" if scope is not None
+            else "kernel.yama.ptrace_scope is not present (no Yama module)")
+
+
+def ptrace_refusal(scope: int | None, privileged: bool, tracer: int, tracer_name: str = "",
+                   refused: bool = False) -> str | None:
+    """Why attaching is or was refused.
+
+    Before attaching (``refused`` False) it answers only when the refusal is
+    certain; after the kernel refused (gdb said "ptrace: Operation not
+    permitted") it always gives the likeliest reason, naming the Yama setting.
+    """
+    yama = yama_text(scope)
+    if tracer:
+        who = f"PID {tracer}" + (f" ({tracer_name})" if tracer_name else "")
+        return (f"it is already traced by {who}; only one tracer (debugger, strace) may attach at a time "
+                f"({yama})")
+    if scope == 3:
+        return f"{yama}: no process may attach to another until a reboot"
+    if scope == 2 and not privileged:
+        return f"{yama}: only root (CAP_SYS_PTRACE) may attach; run memgap as root"
+    if not refused:
+        return None
+    if scope == 1 and not privileged:
+        return (f"{yama}: only an ancestor of the process may attach; run memgap as root, "
+                "or lower it with `sysctl kernel.yama.ptrace_scope=0`")
+    if not privileged:
+        return f"run memgap as the process's owner or as root ({yama})"
+    return (f"refused even with CAP_SYS_PTRACE: a container without that capability, a security module "
+            f"(SELinux, AppArmor) or a seccomp filter forbids ptrace here ({yama})")
+
+
+def read_yama_scope(path: str = YAMA_SCOPE) -> int | None:
+    try:
+        with open(path) as fh:
+            return int(fh.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def has_cap_sys_ptrace(status_text: str | None = None) -> bool:
+    """Whether this process may trace any other (CapEff bit 19)."""
+    if status_text is None:
+        try:
+            with open("/proc/self/status") as fh:
+                status_text = fh.read()
+        except OSError:
+            return os.geteuid() == 0
+    for line in status_text.splitlines():
+        if line.startswith("CapEff:"):
+            return bool(int(line.split()[1], 16) >> CAP_SYS_PTRACE & 1)
+    return os.geteuid() == 0
+
+
+def task_states(pid: int, proc_root: str = "/proc") -> dict[int, str]:
+    """TID -> state letter (R, S, D, T, t, Z...) of every thread; empty when the process is gone."""
+    out = {}
+    try:
+        tids = os.listdir(f"{proc_root}/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"{proc_root}/{pid}/task/{tid}/stat", "rb") as fh:
+                out[int(tid)] = parse_stat(fh.read().decode("utf-8", "replace")).state
+        except (OSError, ValueError, MalformedInput):
+            continue
+    return out
+
+
+def _tgkill(tgid: int, tid: int, sig: int) -> bool:
+    """Send ``sig`` to one thread of another process (thread-directed, unlike kill)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    fn = getattr(libc, "tgkill", None)
+    if fn is not None:
+        return fn(tgid, tid, sig) == 0
+    return libc.syscall(234, tgid, tid, sig) == 0  # SYS_tgkill on x86_64, for a glibc before 2.30
+
+
+@contextmanager
+def _sigint_deferred() -> Iterator[None]:
+    """Hold off a second Ctrl-C while memgap lets go of the process (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+# --- the session ----------------------------------------------------------------
+
+class GdbSession:
+    """gdb attached to one process: ``call`` functions in it; ``close`` always lets it go.
+
+    Use as a context manager. ``timeout`` bounds everything from starting gdb
+    to the last call; letting go (detach, gdb's exit) has its own short limits.
+    ``expected_start_time`` (from /proc/PID/stat, read when memgap looked at the
+    process from outside) makes a reused PID an error instead of a stranger.
+    """
+
+    def __init__(self, pid: int, *, timeout: float = DEFAULT_TIMEOUT, gdb: str = "gdb",
+                 proc_root: str = "/proc", expected_start_time: int | None = None,
+                 needed_for: str = "--deep/--trim") -> None:
+        self.pid = pid
+        self.timeout = timeout
+        self.gdb = gdb
+        self.proc_root = proc_root
+        self.expected_start_time = expected_start_time
+        self.needed_for = needed_for
+        self.notes: list[str] = []                 # what happened that the user should know
+        self.timings: dict[str, float] = {}        # attach, held (attach to detach), per call
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._selector: selectors.BaseSelector | None = None
+        self._buffer = b""
+        self._token = 0
+        self._log: list[str] = []                  # recent console and log text, for messages
+        self._attached = False
+        self._attach_sent = False
+        self._broken = False                       # after an interrupt: no more calls
+        self._stuck = False                        # gdb never answered an interrupt: only end it
+        self._threads: dict[str, int] = {}         # gdb thread id -> LWP
+        self._current: str | None = None
+        self._call_lwp: int | None = None          # the thread running a call of ours
+        self._signaled: set[int] = set()           # threads memgap sent SIGINT
+        self._errno: dict[int, tuple[int, int] | None] = {}  # LWP -> (errno address, value before our calls)
+        self._blocks: list[int] = []               # malloc'ed in the process by us, freed before detaching
+        self._states_before: dict[int, str] = {}
+        self._started = self._attached_at = 0.0
+        self.deadline = 0.0
+
+    # -- lifecycle
+
+    def __enter__(self) -> "GdbSession":
+        try:
+            self.attach()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def attach(self) -> None:
+        path = shutil.which(self.gdb)
+        if path is None:
+            raise ToolMissing("gdb", self.needed_for, "apt-get install gdb")
+        self._check_process()
+        self._states_before = task_states(self.pid, self.proc_root)
+        self._started = time.monotonic()
+        self.deadline = self._started + self.timeout
+        env = dict(os.environ, LC_ALL="C", LANG="C")  # gdb's messages are parsed: keep them English
+        env.pop("DEBUGINFOD_URLS", None)
+        self._proc = subprocess.Popen([path, "--interpreter=mi2", "-nx", "-q"], stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+                                      start_new_session=True)
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(self._proc.stdout, selectors.EVENT_READ)  # type: ignore[arg-type]
+        for command, required in SETUP:
+            rec = self._command(command, "setting gdb up")
+            if rec.cls == "error" and required:
+                raise GdbFailed(f"gdb refused {command!r}: {rec.results.get('msg', '')}")
+        self._attach_sent = True  # from here on, detach when letting go (an attach cut short may hold)
+        rec = self._command(f"-target-attach {self.pid}", "attaching")
+        if rec.cls == "error":
+            self._attach_refused(str(rec.results.get("msg", "")))
+        self._attached = True
+        self._attached_at = time.monotonic()
+        self.timings["attach"] = self._attached_at - self._started
+        # attached, the PID cannot change hands: is it still the process memgap read?
+        self._check_start_time("between memgap's outside read and gdb's attach")
+        self.scheduler_locking(False)
+        self._threads = dict(parse_threads(self._command("-thread-info", "listing threads").results))
+        main = next((gid for gid, lwp in self._threads.items() if lwp == self.pid), None)
+        if main is None and self._threads:
+            main = next(iter(self._threads))
+        if main is None:
+            raise GdbFailed(f"gdb attached to PID {self.pid} but lists no thread")
+        self.select_thread(main)
+
+    def close(self) -> None:
+        """Detach and end gdb, however it is doing; then check the process is not left stopped."""
+        proc = self._proc
+        if proc is None:
+            return
+        with _sigint_deferred():
+            try:
+                self._let_go()
+            finally:
+                self._proc = None
+                self._end_gdb(proc)
+                if self._attached_at:
+                    self.timings["held"] = time.monotonic() - self._attached_at
+                self._check_not_left_stopped()
+
+    def _let_go(self) -> None:
+        try:
+            if self._attached and not self._stuck:
+                if self._signaled:
+                    self._drain_sigint()
+                for loc, value in filter(None, self._errno.values()):  # a memory write, not a call
+                    self._cleanup_command(f"-data-evaluate-expression {mi_quote(f'*(int *) {loc} = {value}')}")
+                if not self._broken:  # after an interrupt no call that may take a lock
+                    for block in self._blocks:
+                        self._cleanup_command(
+                            f"-data-evaluate-expression {mi_quote(f'(void) free((void *) {block})')}")
+                elif self._blocks:
+                    self.notes.append("a block of a few bytes memgap allocated in the process stays allocated")
+            if self._attach_sent:
+                if self._cleanup_command("-target-detach") is None:
+                    self.notes.append("gdb did not answer the detach; it was ended (the kernel then detaches)")
+            self._send("-gdb-exit")
+        except (GdbFailed, OSError, MalformedInput):
+            pass  # gdb is gone or unusable: _end_gdb ends it, the kernel detaches what it traced
+
+    def _cleanup_command(self, command: str) -> MiRecord | None:
+        self.deadline = time.monotonic() + CLEANUP_WAIT
+        token = self._send(command)
+        return self._read_until(token)
+
+    def _end_gdb(self, proc: subprocess.Popen[bytes]) -> None:
+        for step in ("wait", "terminate", "kill"):
+            if step == "terminate":
+                proc.terminate()
+            elif step == "kill":
+                proc.kill()
+                self.notes.append("gdb did not exit and was killed")
+            try:
+                proc.wait(EXIT_WAIT)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        for stream in (proc.stdin, proc.stdout):
+            try:
+                if stream is not None:
+                    stream.close()
+            except OSError:
+                pass
+        if self._selector is not None:
+            self._selector.close()
+            self._selector = None
+
+    def _check_not_left_stopped(self) -> None:
+        """A stop memgap caused (SIGSTOP of an attach cut short) is undone; one found is left."""
+        deadline = time.monotonic() + 0.5
+        while True:
+            states = task_states(self.pid, self.proc_root)
+            stopped = {tid: s for tid, s in states.items() if s in "tT"}
+            if not stopped or time.monotonic() > deadline:
+                break
+            if all(s == "T" for s in stopped.values()):
+                break
+            time.sleep(0.02)  # 't' while the kernel finishes detaching from a tracer that just exited
+        if not stopped:
+            return
+        was_stopped = any(s in "tT" for s in self._states_before.values())
+        if was_stopped:
+            self.notes.append(f"PID {self.pid} was stopped before memgap attached, and is left so")
+            return
+        os.kill(self.pid, signal.SIGCONT)
+        self.notes.append(f"PID {self.pid} was left stopped ({''.join(sorted(set(stopped.values())))}) "
+                          "after gdb let go; memgap sent it SIGCONT")
+
+    # -- checks
+
+    def _check_process(self) -> None:
+        reader = ProcReader(self.pid, self.proc_root)
+        stat = reader.stat()
+        if stat.state in "ZX":
+            raise NoSuchProcess(self.pid, "it is a zombie: it has exited")
+        self._check_start_time("since memgap read it from outside", stat.start_time)
+        status = reader.status()
+        tracer = status_int(status, "TracerPid")
+        reason = ptrace_refusal(read_yama_scope(), has_cap_sys_ptrace(), tracer, _comm(tracer, self.proc_root))
+        if reason:
+            raise PtraceDisallowed(self.pid, reason)
+
+    def _check_start_time(self, when: str, start_time: int | None = None) -> None:
+        if self.expected_start_time is None:
+            return
+        if start_time is None:
+            start_time = ProcReader(self.pid, self.proc_root).stat().start_time
+        if start_time != self.expected_start_time:
+            raise PidReused(self.pid, f"its start time changed {when}")
+
+    def _attach_refused(self, message: str) -> None:
+        if "Operation not permitted" in message or "Permission denied" in message:
+            tracer = 0
+            try:
+                tracer = status_int(ProcReader(self.pid, self.proc_root).status(), "TracerPid")
+            except MemgapError:
+                pass
+            raise PtraceDisallowed(self.pid, ptrace_refusal(read_yama_scope(), has_cap_sys_ptrace(), tracer,
+                                                            _comm(tracer, self.proc_root), refused=True) or "")
+        if "No such process" in message or not os.path.exists(f"{self.proc_root}/{self.pid}"):
+            raise NoSuchProcess(self.pid, "it exited before gdb could attach")
+        raise GdbFailed(f"gdb could not attach to PID {self.pid}: {message.strip()}")
+
+    # -- calls
+
+    def select_thread(self, gdb_id: str) -> None:
+        rec = self._command(f"-thread-select {gdb_id}", "selecting a thread")
+        if rec.cls == "error":
+            raise CallFailed(f"thread {gdb_id}", str(rec.results.get("msg", "")))
+        self._current = gdb_id
+
+    def threads(self) -> list[tuple[str, int]]:
+        """(gdb thread id, LWP), the process's main thread first."""
+        return sorted(self._threads.items(), key=lambda t: (t[1] != self.pid, t[1]))
+
+    @property
+    def current_lwp(self) -> int | None:
+        return self._threads.get(self._current) if self._current else None
+
+    def scheduler_locking(self, on: bool) -> None:
+        """On: only the selected thread runs during a call. Off (default): all threads run."""
+        rec = self._command(f"-gdb-set scheduler-locking {'on' if on else 'off'}", "setting scheduler-locking")
+        if rec.cls == "error":
+            raise GdbFailed(f"gdb refused scheduler-locking: {rec.results.get('msg', '')}")
+
+    def call(self, expr: str, what: str | None = None) -> str:
+        """Evaluate ``expr``, which calls functions in the process, on the selected thread.
+
+        Returns gdb's value text. Every function needs a cast to its return
+        type (libraries have no debug info): ``(int) malloc_trim(0)``.
+        """
+        self._usable()
+        lwp = self.current_lwp
+        if lwp is not None and lwp not in self._errno:
+            self._save_errno(lwp)
+        return self._evaluate(expr, what, lwp)
+
+    def call_int(self, expr: str, what: str | None = None) -> int:
+        return parse_int(self.call(expr, what))
+
+    def _evaluate(self, expr: str, what: str | None, lwp: int | None) -> str:
+        started = time.monotonic()
+        self._call_lwp = lwp
+        try:
+            rec = self._command(f"-data-evaluate-expression {mi_quote(expr)}", what or expr)
+        finally:
+            self._call_lwp = None
+        self.timings[what or expr] = time.monotonic() - started
+        if rec.cls == "error":
+            message = str(rec.results.get("msg", ""))
+            if "exited while in a function" in message or "program is not being run" in message:
+                self._attached = False
+                raise NoSuchProcess(self.pid, f"it exited during gdb's call {expr}")
+            if "in another thread" in message or "stopped while in a function" in message:
+                # the call was left on its thread's stack: nothing more may run in this session
+                self._broken = True
+                self.notes.append(f"gdb abandoned {expr} without unwinding it ({message.splitlines()[0]})")
+            raise CallFailed(expr, message)
+        return str(rec.results.get("value", ""))
+
+    def _save_errno(self, lwp: int) -> None:
+        """Our calls may set the thread's errno; it is put back before detaching."""
+        try:
+            loc = parse_int(self._evaluate("(unsigned long) __errno_location()", "__errno_location", lwp))
+            value = parse_int(self._evaluate(f"*(int *) {loc}", "errno", lwp))
+        except (CallFailed, MalformedInput):
+            self._errno[lwp] = None  # no errno to keep (a static binary without __errno_location)
+            return
+        self._errno[lwp] = (loc, value)
+
+    def put_strings(self, *texts: str) -> list[int]:
+        """Copy NUL-terminated strings into one block malloc'ed in the process; their addresses.
+
+        gdb would copy a string literal argument into the process itself, with a
+        malloc it never frees; this block is freed before detaching.
+        """
+        data = [t.encode("utf-8") + b"\0" for t in texts]
+        size = sum(len(d) for d in data)
+        block = self.call_int(f"(unsigned long) malloc({size})", "malloc")
+        if not block:
+            raise CallFailed(f"malloc({size})", "returned NULL")
+        self._blocks.append(block)
+        rec = self._command(f"-data-write-memory-bytes {block} {b''.join(data).hex()}", "writing memory")
+        if rec.cls == "error":
+            raise CallFailed("writing memory", str(rec.results.get("msg", "")))
+        addresses, offset = [], 0
+        for d in data:
+            addresses.append(block + offset)
+            offset += len(d)
+        return addresses
+
+    @property
+    def usable(self) -> bool:
+        """Attached, and no call interrupted: more calls may run."""
+        return self._proc is not None and self._attached and not self._broken
+
+    def _usable(self) -> None:
+        if self._proc is None or not self._attached:
+            raise GdbFailed(f"gdb is not attached to PID {self.pid}")
+        if self._broken:
+            raise GdbFailed(f"an earlier gdb call in PID {self.pid} was interrupted; no more calls")
+
+    # -- talking to gdb
+
+    def _send(self, command: str) -> int:
+        assert self._proc is not None and self._proc.stdin is not None
+        self._token += 1
+        try:
+            self._proc.stdin.write(f"{self._token}{command}\n".encode())
+            self._proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise GdbFailed(f"gdb exited: {self._last_log()}") from None
+        return self._token
+
+    def _command(self, command: str, what: str) -> MiRecord:
+        token = self._send(command)
+        try:
+            rec = self._read_until(token)
+            if rec is None:
+                rec = self._expire(token, what)
+        except KeyboardInterrupt:
+            self._interrupt(token)
+            raise
+        return rec
+
+    def _expire(self, token: int, what: str) -> MiRecord:
+        """The deadline passed while waiting for ``token``: grace a call on the CPU, then interrupt."""
+        lwp = self._call_lwp
+        if lwp is not None and task_states(self.pid, self.proc_root).get(lwp) in ("R", "D"):
+            self.deadline = time.monotonic() + GRACE_ON_CPU
+            rec = self._read_until(token)
+            if rec is not None:
+                return rec
+        rec = self._interrupt(token)
+        if rec is not None and not self._broken:
+            return rec  # it finished just as the deadline passed
+        raise GdbTimeout(self.pid, what, self.timeout)
+
+    def _interrupt(self, token: int) -> MiRecord | None:
+        """Stop what gdb is doing for ``token``; its result if gdb gives one soon."""
+        if self._proc is None:
+            return None
+        with _sigint_deferred():
+            self.deadline = time.monotonic()
+            rec = self._read_until(token)  # what gdb already said: it may have finished
+            if rec is not None:
+                return rec
+            lwp = self._call_lwp
+            if lwp is None:
+                # gdb is not running the process (starting, attaching): a Quit for gdb itself
+                self._broken = True
+                try:
+                    os.kill(self._proc.pid, signal.SIGINT)
+                except ProcessLookupError:
+                    return None
+            else:
+                # Only the thread running our call, and only while it runs it (not in a
+                # tracing stop): gdb stops it and unwinds the call.
+                until = time.monotonic() + INTERRUPT_WAIT
+                while time.monotonic() < until:
+                    state = task_states(self.pid, self.proc_root).get(lwp)
+                    if state is None:
+                        break
+                    if state != "t":
+                        self._broken = True
+                        _tgkill(self.pid, lwp, signal.SIGINT)
+                        self._signaled.add(lwp)
+                        self.notes.append(f"interrupted gdb's call on thread {lwp}")
+                        break
+                    self.deadline = time.monotonic() + 0.01
+                    rec = self._read_until(token)
+                    if rec is not None:
+                        return rec
+                if not self._broken:
+                    self._broken = self._stuck = True  # gdb neither ran the call nor answered
+                    return None
+            self.deadline = time.monotonic() + INTERRUPT_WAIT
+            try:
+                rec = self._read_until(token)
+            except (GdbFailed, MalformedInput):
+                rec = None
+            self._stuck = rec is None
+            if rec is not None and rec.cls == "error" and rec.results.get("msg"):
+                self.notes.append("gdb: " + str(rec.results["msg"]).splitlines()[0])
+            return rec
+
+    def _drain_sigint(self) -> None:
+        """A SIGINT of ours that reached a thread just after its call ended is still pending in
+        the kernel: at detach it would be delivered for real. Run one harmless call on that
+        thread alone, so gdb catches the signal and discards it (SIGINT is not passed)."""
+        for lwp in sorted(self._signaled):
+            if not _sigint_pending(self.pid, lwp, self.proc_root):
+                continue
+            gid = next((g for g, t in self._threads.items() if t == lwp), None)
+            if gid is None:
+                continue
+            self._cleanup_command("-gdb-set scheduler-locking on")
+            self._cleanup_command(f"-thread-select {gid}")
+            self._cleanup_command(f"-data-evaluate-expression {mi_quote('(int) getpid()')}")
+            if _sigint_pending(self.pid, lwp, self.proc_root):
+                self.notes.append(f"a SIGINT memgap sent to thread {lwp} may still be pending")
+
+    def _read_until(self, token: int) -> MiRecord | None:
+        """The result record for ``token``, or None at the deadline."""
+        while True:
+            line = self._next_line()
+            if line is None:
+                return None
+            rec = parse_mi_line(line)
+            if rec.kind == "result" and rec.token == token:
+                return rec
+            if rec.kind == "exec" and rec.cls == "stopped":
+                if str(rec.results.get("reason", "")).startswith("exited"):
+                    self._attached = False
+            elif rec.kind in ("console", "log", "target", "other") and rec.text.strip():
+                self._log = (self._log + [rec.text.strip()])[-20:]
+
+    def _next_line(self) -> str | None:
+        """The next line from gdb; None once the deadline has passed (buffered output is still read)."""
+        assert self._proc is not None and self._proc.stdout is not None and self._selector is not None
+        fd = self._proc.stdout.fileno()
+        while b"\n" not in self._buffer:
+            remaining = self.deadline - time.monotonic()
+            if not self._selector.select(max(0.0, remaining)):
+                if remaining <= 0:
+                    return None
+                continue
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                raise GdbFailed(f"gdb exited: {self._last_log()}")
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return line.decode("utf-8", "replace")
+
+    def _last_log(self) -> str:
+        return self._log[-1] if self._log else "no message"
+
+
+def _sigint_pending(pid: int, tid: int, proc_root: str = "/proc") -> bool:
+    """Whether SIGINT is pending for one thread (SigPnd) or its process (ShdPnd)."""
+    try:
+        with open(f"{proc_root}/{pid}/task/{tid}/status") as fh:
+            text = fh.read()
+    except OSError:
+        return False
+    for line in text.splitlines():
+        if line.startswith(("SigPnd:", "ShdPnd:")) and int(line.split()[1], 16) >> (signal.SIGINT - 1) & 1:
+            return True
+    return False
+
+
+def _comm(pid: int, proc_root: str) -> str:
+    if not pid:
+        return ""
+    try:
+        with open(f"{proc_root}/{pid}/comm") as fh:
+            return fh.read().strip()
+    except OSError:
+        return ""
