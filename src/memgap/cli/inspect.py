@@ -3,6 +3,13 @@
 Reads /proc/PID/{status,maps,pagemap,mem}: files, stacks, glibc heaps (found by
 their headers, free chunks walked), mmapped chunks and pymalloc arenas. Python
 object counts need the process's own statistics: run it under `memgap run`.
+
+Only when asked, memgap goes inside through gdb (it pauses the process for a
+fraction of a second, with a timeout, and always detaches):
+  --deep  glibc's malloc_info beside the outside walk, and for a Python
+          process memgap.snapshot() run inside it
+  --trim  malloc_trim(0) in the process: VmRSS before and after, beside
+          memgap's estimate of what a trim releases
 """
 from __future__ import annotations
 
@@ -12,8 +19,11 @@ import sys
 import psutil
 
 from ..collect import Options, snapshot_pid
-from ..errors import NoSuchProcess
+from ..errors import NoSuchProcess, PidReused, UsageError
+from ..model import Snapshot
 from ..report.terminal import render_snapshot, render_tree
+from ..sources.gdb_attach import DEFAULT_TIMEOUT
+from ..sources.procfs import ProcReader
 from ._output import write_json
 
 
@@ -24,6 +34,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--regions", action="store_true", help="also print the labelled memory map")
     p.add_argument("--proc-root", default="/proc", metavar="DIR",
                    help="where procfs is mounted (a host's /proc seen from a container, or test files)")
+    p.add_argument("--deep", action="store_true",
+                   help="also ask the process itself through gdb: glibc's malloc_info, and for Python an "
+                        "in-process snapshot (pauses it briefly)")
+    p.add_argument("--trim", action="store_true",
+                   help="call malloc_trim(0) in the process through gdb and measure what it released (glibc)")
+    p.add_argument("--gdb-timeout", type=float, default=DEFAULT_TIMEOUT, metavar="S",
+                   help=f"limit for everything gdb does, attach to last call ({DEFAULT_TIMEOUT:g})")
+    p.add_argument("--gdb", default="gdb", metavar="PATH", help="the gdb to run (gdb)")
 
 
 def descendants(pid: int) -> list[int]:
@@ -33,28 +51,89 @@ def descendants(pid: int) -> list[int]:
         raise NoSuchProcess(pid) from None
 
 
+def start_time(pid: int, proc_root: str = "/proc") -> int:
+    """When the process started (clock ticks after boot): with the PID, it names one process."""
+    return ProcReader(pid, proc_root).stat().start_time
+
+
+def snapshot_checked(pid: int, options: Options, proc_root: str) -> tuple[Snapshot, int]:
+    """An outside snapshot, and the start time of the process it is of (checked on both sides)."""
+    started = start_time(pid, proc_root)
+    snap = snapshot_pid(pid, options, proc_root)
+    if start_time(pid, proc_root) != started:
+        raise PidReused(pid, "its start time changed while memgap read it")
+    return snap, started
+
+
 def main(args: argparse.Namespace) -> int:
+    if args.tree and (args.deep or args.trim):
+        raise UsageError("--deep and --trim look inside one process: leave out --tree")
+    if args.gdb_timeout <= 0:
+        raise UsageError("--gdb-timeout must be positive")
     if args.tree:
-        snaps = [snapshot_pid(args.pid, Options(regions=False), args.proc_root)]
-        for child in descendants(args.pid):
-            try:
-                snaps.append(snapshot_pid(child, Options(regions=False), args.proc_root))
-            except NoSuchProcess:
-                continue  # exited while we read the tree
+        return _tree(args)
+    if not (args.deep or args.trim):
+        snap = snapshot_pid(args.pid, Options(regions=args.regions), args.proc_root)
         if args.json:
-            write_json({"schema": "memgap.tree/1", "pid": args.pid,
-                        "processes": [s.to_dict(regions=False) for s in snaps],
-                        "total_rss": sum(s.rss for s in snaps)}, args.json)
+            write_json(snap.to_dict(regions=args.regions), args.json)
         if args.json != "-":
-            render_tree(snaps, sys.stdout)
+            render_snapshot(snap, sys.stdout)
+            _print_regions(snap, args.regions)
         return 0
-    snap = snapshot_pid(args.pid, Options(regions=args.regions), args.proc_root)
+    return _inside(args)
+
+
+def _inside(args: argparse.Namespace) -> int:
+    """--deep and --trim: the outside snapshot first, then gdb, each figure with its route."""
+    from ..deep import GdbOptions, deep, trim
+    from ..report.attach import render_after_trim, render_deep, render_trim
+
+    options = GdbOptions(timeout=args.gdb_timeout, gdb=args.gdb, proc_root=args.proc_root)
+    # regions: the outside count of mmapped chunks, compared with malloc_info's
+    snap, started = snapshot_checked(args.pid, Options(regions=args.regions or args.deep), args.proc_root)
+    found = deep(args.pid, snap, started, options) if args.deep else None
+    trimmed = after = None
+    if args.trim:
+        trimmed = trim(args.pid, snap, started, options)
+        after = snapshot_pid(args.pid, Options(regions=False), args.proc_root)
+        after.phase, after.trim = "after-trim", trimmed
     if args.json:
-        write_json(snap.to_dict(regions=args.regions), args.json)
+        doc = snap.to_dict(regions=args.regions)
+        if found is not None:
+            doc["deep"] = found.to_dict()
+        if after is not None:
+            doc["after_trim"] = after.to_dict(regions=False)
+        write_json(doc, args.json)
     if args.json != "-":
         render_snapshot(snap, sys.stdout)
-        if args.regions:
-            for r in sorted(snap.regions, key=lambda r: r.start):
-                if r.resident:
-                    print(f"{r.start:#014x}-{r.end:#014x} {r.perms} {r.resident >> 10:>9} KiB  {r.owner:<15} {r.path}")
+        _print_regions(snap, args.regions)
+        if found is not None:
+            render_deep(found, sys.stdout)
+        if trimmed is not None and after is not None:
+            render_trim(args.pid, trimmed, sys.stdout)
+            render_after_trim(after, sys.stdout)
     return 0
+
+
+def _tree(args: argparse.Namespace) -> int:
+    snaps = [snapshot_pid(args.pid, Options(regions=False), args.proc_root)]
+    for child in descendants(args.pid):
+        try:
+            snaps.append(snapshot_pid(child, Options(regions=False), args.proc_root))
+        except NoSuchProcess:
+            continue  # exited while we read the tree
+    if args.json:
+        write_json({"schema": "memgap.tree/1", "pid": args.pid,
+                    "processes": [s.to_dict(regions=False) for s in snaps],
+                    "total_rss": sum(s.rss for s in snaps)}, args.json)
+    if args.json != "-":
+        render_tree(snaps, sys.stdout)
+    return 0
+
+
+def _print_regions(snap: Snapshot, regions: bool) -> None:
+    if not regions:
+        return
+    for r in sorted(snap.regions, key=lambda r: r.start):
+        if r.resident:
+            print(f"{r.start:#014x}-{r.end:#014x} {r.perms} {r.resident >> 10:>9} KiB  {r.owner:<15} {r.path}")

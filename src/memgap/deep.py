@@ -1,0 +1,364 @@
+"""Inside a running process, through gdb: glibc's malloc_info, an in-process
+snapshot of a Python process, and malloc_trim(0).
+
+Only on request (``memgap inspect --deep`` or ``--trim``); everything else memgap
+reads from outside. ``sources/gdb_attach.py`` attaches, runs the calls with
+timeouts and always lets go; this module picks the calls, reads what they wrote
+(into a private directory memgap makes), and compares it with the outside walk
+(pure functions). Every figure carries its route: ``outside``, ``gdb
+malloc_info`` or ``gdb in-process``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+import re
+import shutil
+import stat as stat_module
+import tempfile
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from .errors import MalformedInput, Unsupported
+from .model import Snapshot
+from .sources.gdb_attach import DEFAULT_TIMEOUT, CallFailed, GdbSession, GdbTimeout
+from .sources.glibc import MallocInfo, parse_malloc_info
+from .sources.procfs import Mapping, ProcReader, status_int
+
+ROUTE_OUTSIDE = "outside"
+ROUTE_MALLOC_INFO = "gdb malloc_info"
+ROUTE_IN_PROCESS = "gdb in-process"
+MAX_RESULT = 64 << 20  # bytes read back from a file the process wrote
+MAX_GIL_PROBES = 16    # threads asked whether they hold the GIL
+
+_PYTHON_LIB = re.compile(r"^(lib)?python\d+(\.\d+)?")
+
+
+@dataclass
+class GdbOptions:
+    """How to run gdb: typed once at the CLI's edge."""
+
+    timeout: float = DEFAULT_TIMEOUT
+    gdb: str = "gdb"
+    proc_root: str = "/proc"
+
+
+@dataclass
+class DeepResult:
+    """What --deep found inside the process, beside the outside snapshot it was compared with."""
+
+    pid: int
+    malloc_info: MallocInfo | None = None
+    arenas: list[dict[str, Any]] = field(default_factory=list)   # compare_arenas rows
+    mmapped: dict[str, Any] = field(default_factory=dict)
+    in_process: Snapshot | None = None
+    notes: list[str] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        info = self.malloc_info
+        return {
+            "routes": [ROUTE_OUTSIDE, *([ROUTE_MALLOC_INFO] if info else []),
+                       *([ROUTE_IN_PROCESS] if self.in_process else [])],
+            "malloc_info": None if info is None else {
+                "route": ROUTE_MALLOC_INFO, "arenas": len(info.arenas), "system": info.system,
+                "mmap_count": info.mmap_count, "mmap_bytes": info.mmap_bytes,
+                "free": sum(a.free for a in info.arenas)},
+            "arenas": self.arenas,
+            "mmapped": self.mmapped,
+            "in_process": self.in_process.to_dict(regions=False) if self.in_process else None,
+            "notes": self.notes,
+            "gdb_seconds": {k: round(v, 4) for k, v in self.timings.items() if k in ("attach", "held")},
+        }
+
+
+# --- comparisons (pure) --------------------------------------------------------
+
+def compare_arenas(outside_rows: list[dict[str, Any]], info: MallocInfo) -> list[dict[str, Any]]:
+    """Pair the arenas malloc_info lists with those the outside walk found.
+
+    The main arena pairs with malloc_info's heap 0; thread arenas by the
+    nearest system size (the process ran between the two reads, so sizes may
+    have moved a little). An arena on one side only keeps None on the other.
+    """
+    gdb_rest = [a for a in info.arenas if a.nr != 0]
+    pairs = [(next((r for r in outside_rows if r["main"]), None), next((a for a in info.arenas if a.nr == 0), None))]
+    for row in sorted((r for r in outside_rows if not r["main"]), key=lambda r: -r["system"]):
+        best = min(gdb_rest, key=lambda a: (abs(a.system - row["system"]), a.nr), default=None)
+        if best is not None:
+            gdb_rest.remove(best)
+        pairs.append((row, best))
+    pairs += [(None, a) for a in gdb_rest]
+    rows = []
+    for out, arena in pairs:
+        if out is None and arena is None:
+            continue
+        rows.append({
+            "arena": arena.nr if arena else out["arena"],  # type: ignore[index]
+            "main": bool(out["main"]) if out else arena.nr == 0,  # type: ignore[union-attr]
+            "system_gdb": arena.system if arena else None,
+            "system_outside": out["system"] if out else None,
+            "free_gdb": arena.free if arena else None,
+            "in_use_gdb": arena.in_use if arena else None,
+            "resident_outside": out["resident"] if out else None,
+            "free_resident_outside": out["free_resident"] if out else None,
+            "trim_releasable_outside": out["trim_releasable"] if out else None,
+        })
+    return rows
+
+
+def outside_mmapped(snap: Snapshot) -> dict[str, Any]:
+    """glibc's mmapped chunks as the outside walk found them (needs the snapshot's regions)."""
+    chunks = [r for r in snap.regions if r.owner == "mmapped-chunk"]
+    return {"count": len(chunks), "bytes": sum(r.end - r.start for r in chunks),
+            "resident": sum(r.resident for r in chunks)}
+
+
+def is_python(maps: list[Mapping]) -> bool:
+    """A CPython process: the interpreter or libpython among its mapped files."""
+    return any(m.is_file and _PYTHON_LIB.match(os.path.basename(m.path)) for m in maps)
+
+
+# --- files the process writes for us ------------------------------------------
+
+@contextmanager
+def private_dir(pid: int, proc_root: str = "/proc") -> Iterator[tuple[str, str]]:
+    """A fresh 0700 directory for files the process writes: (path here, path as the process sees it).
+
+    Made in the process's own /tmp (through /proc/PID/root, so a process in a
+    container gets a path it can open), owned by the process's user when memgap
+    runs as root for another user; removed afterwards.
+    """
+    root = f"{proc_root}/{pid}/root"
+    try:
+        same_root = os.path.samefile(root, "/")
+    except OSError:
+        same_root = True
+    if same_root:
+        here = tempfile.mkdtemp(prefix="memgap-gdb-")
+        there = here
+    else:
+        here = tempfile.mkdtemp(prefix="memgap-gdb-", dir=os.path.join(root, "tmp"))
+        there = posixpath.join("/tmp", os.path.basename(here))
+    try:
+        uid, gid = _fs_ids(pid, proc_root)
+        if os.geteuid() == 0 and uid != 0:
+            os.chown(here, uid, gid)
+        yield here, there
+    finally:
+        shutil.rmtree(here, ignore_errors=True)
+
+
+def _fs_ids(pid: int, proc_root: str) -> tuple[int, int]:
+    """The uid and gid the process creates files with (the fourth of status's Uid and Gid)."""
+    status = ProcReader(pid, proc_root).status()
+    ids = []
+    for key in ("Uid", "Gid"):
+        words = str(status.get(key, "")).split()
+        ids.append(int(words[3]) if len(words) >= 4 else os.geteuid())
+    return ids[0], ids[1]
+
+
+def read_private(path: str, limit: int = MAX_RESULT) -> str:
+    """A file the process wrote: a regular file (never a link it planted), bounded in size."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        info = os.fstat(fd)
+        if not stat_module.S_ISREG(info.st_mode) or info.st_size > limit:
+            raise MalformedInput(os.path.basename(path), "not a regular file of a sane size")
+        chunks, size = [], 0
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                raise MalformedInput(os.path.basename(path), "larger than expected")
+        return b"".join(chunks).decode("utf-8", "replace")
+    finally:
+        os.close(fd)
+
+
+# --- the calls -------------------------------------------------------------------
+
+def malloc_info_via_gdb(session: GdbSession, here: str, there: str) -> MallocInfo:
+    """``malloc_info(0, fp)`` into a file of the private directory, parsed."""
+    name = "malloc_info.xml"
+    path, mode = session.put_strings(posixpath.join(there, name), "w")
+    fp = session.call_int(f"(unsigned long) fopen((char *) {path}, (char *) {mode})", "fopen")
+    if not fp:
+        raise CallFailed("fopen", f"the process could not create {posixpath.join(there, name)}")
+    try:
+        rc = session.call_int(f"(int) malloc_info(0, (void *) {fp})", "malloc_info")
+    finally:
+        if session.usable:
+            session.call_int(f"(int) fclose((void *) {fp})", "fclose")
+    if rc != 0:
+        raise CallFailed("malloc_info", f"returned {rc}")
+    return parse_malloc_info(read_private(os.path.join(here, name)))
+
+
+# Run by PyRun_SimpleString in the process. exec() with its own globals, so
+# nothing is left in __main__; no exception escapes, so nothing is printed on
+# the process's stderr (PyRun_SimpleString prints what escapes it).
+_RUNNER = "try:\n    exec({script!r}, {{'__name__': '__memgap_gdb__'}})\nexcept Exception:\n    pass\n"
+_SCRIPT = """\
+import json, os, sys
+out, src = {out!r}, {src!r}
+added = src not in sys.path
+if added:
+    sys.path.append(src)
+try:
+    import memgap
+    result = {{"ok": True, "memgap": memgap.__file__,
+              "snapshot": memgap.snapshot(regions=False).to_dict(regions=False)}}
+except Exception as exc:
+    result = {{"ok": False, "error": f"{{type(exc).__name__}}: {{exc}}"}}
+finally:
+    if added and src in sys.path:
+        sys.path.remove(src)
+with open(out + ".part", "w") as fh:
+    json.dump(result, fh, default=str)
+os.replace(out + ".part", out)
+"""
+
+
+def python_runner(out: str, src: str) -> str:
+    """The code given to PyRun_SimpleString: a snapshot of the process, written as JSON to ``out``."""
+    return _RUNNER.format(script=_SCRIPT.format(out=out, src=src))
+
+
+def memgap_source_dir() -> str:
+    """The directory holding the memgap package, for the process's sys.path."""
+    import memgap
+
+    return os.path.dirname(os.path.dirname(os.path.abspath(memgap.__file__)))
+
+
+def _thread_without_gil(session: GdbSession) -> str | None:
+    """A thread that does not hold the GIL, the main thread first.
+
+    A thread holding it is somewhere in the interpreter, at no safe point:
+    Python code run there could find the interpreter half-way through an
+    operation. One that does not hold it takes it (PyGILState_Ensure) when
+    the holder hands it over, at a safe point. Asked with the scheduler
+    locked, so no thread takes or drops the GIL in between.
+    """
+    session.scheduler_locking(True)
+    try:
+        for gid, _lwp in session.threads()[:MAX_GIL_PROBES]:
+            session.select_thread(gid)
+            if session.call_int("(int) PyGILState_Check()", "PyGILState_Check") == 0:
+                return gid
+        return None
+    finally:
+        session.scheduler_locking(False)
+
+
+def python_snapshot_via_gdb(session: GdbSession, here: str, there: str, notes: list[str]) -> Snapshot | None:
+    """memgap.snapshot() run inside a Python process; None (and a note) when it cannot be had."""
+    try:
+        if not session.call_int("(int) Py_IsInitialized()", "Py_IsInitialized"):
+            notes.append("in-process snapshot: the interpreter is not initialized (starting or exiting)")
+            return None
+    except CallFailed as exc:
+        notes.append(f"in-process snapshot: no CPython C API found in the process ({exc.gdb_message.strip()[:80]})")
+        return None
+    thread = _thread_without_gil(session)
+    if thread is None:
+        notes.append("in-process snapshot: every thread asked holds the GIL (or the check is off): "
+                     "not safe to run Python code now; try again")
+        return None
+    session.select_thread(thread)
+    name = "snapshot.json"
+    (code,) = session.put_strings(python_runner(posixpath.join(there, name), memgap_source_dir()))
+    gil = session.call_int("(int) PyGILState_Ensure()", "PyGILState_Ensure")
+    try:
+        session.call_int(f"(int) PyRun_SimpleString((char *) {code})", "PyRun_SimpleString")
+    finally:
+        if session.usable:
+            session.call(f"(void) PyGILState_Release({gil})", "PyGILState_Release")
+    try:
+        data = json.loads(read_private(os.path.join(here, name)))
+    except FileNotFoundError:
+        notes.append("in-process snapshot: the process wrote no result (it could not run memgap's code)")
+        return None
+    except (ValueError, MalformedInput) as exc:
+        notes.append(f"in-process snapshot: unreadable result ({exc})")
+        return None
+    if not data.get("ok"):
+        notes.append(f"in-process snapshot failed in the process: {data.get('error')} "
+                     f"(memgap from {memgap_source_dir()})")
+        return None
+    snap = Snapshot.from_dict(data["snapshot"])
+    snap.route = ROUTE_IN_PROCESS
+    notes.append("the in-process snapshot includes memgap's own import into the process, which stays loaded")
+    return snap
+
+
+def deep(pid: int, outside: Snapshot, start_time: int | None, options: GdbOptions) -> DeepResult:
+    """malloc_info (glibc) and, for Python, an in-process snapshot, through one gdb attach."""
+    maps = ProcReader(pid, options.proc_root).maps()
+    glibc = outside.allocator.get("name") == "glibc"
+    python = is_python(maps)
+    if not glibc and not python:
+        raise Unsupported(f"--deep reads glibc's malloc_info or a Python process's own snapshot; PID {pid} runs "
+                          f"{outside.allocator.get('name')} malloc and no Python")
+    result = DeepResult(pid)
+    if not glibc:
+        result.notes.append(f"malloc_info: the process runs {outside.allocator.get('name')}, not glibc's malloc")
+    session = GdbSession(pid, timeout=options.timeout, gdb=options.gdb, proc_root=options.proc_root,
+                         expected_start_time=start_time)
+    try:
+        with ExitStack() as stack:
+            stack.enter_context(session)
+            here, there = stack.enter_context(private_dir(pid, options.proc_root))
+            if glibc:
+                try:
+                    result.malloc_info = malloc_info_via_gdb(session, here, there)
+                except (CallFailed, MalformedInput) as exc:
+                    result.notes.append(f"malloc_info: {exc}")
+            if python and session.usable:
+                try:
+                    result.in_process = python_snapshot_via_gdb(session, here, there, result.notes)
+                except (CallFailed, MalformedInput) as exc:
+                    result.notes.append(f"in-process snapshot: {exc}")
+                except GdbTimeout as exc:
+                    if result.malloc_info is None:
+                        raise
+                    result.notes.append(f"in-process snapshot: {exc}")
+    finally:
+        result.notes.extend(session.notes)
+        result.timings = dict(session.timings)
+    if result.malloc_info is not None:
+        layer = outside.layers.get("allocator_free")
+        result.arenas = compare_arenas(layer.detail.get("arenas", []) if layer else [], result.malloc_info)
+        result.mmapped = {"gdb": {"route": ROUTE_MALLOC_INFO, "count": result.malloc_info.mmap_count,
+                                  "bytes": result.malloc_info.mmap_bytes},
+                          "outside": {"route": ROUTE_OUTSIDE, **outside_mmapped(outside)}}
+    return result
+
+
+def trim(pid: int, before: Snapshot, start_time: int | None, options: GdbOptions) -> dict[str, Any]:
+    """``malloc_trim(0)`` in the process; VmRSS around it, beside the outside estimate made before."""
+    name = before.allocator.get("name")
+    if name != "glibc":
+        raise Unsupported(f"malloc_trim is glibc's: PID {pid} runs {name} malloc"
+                          + (f" ({before.allocator.get('library')})" if before.allocator.get("library") else ""))
+    detail = before.layers["allocator_free"].detail if "allocator_free" in before.layers else {}
+    reader = ProcReader(pid, options.proc_root)
+    session = GdbSession(pid, timeout=options.timeout, gdb=options.gdb, proc_root=options.proc_root,
+                         expected_start_time=start_time)
+    with session:
+        rss_before = status_int(reader.status(), "VmRSS")
+        returned = session.call_int("(int) malloc_trim(0)", "malloc_trim")
+        rss_after = status_int(reader.status(), "VmRSS")
+    return {
+        "performed": True, "route": "gdb", "returned": returned,
+        "rss_before": rss_before, "rss_after": rss_after, "released": max(0, rss_before - rss_after),
+        "seconds": session.timings.get("malloc_trim", 0.0), "reason": "",
+        "estimate": detail.get("trim_releasable"), "estimate_complete": detail.get("trim_estimate_complete"),
+        "estimate_route": ROUTE_OUTSIDE, "estimate_rss": before.rss,
+        "gdb_seconds": {k: round(v, 4) for k, v in session.timings.items() if k in ("attach", "held")},
+        "notes": list(session.notes),
+    }

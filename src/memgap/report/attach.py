@@ -1,0 +1,95 @@
+"""Terminal output for what memgap read inside a process through gdb (--deep, --trim).
+
+Every figure says its route in its column or title: ``outside`` (read from
+/proc), ``gdb malloc_info`` (glibc's own report, written inside the process)
+or ``gdb in-process`` (memgap.snapshot() run inside it).
+"""
+from __future__ import annotations
+
+from typing import Any, TextIO
+
+from rich.table import Table
+
+from ..deep import ROUTE_MALLOC_INFO, ROUTE_OUTSIDE, DeepResult
+from ..model import Snapshot
+from ..units import mib
+from .terminal import _console, layers_table
+
+
+def _gdb_timing(seconds: dict[str, float]) -> str:
+    parts = []
+    if "attach" in seconds:
+        parts.append(f"attached in {seconds['attach']:.2f} s")
+    if "held" in seconds:
+        parts.append(f"held {seconds['held']:.2f} s")
+    return ", ".join(parts)
+
+
+def arenas_comparison_table(deep: DeepResult, limit: int = 12) -> Table:
+    info = deep.malloc_info
+    assert info is not None
+    title = (f"glibc arenas, {ROUTE_MALLOC_INFO} ({len(info.arenas)}) beside the {ROUTE_OUTSIDE} walk "
+             f"({sum(1 for r in deep.arenas if r['system_outside'] is not None)}), MiB")
+    table = Table(title=title, title_justify="left")
+    for col in ("arena", f"system\n{ROUTE_MALLOC_INFO}", f"system\n{ROUTE_OUTSIDE}",
+                f"free\n{ROUTE_MALLOC_INFO}", f"free resident\n{ROUTE_OUTSIDE}",
+                f"in use\n{ROUTE_MALLOC_INFO}", f"trim would release\n{ROUTE_OUTSIDE}"):
+        table.add_column(col, justify="right")
+    rows = sorted(deep.arenas, key=lambda r: -max(r["system_gdb"] or 0, r["system_outside"] or 0))
+
+    def total(key: str, subset: list[dict[str, Any]]) -> int | None:
+        values = [r[key] for r in subset if r[key] is not None]
+        return sum(values) if values else None
+
+    for r in rows[:limit]:
+        table.add_row(f"{r['arena']}{' main' if r['main'] else ''}", mib(r["system_gdb"]), mib(r["system_outside"]),
+                      mib(r["free_gdb"]), mib(r["free_resident_outside"]), mib(r["in_use_gdb"]),
+                      mib(r["trim_releasable_outside"]))
+    if len(rows) > limit:
+        rest = rows[limit:]
+        table.add_row(f"{len(rest)} more", *(mib(total(k, rest)) for k in (
+            "system_gdb", "system_outside", "free_gdb", "free_resident_outside", "in_use_gdb",
+            "trim_releasable_outside")))
+    table.add_row("total", *(mib(total(k, rows)) for k in (
+        "system_gdb", "system_outside", "free_gdb", "free_resident_outside", "in_use_gdb",
+        "trim_releasable_outside")), style="bold")
+    return table
+
+
+def render_deep(deep: DeepResult, stream: TextIO, width: int | None = None) -> None:
+    console = _console(stream, width)
+    timing = _gdb_timing(deep.timings)
+    console.print(f"Inside PID {deep.pid} through gdb" + (f" ({timing})" if timing else "") + ":")
+    if deep.malloc_info is not None:
+        console.print(arenas_comparison_table(deep))
+        gdb, out = deep.mmapped.get("gdb", {}), deep.mmapped.get("outside", {})
+        console.print(f"mmapped chunks: {gdb.get('count')} holding {mib(gdb.get('bytes'))} MiB ({ROUTE_MALLOC_INFO}); "
+                      f"{out.get('count')} found holding {mib(out.get('bytes'))} MiB, "
+                      f"{mib(out.get('resident'))} resident ({ROUTE_OUTSIDE})")
+        console.print("  free (malloc_info) counts every free byte, touched or not; free resident (outside) only "
+                      "the whole resident pages inside free chunks")
+    if deep.in_process is not None:
+        console.print(layers_table(deep.in_process))
+    for note in deep.notes:
+        console.print(f"note: {note}")
+
+
+def render_trim(pid: int, trim: dict[str, Any], stream: TextIO, width: int | None = None) -> None:
+    console = _console(stream, width)
+    estimate = trim.get("estimate")
+    timing = _gdb_timing(trim.get("gdb_seconds", {}))
+    console.print(f"malloc_trim(0) in PID {pid} through gdb" + (f" ({timing})" if timing else "") + ": "
+                  f"VmRSS {mib(trim['rss_before'])} -> {mib(trim['rss_after'])} MiB, "
+                  f"released {mib(trim['released'])} MiB in {trim['seconds'] * 1000:.0f} ms "
+                  f"(malloc_trim returned {trim['returned']})")
+    if estimate is not None:
+        complete = "" if trim.get("estimate_complete", True) else ", some arenas not walked"
+        console.print(f"memgap's estimate beforehand ({ROUTE_OUTSIDE}): {mib(estimate)} MiB{complete}; "
+                      f"actual: {mib(trim['released'])} MiB")
+    for note in trim.get("notes", []):
+        console.print(f"note: {note}")
+
+
+def render_after_trim(after: Snapshot, stream: TextIO, width: int | None = None) -> None:
+    _console(stream, width).print(layers_table(after))
+
