@@ -15,12 +15,12 @@ from rich.console import Group
 from rich.table import Table
 
 from ..collect import Options, snapshot_pid
-from ..errors import NoSuchProcess, UsageError
+from ..errors import NoSuchProcess, PidReused, UsageError
 from ..model import Snapshot
 from ..report.runs import sparkline
 from ..report.terminal import LAYER_TITLES, _console, arenas_table, layers_table
 from ..units import mib, pct
-from .inspect import descendants
+from .inspect import descendants, start_time
 
 HISTORY = 60
 
@@ -32,14 +32,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--iterations", type=int, default=0, metavar="N", help="stop after N refreshes (0: until Ctrl-C)")
 
 
-def _snapshots(pid: int, tree: bool) -> list[Snapshot]:
+def _snapshots(pid: int, tree: bool, started: int | None) -> tuple[list[Snapshot], int]:
+    """One refresh, and the start time of the process it shows: a PID that now names
+    another process than the one the first refresh showed is PidReused, not a new view."""
+    before = start_time(pid)
+    if started is not None and before != started:
+        raise PidReused(pid, "another process has it since the last refresh")
     snaps = [snapshot_pid(pid, Options(regions=False))]
+    if start_time(pid) != before:
+        raise PidReused(pid, "its start time changed while memgap read it")
     for child in descendants(pid) if tree else []:
         try:
             snaps.append(snapshot_pid(child, Options(regions=False)))
         except NoSuchProcess:
             continue
-    return snaps
+    return snaps, before
 
 
 def _trend_table(history: deque, snaps: list[Snapshot]) -> Table:  # type: ignore[type-arg]
@@ -82,10 +89,13 @@ def main(args: argparse.Namespace) -> int:
         live = Live(console=console, auto_refresh=False, screen=False)
         live.start()
     count = 0
+    started: int | None = None
     try:
         while True:
             try:
-                snaps = _snapshots(args.pid, args.tree)
+                snaps, started = _snapshots(args.pid, args.tree, started)
+            except PidReused:
+                raise
             except NoSuchProcess:
                 if count:
                     console.print(f"PID {args.pid} exited")
