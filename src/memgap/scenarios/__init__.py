@@ -105,6 +105,8 @@ SCENARIOS: Dict[str, ScenarioInfo] = {
                 ("events", 400, "events each coroutine decodes and keeps until the burst ends"),
                 ("payload_kib", 8, "size of one JSON event payload, KiB"),
                 ("rest", 1.0, "seconds of rest after the last burst, before `idle`"),
+                ("keep_small", 0, "1: also keep each stream's cursor and recent ids as small objects, "
+                                  "which pin pymalloc arenas (report 002's mechanism)"),
             ),
             phases=("post-import",) + tuple(f"post-burst-{k}" for k in range(1, 4)) + ("idle",),
         ),
