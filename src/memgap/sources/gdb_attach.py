@@ -14,7 +14,10 @@ Why each guard is here:
   runs it (tgkill), never to gdb: gdb hands its own SIGINT to the whole
   process, and a signal that lands in another thread makes gdb abandon the
   call *without* unwinding it (the thread would later return from the called
-  function into the program's entry point).
+  function into the program's entry point). Once gdb may have touched the
+  process, a step that is not a call (attaching, reading) is let finish,
+  then gdb detaches; a SIGINT that reached a thread just as its call ended is
+  caught and dropped before the detach.
 - For the same reason asynchronous signals (SIGTERM, SIGPIPE, SIGCHLD,
   timers...) pass straight through to the process without stopping it; faults
   (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT) still stop, so one raised by a
@@ -455,6 +458,8 @@ class GdbSession:
         return self._read_until(token)
 
     def _end_gdb(self, proc: subprocess.Popen[bytes]) -> None:
+        if not self._attach_sent:
+            proc.kill()  # it never touched the process
         for step in ("wait", "terminate", "kill"):
             if step == "terminate":
                 proc.terminate()
@@ -678,33 +683,40 @@ class GdbSession:
                 return rec
             lwp = self._call_lwp
             if lwp is None:
-                # gdb is not running the process (starting, attaching): a Quit for gdb itself
                 self._broken = True
+                if not self._attach_sent:  # gdb has not touched the process: it is simply ended
+                    self._stuck = True
+                    return None
+                # gdb is attaching or reading, not running a call. No signal to gdb: it would
+                # pass its SIGINT on to the process, which could get it for real after the
+                # detach. Let gdb finish what it does, then detach.
+                self.deadline = time.monotonic() + INTERRUPT_WAIT
                 try:
-                    os.kill(self._proc.pid, signal.SIGINT)
-                except ProcessLookupError:
-                    return None
-            else:
-                # Only the thread running our call, and only while it runs it (not in a
-                # tracing stop): gdb stops it and unwinds the call.
-                until = time.monotonic() + INTERRUPT_WAIT
-                while time.monotonic() < until:
-                    state = task_states(self.pid, self.proc_root).get(lwp)
-                    if state is None:
-                        break
-                    if state != "t":
-                        self._broken = True
-                        _tgkill(self.pid, lwp, signal.SIGINT)
-                        self._signaled.add(lwp)
-                        self.notes.append(f"interrupted gdb's call on thread {lwp}")
-                        break
-                    self.deadline = time.monotonic() + 0.01
                     rec = self._read_until(token)
-                    if rec is not None:
-                        return rec
-                if not self._broken:
-                    self._broken = self._stuck = True  # gdb neither ran the call nor answered
-                    return None
+                except (GdbFailed, MalformedInput):
+                    rec = None
+                self._stuck = rec is None
+                return rec
+            # Only the thread running our call, and only while it runs it (not in a
+            # tracing stop): gdb stops it and unwinds the call.
+            until = time.monotonic() + INTERRUPT_WAIT
+            while time.monotonic() < until:
+                state = task_states(self.pid, self.proc_root).get(lwp)
+                if state is None:
+                    break
+                if state != "t":
+                    self._broken = True
+                    _tgkill(self.pid, lwp, signal.SIGINT)
+                    self._signaled.add(lwp)
+                    self.notes.append(f"interrupted gdb's call on thread {lwp}")
+                    break
+                self.deadline = time.monotonic() + 0.01
+                rec = self._read_until(token)
+                if rec is not None:
+                    return rec
+            if not self._broken:
+                self._broken = self._stuck = True  # gdb neither ran the call nor answered
+                return None
             self.deadline = time.monotonic() + INTERRUPT_WAIT
             try:
                 rec = self._read_until(token)
