@@ -187,6 +187,24 @@ def test_ptrace_refusal_names_the_yama_setting():
     assert "not present" in ptrace_refusal(None, True, 0, refused=True)
 
 
+def test_compare_arenas_pairs_main_and_nearest_sizes():
+    from conftest import FIXTURES, read
+    from memgap.deep import compare_arenas
+    from memgap.sources.glibc import parse_malloc_info
+
+    info = parse_malloc_info(read(os.path.join(FIXTURES, "glibc-2.36-py3.11-8threads", "malloc_info.xml")))
+    # the outside walk's rows: every arena but one, sizes moved a little, in another order
+    rows = [{"arena": f"#{i}", "main": a.nr == 0, "system": a.system + 4096 * (i % 3), "resident": 0,
+             "free_resident": 0, "trim_releasable": 0} for i, a in enumerate(reversed(info.arenas[:-1]))]
+    paired = compare_arenas(rows, info)
+    assert len(paired) == len(info.arenas)
+    assert paired[0]["main"] and paired[0]["arena"] == 0
+    for r in paired:
+        if r["system_outside"] is not None and r["system_gdb"] is not None:
+            assert abs(r["system_gdb"] - r["system_outside"]) <= 8192, r
+    assert sum(r["system_outside"] is None for r in paired) == 1
+
+
 # --- glibc targets ---------------------------------------------------------------------
 
 def test_deep_malloc_info_matches_the_outside_walk(target_exe, spawn):

@@ -104,6 +104,8 @@ def compare_arenas(outside_rows: list[dict[str, Any]], info: MallocInfo) -> list
             "in_use_gdb": arena.in_use if arena else None,
             "resident_outside": out["resident"] if out else None,
             "free_resident_outside": out["free_resident"] if out else None,
+            # bytes in the free chunks the walk visits (unsorted and large bins) and the top chunk
+            "free_walked_outside": out.get("free_walked") if out else None,
             "trim_releasable_outside": out["trim_releasable"] if out else None,
         })
     return rows
