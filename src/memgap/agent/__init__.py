@@ -29,11 +29,13 @@ FLAGS = ["-O2", "-shared", "-fPIC", "-pthread"]
 def library_path() -> str:
     """The agent's shared library: the one the install built, or one built now.
 
-    A build made before agent.c last changed (a source checkout) is not used.
-    Raises ToolMissing when it has to be built and there is no C compiler.
+    In a source checkout, a build older than agent.c is not used (the source
+    changed since). Raises ToolMissing when it has to be built and there is no
+    C compiler.
     """
     built = sorted(glob.glob(os.path.join(HERE, "_memgap_agent*.so")))
-    if built and (not os.path.exists(SOURCE) or os.path.getmtime(built[0]) >= os.path.getmtime(SOURCE)):
+    installed = os.path.basename(os.path.dirname(os.path.dirname(HERE))) in ("site-packages", "dist-packages")
+    if built and (installed or os.path.getmtime(built[0]) >= os.path.getmtime(SOURCE)):
         return built[0]
     return compile_c(SOURCE, "memgap-agent.so", FLAGS)
 
