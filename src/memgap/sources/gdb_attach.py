@@ -3,8 +3,9 @@
 One job: attach gdb (a subprocess speaking its machine interface, MI) to a PID,
 evaluate expressions that call functions in it, and detach whatever happens:
 an error, a timeout, Ctrl-C. What the calls mean (malloc_info, malloc_trim,
-Python's C API) is the caller's business (``memgap.deep``). The MI parser and
-the ptrace diagnosis are pure functions, tested on captured text.
+Python's C API) is the caller's business (``memgap.deep``). gdb's output is
+parsed in ``gdb_mi`` and the ptrace diagnosis here is a pure function, both
+tested on text captured from gdb.
 
 Why each guard is here:
 
@@ -38,7 +39,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import re
 import selectors
 import shutil
 import signal
@@ -46,10 +46,10 @@ import subprocess
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Iterator
 
-from ..errors import (MalformedInput, MemgapError, NoSuchProcess, PidReused, PtraceDisallowed, ToolMissing)
+from ..errors import MalformedInput, MemgapError, NoSuchProcess, PidReused, PtraceDisallowed, ToolMissing
+from .gdb_mi import MiRecord, mi_quote, parse_int, parse_mi_line, parse_threads
 from .procfs import ProcReader, parse_stat, status_int
 
 YAMA_SCOPE = "/proc/sys/kernel/yama/ptrace_scope"
@@ -96,139 +96,6 @@ class CallFailed(MemgapError):
 
 class GdbFailed(MemgapError):
     """gdb itself failed: it exited, or answered what memgap cannot use."""
-
-
-# --- MI output, parsed (pure) -------------------------------------------------
-
-_KINDS = {"^": "result", "*": "exec", "+": "status", "=": "notify", "~": "console", "@": "target", "&": "log"}
-_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", '"': '"', "\\": "\\", "a": "\a", "b": "\b", "f": "\f",
-            "v": "\v", "e": "\x1b"}
-_RECORD = re.compile(r"(\d*)([\^*+=~@&])")
-
-
-@dataclass
-class MiRecord:
-    """One line of gdb's MI output."""
-
-    kind: str                 # result, exec, status, notify, console, target, log, prompt, other
-    token: int | None = None
-    cls: str = ""             # done, error, running, exit, stopped, ... (result and async records)
-    results: dict[str, Any] = field(default_factory=dict)
-    text: str = ""            # stream records, and lines that are not MI at all
-
-
-def _cstring(s: str, i: int) -> tuple[str, int]:
-    """A C string starting at s[i] == '"'; returns (text, index after the closing quote)."""
-    if i >= len(s) or s[i] != '"':
-        raise MalformedInput("gdb MI output", f"expected a string at {s[i:i + 20]!r}")
-    out, i = [], i + 1
-    while i < len(s):
-        c = s[i]
-        if c == '"':
-            return "".join(out), i + 1
-        if c == "\\" and i + 1 < len(s):
-            nxt = s[i + 1]
-            octal = re.match(r"[0-7]{1,3}", s[i + 1:i + 4])
-            if octal:
-                out.append(chr(int(octal.group(), 8)))
-                i += 1 + len(octal.group())
-                continue
-            out.append(_ESCAPES.get(nxt, nxt))
-            i += 2
-            continue
-        out.append(c)
-        i += 1
-    raise MalformedInput("gdb MI output", "unterminated string")
-
-
-def _value(s: str, i: int) -> tuple[Any, int]:
-    if i < len(s) and s[i] == '"':
-        return _cstring(s, i)
-    if i < len(s) and s[i] == "{":
-        return _results(s, i + 1, "}")
-    if i < len(s) and s[i] == "[":
-        items: list[Any] = []
-        i += 1
-        while i < len(s) and s[i] != "]":
-            if s[i] == ",":
-                i += 1
-                continue
-            if s[i] in '"{[':  # a list of values
-                item, i = _value(s, i)
-            else:              # a list of results (name=value), each kept as a one-entry dict
-                eq = s.find("=", i)
-                if eq < 0:
-                    raise MalformedInput("gdb MI output", f"expected name=value at {s[i:i + 20]!r}")
-                name = s[i:eq]
-                value, i = _value(s, eq + 1)
-                item = {name: value}
-            items.append(item)
-        if i >= len(s):
-            raise MalformedInput("gdb MI output", "unterminated list")
-        return items, i + 1
-    raise MalformedInput("gdb MI output", f"unexpected value at {s[i:i + 20]!r}")
-
-
-def _results(s: str, i: int, close: str | None) -> tuple[dict[str, Any], int]:
-    out: dict[str, Any] = {}
-    while i < len(s):
-        if close and s[i] == close:
-            return out, i + 1
-        if s[i] == ",":
-            i += 1
-            continue
-        eq = s.find("=", i)
-        if eq < 0:
-            raise MalformedInput("gdb MI output", f"expected name=value at {s[i:i + 20]!r}")
-        name = s[i:eq]
-        value, i = _value(s, eq + 1)
-        out[name] = value
-    if close:
-        raise MalformedInput("gdb MI output", f"missing {close!r}")
-    return out, i
-
-
-def parse_mi_line(line: str) -> MiRecord:
-    """Parse one line of gdb's MI output; text that is not MI comes back as kind "other"."""
-    line = line.rstrip("\r\n")
-    if line.strip() == "(gdb)":
-        return MiRecord("prompt")
-    m = _RECORD.match(line)
-    if not m:
-        return MiRecord("other", text=line)
-    token = int(m.group(1)) if m.group(1) else None
-    kind, rest = _KINDS[m.group(2)], line[m.end():]
-    if kind in ("console", "target", "log"):
-        return MiRecord(kind, token, text=_cstring(rest, 0)[0])
-    cls, _, tail = rest.partition(",")
-    return MiRecord(kind, token, cls, _results(tail, 0, None)[0] if tail else {})
-
-
-def mi_quote(text: str) -> str:
-    """``text`` as an MI C-string argument."""
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
-
-
-def parse_int(value: str) -> int:
-    """An integer as gdb prints it: ``42``, ``-1``, ``0x7f...``, ``0x55... <sym>``."""
-    word = value.strip().split()[0] if value.strip() else ""
-    try:
-        return int(word, 0)
-    except ValueError:
-        raise MalformedInput("gdb value", f"not an integer: {value[:40]!r}") from None
-
-
-_LWP = re.compile(r"\b(?:LWP|process) (\d+)")
-
-
-def parse_threads(results: dict[str, Any]) -> list[tuple[str, int]]:
-    """(gdb thread id, LWP) from a ``-thread-info`` result."""
-    out = []
-    for t in results.get("threads", []):
-        m = _LWP.search(t.get("target-id", "")) if isinstance(t, dict) else None
-        if m:
-            out.append((t["id"], int(m.group(1))))
-    return out
 
 
 # --- ptrace permission (pure, and the readers it needs) -----------------------
