@@ -73,6 +73,10 @@ def test_trimmer_recommendations_for_python_and_for_other_programs():
     assert quiet.env() == {"MALLOC_ARENA_MAX": "2", "MEMGAP_TRIMMER": "1"}
     python = recommendation_lines(quiet, python=True)["env"]
     assert python["MEMGAP_TRIMMER"] == "1" and python["PYTHONPATH"].endswith("_bootstrap")
+    # the env must apply it to an unmodified program: one that marks no idle phase for memgap
+    idle = recommendation_lines(V.parse_variant("glibc:arena_max=2,trim=idle"), python=True)
+    assert idle["env"] == {"MALLOC_ARENA_MAX": "2", "MEMGAP_TRIMMER": "1", "PYTHONPATH": python["PYTHONPATH"]}
+    assert any("MEMGAP_TRIM_AFTER=idle" in note for note in idle["notes"])
     # a C program marks no phase for memgap: the idle trim becomes the agent's idle trimmer
     native = recommendation_lines(V.parse_variant("glibc:trim=idle"), python=False)
     env = native["env"]

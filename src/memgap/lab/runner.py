@@ -128,22 +128,21 @@ def recommendation_lines(variant: Variant, python: bool = True) -> dict[str, Any
     """
     env = variant.env()
     notes = []
+    if env.pop(TRIM_AFTER_ENV, None):
+        # An unmodified program marks no idle phase for memgap: what applies the trim to it
+        # is the idle trimmer, which trims once the program has gone quiet after a burst.
+        env[TRIMMER_ENV] = "1"
+        notes.append("trim=idle was measured as one trim at the program's idle phase; an unmodified program "
+                     "gets it from memgap's idle trimmer (MEMGAP_TRIMMER=1), which trims once the program has "
+                     "been quiet for 2 s after a burst (the trim=quiet variants measure it); a Python program "
+                     "that calls memgap.phase('idle') can set MEMGAP_TRIM_AFTER=idle instead")
     if variant.trim and python:
         env["PYTHONPATH"] = BOOTSTRAP_DIR
         notes.append("PYTHONPATH: put memgap's bootstrap folder in front of any PYTHONPATH the program has; "
                      "memgap must be importable by the program's Python")
-        if variant.trim == "idle":
-            notes.append("trim=idle trims after the program calls memgap.phase('idle'); in a program that "
-                         "marks no phase, call memgap.trim() after each burst, or apply trim=quiet "
-                         "(MEMGAP_TRIMMER=1: memgap's idle trimmer) instead")
     elif variant.trim:
         from ..agent import AGENT_ENV, library_path
 
-        if env.pop(TRIM_AFTER_ENV, None):  # a program that is not Python marks no phase for memgap
-            env[TRIMMER_ENV] = "1"
-            notes.append("trim=idle was measured as one trim at the program's idle; an unmodified program gets "
-                         "it from the agent's idle trimmer (MEMGAP_TRIMMER=1), which trims once the program "
-                         "has been quiet for 2 s after a burst")
         try:
             agent = library_path()
         except MemgapError as exc:
