@@ -57,3 +57,14 @@ def test_damaged_captures(name, data):
 def test_pagemap_and_environ_bytes(data):
     procfs.parse_environ(data)
     _survives(procfs.count_pagemap, data)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=400), st.integers(0, 300))
+def test_elf_reader_never_raises(junk, cut):
+    from memgap.sources.elf import parse_defines
+
+    with open("/lib/x86_64-linux-gnu/libc.so.6", "rb") as fh:
+        head = fh.read(4096)
+    for data in (junk, head[:cut] + junk, b"\x7fELF\x02\x01" + junk):
+        assert parse_defines(data, b"malloc") in (True, False, None)

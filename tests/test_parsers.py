@@ -119,3 +119,21 @@ def test_truncated_captures_never_crash(capture):
                 parse(text[:cut])
             except MalformedInput:
                 pass
+
+
+def test_elf_defines_or_imports_a_symbol(tmp_path):
+    """libc defines malloc; a program that calls it imports it (even when dladdr names the program)."""
+    import subprocess
+
+    from memgap.sources.elf import defines_symbol
+
+    libc = "/lib/x86_64-linux-gnu/libc.so.6"
+    assert defines_symbol(libc, "malloc") is True
+    assert defines_symbol(libc, "no_such_symbol_here") is None
+    src, exe = tmp_path / "p.c", tmp_path / "p"
+    src.write_text("#include <stdlib.h>\nvoid *(*f)(size_t) = malloc;\nint main(void){ return f(1) == 0; }\n")
+    subprocess.run(["cc", "-no-pie", "-o", str(exe), str(src)], check=True)
+    assert defines_symbol(str(exe), "malloc") is False
+    assert defines_symbol(str(tmp_path / "missing"), "malloc") is None
+    (tmp_path / "junk").write_bytes(b"\x7fELF\x02\x01" + bytes(range(256)) * 3)
+    assert defines_symbol(str(tmp_path / "junk"), "malloc") is None

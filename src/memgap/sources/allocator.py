@@ -10,6 +10,7 @@ import ctypes
 import os
 from dataclasses import dataclass, field
 
+from .elf import defines_symbol
 from .procfs import Mapping
 
 # basename prefix -> allocator
@@ -93,8 +94,13 @@ def _detect_in_process(mappings: list[Mapping]) -> AllocatorDetection:
     except (OSError, AttributeError):
         return from_maps
     kind = _kind_of(path)
+    exe = os.path.realpath("/proc/self/exe")
+    if kind is None and os.path.realpath(path) == exe and defines_symbol(exe, "malloc") is False:
+        # the program's canonical PLT entry for an imported malloc: the maps say whose it is
+        return AllocatorDetection(from_maps.name, from_maps.library,
+                                  f"{from_maps.how} (malloc's address is the program's PLT entry: imported)",
+                                  from_maps.others)
     if kind is None:
-        exe = os.path.realpath("/proc/self/exe")
         kind = "unknown"
         how = f"malloc is defined in {path}" + (" (the program itself)" if os.path.realpath(path) == exe else "")
         return AllocatorDetection(kind, path, how, [k for k in [from_maps.name] if k != "unknown"])
