@@ -335,3 +335,24 @@ def test_a_folder_too_long_for_a_socket_falls_back_to_the_private_one(idle_exe, 
         assert query(path).pid == proc.pid
     finally:
         _stop(proc)
+
+
+@needs_cc
+def test_stale_sockets_of_killed_processes_are_removed(idle_exe):
+    from memgap.agent import agent_env
+
+    folder = f"/tmp/memgap-agent-{os.getuid()}"
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    stale = os.path.join(folder, f"agent-{dead.pid}.sock")
+    open(stale, "w").close()
+    env = agent_env(mode="on")
+    env.pop("MEMGAP_AGENT_DIR", None)
+    env.pop("MEMGAP_RECORD_DIR", None)
+    proc = _start([idle_exe], env)
+    try:
+        assert not os.path.exists(stale)
+        assert os.path.exists(os.path.join(folder, f"agent-{proc.pid}.sock"))
+    finally:
+        _stop(proc)

@@ -23,6 +23,7 @@
  * FILE was made by the loading thread, and everything else uses syscalls.
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -332,6 +333,24 @@ static int private_dir(char *dir, size_t size) {
     return 0;
 }
 
+/* Sockets left by agents whose processes died without exiting (SIGKILL): removed, so the folder does not fill. */
+static void remove_stale_sockets(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *entry;
+    while ((entry = readdir(d)) != NULL) {
+        int pid;
+        char tail[8];
+        if (sscanf(entry->d_name, "agent-%d.so%7s", &pid, tail) == 2 && strcmp(tail, "ck") == 0 && pid > 0 &&
+            kill(pid, 0) != 0 && errno == ESRCH) {
+            char path[4400];
+            snprintf(path, sizeof path, "%s/%s", dir, entry->d_name);
+            unlink(path);
+        }
+    }
+    closedir(d);
+}
+
 static int open_listener(void) {
     char dir[4096];
     const char *configured = getenv("MEMGAP_AGENT_DIR");
@@ -341,6 +360,7 @@ static int open_listener(void) {
         n = snprintf(socket_path, sizeof socket_path, "%s/agent-%d.sock", configured, (int)getpid());
     if (n < 0 || n >= (int)sizeof socket_path) { /* none given, or too long for a socket address */
         if (private_dir(dir, sizeof dir) != 0) return -1;
+        remove_stale_sockets(dir);
         n = snprintf(socket_path, sizeof socket_path, "%s/agent-%d.sock", dir, (int)getpid());
         if (n < 0 || n >= (int)sizeof socket_path) return -1;
     }
