@@ -356,3 +356,20 @@ def test_stale_sockets_of_killed_processes_are_removed(idle_exe):
         assert os.path.exists(os.path.join(folder, f"agent-{proc.pid}.sock"))
     finally:
         _stop(proc)
+
+
+@needs_cc
+def test_inspect_trim_goes_through_the_agent_without_gdb(idle_exe, tmp_path):
+    """With the agent in the process, --trim needs no gdb, and works for jemalloc too."""
+    if not os.path.exists(JEMALLOC):
+        pytest.skip("jemalloc is not installed")
+    env = _agent_env(tmp_path)
+    env["LD_PRELOAD"] = f"{JEMALLOC} {env['LD_PRELOAD']}"
+    proc = _start([idle_exe], env)
+    try:
+        result = memgap("inspect", str(proc.pid), "--trim", "--gdb", str(tmp_path / "no-gdb-here"), "--json", "-")
+    finally:
+        _stop(proc)
+    assert result.returncode == 0, result.stderr
+    trim = json.loads(result.stdout)["after_trim"]["trim"]
+    assert trim["route"] == "agent" and trim["released"] > 10 * MiB, trim

@@ -342,12 +342,20 @@ def deep(pid: int, outside: Snapshot, start_time: int | None, options: GdbOption
 
 
 def trim(pid: int, before: Snapshot, start_time: int | None, options: GdbOptions) -> dict[str, Any]:
-    """``malloc_trim(0)`` in the process; VmRSS around it, beside the outside estimate made before."""
+    """``malloc_trim(0)`` in the process; VmRSS around it, beside the outside estimate made before.
+
+    A process with memgap's native agent is asked through the agent (no gdb;
+    jemalloc, tcmalloc and mimalloc then trim with their own calls).
+    """
     name = before.allocator.get("name")
+    detail = before.layers["allocator_free"].detail if "allocator_free" in before.layers else {}
+    estimate = {"estimate": detail.get("trim_releasable"), "estimate_complete": detail.get("trim_estimate_complete"),
+                "estimate_route": ROUTE_OUTSIDE, "estimate_rss": before.rss}
+    if "agent" in before.allocator:
+        return {**_trim_via_agent(pid, options.proc_root), **estimate}
     if name != "glibc":
         raise Unsupported(f"malloc_trim is glibc's: PID {pid} runs {name} malloc"
                           + (f" ({before.allocator.get('library')})" if before.allocator.get("library") else ""))
-    detail = before.layers["allocator_free"].detail if "allocator_free" in before.layers else {}
     reader = ProcReader(pid, options.proc_root)
     session = GdbSession(pid, timeout=options.timeout, gdb=options.gdb, proc_root=options.proc_root,
                          expected_start_time=start_time)
@@ -358,9 +366,17 @@ def trim(pid: int, before: Snapshot, start_time: int | None, options: GdbOptions
     return {
         "performed": True, "route": "gdb", "returned": returned,
         "rss_before": rss_before, "rss_after": rss_after, "released": max(0, rss_before - rss_after),
-        "seconds": session.timings.get("malloc_trim", 0.0), "reason": "",
-        "estimate": detail.get("trim_releasable"), "estimate_complete": detail.get("trim_estimate_complete"),
-        "estimate_route": ROUTE_OUTSIDE, "estimate_rss": before.rss,
+        "seconds": session.timings.get("malloc_trim", 0.0), "reason": "", **estimate,
         "gdb_seconds": {k: round(v, 4) for k, v in session.timings.items() if k in ("attach", "held")},
         "notes": list(session.notes),
     }
+
+
+def _trim_via_agent(pid: int, proc_root: str) -> dict[str, Any]:
+    from .agent.client import socket_path, trim as agent_trim
+
+    environ = ProcReader(pid, proc_root).environ()
+    result = agent_trim(socket_path(pid, environ, os.stat(f"{proc_root}/{pid}").st_uid))
+    return {"performed": True, "route": "agent", "returned": None, "rss_before": result.rss_before,
+            "rss_after": result.rss_after, "released": max(0, result.rss_before - result.rss_after),
+            "seconds": result.seconds, "reason": "", "notes": []}

@@ -78,10 +78,11 @@ def render_trim(pid: int, trim: dict[str, Any], stream: TextIO, width: int | Non
     console = _console(stream, width)
     estimate = trim.get("estimate")
     timing = _gdb_timing(trim.get("gdb_seconds", {}))
-    console.print(f"malloc_trim(0) in PID {pid} through gdb" + (f" ({timing})" if timing else "") + ": "
+    returned = f" (malloc_trim returned {trim['returned']})" if trim.get("returned") is not None else ""
+    how = "memgap's agent in the process" if trim.get("route") == "agent" else "gdb"
+    console.print(f"a trim in PID {pid} through {how}" + (f" ({timing})" if timing else "") + ": "
                   f"VmRSS {mib(trim['rss_before'])} -> {mib(trim['rss_after'])} MiB, "
-                  f"released {mib(trim['released'])} MiB in {trim['seconds'] * 1000:.0f} ms "
-                  f"(malloc_trim returned {trim['returned']})")
+                  f"released {mib(trim['released'])} MiB in {trim['seconds'] * 1000:.0f} ms{returned}")
     if estimate is not None:
         complete = "" if trim.get("estimate_complete", True) else ", some arenas not walked"
         console.print(f"memgap's estimate beforehand ({ROUTE_OUTSIDE}): {mib(estimate)} MiB{complete}; "
