@@ -351,7 +351,8 @@ static void remove_stale_sockets(const char *dir) {
     closedir(d);
 }
 
-static int open_listener(void) {
+/* Where this process's socket goes (as memgap.agent.client.socket_path computes it). */
+static int choose_socket_path(void) {
     char dir[4096];
     const char *configured = getenv("MEMGAP_AGENT_DIR");
     if (!configured || !*configured) configured = getenv("MEMGAP_RECORD_DIR");
@@ -364,6 +365,11 @@ static int open_listener(void) {
         n = snprintf(socket_path, sizeof socket_path, "%s/agent-%d.sock", dir, (int)getpid());
         if (n < 0 || n >= (int)sizeof socket_path) return -1;
     }
+    return 0;
+}
+
+static int open_listener(void) {
+    if (choose_socket_path() != 0) return -1;
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) return -1;
     struct sockaddr_un addr = {.sun_family = AF_UNIX};
@@ -428,7 +434,12 @@ static int active;
 __attribute__((constructor)) static void agent_start(void) {
     const char *mode = getenv("MEMGAP_AGENT");
     if (mode && strcmp(mode, "off") == 0) return;
-    if (mode && strcmp(mode, "auto") == 0 && in_python()) return;
+    if (mode && strcmp(mode, "auto") == 0 && in_python()) {
+        /* Dormant. A program this process was before exec() may have left its socket: remove it. */
+        if (choose_socket_path() == 0) unlink(socket_path);
+        socket_path[0] = 0;
+        return;
+    }
     reply_buf = mmap(NULL, REPLY_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (reply_buf == MAP_FAILED) return;
     reply = fmemopen(reply_buf, REPLY_BYTES, "w");
