@@ -146,6 +146,14 @@ def _agent_env(tmp_path, **extra):
     return env
 
 
+def _start_under_jemalloc(exe, tmp_path):
+    if not os.path.exists(JEMALLOC):
+        pytest.skip("jemalloc is not installed")
+    env = _agent_env(tmp_path)
+    env["LD_PRELOAD"] = f"{JEMALLOC} {env['LD_PRELOAD']}"  # the allocator first, the agent after it
+    return _start([exe], env)
+
+
 def _socket(tmp_path, pid):
     return os.path.join(str(tmp_path), f"agent-{pid}.sock")
 
@@ -271,11 +279,7 @@ def test_layers_add_up_within_one_percent_with_the_agent(tmp_path):
 def test_agent_reports_jemalloc(idle_exe, tmp_path):
     from memgap.collect import Options, snapshot_pid
 
-    if not os.path.exists(JEMALLOC):
-        pytest.skip("jemalloc is not installed")
-    env = _agent_env(tmp_path)
-    env["LD_PRELOAD"] = f"{JEMALLOC} {env['LD_PRELOAD']}"
-    proc = _start([idle_exe], env)
+    proc = _start_under_jemalloc(idle_exe, tmp_path)
     try:
         snap = snapshot_pid(proc.pid, Options(regions=False))
     finally:
@@ -363,11 +367,7 @@ def test_stale_sockets_of_killed_processes_are_removed(idle_exe):
 @needs_cc
 def test_inspect_trim_goes_through_the_agent_without_gdb(idle_exe, tmp_path):
     """With the agent in the process, --trim needs no gdb, and works for jemalloc too."""
-    if not os.path.exists(JEMALLOC):
-        pytest.skip("jemalloc is not installed")
-    env = _agent_env(tmp_path)
-    env["LD_PRELOAD"] = f"{JEMALLOC} {env['LD_PRELOAD']}"
-    proc = _start([idle_exe], env)
+    proc = _start_under_jemalloc(idle_exe, tmp_path)
     try:
         result = memgap("inspect", str(proc.pid), "--trim", "--gdb", str(tmp_path / "no-gdb-here"), "--json", "-")
     finally:

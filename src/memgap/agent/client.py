@@ -9,12 +9,13 @@ from __future__ import annotations
 import socket
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 from ..errors import MalformedInput, MemgapError
 from ..sources.glibc import Mallinfo2, MallocInfo, parse_malloc_info
 from ..sources.jemalloc import JemallocStats
 
+T = TypeVar("T")
 PROTOCOL = 1
 TIMEOUT = 2.0
 SUN_PATH_MAX = 108  # sizeof(sockaddr_un.sun_path) on Linux, the terminating zero included
@@ -102,12 +103,17 @@ def _int(value: str, source: str) -> int:
         raise MalformedInput(source, f"{value!r} is not a number") from None
 
 
-def parse_report(text: str, source: str = "agent reply") -> AgentReport:
-    """Parse a ``stats`` reply (raises MalformedInput on anything else)."""
+def _parsed(parse: Callable[[str, str], T], text: str, source: str) -> T:
+    """``parse(text, source)``, with any slip on unexpected text reported as MalformedInput."""
     try:
-        return _parse_report(text, source)
+        return parse(text, source)
     except (ValueError, TypeError, KeyError) as exc:
         raise MalformedInput(source, str(exc)) from None
+
+
+def parse_report(text: str, source: str = "agent reply") -> AgentReport:
+    """Parse a ``stats`` reply (raises MalformedInput on anything else)."""
+    return _parsed(_parse_report, text, source)
 
 
 def _parse_report(text: str, source: str) -> AgentReport:
@@ -137,10 +143,7 @@ def _parse_report(text: str, source: str) -> AgentReport:
 
 def parse_trim(text: str, source: str = "agent reply") -> AgentTrim:
     """Parse a ``trim`` reply (raises MalformedInput on anything else)."""
-    try:
-        return _parse_trim(text, source)
-    except (ValueError, TypeError, KeyError) as exc:
-        raise MalformedInput(source, str(exc)) from None
+    return _parsed(_parse_trim, text, source)
 
 
 def _parse_trim(text: str, source: str) -> AgentTrim:

@@ -526,6 +526,16 @@ class GdbSession:
             raise
         return rec
 
+    def _last_answer(self, token: int) -> MiRecord | None:
+        """gdb's answer to ``token`` within INTERRUPT_WAIT, or None (gdb is then stuck)."""
+        self.deadline = time.monotonic() + INTERRUPT_WAIT
+        try:
+            rec = self._read_until(token)
+        except (GdbFailed, MalformedInput):
+            rec = None
+        self._stuck = rec is None
+        return rec
+
     def _expire(self, token: int, what: str) -> MiRecord:
         """The deadline passed while waiting for ``token``: grace a call on the CPU, then interrupt."""
         lwp = self._call_lwp
@@ -557,13 +567,7 @@ class GdbSession:
                 # gdb is attaching or reading, not running a call. No signal to gdb: it would
                 # pass its SIGINT on to the process, which could get it for real after the
                 # detach. Let gdb finish what it does, then detach.
-                self.deadline = time.monotonic() + INTERRUPT_WAIT
-                try:
-                    rec = self._read_until(token)
-                except (GdbFailed, MalformedInput):
-                    rec = None
-                self._stuck = rec is None
-                return rec
+                return self._last_answer(token)
             # Only the thread running our call, and only while it runs it (not in a
             # tracing stop): gdb stops it and unwinds the call.
             until = time.monotonic() + INTERRUPT_WAIT
@@ -584,12 +588,7 @@ class GdbSession:
             if not self._broken:
                 self._broken = self._stuck = True  # gdb neither ran the call nor answered
                 return None
-            self.deadline = time.monotonic() + INTERRUPT_WAIT
-            try:
-                rec = self._read_until(token)
-            except (GdbFailed, MalformedInput):
-                rec = None
-            self._stuck = rec is None
+            rec = self._last_answer(token)
             if rec is not None and rec.cls == "error" and rec.results.get("msg"):
                 self.notes.append("gdb: " + str(rec.results["msg"]).splitlines()[0])
             return rec
