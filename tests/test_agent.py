@@ -303,6 +303,7 @@ def test_memgap_run_preloads_the_agent_and_keeps_its_last_words(tmp_path):
     assert run["agent"]["library"]
     last = run["processes"][0]["agent_exit"]
     assert last["allocator"] == "glibc" and last["mallinfo2"]["uordblks"] >= 1000 * 5000
+    assert f"PID {run['processes'][0]['pid']} at exit, from memgap's agent in it" in proc.stdout
 
 
 def test_no_compiler_is_a_clear_error(monkeypatch, tmp_path):

@@ -249,6 +249,9 @@ def record_run(options: RunOptions) -> int:
     code = proc.wait()
     if marks is not None:  # lines read after the last sample: the metrics still count
         marks.thread.join(timeout=2)
+        for name in marks.pending():  # a mark printed just before the end: too late to read
+            writer.write({"type": "error", "pid": proc.pid, "phase": name,
+                          "error": "the process ended before memgap could read it at this mark"})
         for value in marks.pending_values():
             writer.write({"type": "metric", "pid": proc.pid, "name": options.metric_name, "value": value,
                           "time": time.time()})

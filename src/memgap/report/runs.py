@@ -62,6 +62,24 @@ def _settled(snapshots: list[dict[str, Any]]) -> dict[str, Any]:
     return before_exit[-1] if before_exit else snapshots[-1]
 
 
+def agent_exit_line(pid: int, last: dict[str, Any]) -> str:
+    """What a process's native agent said as it exited, in one line."""
+    parts = [f"PID {pid} at exit, from memgap's agent in it: malloc is {last.get('allocator')}"]
+    info = last.get("mallinfo2")
+    if info:
+        parts.append(f"{last.get('arenas', '?')} arenas of {mib(info['arena'])} MiB hold "
+                     f"{mib(info['uordblks'])} MiB in use and {mib(info['fordblks'])} MiB free (mallinfo2); "
+                     f"{mib(info['hblkhd'])} MiB in {info['hblks']} mmapped chunks")
+    je = last.get("jemalloc")
+    if je:
+        parts.append(f"jemalloc: {mib(je['allocated'])} MiB allocated, {mib(je['resident'])} MiB resident")
+    trimmer = last.get("trimmer") or {}
+    if trimmer.get("mode", "off") != "off":
+        parts.append(f"its {trimmer['mode']} trimmer trimmed {int(trimmer.get('trims', 0))} times, "
+                     f"giving back {mib(int(trimmer.get('released', 0)))} MiB")
+    return "; ".join(parts)
+
+
 def render_run(run: dict[str, Any], stream: TextIO, width: int | None = None) -> None:
     console = _console(stream, width)
     if run["timeline"]:
@@ -80,8 +98,10 @@ def render_run(run: dict[str, Any], stream: TextIO, width: int | None = None) ->
     if run["findings"]:
         console.print("Over the phases:")
         print_findings(console, [Finding(**{k: v for k, v in f.items() if k != "pid"}) for f in run["findings"]])
+    for process in run["processes"]:
+        if process.get("agent_exit"):
+            console.print(agent_exit_line(process["pid"], process["agent_exit"]))
     for err in run.get("errors", []):
-        console.print(f"! PID {err.get('pid')}: snapshot at {err.get('phase')} failed ({err.get('error')}); "
-                      "the program went on")
+        console.print(f"! PID {err.get('pid')}: no snapshot at {err.get('phase')} ({err.get('error')})")
     status = "complete" if run["complete"] else "cut short: everything up to the interruption is kept"
     console.print(f"exit code {run['exit_code']}; {run['duration']:.1f} s; recording {status}")
