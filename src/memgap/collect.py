@@ -221,6 +221,8 @@ def snapshot_pid(pid: int, options: Options | None = None, proc_root: str = "/pr
         memmap = read_memory_map(reader)
         layout = None
         is_python = any("python" in os.path.basename(m.path) for m in maps if m.is_file)
+        if not is_python:
+            notes["python_objects"] = "not a Python process (no Python interpreter in its maps)"
         if detection.is_glibc:  # read-only, validated walks through /proc/PID/mem
             layout = find_glibc_layout(reader, memmap.plain_mappings, memmap.resident)
         elif report is not None and (report.jemalloc is not None or report.tcmalloc):

@@ -66,21 +66,31 @@ def arenas_table(snap: Snapshot, limit: int = 10) -> Table | None:
         return None
     rows = sorted(arenas, key=lambda a: -(a["resident"] or 0))
     table = Table(title=f"glibc arenas ({len(arenas)}), largest first", title_justify="left")
-    for col in ("arena", "heaps", "system MiB", "in use MiB", "resident MiB", "free resident MiB",
-                "of it top chunk", "trim would release"):
+    # With glibc's own malloc_info (in-process, or the agent's), its free bytes beside the walk's
+    told = any(a.get("free") is not None for a in arenas)
+    columns = ["arena", "heaps", "system MiB", "in use MiB", "resident MiB", "free resident MiB",
+               "of it top chunk", "trim would release"]
+    if told:
+        columns.insert(4, "free MiB: glibc / walked")
+    for col in columns:
         table.add_column(col, justify="right")
+
+    def cells(values: list[str], told_value: str) -> list[str]:
+        return values[:4] + [told_value] + values[4:] if told else values
+
     for a in rows[:limit]:
-        table.add_row(f"{a['arena']}{' main' if a['main'] else ''}", str(a["heaps"]), mib(a["system"]),
-                      mib(a["in_use"]), mib(a["resident"]), mib(a["free_resident"]), mib(a["top_resident"]),
-                      mib(a["trim_releasable"]))
+        told_free = f"{mib(a.get('free'))} / {mib(a.get('free_walked'))}" if told else ""
+        table.add_row(*cells([f"{a['arena']}{' main' if a['main'] else ''}", str(a["heaps"]), mib(a["system"]),
+                              mib(a["in_use"]), mib(a["resident"]), mib(a["free_resident"]),
+                              mib(a["top_resident"]), mib(a["trim_releasable"])], told_free))
     if len(rows) > limit:
         rest = rows[limit:]
-        table.add_row(f"{len(rest)} more", "", mib(sum(a["system"] for a in rest)), "",
-                      mib(sum(a["resident"] for a in rest)), mib(sum(a["free_resident"] for a in rest)),
-                      mib(sum(a["top_resident"] for a in rest)),
-                      mib(sum(a["trim_releasable"] or 0 for a in rest)))
-    table.add_row("total", "", "", "", "", mib(layer.resident), "", mib(layer.detail.get("trim_releasable")),
-                  style="bold")
+        table.add_row(*cells([f"{len(rest)} more", "", mib(sum(a["system"] for a in rest)), "",
+                              mib(sum(a["resident"] for a in rest)), mib(sum(a["free_resident"] for a in rest)),
+                              mib(sum(a["top_resident"] for a in rest)),
+                              mib(sum(a["trim_releasable"] or 0 for a in rest))], ""))
+    table.add_row(*cells(["total", "", "", "", "", mib(layer.resident), "", mib(layer.detail.get("trim_releasable"))],
+                         ""), style="bold")
     return table
 
 
