@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from types import TracebackType
 
 from .collect import Options, snapshot_self
-from .envnames import RECORD_DIR_ENV, TRIM_AFTER_ENV, WALK_ENV
-from .errors import Unsupported
+from .envnames import PYMALLOC_RELEASE_ENV, RECORD_DIR_ENV, TRIM_AFTER_ENV, WALK_ENV
+from .errors import MemgapError, Unsupported
 from .model import Snapshot
 from .sources.procfs import ProcReader, status_int
 
@@ -55,7 +55,8 @@ def _record(name: str, trim_result: "TrimResult | None" = None) -> Snapshot | No
     if trim_result is not None:
         snap.trim = {"performed": trim_result.performed, "released": trim_result.released,
                      "rss_before": trim_result.rss_before, "rss_after": trim_result.rss_after,
-                     "seconds": trim_result.seconds, "reason": trim_result.reason}
+                     "seconds": trim_result.seconds, "reason": trim_result.reason,
+                     "pymalloc_released": trim_result.pymalloc_released}
     if writer is None:
         # Kept only when nothing records them: under `memgap run` they are in the recording,
         # and kept here they would pin the pymalloc arenas they were allocated in (measured:
@@ -117,34 +118,52 @@ class TrimResult:
     rss_after: int
     seconds: float
     reason: str = ""
+    pymalloc_released: int = 0  # of it, the pages of pymalloc's empty pools (trim(pymalloc=True))
 
     @property
     def released(self) -> int:
         return max(0, self.rss_before - self.rss_after)
 
 
-def trim() -> TrimResult:
+def _release_pools_asked(pymalloc: bool | None) -> bool:
+    return os.environ.get(PYMALLOC_RELEASE_ENV) == "1" if pymalloc is None else pymalloc
+
+
+def trim(pymalloc: bool | None = None) -> TrimResult:
     """``malloc_trim(0)`` where glibc is the allocator; what it released, measured from VmRSS.
 
-    Elsewhere it does nothing and says why in ``reason``.
+    With ``pymalloc`` (default: the MEMGAP_PYMALLOC_RELEASE=1 environment
+    variable) the pages of pymalloc's empty pools go first (see
+    release_pymalloc). Where malloc is not glibc's, it does no malloc_trim and
+    says why in ``reason``.
     """
     from .sources.allocator import detect_in_process
     from .sources.glibc import glibc_malloc
 
     reader = ProcReader("self")
     rss_before = status_int(reader.status(), "VmRSS")
+    pools_released = 0
+    if _release_pools_asked(pymalloc):
+        from .pymalloc_release import release_pymalloc
+
+        try:
+            pools_released = release_pymalloc().released
+        except (Unsupported, MemgapError):
+            pass  # another Python, or no compiler: the malloc_trim still runs
     detection = detect_in_process(reader.maps())
     if not detection.is_glibc:
-        return TrimResult(False, rss_before, rss_before, 0.0,
-                          f"malloc is {detection.name} ({detection.library or 'unknown library'}), not glibc")
+        return TrimResult(bool(pools_released), rss_before, status_int(reader.status(), "VmRSS"), 0.0,
+                          f"malloc is {detection.name} ({detection.library or 'unknown library'}), not glibc",
+                          pools_released)
     try:
         libc = glibc_malloc()
     except Unsupported as exc:
-        return TrimResult(False, rss_before, rss_before, 0.0, str(exc))
+        return TrimResult(bool(pools_released), rss_before, status_int(reader.status(), "VmRSS"), 0.0, str(exc),
+                          pools_released)
     started = time.perf_counter()
     libc.trim(0)
     seconds = time.perf_counter() - started
-    return TrimResult(True, rss_before, status_int(reader.status(), "VmRSS"), seconds)
+    return TrimResult(True, rss_before, status_int(reader.status(), "VmRSS"), seconds, "", pools_released)
 
 
 def explain(walk: bool = True) -> str:

@@ -14,7 +14,8 @@ A spec is ``NAME[:key=value,...]``:
   for 2 s after a burst; measured after the program's rest) or
   ``trim=every:SECONDS`` (a periodic trim), injected without changing the
   program: through memgap's bootstrap in Python, its native agent elsewhere;
-  and ``pymalloc=off`` (``PYTHONMALLOC=malloc``).
+  ``pymalloc=off`` (``PYTHONMALLOC=malloc``), and ``pymalloc=release`` (the
+  variant's trims also give back the pages of pymalloc's empty pools).
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ import os
 import subprocess
 from dataclasses import dataclass, field
 
-from ..envnames import TRIM_AFTER_ENV, TRIM_EVERY_ENV, TRIMMER_ENV
+from ..envnames import PYMALLOC_RELEASE_ENV, TRIM_AFTER_ENV, TRIM_EVERY_ENV, TRIMMER_ENV
 from ..errors import UsageError
 
 ALLOCATORS = ("glibc", "jemalloc", "tcmalloc", "mimalloc")
@@ -74,6 +75,7 @@ class Variant:
     options: dict[str, str] = field(default_factory=dict)
     trim: str = ""             # "", "idle", "quiet" or "every:SECONDS"
     pymalloc_off: bool = False
+    pymalloc_release: bool = False  # the variant's trims also give back pymalloc's empty pools
     library: str = ""          # the preloaded allocator's path, once found
 
     @property
@@ -85,11 +87,13 @@ class Variant:
     @property
     def settings(self) -> int:
         """How many things a user must change to apply it (a tie-break between equal costs)."""
-        return len(self.options) + bool(self.trim) + self.pymalloc_off + (self.allocator != "glibc")
+        return (len(self.options) + bool(self.trim) + self.pymalloc_off + self.pymalloc_release
+                + (self.allocator != "glibc"))
 
     @property
     def is_baseline(self) -> bool:
-        return self.allocator == "glibc" and not self.options and not self.trim and not self.pymalloc_off
+        return (self.allocator == "glibc" and not self.options and not self.trim and not self.pymalloc_off
+                and not self.pymalloc_release)
 
     def env(self) -> dict[str, str]:
         """The environment that applies this variant to an unmodified process.
@@ -114,6 +118,8 @@ class Variant:
             env[TRIMMER_ENV] = "1"
         elif self.trim.startswith("every:"):
             env[TRIM_EVERY_ENV] = self.trim.split(":", 1)[1]
+        if self.pymalloc_release:
+            env[PYMALLOC_RELEASE_ENV] = "1"
         if self.pymalloc_off:
             env["PYTHONMALLOC"] = "malloc"
         return env
@@ -136,9 +142,10 @@ def parse_variant(spec: str) -> Variant:
                 raise UsageError(f"variant {spec!r}: trim applies to glibc only")
             variant.trim = value
         elif key == "pymalloc":
-            if value not in ("off", "on"):
-                raise UsageError(f"variant {spec!r}: pymalloc is 'off' or 'on'")
+            if value not in ("off", "on", "release"):
+                raise UsageError(f"variant {spec!r}: pymalloc is 'off', 'on' or 'release'")
             variant.pymalloc_off = value == "off"
+            variant.pymalloc_release = value == "release"
         elif name == "glibc":
             if key not in GLIBC_TUNABLES:
                 raise UsageError(f"variant {spec!r}: glibc has no tunable {key!r} "
@@ -148,6 +155,9 @@ def parse_variant(spec: str) -> Variant:
             variant.options[key] = value
         else:
             variant.options[key] = value
+    if variant.pymalloc_release and not variant.trim:
+        raise UsageError(f"variant {spec!r}: pymalloc=release acts in the variant's trims: add trim=idle, "
+                         "trim=quiet or trim=every:SECONDS")
     return variant
 
 
