@@ -170,3 +170,9 @@ def test_a_variant_that_failed_a_run_is_not_recommended():
     v = decide(summaries, "glibc", 0.05)
     assert v.recommended is None
     assert summaries[1].reason == "1 crashed"
+
+
+def test_allocators_in_the_users_folders_come_first(monkeypatch, tmp_path):
+    (tmp_path / "libjemalloc.so.2").write_bytes(b"")  # a path lookup: the file is never loaded here
+    monkeypatch.setenv("MEMGAP_ALLOCATOR_DIRS", f"/nonexistent:{tmp_path}")
+    assert V.find_library("jemalloc") == str(tmp_path / "libjemalloc.so.2")

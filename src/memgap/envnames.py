@@ -9,3 +9,4 @@ TRIM_EVERY_ENV = "MEMGAP_TRIM_EVERY"  # seconds: a periodic malloc_trim(0)
 TRIMMER_ENV = "MEMGAP_TRIMMER"        # "1": run memgap.Trimmer (trims when the process goes quiet)
 WALK_ENV = "MEMGAP_WALK"              # "0": phase snapshots skip the gc walk for large buffers
 PYMALLOC_RELEASE_ENV = "MEMGAP_PYMALLOC_RELEASE"  # "1": trims also give back pymalloc's empty pools
+ALLOCATOR_DIRS_ENV = "MEMGAP_ALLOCATOR_DIRS"  # folders (":"-separated) where the lab looks for allocators first

@@ -23,7 +23,7 @@ import os
 import subprocess
 from dataclasses import dataclass, field
 
-from ..envnames import PYMALLOC_RELEASE_ENV, TRIM_AFTER_ENV, TRIM_EVERY_ENV, TRIMMER_ENV
+from ..envnames import ALLOCATOR_DIRS_ENV, PYMALLOC_RELEASE_ENV, TRIM_AFTER_ENV, TRIM_EVERY_ENV, TRIMMER_ENV
 from ..errors import UsageError
 
 ALLOCATORS = ("glibc", "jemalloc", "tcmalloc", "mimalloc")
@@ -169,9 +169,10 @@ def _positive(text: str) -> bool:
 
 
 def find_library(allocator: str) -> str | None:
-    """The allocator's shared library on this machine, or None."""
+    """The allocator's shared library on this machine (folders in MEMGAP_ALLOCATOR_DIRS first), or None."""
     filename = LIBRARIES[allocator][0]
-    for directory in LIBRARY_DIRS:
+    extra = [d for d in os.environ.get(ALLOCATOR_DIRS_ENV, "").split(os.pathsep) if d]
+    for directory in (*extra, *LIBRARY_DIRS):  # the user's folders first
         path = os.path.join(directory, filename)
         if os.path.exists(path):
             return path
