@@ -1,7 +1,10 @@
 """Sources read from live processes, checked against the allocator's own totals."""
 import json
+import os
 import subprocess
 import sys
+
+import pytest
 
 from conftest import child_env
 
@@ -56,3 +59,19 @@ def test_instance_counts_and_large_buffers():
     assert heap["instance_counts"] == {"Node": 1234, "Leaf": 56}
     assert heap["large_buffers_bytes"] >= 3 * (2 << 20)
     assert [b["type"] for b in heap["largest"][:3]] == ["bytes"] * 3
+
+
+@pytest.mark.skipif(not os.path.exists("/usr/bin/python3.11"), reason="no Debian system Python here")
+def test_allocator_of_a_non_pie_python_started_by_a_relative_name():
+    """Debian's and Ubuntu's python3 are non-PIE: dladdr names the program itself for malloc
+    (its PLT entry), and by the relative name it was started with."""
+    import subprocess
+
+    src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+    code = (f"import sys; sys.path.insert(0, {src!r})\n"
+            "from memgap.sources.allocator import detect_in_process\n"
+            "from memgap.sources.procfs import ProcReader\n"
+            "print(detect_in_process(ProcReader('self').maps()).name)\n")
+    out = subprocess.run(["python3.11", "-c", code], cwd="/", env={"PATH": "/usr/bin"}, capture_output=True,
+                         text=True)  # found on PATH: dladdr says "python3.11", which is no path from /
+    assert out.stdout.strip() == "glibc", out.stdout + out.stderr

@@ -93,6 +93,10 @@ def _detect_in_process(mappings: list[Mapping]) -> AllocatorDetection:
         path = info.dli_fname.decode("utf-8", "replace")
     except (OSError, AttributeError):
         return from_maps
+    # dladdr names the main program as it was started ("python3", relative): the maps give its path
+    mapped = next((m.path for m in mappings if m.start <= (address or 0) < m.end and m.path.startswith("/")), None)
+    if mapped is not None:
+        path = mapped
     kind = _kind_of(path)
     exe = os.path.realpath("/proc/self/exe")
     if kind is None and os.path.realpath(path) == exe and defines_symbol(exe, "malloc") is False:
