@@ -15,7 +15,6 @@ from __future__ import annotations
 import ctypes
 import functools
 import sys
-import sysconfig
 import time
 from dataclasses import dataclass
 
@@ -53,6 +52,8 @@ def check_supported() -> None:
         raise Unsupported(f"releasing pymalloc pools is checked on CPython {SUPPORTED[0][0]}.{SUPPORTED[0][1]}"
                           f"-{SUPPORTED[-1][0]}.{SUPPORTED[-1][1]} only; this is {sys.implementation.name} "
                           f"{sys.version.split()[0]}")
+    import sysconfig  # here, not at import: `import memgap` runs in every observed process
+
     if sysconfig.get_config_var("Py_GIL_DISABLED"):
         raise Unsupported("a free-threaded CPython allocates with mimalloc, not pymalloc")
     if sys.byteorder != "little" or ctypes.sizeof(ctypes.c_void_p) != 8:
