@@ -142,6 +142,14 @@ def test_lab_throughput_from_the_workloads_metric(tmp_path):
     assert {r["variant"]: r["throughput"] for r in lab["runs"]} == {"glibc": 1000.0, "glibc:arena_max=2": 500.0}
     slow = next(v for v in lab["variants"] if v["spec"] == "glibc:arena_max=2")
     assert slow["slowdown"] == 2.0 and not slow["within_budget"]
+    assert lab["warnings"] == []  # a reported figure is judged as it is, however short the run
+
+
+def test_lab_warns_that_a_short_workloads_wall_time_is_noise(tmp_path):
+    proc, lab = _lab(tmp_path, "import memgap\nmemgap.phase('post-import')\nmemgap.phase('idle')\n",
+                     "--reps", "1", "--variant", "glibc", "--variant", "glibc:arena_max=2")
+    assert len(lab["warnings"]) == 1 and "mostly noise" in lab["warnings"][0]
+    assert "! the workload's work lasts" in proc.stdout
 
 
 def test_lab_sweeps_parameters_as_a_grid(tmp_path):

@@ -214,6 +214,21 @@ def _sweep(cells: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     return table
 
 
+SHORT_WORKLOAD = 1.0  # seconds: shorter runs' wall-time ratios are mostly scheduling noise on a busy machine
+
+
+def _throughput_warnings(options: LabOptions, results: list[RunMetrics], baseline: Variant | None) -> list[str]:
+    """What the reader should know before trusting the slowdown column."""
+    if options.metric or baseline is None:
+        return []
+    walls = sorted(r.wall for r in results if r.variant == baseline.spec and r.status == "ok" and r.wall > 0)
+    if not walls or walls[len(walls) // 2] >= SHORT_WORKLOAD:
+        return []
+    return [f"the workload's work lasts {walls[len(walls) // 2]:.2f} s (baseline runs {walls[0]:.2f}-{walls[-1]:.2f} s): "
+            f"wall-time ratios of runs under {SHORT_WORKLOAD:g} s are mostly noise, so the slowdown column and "
+            "'too slow' say little here; give it more work, or report a throughput figure (--metric)"]
+
+
 def lab_document(options: LabOptions, results: list[RunMetrics], seconds: float,
                  interrupted: bool = False) -> dict[str, Any]:
     """The lab's results. With swept parameters the verdict at the top is the one of
@@ -250,6 +265,7 @@ def lab_document(options: LabOptions, results: list[RunMetrics], seconds: float,
         "cells": cells,
         "sweep": _sweep(cells) if len(cells) > 1 else {},
         "skipped": options.skipped,
+        "warnings": _throughput_warnings(options, results, baseline),
         "lab_seconds": round(seconds, 3),
         "workload_seconds": round(workload_seconds, 3),
         "complete": not interrupted and len(results) == len(options.variants) * options.reps * len(options.cells()),

@@ -115,6 +115,8 @@ def render_lab(lab: dict[str, Any], stream: TextIO, width: int | None = None) ->
         cell = " ".join(f"{k}={v}" for k, v in lab["cell"].items())
         console.print(f"Variants at {cell}, where the baseline idles highest:")
     console.print(variants_table(lab))
+    for warning in lab.get("warnings", []):
+        console.print(f"! {warning}")
     console.print(f"Verdict: {lab['verdict']}")
     rec = lab.get("recommendation")
     if rec:
