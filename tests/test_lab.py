@@ -276,3 +276,18 @@ def test_async_burst_the_idle_trim_leaves_no_allocator_retention(tmp_path):
     grown = {k: after[k] - first[k] for k in after if after[k] is not None}
     assert grown["pymalloc_free"] + grown["python_objects"] + grown["allocator_in_use"] >= \
         0.8 * (trim["idle"] - base["baseline"]), grown
+
+
+def test_idle_after_waits_while_the_program_computes_without_phases(tmp_path):
+    """A quiet spell means no new phase *and* no CPU work: 1.5 s of computing is not idle."""
+    script = tmp_path / "work.py"
+    script.write_text("import time\nprint('phase: started', flush=True)\nend = time.time() + 1.5\n"
+                      "while time.time() < end:\n    pass\nprint('phase: done', flush=True)\ntime.sleep(60)\n")
+    out = tmp_path / "lab.json"
+    proc = memgap("lab", "--reps", "1", "--variant", "glibc", "--phase-regex", r"phase: (\S+)",
+                  "--idle-after", "0.5", "--timeout", "30", "--json", str(out), "--dir", str(tmp_path / "runs"),
+                  "--", sys.executable, str(script), timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    run = json.loads(out.read_text())["runs"][0]
+    assert [p for p, _ in run["phases"]][:3] == ["started", "done", "idle"], run["phases"]
+    assert run["wall"] >= 1.4

@@ -88,3 +88,30 @@ class PhaseClock:
 
     def quiet_for(self) -> float:
         return time.monotonic() - self.last
+
+
+class CpuActivity:
+    """Whether a process tree did work since the last look: a program computing for
+    a long while without marking a phase is busy, not idle."""
+
+    BUSY = 0.1  # of one CPU: more than this between two looks counts as work
+
+    def __init__(self) -> None:
+        self._ticks: dict[int, int] = {}
+        self._at = time.monotonic()
+        self._hz = os.sysconf("SC_CLK_TCK")
+
+    def busy(self, pids: list[int]) -> bool:
+        from .sources.procfs import ProcReader
+
+        used = 0
+        for pid in pids:
+            try:
+                ticks = ProcReader(pid).stat().cpu_ticks
+            except Exception:  # noqa: BLE001 - exited meanwhile
+                continue
+            used += ticks - self._ticks.get(pid, ticks)
+            self._ticks[pid] = ticks
+        now = time.monotonic()
+        elapsed, self._at = now - self._at, now
+        return elapsed > 0 and used / self._hz > self.BUSY * elapsed

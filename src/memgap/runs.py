@@ -22,7 +22,7 @@ import psutil
 from .envnames import RECORD_DIR_ENV, TRIM_AFTER_ENV, WALK_ENV
 from .diagnose import diagnose_series
 from .errors import MemgapError
-from .marks import PhaseClock, StdoutMarks
+from .marks import CpuActivity, PhaseClock, StdoutMarks
 from .model import RUN_SCHEMA, Snapshot
 from .recording import RecordingWriter, read_events
 from .sources.procfs import ProcReader, status_int
@@ -212,6 +212,7 @@ def record_run(options: RunOptions) -> int:
     marks = (StdoutMarks(proc.stdout, options.mark_regex, options.stdout is None, options.metric_regex)
              if options.mark_regex or options.metric_regex else None)
     clock = PhaseClock(options.record_dir)
+    activity = CpuActivity()
     try:
         while True:
             _sample(writer, proc.pid, known, start)
@@ -224,6 +225,8 @@ def record_run(options: RunOptions) -> int:
                               "time": time.time()})
             if options.idle_after:
                 clock.poll()
+                if activity.busy(tree_pids(proc.pid)):
+                    clock.mark()  # working, even without a phase: not idle yet
                 if clock.quiet_for() >= options.idle_after:
                     # Quiet long enough: this is its idle (unless it said so itself: that one was
                     # measured already, and a trim may have followed it).

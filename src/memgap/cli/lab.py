@@ -44,8 +44,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="lines of the workload's stdout that mark a phase (group 1 names it, e.g. "
                         "'phase: (\\S+)'); memgap reads the process from outside at each")
     p.add_argument("--idle-after", type=float, default=0.0, metavar="S",
-                   help="a workload quiet for S seconds (no new phase) is idle: measured from outside, then "
-                        "stopped (for servers and programs that mark no idle phase)")
+                   help="a workload quiet for S seconds (no new phase, and under 10%% of a CPU) is idle: "
+                        "measured from outside, then stopped (for servers and programs that mark no idle phase)")
     p.add_argument("--no-agent", action="store_true",
                    help="do not preload memgap's native agent (without it, trims and trimmer variants do "
                         "not reach programs that are not Python)")

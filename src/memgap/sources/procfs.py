@@ -168,6 +168,7 @@ class TaskStat:
     state: str
     ppid: int
     start_time: int  # clock ticks after boot: with the PID, it identifies a process
+    cpu_ticks: int = 0  # user plus system time, in clock ticks
 
 
 def parse_stat(text: str) -> TaskStat:
@@ -178,7 +179,8 @@ def parse_stat(text: str) -> TaskStat:
     try:
         tid = int(text[:open_paren])
         rest = text[close_paren + 2 :].split()
-        return TaskStat(tid, text[open_paren + 1 : close_paren], rest[0], int(rest[1]), int(rest[19]))
+        return TaskStat(tid, text[open_paren + 1 : close_paren], rest[0], int(rest[1]), int(rest[19]),
+                        int(rest[11]) + int(rest[12]))
     except (ValueError, IndexError) as exc:
         raise MalformedInput("stat", f"too few fields: {text[:80]!r}") from exc
 
