@@ -225,8 +225,9 @@ def _throughput_warnings(options: LabOptions, results: list[RunMetrics], baselin
     if not walls or walls[len(walls) // 2] >= SHORT_WORKLOAD:
         return []
     return [f"the workload's work lasts {walls[len(walls) // 2]:.2f} s (baseline runs {walls[0]:.2f}-{walls[-1]:.2f} s): "
-            f"wall-time ratios of runs under {SHORT_WORKLOAD:g} s are mostly noise, so the slowdown column and "
-            "'too slow' say little here; give it more work, or report a throughput figure (--metric)"]
+            f"the wall time of runs under {SHORT_WORKLOAD:g} s swings by tens of percent from scheduling noise "
+            "alone, so read slowdowns below about x1.5 with care; give it more work, or report a throughput "
+            "figure (--metric)"]
 
 
 def lab_document(options: LabOptions, results: list[RunMetrics], seconds: float,
