@@ -291,3 +291,11 @@ def test_idle_after_waits_while_the_program_computes_without_phases(tmp_path):
     run = json.loads(out.read_text())["runs"][0]
     assert [p for p, _ in run["phases"]][:3] == ["started", "done", "idle"], run["phases"]
     assert run["wall"] >= 1.4
+
+
+def test_lab_points_at_a_trim_it_measured_but_did_not_run_as_a_variant(tmp_path):
+    _, lab = _lab(tmp_path, "import memgap\nmemgap.phase('post-import')\n"
+                            "blocks = [bytes(64 << 10) for _ in range(600)]\nlast = blocks[-1]\ndel blocks\n"
+                            "memgap.phase('idle')\n",
+                  "--reps", "1", "--variant", "glibc", "--variant", "glibc:arena_max=2")
+    assert "no trim variant ran: try --variant glibc:trim=idle" in lab["verdict"], lab["verdict"]

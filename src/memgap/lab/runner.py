@@ -18,6 +18,9 @@ from ..errors import MemgapError
 from .variants import Variant
 from .verdict import Verdict, decide, summarize
 
+TRIM_HINT = 0.8  # a trim at idle that leaves less than this share of the baseline's idle is worth trying
+SHORT_WORKLOAD = 1.0  # seconds: shorter runs' wall times swing by tens of percent on a busy machine
+
 LAB_SCHEMA = "memgap.lab/1"
 
 
@@ -189,6 +192,13 @@ def _cell_verdict(options: LabOptions, runs: list[RunMetrics]) -> tuple[Verdict,
     base_runs = by_spec.get(baseline.spec, []) if baseline else []
     summaries = [summarize(v, by_spec[v.spec], base_runs) for v in options.variants if by_spec[v.spec]]
     verdict = decide(summaries, baseline.spec if baseline else "", options.max_slowdown)
+    base = verdict.baseline
+    if (base is not None and base.idle and base.after_trim and not any(v.trim for v in options.variants)
+            and base.after_trim[2] < TRIM_HINT * base.idle[1]):
+        # Every run measures one trim at idle: say so when it did what no variant here did.
+        verdict.reason += (f"; note: one malloc_trim(0) at idle took the baseline from {base.idle[0] / 2**20:.0f} "
+                           f"to {base.after_trim[0] / 2**20:.0f} MiB, and no trim variant ran: try "
+                           "--variant glibc:trim=idle")
     recommendation = None
     if verdict.recommended is not None:
         chosen = next(v for v in options.variants if v.spec == verdict.recommended.spec)
@@ -214,7 +224,6 @@ def _sweep(cells: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     return table
 
 
-SHORT_WORKLOAD = 1.0  # seconds: shorter runs' wall-time ratios are mostly scheduling noise on a busy machine
 
 
 def _throughput_warnings(options: LabOptions, results: list[RunMetrics], baseline: Variant | None) -> list[str]:
