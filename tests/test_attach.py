@@ -18,7 +18,8 @@ import pytest
 from helpers import MiB, memgap
 from memgap.errors import MemgapError
 from memgap.sources import gdb_attach
-from memgap.sources.gdb_attach import GdbSession, GdbTimeout, ptrace_refusal, task_states
+from memgap.sources.gdb_attach import GdbSession, GdbTimeout, task_states
+from memgap.sources.ptrace_access import ptrace_refusal
 from memgap.sources.gdb_mi import parse_int, parse_mi_line, parse_threads
 
 pytestmark = pytest.mark.skipif(not shutil.which("gdb") or not shutil.which("cc"), reason="needs gdb and cc")

@@ -4,8 +4,8 @@ One job: attach gdb (a subprocess speaking its machine interface, MI) to a PID,
 evaluate expressions that call functions in it, and detach whatever happens:
 an error, a timeout, Ctrl-C. What the calls mean (malloc_info, malloc_trim,
 Python's C API) is the caller's business (``memgap.deep``). gdb's output is
-parsed in ``gdb_mi`` and the ptrace diagnosis here is a pure function, both
-tested on text captured from gdb.
+parsed in ``gdb_mi`` (tested on text captured from gdb), and why ptrace is
+refused is explained in ``ptrace_access``.
 
 Why each guard is here:
 
@@ -51,9 +51,8 @@ from typing import Iterator
 from ..errors import MalformedInput, MemgapError, NoSuchProcess, PidReused, PtraceDisallowed, ToolMissing
 from .gdb_mi import MiRecord, mi_quote, parse_int, parse_mi_line, parse_threads
 from .procfs import ProcReader, parse_stat, status_int
+from .ptrace_access import has_cap_sys_ptrace, ptrace_refusal, read_yama_scope
 
-YAMA_SCOPE = "/proc/sys/kernel/yama/ptrace_scope"
-CAP_SYS_PTRACE = 19
 DEFAULT_TIMEOUT = 20.0
 GRACE_ON_CPU = 2.0     # more seconds for a call still running on the CPU at the deadline
 INTERRUPT_WAIT = 3.0   # for gdb to unwind an interrupted call
@@ -96,63 +95,6 @@ class CallFailed(MemgapError):
 
 class GdbFailed(MemgapError):
     """gdb itself failed: it exited, or answered what memgap cannot use."""
-
-
-# --- ptrace permission (pure, and the readers it needs) -----------------------
-
-def yama_text(scope: int | None) -> str:
-    return (f"kernel.yama.ptrace_scope is {scope}" if scope is not None
-            else "kernel.yama.ptrace_scope is not present (no Yama module)")
-
-
-def ptrace_refusal(scope: int | None, privileged: bool, tracer: int, tracer_name: str = "",
-                   refused: bool = False) -> str | None:
-    """Why attaching is or was refused.
-
-    Before attaching (``refused`` False) it answers only when the refusal is
-    certain; after the kernel refused (gdb said "ptrace: Operation not
-    permitted") it always gives the likeliest reason, naming the Yama setting.
-    """
-    yama = yama_text(scope)
-    if tracer:
-        who = f"PID {tracer}" + (f" ({tracer_name})" if tracer_name else "")
-        return (f"it is already traced by {who}; only one tracer (debugger, strace) may attach at a time "
-                f"({yama})")
-    if scope == 3:
-        return f"{yama}: no process may attach to another until a reboot"
-    if scope == 2 and not privileged:
-        return f"{yama}: only root (CAP_SYS_PTRACE) may attach; run memgap as root"
-    if not refused:
-        return None
-    if scope == 1 and not privileged:
-        return (f"{yama}: only an ancestor of the process may attach; run memgap as root, "
-                "or lower it with `sysctl kernel.yama.ptrace_scope=0`")
-    if not privileged:
-        return f"run memgap as the process's owner or as root ({yama})"
-    return (f"refused even with CAP_SYS_PTRACE: a container without that capability, a security module "
-            f"(SELinux, AppArmor) or a seccomp filter forbids ptrace here ({yama})")
-
-
-def read_yama_scope(path: str = YAMA_SCOPE) -> int | None:
-    try:
-        with open(path) as fh:
-            return int(fh.read().strip())
-    except (OSError, ValueError):
-        return None
-
-
-def has_cap_sys_ptrace(status_text: str | None = None) -> bool:
-    """Whether this process may trace any other (CapEff bit 19)."""
-    if status_text is None:
-        try:
-            with open("/proc/self/status") as fh:
-                status_text = fh.read()
-        except OSError:
-            return os.geteuid() == 0
-    for line in status_text.splitlines():
-        if line.startswith("CapEff:"):
-            return bool(int(line.split()[1], 16) >> CAP_SYS_PTRACE & 1)
-    return os.geteuid() == 0
 
 
 def task_states(pid: int, proc_root: str = "/proc") -> dict[int, str]:
