@@ -11,10 +11,9 @@ malloc, so it adds no glibc arena. See agent.c for the protocol.
 """
 from __future__ import annotations
 
-import glob
 import os
 
-from ..native_build import compile_c
+from ..native_build import shared_library
 from .client import AgentReport, AgentTrim, parse_report, query, socket_path, trim
 
 __all__ = ["AgentReport", "AgentTrim", "agent_env", "library_path", "parse_report", "query", "socket_path",
@@ -33,11 +32,7 @@ def library_path() -> str:
     changed since). Raises ToolMissing when it has to be built and there is no
     C compiler.
     """
-    built = sorted(glob.glob(os.path.join(HERE, "_memgap_agent*.so")))
-    installed = os.path.basename(os.path.dirname(os.path.dirname(HERE))) in ("site-packages", "dist-packages")
-    if built and (installed or os.path.getmtime(built[0]) >= os.path.getmtime(SOURCE)):
-        return built[0]
-    return compile_c(SOURCE, "memgap-agent.so", FLAGS)
+    return shared_library(SOURCE, os.path.join(HERE, "_memgap_agent*.so"), "memgap-agent.so", FLAGS)
 
 
 def agent_env(base: dict[str, str] | None = None, mode: str = "on") -> dict[str, str]:
