@@ -45,6 +45,69 @@ def test_release_gives_back_what_it_says_and_python_goes_on():
     assert abs(drop - released) <= 256 << 10  # VmRSS fell by what the pages held (mincore)
 
 
+# A burst of small objects, all freed: pymalloc unmaps the emptied arenas but
+# keeps one (3.9+), its pools' pages still resident. Finds the wholly empty
+# arenas by their pool headers (read through /proc/self/mem) and measures their
+# pages after the header with mincore, before and after the release.
+# Prints: resident_before resident_after released.
+EMPTY_ARENA_SCRIPT = textwrap.dedent("""
+    import ctypes, gc, os, struct
+    from memgap.pymalloc_release import release_pymalloc
+    from memgap.sources.pymalloc import capture_debugmallocstats, parse_debugmallocstats
+    POOL = parse_debugmallocstats(capture_debugmallocstats()).pool_size
+    PAGE = os.sysconf("SC_PAGE_SIZE")
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+    HEADER = struct.Struct("<IIQQQIIII")
+
+    def empty_arena_pools():
+        by_arena = {}
+        mem = os.open("/proc/self/mem", os.O_RDONLY)
+        with open("/proc/self/maps") as maps:
+            lines = maps.read().splitlines()
+        for line in lines:
+            f = line.split()
+            if f[1] != "rw-p" or f[4] != "0" or len(f) > 5:
+                continue
+            start, end = (int(x, 16) for x in f[0].split("-"))
+            for p in range(-(-start // POOL) * POOL, end - POOL + 1, POOL):
+                try:
+                    count, _, _, _, _, index, szidx, nextoffset, maxnext = HEADER.unpack(os.pread(mem, 48, p))
+                except (OSError, struct.error):
+                    continue
+                if szidx < 64 and maxnext == POOL - 16 * (szidx + 1) and 48 < nextoffset <= POOL:
+                    by_arena.setdefault(index, []).append((p, count))
+        os.close(mem)
+        return [p for pools in by_arena.values() if all(c == 0 for _, c in pools) for p, _ in pools]
+
+    def resident_after_header(pools):
+        vec = ctypes.create_string_buffer(POOL // PAGE)
+        total = 0
+        for p in pools:
+            assert libc.mincore(p + PAGE, POOL - PAGE, vec) == 0
+            total += sum(b & 1 for b in vec.raw[:POOL // PAGE - 1]) * PAGE
+        return total
+
+    burst = [[i, str(i)] for i in range(300000)]
+    del burst
+    gc.collect()
+    pools = empty_arena_pools()
+    before = resident_after_header(pools)
+    r = release_pymalloc()
+    print(before, resident_after_header(pools), r.released)
+""")
+
+
+def test_release_includes_the_empty_arena_pymalloc_keeps():
+    proc = _run(sys.executable, EMPTY_ARENA_SCRIPT)
+    assert proc.returncode == 0, proc.stderr
+    before, after, released = map(int, proc.stdout.split())
+    # The kept arena's pools dirtied by the burst: 0.17-0.75 MiB over 20 runs here,
+    # depending on how much of the kept arena the burst had carved.
+    assert before >= 64 << 10, proc.stdout
+    assert after == 0 and released >= before, proc.stdout
+
+
 def test_threads_allocating_meanwhile_are_unharmed():
     """Four threads build and check structures while the main thread releases again and again."""
     code = textwrap.dedent("""

@@ -8,6 +8,7 @@ ever touched, including the pools that are now empty. The C side (native/pools.c
 runs with the GIL held for the whole call, checks each pool header against
 pymalloc's invariants, marks an empty pool as never used, so that its next user
 sets it up afresh, and drops its pages after the header with MADV_DONTNEED.
+The same goes for the one wholly empty arena pymalloc keeps for reuse.
 What stays: pools with any live block, and each pool's first page.
 """
 from __future__ import annotations
@@ -46,6 +47,33 @@ def _release_function():  # type: ignore[no-untyped-def]
     return func
 
 
+class _ArenaAllocator(ctypes.Structure):  # PyObjectArenaAllocator
+    _fields_ = [("ctx", ctypes.c_void_p), ("alloc", ctypes.c_void_p), ("free", ctypes.c_void_p)]
+
+
+def check_arena_allocator() -> None:
+    """Raise Unsupported unless pymalloc's arenas come from its own mmap/munmap functions.
+
+    The release trusts that every pool header still mapped belongs to a live
+    arena. That holds when a freed arena is unmapped; an arena allocator set with
+    PyObject_SetArenaAllocator (malloc-based, say) could leave a freed arena's
+    headers in memory that now belongs to someone else.
+    """
+    arena = _ArenaAllocator()
+    get = ctypes.pythonapi.PyObject_GetArenaAllocator
+    get.argtypes, get.restype = [ctypes.POINTER(_ArenaAllocator)], None
+    get(ctypes.byref(arena))
+    own = ctypes.cast(get, ctypes.c_void_p).value or 0
+    paths = {}
+    for m in ProcReader("self").maps():
+        for name, address in (("own", own), ("alloc", arena.alloc or 0), ("free", arena.free or 0)):
+            if m.start <= address < m.end:
+                paths[name] = m.path
+    if arena.ctx or not paths.get("own") or paths.get("alloc") != paths["own"] or paths.get("free") != paths["own"]:
+        raise Unsupported("pymalloc's arenas come from an allocator set with PyObject_SetArenaAllocator, "
+                          "not the interpreter's own: releasing pools is not safe there")
+
+
 def check_supported() -> None:
     """Raise Unsupported where the pool layout is not known to be the one native/pools.c reads."""
     if sys.implementation.name != "cpython" or sys.version_info[:2] not in SUPPORTED:
@@ -63,13 +91,15 @@ def check_supported() -> None:
 def release_pymalloc() -> PoolRelease:
     """Drop the resident pages of pymalloc's empty pools; what that gave back, measured.
 
-    Raises Unsupported on another Python, or where pymalloc is not the object
-    allocator (PYTHONMALLOC=malloc). With isolated subinterpreters that have a
+    Raises Unsupported on another Python, where pymalloc is not the object
+    allocator (PYTHONMALLOC=malloc), or where its arenas come from an arena
+    allocator other than the interpreter's own. With isolated subinterpreters that have a
     GIL of their own (3.12+), do not use it: their pools are not guarded by this one.
     """
     from .sources.pymalloc import capture_debugmallocstats, parse_debugmallocstats
 
     check_supported()
+    check_arena_allocator()
     release = _release_function()  # built or loaded before anything is measured
     stats = parse_debugmallocstats(capture_debugmallocstats())
     if stats is None:

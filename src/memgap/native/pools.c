@@ -13,7 +13,11 @@
  * that another thread unmapped meanwhile reads as an error, never a fault); it
  * acts only on a pool
  * whose header satisfies pymalloc's exact invariants, holds no block
- * (count 0), and shares its arena index with another valid pool of its arena.
+ * (count 0), and shares its arena index with another valid pool of its arena
+ * that is in use, or with at least WHOLE_ARENA_MIN empty ones: the wholly
+ * empty arena that pymalloc (3.9+) keeps for reuse instead of unmapping it.
+ * (The Python side first checks that arenas come from pymalloc's own
+ * mmap/munmap allocator, so no freed arena's stale headers stay mapped.)
  * Such a pool is marked as never used (szidx = DUMMY_SIZE_IDX, what pymalloc
  * writes in a pool it carves for the first time), so its next user
  * initialises it from scratch instead of following the free list that lived
@@ -32,6 +36,8 @@
 #define ALIGNMENT 16
 #define POOL_OVERHEAD 48
 #define DUMMY_SIZE_IDX 0xffff
+/* Empty pools with one arena index that confirm an arena none of whose pools is in use. */
+#define WHOLE_ARENA_MIN 8
 
 struct pool_header {
     uint32_t count; /* a union with a pointer in CPython: the low half on little-endian */
@@ -71,28 +77,31 @@ struct seen {
     int valid;
 };
 
+/* Whether pools[i] lies in a live arena: a valid pool with the same arena index,
+   no farther than an arena's length and with no pool of another arena between,
+   is in use; or WHOLE_ARENA_MIN of them (itself included) are empty. */
+static int arena_confirmed(const struct seen *pools, size_t n, size_t i, size_t arena_pools) {
+    size_t same = 1;
+    for (int dir = -1; dir <= 1; dir += 2) {
+        for (size_t step = 1; step < arena_pools; step++) {
+            if ((dir < 0 && step > i) || (dir > 0 && i + step >= n)) break;
+            const struct seen *other = &pools[dir < 0 ? i - step : i + step];
+            if (!other->valid) continue;
+            if (other->index != pools[i].index) break;
+            if (other->count > 0) return 1;
+            same++;
+        }
+    }
+    return same >= WHOLE_ARENA_MIN;
+}
+
 /* Release the empty pools among `n` consecutive pool positions of one mapping. */
 static size_t release_in(struct seen *pools, size_t n, size_t pool_size, size_t arena_pools, size_t page,
                          size_t *released_pools) {
     size_t released = 0;
     for (size_t i = 0; i < n; i++) {
         if (!pools[i].valid || pools[i].count != 0) continue;
-        /* Its arena: a pool in use with the same index, no farther than an arena's length,
-           with no pool of another arena between them. */
-        int confirmed = 0;
-        for (int dir = -1; dir <= 1 && !confirmed; dir += 2) {
-            for (size_t step = 1; step < arena_pools; step++) {
-                if ((dir < 0 && step > i) || (dir > 0 && i + step >= n)) break;
-                struct seen *other = &pools[dir < 0 ? i - step : i + step];
-                if (!other->valid) continue;
-                if (other->index != pools[i].index) break;
-                if (other->count > 0) {
-                    confirmed = 1;
-                    break;
-                }
-            }
-        }
-        if (!confirmed) continue;
+        if (!arena_confirmed(pools, n, i, arena_pools)) continue;
         uintptr_t p = pools[i].address;
         struct pool_header h; /* read again: the header must not have changed since */
         if (read_header(p, &h) != 0 || !valid(&h, pool_size) || h.count != 0 || h.arenaindex != pools[i].index)
