@@ -162,6 +162,22 @@ def test_between_equal_costs_the_fewest_settings_win():
     assert "simpler remedy" in v.reason
 
 
+def test_a_costlier_remedy_wins_only_when_it_clearly_leaves_less():
+    """Clearly: its whole idle range below the simpler one's, and its median more than 5% lower."""
+    base = ([43, 43, 43], [1.4, 1.4, 1.4])
+    trim = ([27.2, 27.4, 27.5], [1.4, 1.4, 1.4])
+    clearly = _verdict({"glibc": base, "glibc:trim=idle": trim,   # the async burst's figures, 2 cores
+                        "glibc:trim=idle,pymalloc=release": ([25.4, 25.5, 25.5], [1.4, 1.4, 1.4])})
+    assert clearly.recommended.spec == "glibc:trim=idle,pymalloc=release"
+    slightly = _verdict({"glibc": base, "glibc:trim=idle": trim,  # below the range, but 3% lower only
+                         "glibc:trim=idle,pymalloc=release": ([26.4, 26.5, 26.6], [1.4, 1.4, 1.4])})
+    assert slightly.recommended.spec == "glibc:trim=idle"
+    assert "does not clear it by 5%" in slightly.reason
+    noisy = _verdict({"glibc": base, "glibc:trim=idle": trim,     # lower median, but its range overlaps
+                      "glibc:trim=idle,pymalloc=release": ([15, 20, 27.3], [1.4, 1.4, 1.4])})
+    assert noisy.recommended.spec == "glibc:trim=idle"
+
+
 def test_a_variant_that_failed_a_run_is_not_recommended():
     base = _runs("glibc", [80, 90, 100], [3, 3, 3])
     crashed = _runs("jemalloc", [40, 41], [3, 3]) + _runs("jemalloc", [0], [1], status="crashed")

@@ -155,6 +155,10 @@ def recommendation_lines(variant: Variant, python: bool = True) -> dict[str, Any
         env[AGENT_ENV] = "on"
         notes.append(f"LD_PRELOAD: memgap's native agent ({agent}; `memgap agent` prints where it is "
                      "installed) must exist where the program runs")
+    if variant.pymalloc_release:
+        notes.append("MEMGAP_PYMALLOC_RELEASE=1: memgap's trims also drop the pages of pymalloc's empty pools, "
+                     "by editing their headers in place with the GIL held (CPython 3.10-3.13 with a GIL; "
+                     "see memgap.release_pymalloc); elsewhere the trims skip it")
     if variant.library:
         notes.append(f"{variant.library} must exist where the program runs "
                      f"(Debian: apt-get install {_package(variant)})")

@@ -54,6 +54,7 @@ DEFAULT_SPECS = (
     "glibc:mmap_threshold=131072",
     "glibc:trim_threshold=65536",
     "glibc:trim=idle",
+    "glibc:trim=idle,pymalloc=release",
     "glibc:trim=every:1",
     "glibc:arena_max=2,trim=idle",
     "glibc:arena_max=2,trim=quiet",

@@ -6,8 +6,11 @@ median over repetitions of its wall time over the baseline's in the same
 repetition (the runs are interleaved, so a repetition shares the machine's
 weather). Among the variants that are better and within the slowdown budget,
 the lab picks the cheapest kind of remedy (environment only, then a trimmer,
-then another allocator), with the fewest settings, whose idle RSS is within 10%
-of the best one's.
+then another allocator), with the fewest settings, that no other one clearly
+undercuts. Clearly, by the rule that makes a variant better than the baseline,
+plus a floor: the other's whole idle range lies below this one's, and its
+median is more than 5% lower (the share the default slowdown budget allows in
+time, asked of memory in turn).
 """
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ from dataclasses import dataclass, field
 from .metrics import RunMetrics
 from .variants import COST_WORDS, Variant
 
-NEAR_BEST = 1.10
+MATERIAL = 0.05  # a lower idle median by less than this share is not worth a costlier remedy
 
 
 @dataclass
@@ -98,14 +101,22 @@ def decide(summaries: list[VariantSummary], baseline_spec: str, max_slowdown: fl
         return Verdict(ranked, base, None,
                        "no variant's idle RSS range cleared the baseline's within the slowdown budget: "
                        "keep the defaults")
-    best = eligible[0].idle[0]
-    near = [s for s in eligible if s.idle[0] <= best * NEAR_BEST]
-    choice = min(near, key=lambda s: (s.cost, s.settings, s.idle[0]))
+    # The best median is never undercut (the whole range of anything clearly lower would lie below it).
+    standing = [s for s in eligible if not any(clearly_lower(t, s) for t in eligible)]
+    choice = min(standing, key=lambda s: (s.cost, s.settings, s.idle[0]))
     reason = (f"idle RSS {choice.idle[0] / 2**20:.0f} MiB (range {choice.idle[1] / 2**20:.0f}-"
               f"{choice.idle[2] / 2**20:.0f}) against the baseline's {base.idle[0] / 2**20:.0f} "
               f"({base.idle[1] / 2**20:.0f}-{base.idle[2] / 2**20:.0f}), wall x{choice.slowdown or 1:.2f}; "
               f"{COST_WORDS[choice.cost]}")
     if choice is not eligible[0]:
         reason += (f"; chosen over {eligible[0].spec} ({eligible[0].idle[0] / 2**20:.0f} MiB) "
-                   "as the simpler remedy within 10% of it")
+                   f"as the simpler remedy: that one's range does not clear it by {MATERIAL:.0%}")
     return Verdict(ranked, base, choice, reason)
+
+
+def clearly_lower(other: VariantSummary, this: VariantSummary) -> bool:
+    """Whether ``other`` idles clearly below ``this``: its whole range below this
+    one's, and its median more than MATERIAL lower."""
+    if other.idle is None or this.idle is None:
+        return False
+    return other.idle[2] < this.idle[1] and other.idle[0] < this.idle[0] * (1 - MATERIAL)
