@@ -1,5 +1,6 @@
 """The lab's pure parts: variant specs, the environment they set, metrics and the verdict."""
 import os
+import pathlib
 
 import pytest
 
@@ -10,6 +11,7 @@ from memgap.lab.runner import recommendation_lines
 from memgap.lab.verdict import decide, summarize
 
 MiB = 1 << 20
+FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 
 
 def test_glibc_tunables_become_their_env_vars():
@@ -66,6 +68,31 @@ def test_recommendation_lines():
     exec(lines["python"], namespace)  # the Python it prints runs
     import os
     assert os.environ.pop("MALLOC_ARENA_MAX") == "2" and os.environ.pop("MALLOC_MMAP_THRESHOLD_") == "131072"
+
+
+def test_full_tunable_names_go_through_glibc_tunables(monkeypatch):
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.perturb=0")  # the user's: kept, before the variant's
+    v = V.parse_variant("glibc:glibc.malloc.arena_max=1,glibc.malloc.tcache_count=0,trim_threshold=65536")
+    assert v.env() == {"MALLOC_TRIM_THRESHOLD_": "65536",
+                       "GLIBC_TUNABLES": "glibc.malloc.perturb=0:glibc.malloc.arena_max=1:glibc.malloc.tcache_count=0"}
+    assert v.arena_max == 1 and V.parse_variant("glibc:arena_max=4").arena_max == 4
+    with pytest.raises(UsageError, match="name one in full"):
+        V.parse_variant("glibc:tcache_count=0")
+
+
+def test_tunables_are_checked_against_what_this_glibc_lists():
+    from memgap.sources.glibc_tunables import list_tunables, parse_tunables
+
+    listed = parse_tunables((FIXTURES / "glibc-tunables" / "list-tunables-2.36.txt").read_text())
+    assert listed["glibc.malloc.arena_max"] == (1, 2**64 - 1) and listed["glibc.malloc.check"] == (0, 3)
+    assert len(listed) == 34  # of 37 lines: 3 without a range (glibc.cpu.hwcaps and the like)
+    if list_tunables() is None:
+        pytest.skip("this machine's loader cannot list its tunables")
+    V.check_tunables([V.parse_variant("glibc:glibc.malloc.tcache_count=0")])
+    with pytest.raises(UsageError, match="no tunable 'glibc.malloc.arena_mx'.*glibc.malloc.arena_max"):
+        V.check_tunables([V.parse_variant("glibc:glibc.malloc.arena_mx=2")])
+    with pytest.raises(UsageError, match="outside glibc's range"):
+        V.check_tunables([V.parse_variant("glibc:glibc.malloc.arena_max=0")])
 
 
 def test_trimmer_recommendations_for_python_and_for_other_programs():
@@ -176,6 +203,19 @@ def test_a_costlier_remedy_wins_only_when_it_clearly_leaves_less():
     noisy = _verdict({"glibc": base, "glibc:trim=idle": trim,     # lower median, but its range overlaps
                       "glibc:trim=idle,pymalloc=release": ([15, 20, 27.3], [1.4, 1.4, 1.4])})
     assert noisy.recommended.spec == "glibc:trim=idle"
+
+
+def test_too_slow_means_beyond_the_budget_and_the_baselines_own_spread():
+    base = ([43, 43, 43], [1.43, 1.47, 1.48])  # the async burst's walls: a 3.4% spread
+    v = _verdict({"glibc": base,
+                  "glibc:trim=idle": ([27, 27, 27], [1.52, 1.55, 1.41]),   # x1.054: inside the noise
+                  "jemalloc": ([33, 33, 33], [1.60, 1.65, 1.62])})         # x1.09 at least: a cost
+    by_spec = {s.spec: s for s in v.summaries}
+    assert 1.05 < by_spec["glibc:trim=idle"].slowdown < 1.06 and by_spec["glibc:trim=idle"].within_budget
+    assert not by_spec["jemalloc"].within_budget
+    single = _verdict({"glibc": ([43], [1.47]), "glibc:trim=idle": ([27], [1.55])})  # one run: no spread known
+    assert not next(s for s in single.summaries if s.spec == "glibc:trim=idle").within_budget
+    assert single.recommended is None
 
 
 def test_a_variant_that_failed_a_run_is_not_recommended():

@@ -16,7 +16,7 @@ from .metrics import RunMetrics, run_metrics
 from ..envnames import TRIM_AFTER_ENV, TRIMMER_ENV
 from ..errors import MemgapError
 from .variants import Variant
-from .verdict import Verdict, decide, summarize
+from .verdict import Verdict, decide, run_to_run_spread, summarize
 
 TRIM_HINT = 0.8  # a trim at idle that leaves less than this share of the baseline's idle is worth trying
 SHORT_WORKLOAD = 1.0  # seconds: shorter runs' wall times swing by tens of percent on a busy machine
@@ -111,7 +111,8 @@ def _run_one(options: LabOptions, variant: Variant, rep: int, order: int, cell: 
     run = load_run(record_dir)
     result = run_metrics(run, variant.spec, rep, order, cpu, trims_at_idle=variant.trim == "idle",
                          idle_after_rest=variant.trim == "quiet",
-                         allocator=variant.allocator, metric=options.metric, needs_bootstrap=bool(variant.trim))
+                         allocator=variant.allocator, metric=options.metric, needs_bootstrap=bool(variant.trim),
+                         arena_max=variant.arena_max)
     result.params = dict(cell)
     return result
 
@@ -256,7 +257,8 @@ def lab_document(options: LabOptions, results: list[RunMetrics], seconds: float,
         verdict, recommendation = _cell_verdict(options, runs)
         cells.append({"params": cell, "variants": [asdict(s) for s in verdict.summaries],
                       "verdict": verdict.reason, "recommendation": recommendation,
-                      "baseline_idle": verdict.baseline.idle[0] if verdict.baseline and verdict.baseline.idle else 0})
+                      "baseline_idle": verdict.baseline.idle[0] if verdict.baseline and verdict.baseline.idle else 0,
+                      "time_spread": round(run_to_run_spread(verdict.baseline), 4)})
     worst = max(cells, key=lambda c: c["baseline_idle"]) if cells else None
     workload_seconds = sum(r.duration for r in results)
     cell_label = lambda r: f" [{' '.join(f'{k}={v}' for k, v in r.params.items())}]" if r.params else ""  # noqa: E731
@@ -276,6 +278,7 @@ def lab_document(options: LabOptions, results: list[RunMetrics], seconds: float,
         "variants": worst["variants"] if worst else [],
         "verdict": worst["verdict"] if worst else "no run finished",
         "recommendation": worst["recommendation"] if worst else None,
+        "time_spread": worst["time_spread"] if worst else 0.0,
         "cells": cells,
         "sweep": _sweep(cells) if len(cells) > 1 else {},
         "skipped": options.skipped,

@@ -4,7 +4,9 @@ A spec is ``NAME[:key=value,...]``:
 
 - ``glibc`` with glibc's tunables ``arena_max``, ``mmap_threshold``,
   ``trim_threshold``, ``top_pad``, ``mmap_max`` (set through their
-  ``MALLOC_*_`` environment variables);
+  ``MALLOC_*_`` environment variables), or any tunable by its full name
+  (``glibc.malloc.tcache_count=0``, set through ``GLIBC_TUNABLES``, after any
+  the user has there; checked against the tunables this machine's glibc lists);
 - ``jemalloc`` with any ``MALLOC_CONF`` option (``background_thread=true``,
   ``dirty_decay_ms=1000``, ...);
 - ``tcmalloc`` and ``mimalloc`` with their ``TCMALLOC_*`` / ``MIMALLOC_*``
@@ -27,6 +29,7 @@ from ..envnames import ALLOCATOR_DIRS_ENV, PYMALLOC_RELEASE_ENV, TRIM_AFTER_ENV,
 from ..errors import UsageError
 
 ALLOCATORS = ("glibc", "jemalloc", "tcmalloc", "mimalloc")
+TUNABLE_PREFIX = "glibc."  # a full tunable name, set through GLIBC_TUNABLES
 GLIBC_TUNABLES = {
     "arena_max": "MALLOC_ARENA_MAX",
     "mmap_threshold": "MALLOC_MMAP_THRESHOLD_",
@@ -96,14 +99,24 @@ class Variant:
         return (self.allocator == "glibc" and not self.options and not self.trim and not self.pymalloc_off
                 and not self.pymalloc_release)
 
+    @property
+    def arena_max(self) -> int:
+        """The arena cap this variant sets (either form), 0 for none."""
+        return int(self.options.get("arena_max") or self.options.get(TUNABLE_PREFIX + "malloc.arena_max") or 0)
+
     def env(self) -> dict[str, str]:
         """The environment that applies this variant to an unmodified process.
 
-        LD_PRELOAD keeps a preload the user already has, after the allocator.
+        LD_PRELOAD keeps a preload the user already has, after the allocator;
+        GLIBC_TUNABLES keeps the user's tunables, before the variant's (a later
+        entry wins).
         """
         env: dict[str, str] = {}
         if self.allocator == "glibc":
-            env.update({GLIBC_TUNABLES[k]: v for k, v in self.options.items()})
+            env.update({GLIBC_TUNABLES[k]: v for k, v in self.options.items() if k in GLIBC_TUNABLES})
+            tunables = [f"{k}={v}" for k, v in self.options.items() if k.startswith(TUNABLE_PREFIX)]
+            if tunables:
+                env["GLIBC_TUNABLES"] = ":".join(filter(None, [os.environ.get("GLIBC_TUNABLES", ""), *tunables]))
         elif self.allocator == "jemalloc":
             if self.options:
                 env["MALLOC_CONF"] = ",".join(f"{k}:{v}" for k, v in self.options.items())
@@ -148,9 +161,9 @@ def parse_variant(spec: str) -> Variant:
             variant.pymalloc_off = value == "off"
             variant.pymalloc_release = value == "release"
         elif name == "glibc":
-            if key not in GLIBC_TUNABLES:
-                raise UsageError(f"variant {spec!r}: glibc has no tunable {key!r} "
-                                 f"(choose from {', '.join(GLIBC_TUNABLES)})")
+            if key not in GLIBC_TUNABLES and not key.startswith(TUNABLE_PREFIX):
+                raise UsageError(f"variant {spec!r}: glibc has no tunable {key!r} (choose from "
+                                 f"{', '.join(GLIBC_TUNABLES)}, or name one in full: glibc.malloc.tcache_count)")
             if not value.isdigit():
                 raise UsageError(f"variant {spec!r}: {key} must be a whole number of bytes or arenas")
             variant.options[key] = value
@@ -191,8 +204,30 @@ def install_hint(allocator: str) -> str:
     return f"apt-get install {LIBRARIES[allocator][1]}"
 
 
+def check_tunables(variants: list[Variant]) -> None:
+    """Raise UsageError for a full tunable name this machine's glibc does not list, or a
+    value outside its range (glibc would ignore either without a word)."""
+    from ..sources.glibc_tunables import list_tunables
+
+    wanted = [(v, k, val) for v in variants for k, val in v.options.items() if k.startswith(TUNABLE_PREFIX)]
+    known = list_tunables() if wanted else None
+    for v, key, value in wanted:
+        if known is None:
+            return  # this loader cannot list them (glibc < 2.33): nothing to check against
+        if key not in known:
+            close = sorted(k for k in known if k.startswith(key.rsplit(".", 1)[0] + "."))
+            raise UsageError(f"variant {v.spec!r}: this machine's glibc has no tunable {key!r}"
+                             + (f" (it has {', '.join(close)})" if close else ""))
+        low, high = known[key]
+        if not low <= int(value) <= high:
+            raise UsageError(f"variant {v.spec!r}: {key}={value} is outside glibc's range [{low}, {high}]")
+
+
 def resolve(variants: list[Variant]) -> tuple[list[Variant], list[str]]:
-    """Variants that can run here (libraries found), and a line for each skipped one."""
+    """Variants that can run here (libraries found), and a line for each skipped one.
+
+    Raises UsageError for a tunable this machine's glibc does not know."""
+    check_tunables(variants)
     ready, skipped = [], []
     for v in variants:
         if v.allocator in LIBRARIES:

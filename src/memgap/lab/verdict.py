@@ -4,7 +4,10 @@ A variant counts as better than the baseline only when its whole idle range
 (min-max over repetitions) lies below the baseline's; its slowdown is the
 median over repetitions of its wall time over the baseline's in the same
 repetition (the runs are interleaved, so a repetition shares the machine's
-weather). Among the variants that are better and within the slowdown budget,
+weather). It is too slow when that slowdown exceeds the budget by more than
+the baseline's own spread from run to run ((max - min) / median of its wall
+times or throughputs): a difference the baseline shows against itself is
+noise, not a cost. Among the variants that are better and within the slowdown budget,
 the lab picks the cheapest kind of remedy (environment only, then a trimmer,
 then another allocator), with the fewest settings, that no other one clearly
 undercuts. Clearly, by the rule that makes a variant better than the baseline,
@@ -83,12 +86,21 @@ class Verdict:
     reason: str
 
 
+def run_to_run_spread(summary: VariantSummary | None) -> float:
+    """(max - min) / median of a variant's throughputs, else of its wall times; 0 when unknown."""
+    figures = summary and (summary.throughput or summary.wall)
+    if not figures or figures[0] <= 0:
+        return 0.0
+    return (figures[2] - figures[1]) / figures[0]
+
+
 def decide(summaries: list[VariantSummary], baseline_spec: str, max_slowdown: float) -> Verdict:
     base = next((s for s in summaries if s.spec == baseline_spec), None)
+    noise = run_to_run_spread(base)
     for s in summaries:
         if s.ok < s.runs:
             s.reason = ", ".join(f"{n} {k}" for k, n in sorted(s.statuses.items()) if k != "ok")
-        if s.slowdown is not None and s.slowdown > 1 + max_slowdown:
+        if s.slowdown is not None and s.slowdown > 1 + max_slowdown + noise:
             s.within_budget = False
         if base is not None and base.idle and s.idle and s is not base and s.ok == s.runs:
             s.better = s.idle[2] < base.idle[1]  # its worst run beats the baseline's best

@@ -115,6 +115,9 @@ def render_lab(lab: dict[str, Any], stream: TextIO, width: int | None = None) ->
         cell = " ".join(f"{k}={v}" for k, v in lab["cell"].items())
         console.print(f"Variants at {cell}, where the baseline idles highest:")
     console.print(variants_table(lab))
+    spread = lab.get("time_spread") or 0.0
+    console.print(f"Too slow: beyond x{1 + lab['max_slowdown'] + spread:.2f} (the {lab['max_slowdown']:.0%} budget"
+                  + (f", plus the baseline's own {spread:.1%} spread between its runs)" if spread else ")"))
     for warning in lab.get("warnings", []):
         console.print(f"! {warning}")
     console.print(f"Verdict: {lab['verdict']}")
