@@ -12,6 +12,7 @@ import pytest
 from conftest import child_env
 from helpers import JEMALLOC, memgap
 from memgap.scenarios import scenario_command
+from memgap.sources.procfs import oom_kills
 
 SMALL_THREADPOOL = scenario_command("threadpool", passes=2, chunks=128)
 
@@ -104,6 +105,8 @@ def test_lab_reports_crash_timeout_and_kill_and_goes_on(tmp_path):
                       "glibc:mmap_threshold=131072": "timeout", "glibc:top_pad=4096": "killed"}
     notes = {r["variant"]: r["note"] for r in lab["runs"]}
     assert notes["glibc:arena_max=2"] == "exit code 3" and "signal 9" in notes["glibc:top_pad=4096"]
+    if oom_kills() is not None:  # the kernel counts OOM kills: it can say this was not one
+        assert "not by the OOM killer" in notes["glibc:top_pad=4096"], notes
     assert lab["recommendation"] is None
     time.sleep(0.5)
     assert _leftovers(marker) == []
@@ -354,3 +357,65 @@ def test_an_arena_cap_that_did_not_take_is_reported(tmp_path):
     overridden = runs["glibc:arena_max=2"]
     assert overridden["status"] == "not-applied" and "more than arena_max=2" in overridden["note"], overridden
     assert memgap("lab", "--variant", "glibc:glibc.malloc.arena_mx=1", "--", "true").returncode == 2
+
+
+def _memory_cgroup(name, limit):
+    """A memory cgroup under this process's own, capped at ``limit`` bytes (v1 or v2), or None
+    where this machine does not allow one (no permission, no memory controller)."""
+    with open("/proc/self/cgroup") as fh:
+        lines = [line.rstrip("\n").split(":", 2) for line in fh]
+    v1 = next((path for _, ctrl, path in lines if "memory" in ctrl.split(",")), None)
+    v2 = next((path for hid, ctrl, path in lines if hid == "0" and ctrl == ""), None)
+    candidates = []
+    if v1 is not None:
+        candidates.append((f"/sys/fs/cgroup/memory{v1}", "memory.limit_in_bytes"))
+    if v2 is not None:
+        candidates.append((f"/sys/fs/cgroup{v2}", "memory.max"))
+    for base, knob in candidates:
+        path = os.path.join(base, name)
+        try:
+            os.mkdir(path)
+        except OSError:
+            continue
+        try:
+            with open(os.path.join(path, knob), "w") as fh:
+                fh.write(str(limit))
+            return path
+        except OSError:
+            os.rmdir(path)
+    return None
+
+
+OOM_WORKLOAD = r"""
+import os, sys
+import memgap
+memgap.phase("post-import")
+if os.environ.get("MALLOC_TOP_PAD_"):
+    with open(os.path.join(sys.argv[1], "cgroup.procs"), "w") as fh:
+        fh.write(str(os.getpid()))  # into the 64 MiB cgroup
+    hog = bytearray(256 << 20)  # zero-filled: every page touched
+memgap.phase("idle")
+"""
+
+
+def test_a_real_oom_kill_is_told_apart(tmp_path):
+    """A run that the kernel's OOM killer stops (a 64 MiB memory cgroup) says so, from the
+    kernel's own count, and the lab goes on."""
+    cgroup = _memory_cgroup(f"memgap-test-oom-{os.getpid()}", 64 << 20)
+    if cgroup is None:
+        pytest.skip("no memory cgroup can be made here")
+    try:
+        script = tmp_path / "oom.py"
+        script.write_text(OOM_WORKLOAD)
+        out = tmp_path / "lab.json"
+        proc = memgap("lab", "--reps", "1", "--variant", "glibc", "--variant", "glibc:top_pad=4096",
+                      "--json", str(out), "--dir", str(tmp_path / "runs"), "--", sys.executable, str(script),
+                      cgroup, timeout=120)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        runs = {r["variant"]: r for r in json.loads(out.read_text())["runs"]}
+        assert runs["glibc"]["status"] == "ok"
+        killed = runs["glibc:top_pad=4096"]
+        assert killed["status"] == "killed", killed
+        assert "by the kernel's OOM killer (/proc/vmstat oom_kill +" in killed["note"], killed["note"]
+    finally:
+        os.rmdir(cgroup)

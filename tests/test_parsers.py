@@ -137,3 +137,10 @@ def test_elf_defines_or_imports_a_symbol(tmp_path):
     assert defines_symbol(str(tmp_path / "missing"), "malloc") is None
     (tmp_path / "junk").write_bytes(b"\x7fELF\x02\x01" + bytes(range(256)) * 3)
     assert defines_symbol(str(tmp_path / "junk"), "malloc") is None
+
+
+def test_vmstat_counts():
+    from memgap.sources.procfs import parse_vmstat
+
+    text = "nr_free_pages 5690000\noom_kill 3\nbroken line\nthp_fault_alloc 12\n"
+    assert parse_vmstat(text) == {"nr_free_pages": 5690000, "oom_kill": 3, "thp_fault_alloc": 12}

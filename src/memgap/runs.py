@@ -25,7 +25,7 @@ from .errors import MemgapError
 from .marks import CpuActivity, PhaseClock, StdoutMarks
 from .model import RUN_SCHEMA, Snapshot
 from .recording import RecordingWriter, read_events
-from .sources.procfs import ProcReader, status_int
+from .sources.procfs import ProcReader, oom_kills, status_int
 
 BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_bootstrap")
 SAMPLES_FILE = "samples.jsonl"
@@ -212,6 +212,7 @@ def record_run(options: RunOptions) -> int:
     marks = (StdoutMarks(proc.stdout, options.mark_regex, options.stdout is None, options.metric_regex)
              if options.mark_regex or options.metric_regex else None)
     clock = PhaseClock(options.record_dir)
+    oom_before = oom_kills()  # the kernel's count: did its OOM killer act while this ran?
     activity = CpuActivity()
     try:
         while True:
@@ -250,6 +251,7 @@ def record_run(options: RunOptions) -> int:
         writer.close()
         raise
     code = proc.wait()
+    oom_after = oom_kills()
     if marks is not None:  # lines read after the last sample: the metrics still count
         marks.thread.join(timeout=2)
         for name in marks.pending():  # a mark printed just before the end: too late to read
@@ -264,7 +266,8 @@ def record_run(options: RunOptions) -> int:
         except ProcessLookupError:
             pass
     writer.write({"type": "end", "t": round(time.time() - start, 4), "exit_code": code, "timed_out": timed_out,
-                  "stopped_at_idle": stopped_at_idle})
+                  "stopped_at_idle": stopped_at_idle,
+                  "oom_kills": None if oom_before is None or oom_after is None else oom_after - oom_before})
     writer.close()
     return code
 
@@ -347,6 +350,7 @@ def load_run(record_dir: str) -> dict[str, Any]:
         "complete": bool(end) and not end.get("interrupted", False),
         "timed_out": bool(end.get("timed_out")),
         "stopped_at_idle": bool(end.get("stopped_at_idle")),
+        "oom_kills": end.get("oom_kills"),  # the kernel's OOM kills, machine-wide, while it ran
         "env": header.get("env", {}),
         "agent": header.get("agent", {}),
         "duration": end.get("t", timeline[-1]["t"] if timeline else 0.0),

@@ -71,6 +71,15 @@ def _trimmer_reached(snaps: list[dict[str, Any]]) -> bool:
     return any(s.get("route") == "in-process" or "agent" in s.get("allocator", {}) for s in snaps)
 
 
+def _sigkill_cause(oom_kills: int | None) -> str:
+    """What the kernel's count of OOM kills (/proc/vmstat oom_kill) says about a SIGKILL."""
+    if oom_kills is None:
+        return " (the OOM killer, or another process)"
+    if oom_kills > 0:
+        return f" by the kernel's OOM killer (/proc/vmstat oom_kill +{oom_kills} while it ran)"
+    return " (not by the OOM killer: /proc/vmstat oom_kill did not move while it ran)"
+
+
 def run_metrics(run: dict[str, Any], variant: str, rep: int, order: int, cpu: float,
                 trims_at_idle: bool = False, allocator: str = "", metric: str = "",
                 needs_bootstrap: bool = False, idle_after_rest: bool = False, arena_max: int = 0) -> RunMetrics:
@@ -92,7 +101,7 @@ def run_metrics(run: dict[str, Any], variant: str, rep: int, order: int, cpu: fl
         m.note = "stopped by the lab once idle"
     elif code is not None and code < 0:
         m.status = "killed"
-        m.note = f"killed by signal {-code}" + (" (the OOM killer, or out of memory)" if code == -9 else "")
+        m.note = f"killed by signal {-code}" + (_sigkill_cause(run.get("oom_kills")) if code == -9 else "")
     elif code:
         m.status = "crashed"
         m.note = f"exit code {code}"

@@ -104,4 +104,7 @@ def render_run(run: dict[str, Any], stream: TextIO, width: int | None = None) ->
     for err in run.get("errors", []):
         console.print(f"! PID {err.get('pid')}: no snapshot at {err.get('phase')} ({err.get('error')})")
     status = "complete" if run["complete"] else "cut short: everything up to the interruption is kept"
-    console.print(f"exit code {run['exit_code']}; {run['duration']:.1f} s; recording {status}")
+    ending = f"exit code {run['exit_code']}"
+    if run["exit_code"] == -9 and run.get("oom_kills"):
+        ending += f" (SIGKILL; the kernel's OOM killer killed {run['oom_kills']} process(es) while it ran)"
+    console.print(f"{ending}; {run['duration']:.1f} s; recording {status}")

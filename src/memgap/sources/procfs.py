@@ -147,6 +147,26 @@ def status_int(status: dict[str, int | str], name: str) -> int:
     return value if isinstance(value, int) else 0
 
 
+def parse_vmstat(text: str) -> dict[str, int]:
+    """/proc/vmstat: one ``name value`` pair per line."""
+    found: dict[str, int] = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if value.strip().isdigit():
+            found[name] = int(value)
+    return found
+
+
+def oom_kills(path: str = "/proc/vmstat") -> int | None:
+    """Processes the kernel's OOM killer has killed since boot, machine-wide (cgroup
+    OOM kills included; Linux 4.13+), or None where it is not counted."""
+    try:
+        with open(path, encoding="ascii", errors="replace") as fh:
+            return parse_vmstat(fh.read()).get("oom_kill")
+    except OSError:
+        return None
+
+
 def parse_environ(data: bytes) -> dict[str, str]:
     """Parse /proc/PID/environ (NUL-separated KEY=VALUE)."""
     env: dict[str, str] = {}
