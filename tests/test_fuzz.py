@@ -8,6 +8,7 @@ from conftest import CAPTURE_DIRS, read
 from memgap.errors import MalformedInput
 from memgap.sources import procfs
 from memgap.sources.glibc import parse_malloc_info
+from memgap.sources.glibc_tunables import parse_tunables
 from memgap.sources.jemalloc import parse_jemalloc_stats_json
 from memgap.sources.pymalloc import parse_debugmallocstats
 
@@ -33,6 +34,7 @@ def _survives(parse, text):
 def test_any_text(text):
     for parse in (*PARSERS.values(), parse_jemalloc_stats_json):
         _survives(parse, text)
+    assert isinstance(parse_tunables(text), dict) and isinstance(procfs.parse_vmstat(text), dict)  # never raise
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

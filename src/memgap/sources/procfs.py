@@ -152,8 +152,10 @@ def parse_vmstat(text: str) -> dict[str, int]:
     found: dict[str, int] = {}
     for line in text.splitlines():
         name, _, value = line.partition(" ")
-        if value.strip().isdigit():
+        try:
             found[name] = int(value)
+        except ValueError:
+            continue
     return found
 
 
