@@ -70,3 +70,11 @@ def test_elf_reader_never_raises(junk, cut):
         head = fh.read(4096)
     for data in (junk, head[:cut] + junk, b"\x7fELF\x02\x01" + junk):
         assert parse_defines(data, b"malloc") in (True, False, None)
+
+
+def test_unicode_digits_are_not_counts():
+    """'²'.isdigit() is True, but int('²') raises: found by the fuzzing above in /proc status."""
+    import re
+
+    for name, parse in PARSERS.items():
+        _survives(parse, re.sub(r"(\d+)", "\u00b2\\1", SAMPLES[name], count=50))

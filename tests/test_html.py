@@ -54,3 +54,16 @@ def test_report_renders_its_charts_in_headless_chromium(tmp_path):
     assert len(layer_rects) == 7 * 5
     verdict = re.search(r'id="verdict">([^<]*)<', dom).group(1)
     assert verdict and "MiB" in verdict or "keep the defaults" in verdict
+    # the variants table as text: a header and one row per variant, the recommended one marked
+    table = re.search(r'<table id="variants-table">(.*?)</table>', dom, re.S).group(1)
+    rows = re.findall(r"<tr[^>]*>(.*?)</tr>", table, re.S)
+    assert len(rows) == 1 + len(variants)
+    assert sorted(re.findall(r"<tr[^>]*><td>([^<]+)</td>", table)) == sorted(variants)
+    recommended = re.findall(r'<tr class="recommended"><td>([^<]+)</td>', table)
+    applied = re.search(r'<pre id="apply">(.*?)</pre>', dom, re.S).group(1)
+    if "keep the defaults" in verdict:
+        assert recommended == [] and applied == ""
+    else:
+        assert len(recommended) == 1 and applied.startswith(f"Apply {recommended[0]}:")
+        assert "environment:" in applied and "Dockerfile:" in applied and "systemd:" in applied
+    assert re.search(r'id="too-slow">Too slow: beyond x1\.\d\d', dom)

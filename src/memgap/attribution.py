@@ -77,6 +77,9 @@ def _arena_detail(m: Measurements) -> list[dict[str, Any]]:
             "top_resident": arena.top_resident,
             "bins_free_resident": arena.bins_free_resident,
             "trim_releasable": arena.trim_releasable() if arena.walk_complete or arena.is_main else None,
+            # free chunks a trim's fastbin consolidation merges into a thread heap's top chunk (they stay)
+            "joins_top_resident": None if arena.is_main or arena.fastbin_chunks is None
+            else arena.joins_top_resident(),
             "walk_complete": arena.walk_complete,
             "problem": arena.walk_problem,
         })

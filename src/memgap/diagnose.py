@@ -34,7 +34,10 @@ def _glibc_retention(snap: Snapshot) -> list[Finding]:
     for a in worst:
         evidence.append(f"arena {a['arena']}{' (main)' if a['main'] else ''}: resident {mib(a['resident'])} MiB, "
                         f"free {mib(a['free_resident'])} MiB of which top chunk {mib(a['top_resident'])} MiB, "
-                        f"trim would release {mib(a['trim_releasable'])} MiB")
+                        f"trim would release {mib(a['trim_releasable'])} MiB"
+                        + (f" ({mib(a['joins_top_resident'])} MiB of free chunks stay: the trim's consolidation "
+                           "merges them into the top chunk)" if (a.get("joins_top_resident") or 0) >= FLOOR // 4
+                           else ""))
     summary = (f"glibc holds {mib(free)} MiB free in {d['arena_count']} arenas ({d['thread_arenas']} thread "
                f"arenas); a trim would release ~{mib(releasable)} MiB")
     if not d.get("trim_estimate_complete", True):

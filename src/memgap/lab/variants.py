@@ -164,7 +164,7 @@ def parse_variant(spec: str) -> Variant:
             if key not in GLIBC_TUNABLES and not key.startswith(TUNABLE_PREFIX):
                 raise UsageError(f"variant {spec!r}: glibc has no tunable {key!r} (choose from "
                                  f"{', '.join(GLIBC_TUNABLES)}, or name one in full: glibc.malloc.tcache_count)")
-            if not value.isdigit():
+            if not (value.isascii() and value.isdigit()):
                 raise UsageError(f"variant {spec!r}: {key} must be a whole number of bytes or arenas")
             variant.options[key] = value
         else:

@@ -4,12 +4,16 @@ The data goes in as JSON inside a ``<script type="application/json">`` block,
 escaped so that nothing in it (a path, a command line) can close the block or
 open a tag; the page's own script draws SVG charts from it:
 RSS over time per variant on one axis, the layers of a chosen run stacked per
-phase, and the variants side by side (idle median with min-max, after trim).
+phase, and the variants side by side (idle median with min-max, after trim);
+and, as text, the variants table (with each pattern's evidence on hover), the
+verdict and the recommendation in every form the terminal gives it.
 """
 from __future__ import annotations
 
 import json
 from typing import Any
+
+from .lab import COLUMNS, apply_lines, pattern_evidence, table_rows, too_slow_line
 
 LAYER_COLORS = {
     "files": "#9e9e9e", "python_objects": "#3f51b5", "pymalloc_free": "#9fa8da",
@@ -28,7 +32,11 @@ def _chart_data(lab: dict[str, Any]) -> dict[str, Any]:
     """Only what the charts draw: keeps the page small."""
     runs = [{"variant": r["variant"], "rep": r["rep"], "params": r.get("params", {}), "status": r["status"],
              "timeline": r.get("timeline", []), "layers": r.get("layers", [])} for r in lab["runs"]]
+    rec = lab.get("recommendation")
     return {"cmd": lab["cmd"], "machine": lab["machine"], "reps": lab["reps"], "verdict": lab["verdict"],
+            "columns": COLUMNS, "rows": table_rows(lab), "too_slow": too_slow_line(lab),
+            "warnings": lab.get("warnings", []), "apply": apply_lines(rec) if rec else [],
+            "evidence": {v["spec"]: pattern_evidence(lab, v["spec"]) for v in lab["variants"]},
             "recommendation": (lab.get("recommendation") or {}).get("variant"), "cell": lab.get("cell", {}),
             "variants": [{"spec": v["spec"], "idle": v["idle"], "after_trim": v["after_trim"], "peak": v["peak"],
                           "slowdown": v["slowdown"]} for v in lab["variants"]],
@@ -45,12 +53,20 @@ svg { background: #fafafa; border: 1px solid #ddd; }
 .legend span { display: inline-block; margin-right: 14px; }
 .swatch { display: inline-block; width: 10px; height: 10px; margin-right: 4px; }
 code { background: #f0f0f0; padding: 1px 4px; }
+table { border-collapse: collapse; } td, th { border-bottom: 1px solid #ddd; padding: 3px 8px; text-align: right; white-space: nowrap; }
+td:first-child, th:first-child, td:nth-last-child(-n+2) { text-align: left; }
+tr.recommended { font-weight: bold; } pre { background: #f6f6f6; padding: 8px; white-space: pre-wrap; }
 </style></head>
 <body>
 <h1>memgap lab</h1>
 <p>Workload: <code id="cmd"></code></p>
 <p id="machine"></p>
 <p>Verdict: <span id="verdict"></span></p>
+<pre id="apply"></pre>
+<h2>Variants (MiB: median, min-max over the repetitions)</h2>
+<table id="variants-table"></table>
+<p id="too-slow"></p>
+<ul id="warnings"></ul>
 <h2>RSS over time, one run per variant (repetition 1)</h2>
 <svg id="timeline" width="900" height="320"></svg>
 <div class="legend" id="timeline-legend"></div>
@@ -102,6 +118,28 @@ document.getElementById("cmd").textContent = data.cmd.join(" ");
 document.getElementById("machine").textContent =
   `${data.machine.cpus} CPUs, ${data.machine.glibc}, Python ${data.machine.python}; ${data.reps} repetitions`;
 document.getElementById("verdict").textContent = data.verdict;
+
+(function table() {
+  const tbl = document.getElementById("variants-table");
+  const head = document.createElement("tr");
+  for (const c of data.columns) { const th = document.createElement("th"); th.textContent = c; head.appendChild(th); }
+  tbl.appendChild(head);
+  for (const row of data.rows) {
+    const tr = document.createElement("tr");
+    if (row[0] === data.recommendation) tr.className = "recommended";
+    row.forEach((cell, i) => {
+      const td = document.createElement("td");
+      td.textContent = cell;
+      if (data.columns[i] === "pattern") td.title = (data.evidence[row[0]] || []).join("\\n");
+      tr.appendChild(td);
+    });
+    tbl.appendChild(tr);
+  }
+  document.getElementById("too-slow").textContent = data.too_slow;
+  document.getElementById("apply").textContent = data.apply.join("\\n");
+  const ul = document.getElementById("warnings");
+  for (const w of data.warnings) { const li = document.createElement("li"); li.textContent = w; ul.appendChild(li); }
+})();
 
 const sameCell = r => JSON.stringify(r.params) === JSON.stringify(data.cell);
 (function timeline() {

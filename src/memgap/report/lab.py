@@ -34,31 +34,61 @@ def _pattern(v: dict[str, Any]) -> str:
     return max(words, key=words.get) if words else ", ".join(v.get("patterns", []))
 
 
-def markdown_table(lab: dict[str, Any]) -> str:
-    """The variants as a Markdown table (MiB, median and min-max)."""
-    rows = ["| variant | first phase | peak | idle | after trim | wall s | slowdown | pattern | verdict |",
-            "|---|---|---|---|---|---|---|---|---|"]
+def table_rows(lab: dict[str, Any]) -> list[list[str]]:
+    """The variants table's cells, as text (the terminal, Markdown and HTML reports share them)."""
+    rows = []
     for v in lab["variants"]:
         wall = f"{v['wall'][0]:.2f}" if v["wall"] else "-"
         slow = f"x{v['slowdown']:.2f}" if v["slowdown"] else "-"
-        rows.append(f"| `{v['spec']}` | {_spread(v['baseline'])} | {_spread(v['peak'])} | {_spread(v['idle'])} | "
-                    f"{_spread(v['after_trim'])} | {wall} | {slow} | {_pattern(v)} | {_verdict_word(lab, v)} |")
+        rows.append([v["spec"], _spread(v["baseline"]), _spread(v["peak"]), _spread(v["idle"]),
+                     _spread(v["after_trim"]), wall, slow, _pattern(v), _verdict_word(lab, v)])
+    return rows
+
+
+COLUMNS = ("variant", "first phase", "peak", "idle", "after trim", "wall s", "slowdown", "pattern", "verdict")
+
+
+def pattern_evidence(lab: dict[str, Any], spec: str) -> list[str]:
+    """Each repetition's RSS at its phases, for one variant (what its pattern word was read from)."""
+    return [f"rep {r['rep']}: {r['pattern']}, {r['pattern_evidence']}" for r in lab["runs"]
+            if r["variant"] == spec and r.get("pattern_evidence") and r.get("params", {}) == lab.get("cell", {})]
+
+
+def too_slow_line(lab: dict[str, Any]) -> str:
+    spread = lab.get("time_spread") or 0.0
+    return (f"Too slow: beyond x{1 + lab['max_slowdown'] + spread:.2f} (the {lab['max_slowdown']:.0%} budget"
+            + (f", plus the baseline's own {spread:.1%} spread between its runs)" if spread else ")"))
+
+
+def apply_lines(rec: dict[str, Any]) -> list[str]:
+    """The recommendation in every form it is given: shell, Dockerfile, systemd, Python, notes."""
+    lines = [f"Apply {rec['variant']}:", "  environment:  " + " ".join(rec["shell"])]
+    if rec["dockerfile"]:
+        lines.append("  Dockerfile:   " + rec["dockerfile"].replace("\n", "\n                "))
+    lines.append("  systemd:      " + " ".join(rec["systemd"]))
+    lines.append("  Python (children spawned by this process):")
+    lines += ["    " + line for line in rec["python"].splitlines()]
+    lines += [f"  note: {note}" for note in rec["notes"]]
+    return lines
+
+
+def markdown_table(lab: dict[str, Any]) -> str:
+    """The variants as a Markdown table (MiB, median and min-max)."""
+    rows = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    for spec, *cells in table_rows(lab):
+        rows.append(f"| `{spec}` | " + " | ".join(cells) + " |")
     return "\n".join(rows) + "\n"
 
 
 def variants_table(lab: dict[str, Any]) -> Table:
     table = Table(title=f"{lab['reps']} interleaved repetitions per variant, MiB: median (min-max)",
                   title_justify="left")
-    for col in ("variant", "first phase", "peak", "idle", "after trim", "wall s", "slowdown", "pattern", "verdict"):
+    for col in COLUMNS:
         table.add_column(col, justify="left" if col in ("variant", "pattern", "verdict") else "right",
                          no_wrap=col != "verdict")
     recommended = (lab.get("recommendation") or {}).get("variant")
-    for v in lab["variants"]:
-        wall = f"{v['wall'][0]:.2f}" if v["wall"] else "-"
-        slow = f"x{v['slowdown']:.2f}" if v["slowdown"] else "-"
-        table.add_row(v["spec"], _spread(v["baseline"]), _spread(v["peak"]), _spread(v["idle"]),
-                      _spread(v["after_trim"]), wall, slow, _pattern(v), _verdict_word(lab, v),
-                      style="bold" if v["spec"] == recommended else None)
+    for row in table_rows(lab):
+        table.add_row(*row, style="bold" if row[0] == recommended else None)
     return table
 
 
@@ -115,24 +145,18 @@ def render_lab(lab: dict[str, Any], stream: TextIO, width: int | None = None) ->
         cell = " ".join(f"{k}={v}" for k, v in lab["cell"].items())
         console.print(f"Variants at {cell}, where the baseline idles highest:")
     console.print(variants_table(lab))
-    spread = lab.get("time_spread") or 0.0
-    console.print(f"Too slow: beyond x{1 + lab['max_slowdown'] + spread:.2f} (the {lab['max_slowdown']:.0%} budget"
-                  + (f", plus the baseline's own {spread:.1%} spread between its runs)" if spread else ")"))
+    console.print(too_slow_line(lab))
     for warning in lab.get("warnings", []):
         console.print(f"! {warning}")
+    shown = [lab.get("baseline"), (lab.get("recommendation") or {}).get("variant")]
+    for spec in dict.fromkeys(filter(None, shown)):
+        lines = pattern_evidence(lab, spec)
+        if lines:
+            console.print(f"Pattern of {spec} (RSS at each phase after the first): " + "; ".join(lines))
     console.print(f"Verdict: {lab['verdict']}")
     rec = lab.get("recommendation")
-    if rec:
-        console.print(f"Apply {rec['variant']}:")
-        console.print("  environment:  " + " ".join(rec["shell"]))
-        if rec["dockerfile"]:
-            console.print("  Dockerfile:   " + rec["dockerfile"].replace("\n", "\n                "))
-        console.print("  systemd:      " + " ".join(rec["systemd"]))
-        console.print("  Python (children spawned by this process):")
-        for line in rec["python"].splitlines():
-            console.print("    " + line)
-        for note in rec["notes"]:
-            console.print(f"  note: {note}")
+    for line in apply_lines(rec) if rec else []:
+        console.print(line, highlight=False, markup=False)
     overhead = lab["lab_seconds"] / lab["workload_seconds"] if lab["workload_seconds"] else 0
     console.print(f"{len(lab['runs'])} runs in {lab['lab_seconds']:.1f} s ({overhead:.2f}x the workloads' "
                   f"own {lab['workload_seconds']:.1f} s); recordings in {lab['lab_dir']}"

@@ -92,7 +92,7 @@ def _attrs(line: str) -> dict[str, str]:
 
 def _number(attrs: dict[str, str], key: str, line: str) -> int:
     raw = attrs.get(key)
-    if raw is None or not raw.isdigit():
+    if raw is None or not (raw.isascii() and raw.isdigit()):
         raise MalformedInput("malloc_info", f"{key}={raw!r} in {line[:60]!r}")
     return int(raw)
 
@@ -156,7 +156,7 @@ def parse_malloc_info(xml_text: str, bins: bool = True) -> MallocInfo:
             if heap is not None:
                 raise MalformedInput("malloc_info", "<heap> inside <heap>")
             nr = line[len('<heap nr="'):].rstrip('">')
-            if not nr.isdigit() or not line.endswith('">'):
+            if not (nr.isascii() and nr.isdigit()) or not line.endswith('">'):
                 raise MalformedInput("malloc_info", f"bad {line[:40]!r}")
             heap = _Block(int(nr))
         elif line == "</heap>":

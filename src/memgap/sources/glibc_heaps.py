@@ -10,9 +10,11 @@ Layout facts used (glibc 2.26 onwards, 64-bit; checked against malloc_info at
 run time before they are trusted):
 - a thread arena's heaps are HEAP_MAX (64 MiB) aligned and begin with
   ``heap_info {ar_ptr, prev, size, mprotect_size}``;
-- ``malloc_state``: ``top`` at offset 96, ``bins`` at 112, ``next`` at 2160,
-  ``system_mem`` at 2184;
-- a chunk is ``{prev_size, size, fd, bk}``; the low three bits of size are flags.
+- ``malloc_state``: ``fastbinsY[10]`` at offset 16, ``top`` at 96, ``bins`` at
+  112, ``next`` at 2160, ``system_mem`` at 2184;
+- a chunk is ``{prev_size, size, fd, bk}``; the low three bits of size are flags;
+  a fastbin chunk's ``fd`` is mangled (safe-linking, glibc 2.32+) as
+  ``(address of fd >> 12) ^ next``.
 """
 from __future__ import annotations
 
@@ -24,6 +26,8 @@ from typing import Protocol
 from .procfs import PAGE_SIZE, Mapping
 
 HEAP_MAX = 64 << 20
+OFF_FASTBINS = 16
+NFASTBINS = 10
 OFF_TOP = 96
 OFF_BINS = 112
 OFF_NEXT = 2160
@@ -114,6 +118,9 @@ class ArenaLayout:
     bins_free_count: int = 0
     walk_complete: bool = False
     walk_problem: str = ""
+    # free chunks in the bins with resident whole pages: (address, size, resident)
+    bin_chunks: list[tuple[int, int, int]] = field(default_factory=list)
+    fastbin_chunks: dict[int, int] | None = None  # address -> size; None when the fastbins were not walked
 
     @property
     def free_resident(self) -> int:
@@ -126,11 +133,29 @@ class ArenaLayout:
     def trim_releasable(self) -> int:
         """What ``malloc_trim(0)`` would give back from this arena, resident bytes.
 
-        mtrim madvises the page-aligned interior of every free chunk in the
-        unsorted and large bins; only the main arena's top chunk is also cut
-        (systrim). A thread heap's top chunk stays.
+        mtrim first consolidates the fastbins, then madvises the page-aligned
+        interior of every free chunk in the unsorted and large bins; only the
+        main arena's top chunk is also cut (systrim). A thread heap's top chunk
+        stays, and so does a free chunk that the consolidation merges into it:
+        one followed by nothing but fastbin chunks up to the top chunk.
         """
-        return self.bins_free_resident + (self.top_resident if self.is_main else 0)
+        if self.is_main:
+            return self.bins_free_resident + self.top_resident
+        return self.bins_free_resident - self.joins_top_resident()
+
+    def joins_top_resident(self) -> int:
+        """Resident pages of bin chunks that mtrim's consolidation merges into the top chunk."""
+        if not self.fastbin_chunks:
+            return 0
+        joining = 0
+        for address, size, resident in self.bin_chunks:
+            end, hops = address + size, 0
+            while end in self.fastbin_chunks and hops < MAX_WALK:
+                end += self.fastbin_chunks[end]
+                hops += 1
+            if hops and end == self.top:
+                joining += resident
+        return joining
 
     def contains(self, address: int) -> bool:
         return any(h.start <= address < h.start + max(h.size, h.mprotect_size) for h in self.heaps)
@@ -203,9 +228,41 @@ def _walk_bins(reader: MemoryReader, arena: ArenaLayout, resident: ResidentMap) 
                 return
             arena.bins_free_bytes += size
             arena.bins_free_count += 1
-            arena.bins_free_resident += resident.resident(p + CHUNK_HEADER, p + size)
+            pages = resident.resident(p + CHUNK_HEADER, p + size)
+            arena.bins_free_resident += pages
+            if pages:
+                arena.bin_chunks.append((p, size, pages))
             prev_seen, p = p, bk
     arena.walk_complete = True
+
+
+def _walk_fastbins(reader: MemoryReader, arena: ArenaLayout, state: bytes) -> None:
+    """The chunks in the arena's fastbins (free, though marked in use), or None when a
+    list does not hold together. Their ``fd`` is read both mangled and plain: the form
+    under which the list holds together is the machine's."""
+    heads = struct.unpack_from(f"<{NFASTBINS}Q", state, OFF_FASTBINS)
+    for mangled in (True, False):
+        found: dict[int, int] = {}
+        ok = True
+        for index, p in enumerate(heads):
+            size_wanted = (index + 2) * 16  # fastbin_index(size) == (size >> 4) - 2 on 64-bit
+            steps = 0
+            while p and ok:
+                steps += 1
+                data = reader.read_memory(p, 24)
+                if steps > MAX_WALK or p % 16 or not arena.contains(p) or data is None or p in found:
+                    ok = False
+                    break
+                _, size_raw, fd = _u64s(data)
+                if _chunk_size(size_raw) != size_wanted:
+                    ok = False
+                    break
+                found[p] = size_wanted
+                p = ((p + 16) >> 12) ^ fd if mangled else fd
+        if ok:
+            arena.fastbin_chunks = found
+            return
+    arena.fastbin_chunks = None
 
 
 def _measure_arena(reader: MemoryReader, arena: ArenaLayout, resident: ResidentMap) -> None:
@@ -225,10 +282,12 @@ def _measure_arena(reader: MemoryReader, arena: ArenaLayout, resident: ResidentM
     arena.resident = sum(h.resident for h in arena.heaps)
     for _attempt in range(3):  # the owner may change its bins while we read: retry
         arena.bins_free_bytes = arena.bins_free_count = arena.bins_free_resident = 0
+        arena.bin_chunks = []
         arena.walk_problem = ""
         _walk_bins(reader, arena, resident)
         if arena.walk_complete:
             break
+    _walk_fastbins(reader, arena, state)
 
 
 def _find_main_arena(reader: MemoryReader, thread_arenas: list[int], libc_data: list[Mapping],

@@ -131,9 +131,9 @@ def parse_status(text: str) -> dict[str, int | str]:
             continue
         rest = rest.strip()
         words = rest.split()
-        if len(words) == 2 and words[1] == "kB" and words[0].isdigit():
+        if len(words) == 2 and words[1] == "kB" and words[0].isascii() and words[0].isdigit():
             out[name] = int(words[0]) * 1024
-        elif rest.isdigit():
+        elif rest.isascii() and rest.isdigit():  # not "²": isdigit() alone takes it, int() does not
             out[name] = int(rest)
         else:
             out[name] = rest
