@@ -244,9 +244,9 @@ def _walk_fastbins(reader: MemoryReader, arena: ArenaLayout, state: bytes) -> No
     for mangled in (True, False):
         found: dict[int, int] = {}
         ok = True
+        steps = 0  # over all ten lists: one bound per arena
         for index, p in enumerate(heads):
             size_wanted = (index + 2) * 16  # fastbin_index(size) == (size >> 4) - 2 on 64-bit
-            steps = 0
             while p and ok:
                 steps += 1
                 data = reader.read_memory(p, 24)
