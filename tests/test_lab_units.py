@@ -232,3 +232,17 @@ def test_allocators_in_the_users_folders_come_first(monkeypatch, tmp_path):
     (tmp_path / "libjemalloc.so.2").write_bytes(b"")  # a path lookup: the file is never loaded here
     monkeypatch.setenv("MEMGAP_ALLOCATOR_DIRS", f"/nonexistent:{tmp_path}")
     assert V.find_library("jemalloc") == str(tmp_path / "libjemalloc.so.2")
+
+
+def test_a_pymalloc_setting_on_a_program_that_is_not_python_did_not_apply():
+    from memgap.lab.metrics import run_metrics
+
+    def run(route):
+        snap = {"rss": 30, "layers": {}, "status": {}, "allocator": {"name": "glibc"}, "route": route, "time": 0}
+        return {"exit_code": 0, "duration": 1.0, "timeline": [],
+                "processes": [{"pid": 1, "snapshots": [dict(snap, phase="post-import"), dict(snap, phase="idle")]}]}
+
+    outside = run_metrics(run("outside, with the agent"), "glibc:pymalloc=off", 1, 1, 0.0, python_only=True)
+    assert outside.status == "not-applied" and "not a Python one" in outside.note
+    assert run_metrics(run("in-process"), "glibc:pymalloc=off", 1, 1, 0.0, python_only=True).status == "ok"
+    assert run_metrics(run("outside, with the agent"), "glibc", 1, 1, 0.0).status == "ok"

@@ -82,15 +82,17 @@ def _sigkill_cause(oom_kills: int | None) -> str:
 
 def run_metrics(run: dict[str, Any], variant: str, rep: int, order: int, cpu: float,
                 trims_at_idle: bool = False, allocator: str = "", metric: str = "",
-                needs_bootstrap: bool = False, idle_after_rest: bool = False, arena_max: int = 0) -> RunMetrics:
+                needs_bootstrap: bool = False, idle_after_rest: bool = False, arena_max: int = 0,
+                python_only: bool = False) -> RunMetrics:
     """Figures of one run; ``trims_at_idle``: the variant is itself the idle trim, so its
     idle figure is the RSS after that trim; ``idle_after_rest``: the variant acts
     once the program has been quiet a while (the idle trimmer), so its idle figure
     is the RSS after the program's rest. ``allocator``: the malloc the variant
     should have put in place; a run whose process reports another one did not
     apply the variant and is marked "not-applied", as is one that needs memgap's
-    Python bootstrap (a trimmer) in a process that is not Python, or one whose
-    glibc ran more arenas than the variant's ``arena_max`` allows."""
+    Python bootstrap (a trimmer) in a process that is not Python, one whose
+    glibc ran more arenas than the variant's ``arena_max`` allows, and, with
+    ``python_only`` (a pymalloc setting), one whose measured process is not Python."""
     m = RunMetrics(variant=variant, rep=rep, order=order, status="ok", exit_code=run.get("exit_code"),
                    wall=float(run.get("duration") or 0.0), duration=float(run.get("duration") or 0.0), cpu=cpu,
                    record_dir=run.get("record_dir", ""))
@@ -138,6 +140,9 @@ def run_metrics(run: dict[str, Any], variant: str, rep: int, order: int, cpu: fl
             m.status = "not-applied"
             m.note = (f"glibc ran {arenas} arenas, more than arena_max={arena_max}: the setting did not take "
                       "(a setuid program ignores it, and a program may call mallopt itself)")
+        if python_only and m.status == "ok" and not m.python:
+            m.status = "not-applied"
+            m.note = "a pymalloc setting, and the process measured is not a Python one memgap could see inside"
         if needs_bootstrap and m.status == "ok" and not _trimmer_reached(snaps):
             m.status = "not-applied"
             m.note = ("a trimmer needs memgap's bootstrap (Python) or its native agent in the process; "

@@ -112,7 +112,8 @@ def _run_one(options: LabOptions, variant: Variant, rep: int, order: int, cell: 
     result = run_metrics(run, variant.spec, rep, order, cpu, trims_at_idle=variant.trim == "idle",
                          idle_after_rest=variant.trim == "quiet",
                          allocator=variant.allocator, metric=options.metric, needs_bootstrap=bool(variant.trim),
-                         arena_max=variant.arena_max)
+                         arena_max=variant.arena_max,
+                         python_only=variant.pymalloc_off or variant.pymalloc_release)
     result.params = dict(cell)
     return result
 
