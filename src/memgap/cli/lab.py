@@ -5,15 +5,20 @@ like `memgap run` (the tree over time; phase snapshots of Python processes).
 Idle is the RSS at the phase named idle (memgap.phase("idle")); after it each
 run trims once to measure what malloc_trim(0) releases. Variants are ranked by
 idle RSS within a slowdown budget; one is called better only when its whole
-range clears the baseline's.
+range clears the baseline's; too slow means beyond the budget plus the
+baseline's own spread between its runs. The recommendation is the cheapest
+remedy that no other one clearly undercuts (its whole idle range below, and by
+more than 5%).
 
   memgap lab --reps 3 -- python -m memgap.scenarios.threadpool
   memgap lab --variant glibc --variant glibc:arena_max=2,trim=idle \\
              --variant jemalloc:background_thread=true,dirty_decay_ms=1000 -- CMD ...
 
 Variant specs: glibc[:arena_max=N,mmap_threshold=B,trim_threshold=B,top_pad=B,
-mmap_max=N], jemalloc[:MALLOC_CONF options], tcmalloc[:opt=v], mimalloc[:opt=v];
-any glibc variant takes trim=idle or trim=every:SECONDS; any takes pymalloc=off.
+mmap_max=N, or any tunable in full: glibc.malloc.tcache_count=0 (GLIBC_TUNABLES)],
+jemalloc[:MALLOC_CONF options], tcmalloc[:opt=v], mimalloc[:opt=v]; any glibc
+variant takes trim=idle, trim=quiet or trim=every:SECONDS, and with a trim
+pymalloc=release; any takes pymalloc=off.
 """
 from __future__ import annotations
 
