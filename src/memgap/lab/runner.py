@@ -232,6 +232,26 @@ def _sweep(cells: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
 
 
 
+def _across_cells(cells: list[dict[str, Any]], spec: str) -> list[dict[str, Any]]:
+    """How one variant fares in every cell of a sweep: its word there, its idle and the baseline's."""
+    found = []
+    for cell in cells:
+        v = next((x for x in cell["variants"] if x["spec"] == spec), None)
+        if v is None:
+            continue
+        if (cell["recommendation"] or {}).get("variant") == spec:
+            word = "recommended"
+        elif v["reason"]:
+            word = v["reason"]
+        elif v["better"]:
+            word = "better" if v["within_budget"] else "too slow"
+        else:
+            word = "not better"
+        found.append({"params": cell["params"], "word": word, "idle": v["idle"][0] if v["idle"] else None,
+                      "baseline_idle": cell["baseline_idle"] or None})
+    return found
+
+
 def _throughput_warnings(options: LabOptions, results: list[RunMetrics], baseline: Variant | None) -> list[str]:
     """What the reader should know before trusting the slowdown column."""
     if options.metric or baseline is None:
@@ -282,6 +302,9 @@ def lab_document(options: LabOptions, results: list[RunMetrics], seconds: float,
         "time_spread": worst["time_spread"] if worst else 0.0,
         "cells": cells,
         "sweep": _sweep(cells) if len(cells) > 1 else {},
+        # the top recommendation in every cell of the sweep: does the worst case's remedy hold elsewhere?
+        "across_cells": (_across_cells(cells, worst["recommendation"]["variant"])
+                         if len(cells) > 1 and worst and worst["recommendation"] else []),
         "skipped": options.skipped,
         "warnings": _throughput_warnings(options, results, baseline),
         "lab_seconds": round(seconds, 3),

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .lab import COLUMNS, apply_lines, pattern_evidence, table_rows, too_slow_line
+from .lab import COLUMNS, across_line, apply_lines, pattern_evidence, table_rows, too_slow_line
 
 LAYER_COLORS = {
     "files": "#9e9e9e", "python_objects": "#3f51b5", "pymalloc_free": "#9fa8da",
@@ -36,6 +36,7 @@ def _chart_data(lab: dict[str, Any]) -> dict[str, Any]:
     return {"cmd": lab["cmd"], "machine": lab["machine"], "reps": lab["reps"], "verdict": lab["verdict"],
             "columns": COLUMNS, "rows": table_rows(lab), "too_slow": too_slow_line(lab),
             "warnings": lab.get("warnings", []), "apply": apply_lines(rec) if rec else [],
+            "across": across_line(lab),
             "evidence": {v["spec"]: pattern_evidence(lab, v["spec"]) for v in lab["variants"]},
             "recommendation": (lab.get("recommendation") or {}).get("variant"), "cell": lab.get("cell", {}),
             "variants": [{"spec": v["spec"], "idle": v["idle"], "after_trim": v["after_trim"], "peak": v["peak"],
@@ -62,6 +63,7 @@ tr.recommended { font-weight: bold; } pre { background: #f6f6f6; padding: 8px; w
 <p>Workload: <code id="cmd"></code></p>
 <p id="machine"></p>
 <p>Verdict: <span id="verdict"></span></p>
+<p id="across"></p>
 <pre id="apply"></pre>
 <h2>Variants (MiB: median, min-max over the repetitions)</h2>
 <table id="variants-table"></table>
@@ -136,6 +138,7 @@ document.getElementById("verdict").textContent = data.verdict;
     tbl.appendChild(tr);
   }
   document.getElementById("too-slow").textContent = data.too_slow;
+  document.getElementById("across").textContent = data.across;
   document.getElementById("apply").textContent = data.apply.join("\\n");
   const ul = document.getElementById("warnings");
   for (const w of data.warnings) { const li = document.createElement("li"); li.textContent = w; ul.appendChild(li); }

@@ -72,6 +72,23 @@ def apply_lines(rec: dict[str, Any]) -> list[str]:
     return lines
 
 
+def across_line(lab: dict[str, Any]) -> str:
+    """The top recommendation's fate in each setting of a sweep, grouped by its word there."""
+    rows = lab.get("across_cells") or []
+    if not rows:
+        return ""
+    groups: dict[str, list[str]] = {}
+    for r in rows:
+        where = " ".join(f"{k}={v}" for k, v in r["params"].items())
+        idle = f"{mib(r['idle'], 0)} vs {mib(r['baseline_idle'], 0)} MiB" if r["idle"] and r["baseline_idle"] else "-"
+        groups.setdefault(r["word"], []).append(f"{where} ({idle})")
+    order = ["recommended", "better", "too slow", "not better"]
+    words = sorted(groups, key=lambda w: order.index(w) if w in order else len(order))
+    parts = [f"{word} at {', '.join(groups[word])}" for word in words]
+    return (f"Across the {len(rows)} settings, {lab['recommendation']['variant']} (idle against the baseline's) is "
+            + "; ".join(parts))
+
+
 def markdown_table(lab: dict[str, Any]) -> str:
     """The variants as a Markdown table (MiB, median and min-max)."""
     rows = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
@@ -154,6 +171,8 @@ def render_lab(lab: dict[str, Any], stream: TextIO, width: int | None = None) ->
         if lines:
             console.print(f"Pattern of {spec} (RSS at each phase after the first): " + "; ".join(lines))
     console.print(f"Verdict: {lab['verdict']}")
+    if across_line(lab):
+        console.print(across_line(lab))
     rec = lab.get("recommendation")
     for line in apply_lines(rec) if rec else []:
         console.print(line, highlight=False, markup=False)
