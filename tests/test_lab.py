@@ -427,3 +427,32 @@ def test_a_real_oom_kill_is_told_apart(tmp_path):
         assert "by the kernel's OOM killer (/proc/vmstat oom_kill +" in killed["note"], killed["note"]
     finally:
         os.rmdir(cgroup)
+
+
+MARK_THEN_GROW = r"""
+import sys, time
+print("phase: started", flush=True)
+grown = bytearray(512 << 20)   # zero-filled by the kernel as it is touched: a few hundred ms of page faults
+print("phase: grown", flush=True)
+time.sleep(0.5)
+print("phase: idle", flush=True)
+time.sleep(0.5)
+"""
+
+
+def test_a_mark_read_from_outside_is_the_rss_at_the_mark(tmp_path):
+    """The program runs on while memgap reads it from outside: a phase's figure is its RSS
+    when the line arrived, not when the layered snapshot ended (which may be after the
+    program's next half-GiB)."""
+    script = tmp_path / "grow.py"
+    script.write_text(MARK_THEN_GROW)
+    out = tmp_path / "lab.json"
+    proc = memgap("lab", "--reps", "1", "--variant", "glibc", "--no-agent", "--phase-regex", r"phase: (\S+)",
+                  "--json", str(out), "--dir", str(tmp_path / "runs"), "--", sys.executable, "-S", str(script),
+                  timeout=60)  # -S: no site, so no memgap bootstrap: every mark is read from outside
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    run = json.loads(out.read_text())["runs"][0]
+    phases = dict(run["phases"])
+    assert phases["started"] < 64 << 20, run["phases"]  # python -S is about 10 MiB before the bytearray
+    assert phases["grown"] > 500 << 20
+    assert run["baseline"] == phases["started"]

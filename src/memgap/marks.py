@@ -27,6 +27,9 @@ class StdoutMarks:
         self.marks: "queue.Queue[str]" = queue.Queue()
         self.values: "queue.Queue[float]" = queue.Queue()
         self.echo = echo
+        # Set when a mark arrives, and when the stream ends (the program exited, mostly):
+        # the recorder's loop wakes at once instead of at its next sample.
+        self.arrived = threading.Event()
         self.thread = threading.Thread(target=self._read, args=(stream,), name="memgap-stdout", daemon=True)
         self.thread.start()
 
@@ -40,12 +43,14 @@ class StdoutMarks:
             match = self.regex.search(line) if self.regex else None
             if match:
                 self.marks.put(match.group(1) if match.groups() else match.group(0))
+                self.arrived.set()
             match = self.metric_regex.search(line) if self.metric_regex else None
             if match:
                 try:
                     self.values.put(float(match.group(1) if match.groups() else match.group(0)))
                 except ValueError:
                     pass  # a line that matched but holds no number
+        self.arrived.set()
 
     @staticmethod
     def _drain(q: "queue.Queue") -> list:  # type: ignore[type-arg]

@@ -137,13 +137,16 @@ def _outside_snapshot(writer: RecordingWriter, pid: int, phase: str, start: floa
     from .collect import Options, snapshot_pid
 
     try:
+        # The program runs on while memgap reads it: its RSS at the mark comes first.
+        rss_at_mark = status_int(ProcReader(pid).status(), "VmRSS")
         snap = snapshot_pid(pid, Options(regions=False))
     except MemgapError as exc:
         writer.write({"type": "error", "pid": pid, "phase": phase, "error": str(exc)})
         return
     snap.phase = phase
-    writer.write({"type": "snapshot", "pid": pid, "t": round(time.time() - start, 4),
-                  "snapshot": snap.to_dict(regions=False)})
+    record = snap.to_dict(regions=False)
+    record["rss_at_mark"] = rss_at_mark
+    writer.write({"type": "snapshot", "pid": pid, "t": round(time.time() - start, 4), "snapshot": record})
     if phase == trim_after and "agent" in snap.allocator:
         _agent_trim(writer, pid, start)
 
@@ -237,8 +240,16 @@ def record_run(options: RunOptions) -> int:
                     _stop(proc, own_group)
                     break
             try:
-                proc.wait(timeout=options.interval)  # returns the moment the command exits
-                break
+                if marks is None or not marks.thread.is_alive():  # no marks, or its output has ended
+                    proc.wait(timeout=options.interval)  # returns the moment the command exits
+                    break
+                # A mark is measured while the program is still at it: its line wakes the loop
+                # (and so does the end of its output, which mostly means it exited).
+                if marks.arrived.wait(options.interval):
+                    marks.arrived.clear()
+                if proc.poll() is not None:
+                    break
+                raise subprocess.TimeoutExpired(options.cmd, options.interval)
             except subprocess.TimeoutExpired:
                 if deadline is not None and time.monotonic() > deadline:
                     timed_out = True

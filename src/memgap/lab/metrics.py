@@ -46,6 +46,12 @@ def _main_process(run: dict[str, Any]) -> dict[str, Any] | None:
     return run["processes"][0] if run["processes"] else None
 
 
+def _at_mark(snap: dict[str, Any]) -> int:
+    """A phase's RSS at the moment it was marked: a snapshot taken from outside reads
+    the program while it runs on, and its own figure is the one its layers add up to."""
+    return int(snap.get("rss_at_mark") or snap["rss"])
+
+
 def classify_pattern(values: list[int]) -> tuple[str, str]:
     """Words for RSS over repeated bursts: flat, oscillates, ratchets, grows linearly."""
     if len(values) < 3:
@@ -125,12 +131,12 @@ def run_metrics(run: dict[str, Any], variant: str, rep: int, order: int, cpu: fl
     m.python = any(s.get("route") == "in-process" for s in snaps)
     m.layers = [{"phase": s["phase"], "rss": s["rss"],
                  "layers": {name: layer["resident"] for name, layer in s["layers"].items()}} for s in snaps]
-    m.phases = [(s["phase"], s["rss"]) for s in snaps]
+    m.phases = [(s["phase"], _at_mark(s)) for s in snaps]
     hwm = max((s["status"].get("VmHWM", 0) for s in snaps), default=0)
     m.peak = max([*samples, hwm]) or None
     m.vm_peak = max((s["status"].get("VmPeak", 0) for s in snaps), default=0) or None
     if snaps:
-        m.baseline = snaps[0]["rss"]
+        m.baseline = _at_mark(snaps[0])
         seen = snaps[0].get("allocator", {}).get("name")
         if allocator and seen and seen != allocator and m.status == "ok":
             m.status = "not-applied"
@@ -149,7 +155,7 @@ def run_metrics(run: dict[str, Any], variant: str, rep: int, order: int, cpu: fl
                       "this one had neither")
     idle = [s for s in snaps if s["phase"] == "idle"]
     if idle:
-        m.idle = idle[-1]["rss"]
+        m.idle = _at_mark(idle[-1])
     elif m.status == "ok":
         m.status = "no-idle"
         m.note = "the workload marked no phase named idle"
