@@ -239,22 +239,12 @@ def record_run(options: RunOptions) -> int:
                     stopped_at_idle = True
                     _stop(proc, own_group)
                     break
-            try:
-                if marks is None or not marks.thread.is_alive():  # no marks, or its output has ended
-                    proc.wait(timeout=options.interval)  # returns the moment the command exits
-                    break
-                # A mark is measured while the program is still at it: its line wakes the loop
-                # (and so does the end of its output, which mostly means it exited).
-                if marks.arrived.wait(options.interval):
-                    marks.arrived.clear()
-                if proc.poll() is not None:
-                    break
-                raise subprocess.TimeoutExpired(options.cmd, options.interval)
-            except subprocess.TimeoutExpired:
-                if deadline is not None and time.monotonic() > deadline:
-                    timed_out = True
-                    _stop(proc, own_group)
-                    break
+            if _exited_within(proc, marks, options.interval):
+                break
+            if deadline is not None and time.monotonic() > deadline:
+                timed_out = True
+                _stop(proc, own_group)
+                break
     except KeyboardInterrupt:
         _stop(proc, own_group)
         writer.write({"type": "end", "t": round(time.time() - start, 4), "exit_code": proc.returncode,
@@ -281,6 +271,20 @@ def record_run(options: RunOptions) -> int:
                   "oom_kills": None if oom_before is None or oom_after is None else oom_after - oom_before})
     writer.close()
     return code
+
+
+def _exited_within(proc: subprocess.Popen, marks: StdoutMarks | None, seconds: float) -> bool:  # type: ignore[type-arg]
+    """Wait up to ``seconds`` for the command to exit; a mark's line ends the wait early, so
+    that the mark is measured while the program is still at it."""
+    if marks is None or not marks.thread.is_alive():  # no marks, or its output has ended
+        try:
+            proc.wait(timeout=seconds)  # returns the moment the command exits
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+    if marks.arrived.wait(seconds):  # set by a mark, and by the end of its output
+        marks.arrived.clear()
+    return proc.poll() is not None
 
 
 def _add_agent_exit(processes: dict[int, dict[str, Any]], errors: list[dict[str, Any]], path: str) -> None:
