@@ -211,9 +211,9 @@ def check_tunables(variants: list[Variant]) -> None:
 
     wanted = [(v, k, val) for v in variants for k, val in v.options.items() if k.startswith(TUNABLE_PREFIX)]
     known = list_tunables() if wanted else None
+    if known is None:
+        return  # none named in full, or this loader cannot list them (glibc < 2.33)
     for v, key, value in wanted:
-        if known is None:
-            return  # this loader cannot list them (glibc < 2.33): nothing to check against
         if key not in known:
             close = sorted(k for k in known if k.startswith(key.rsplit(".", 1)[0] + "."))
             raise UsageError(f"variant {v.spec!r}: this machine's glibc has no tunable {key!r}"
