@@ -16,7 +16,7 @@ from .metrics import RunMetrics, run_metrics
 from ..envnames import TRIM_AFTER_ENV, TRIMMER_ENV
 from ..errors import MemgapError
 from .variants import Variant
-from .verdict import Verdict, decide, run_to_run_spread, summarize
+from .verdict import Verdict, decide, run_to_run_spread, summarize, verdict_word
 
 TRIM_HINT = 0.8  # a trim at idle that leaves less than this share of the baseline's idle is worth trying
 SHORT_WORKLOAD = 1.0  # seconds: shorter runs' wall times swing by tens of percent on a busy machine
@@ -239,14 +239,7 @@ def _across_cells(cells: list[dict[str, Any]], spec: str) -> list[dict[str, Any]
         v = next((x for x in cell["variants"] if x["spec"] == spec), None)
         if v is None:
             continue
-        if (cell["recommendation"] or {}).get("variant") == spec:
-            word = "recommended"
-        elif v["reason"]:
-            word = v["reason"]
-        elif v["better"]:
-            word = "better" if v["within_budget"] else "too slow"
-        else:
-            word = "not better"
+        word = verdict_word(v, (cell["recommendation"] or {}).get("variant"), None)
         found.append({"params": cell["params"], "word": word, "idle": v["idle"][0] if v["idle"] else None,
                       "baseline_idle": cell["baseline_idle"] or None})
     return found

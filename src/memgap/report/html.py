@@ -29,7 +29,7 @@ def safe_json(data: Any) -> str:
 
 
 def _chart_data(lab: dict[str, Any]) -> dict[str, Any]:
-    """Only what the charts draw: keeps the page small."""
+    """Only what the page shows (the runs' timelines and layers, not their every figure): keeps it small."""
     runs = [{"variant": r["variant"], "rep": r["rep"], "params": r.get("params", {}), "status": r["status"],
              "timeline": r.get("timeline", []), "layers": r.get("layers", [])} for r in lab["runs"]]
     rec = lab.get("recommendation")

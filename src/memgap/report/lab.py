@@ -5,6 +5,7 @@ from typing import Any, TextIO
 
 from rich.table import Table
 
+from ..lab.verdict import verdict_word
 from ..units import mib
 from .terminal import _console
 
@@ -17,15 +18,7 @@ def _spread(value: Any) -> str:
 
 
 def _verdict_word(lab: dict[str, Any], v: dict[str, Any]) -> str:
-    if v["spec"] == (lab.get("recommendation") or {}).get("variant"):
-        return "recommended"
-    if v["reason"]:
-        return v["reason"]
-    if v["better"] and not v["within_budget"]:
-        return "too slow"
-    if v["better"]:
-        return "better"
-    return "baseline" if v["spec"] == lab.get("baseline") else "not better"
+    return verdict_word(v, (lab.get("recommendation") or {}).get("variant"), lab.get("baseline"))
 
 
 def _pattern(v: dict[str, Any]) -> str:
