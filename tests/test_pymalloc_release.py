@@ -178,3 +178,38 @@ def test_trim_with_pymalloc_and_through_the_environment():
     assert proc.returncode == 0, proc.stderr
     first, second = map(int, proc.stdout.split())
     assert first > 2 << 20 and second == 0, proc.stdout
+
+
+ARENA_ALLOCATOR_C = r"""
+#include <stdlib.h>
+void *arena_alloc(void *ctx, size_t size) { (void)ctx; return malloc(size); }
+void arena_free(void *ctx, void *ptr, size_t size) { (void)ctx; (void)size; free(ptr); }
+"""
+
+
+def test_a_foreign_arena_allocator_is_refused(tmp_path):
+    """With arenas from malloc (PyObject_SetArenaAllocator), a freed arena's pool headers can stay
+    in memory someone else owns now: the release refuses to run."""
+    src, lib = tmp_path / "arenas.c", tmp_path / "arenas.so"
+    src.write_text(ARENA_ALLOCATOR_C)
+    subprocess.run([__import__("shutil").which("cc") or "gcc", "-shared", "-fPIC", "-o", str(lib), str(src)],
+                   check=True)
+    code = textwrap.dedent(f"""
+        import ctypes, os
+        from memgap.errors import Unsupported
+        from memgap.pymalloc_release import release_pymalloc
+        lib = ctypes.CDLL({str(lib)!r})
+        class Arenas(ctypes.Structure):
+            _fields_ = [("ctx", ctypes.c_void_p), ("alloc", ctypes.c_void_p), ("free", ctypes.c_void_p)]
+        arenas = Arenas(None, ctypes.cast(lib.arena_alloc, ctypes.c_void_p),
+                        ctypes.cast(lib.arena_free, ctypes.c_void_p))
+        ctypes.pythonapi.PyObject_SetArenaAllocator(ctypes.byref(arenas))
+        try:
+            release_pymalloc()
+        except Unsupported as e:
+            print("no:", e, flush=True)
+        os._exit(0)  # arenas from before the switch must not reach this free() at teardown
+    """)
+    proc = _run(sys.executable, code)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("no: pymalloc's arenas come from an allocator set with"), proc.stdout
