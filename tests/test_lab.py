@@ -456,3 +456,16 @@ def test_a_mark_read_from_outside_is_the_rss_at_the_mark(tmp_path):
     assert phases["started"] < 64 << 20, run["phases"]  # python -S is about 10 MiB before the bytearray
     assert phases["grown"] > 500 << 20
     assert run["baseline"] == phases["started"]
+
+
+def test_pymalloc_variants_are_skipped_for_a_program_that_is_not_python(tmp_path):
+    out = tmp_path / "lab.json"
+    proc = memgap("lab", "--reps", "2", "--variant", "glibc", "--variant", "glibc:pymalloc=off",
+                  "--phase-regex", r"phase: (\S+)", "--json", str(out), "--dir", str(tmp_path / "runs"),
+                  "--", "/bin/sh", "-c", "echo 'phase: started'; echo 'phase: idle'; sleep 0.3", timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lab = json.loads(out.read_text())
+    assert [r["variant"] for r in lab["runs"]] == ["glibc", "glibc"] and lab["complete"]
+    assert lab["skipped"] == ["glibc:pymalloc=off: the workload is not a Python program memgap can see inside; "
+                              "pymalloc settings do not apply"]
+    assert "skipped glibc:pymalloc=off" in proc.stdout

@@ -73,6 +73,9 @@ def run_lab(options: LabOptions, progress: Callable[[str], None] = lambda line: 
         for rep in range(1, options.reps + 1):
             for cell in cells:
                 for variant in options.variants:
+                    if _pointless(variant, results):
+                        _skip_for_not_python(options, variant, progress)
+                        continue
                     order = len(results) + 1
                     result = _run_one(options, variant, rep, order, cell)
                     results.append(result)
@@ -86,6 +89,21 @@ def run_lab(options: LabOptions, progress: Callable[[str], None] = lambda line: 
     if interrupted:
         raise LabInterrupted(doc)
     return doc
+
+
+def _pointless(variant: Variant, results: list[RunMetrics]) -> bool:
+    """A pymalloc setting, once the runs so far have shown the workload is not a Python program."""
+    if not (variant.pymalloc_off or variant.pymalloc_release):
+        return False
+    seen = [r for r in results if r.layers]  # runs that reached a snapshot of their main process
+    return bool(seen) and not any(r.python for r in seen)
+
+
+def _skip_for_not_python(options: LabOptions, variant: Variant, progress: Callable[[str], None]) -> None:
+    line = f"{variant.spec}: the workload is not a Python program memgap can see inside; pymalloc settings do not apply"
+    if line not in options.skipped:
+        options.skipped.append(line)
+    progress(f"skipped {line}")
 
 
 class LabInterrupted(KeyboardInterrupt):
@@ -302,6 +320,6 @@ def lab_document(options: LabOptions, results: list[RunMetrics], seconds: float,
         "warnings": _throughput_warnings(options, results, baseline),
         "lab_seconds": round(seconds, 3),
         "workload_seconds": round(workload_seconds, 3),
-        "complete": not interrupted and len(results) == len(options.variants) * options.reps * len(options.cells()),
+        "complete": not interrupted,  # every run made, or skipped with its reason in "skipped"
         "lab_dir": options.lab_dir,
     }
