@@ -469,3 +469,27 @@ def test_pymalloc_variants_are_skipped_for_a_program_that_is_not_python(tmp_path
     assert lab["skipped"] == ["glibc:pymalloc=off: the workload is not a Python program memgap can see inside; "
                               "pymalloc settings do not apply"]
     assert "skipped glibc:pymalloc=off" in proc.stdout
+
+
+QUIET_AFTER_SMALL_BURST = r"""
+import time, memgap
+memgap.phase("post-import")
+keep = [(str(i) * 3, float(i), [i]) for i in range(400_000)]
+for i in range(len(keep)):
+    if i % 5000:
+        keep[i] = None                    # most freed, a few in every arena: pymalloc keeps the pools
+memgap.phase("idle")
+time.sleep(3.5)                           # a rest long enough for the idle trimmer (2 s of quiet)
+"""
+
+
+def test_a_trimmer_variant_is_measured_by_its_own_trims(tmp_path):
+    """trim=quiet runs without the lab's one trim at idle (it would do the trimmer's work for it);
+    its idle figure is the RSS after the trimmer's own last trim, as the trimmer recorded it."""
+    _, lab = _lab(tmp_path, QUIET_AFTER_SMALL_BURST, "--reps", "1", "--variant", "glibc",
+                  "--variant", "glibc:trim=quiet,pymalloc=release")
+    runs = {r["variant"]: r for r in lab["runs"]}
+    base, quiet = runs["glibc"], runs["glibc:trim=quiet,pymalloc=release"]
+    assert quiet["status"] == "ok" and quiet["after_trim"] is None, quiet  # no trim by the lab
+    assert "after-trim" not in [p for p, _ in quiet["phases"]]
+    assert quiet["idle"] < base["idle"] - (16 << 20), (quiet["idle"], base["idle"])  # the trimmer's release

@@ -114,7 +114,7 @@ def test_trimmer_recommendations_for_python_and_for_other_programs():
     assert every["MEMGAP_TRIM_EVERY"] == "5" and "MEMGAP_TRIMMER" not in every
 
 
-def test_idle_after_rest_is_the_exit_figure():
+def test_post_rest_is_the_exit_figure():
     snap = {"phase": "", "rss": 0, "layers": {}, "status": {}, "allocator": {"name": "glibc"},
             "route": "in-process", "time": 0}
     run = {"exit_code": 0, "duration": 5.0, "timeline": [{"t": 1.0, "pid": 1, "rss": 90}],
@@ -124,9 +124,7 @@ def test_idle_after_rest_is_the_exit_figure():
     from memgap.lab.metrics import run_metrics
 
     plain = run_metrics(run, "glibc", 1, 1, 0.0)
-    quiet = run_metrics(run, "glibc:trim=quiet", 1, 2, 0.0, idle_after_rest=True, needs_bootstrap=True)
     assert (plain.idle, plain.post_rest, plain.python) == (80, 40, True)
-    assert quiet.idle == 40 and quiet.status == "ok"
 
 
 @pytest.mark.parametrize("values,word", [
@@ -246,3 +244,24 @@ def test_a_pymalloc_setting_on_a_program_that_is_not_python_did_not_apply():
     assert outside.status == "not-applied" and "not a Python one" in outside.note
     assert run_metrics(run("in-process"), "glibc:pymalloc=off", 1, 1, 0.0, python_only=True).status == "ok"
     assert run_metrics(run("outside, with the agent"), "glibc", 1, 1, 0.0).status == "ok"
+
+
+def test_a_trimmer_variants_idle_is_what_its_own_trims_left():
+    from memgap.lab.metrics import run_metrics
+
+    def run(trims=None, agent_trims=0):
+        snap = {"rss": 80, "layers": {}, "status": {}, "allocator": {"name": "glibc"}, "route": "in-process",
+                "time": 0}
+        proc = {"pid": 1, "snapshots": [dict(snap, phase="post-import", rss=30), dict(snap, phase="idle"),
+                                        dict(snap, phase="exit", rss=20)]}
+        if trims:
+            proc["trims"] = [{"time": 1, "rss_before": 80, "rss_after": after} for after in trims]
+        if agent_trims:
+            proc["agent_exit"] = {"trimmer": {"mode": "idle", "trims": float(agent_trims)}}
+        return {"exit_code": 0, "duration": 5.0, "timeline": [], "processes": [proc]}
+
+    quiet = dict(idle_after_rest=True, needs_bootstrap=True)
+    assert run_metrics(run(trims=[50, 45]), "glibc:trim=quiet", 1, 1, 0.0, **quiet).idle == 45  # its last trim
+    assert run_metrics(run(agent_trims=1), "glibc:trim=quiet", 1, 1, 0.0, **quiet).idle == 20  # at exit
+    idle = run_metrics(run(), "glibc:trim=quiet", 1, 1, 0.0, **quiet)  # it never trimmed: not the exit figure
+    assert idle.idle == 80 and "did not trim while the program lived" in idle.note

@@ -17,6 +17,18 @@ def _at_exit() -> None:
         pass
 
 
+def _record_trim(rss_before: int, rss_after: int) -> None:
+    """Under `memgap run`/`lab`: what each of the idle trimmer's trims did, into the recording."""
+    import time
+
+    from .api import _recording_writer
+
+    writer = _recording_writer()
+    if writer is not None:
+        writer.write({"type": "trimmer", "pid": os.getpid(), "time": time.time(),
+                      "rss_before": rss_before, "rss_after": rss_after})
+
+
 def _trim_periodically(seconds: float) -> None:
     """Call malloc_trim(0) every ``seconds`` (glibc only), from a daemon thread."""
     from .sources.allocator import detect_in_process
@@ -49,7 +61,7 @@ def install() -> None:
         from .remedies import Trimmer
 
         try:
-            trimmer = Trimmer().start()
+            trimmer = Trimmer(on_trim=_record_trim if os.environ.get(RECORD_DIR_ENV) else None).start()
         except Unsupported:
             pass  # not glibc: nothing to trim, and the program runs as it would
         else:

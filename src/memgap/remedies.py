@@ -8,9 +8,11 @@
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 from .envnames import PYMALLOC_RELEASE_ENV
 from .errors import MemgapError, Unsupported
@@ -33,16 +35,23 @@ class Trimmer:
     Every ``interval`` seconds it reads ``mallinfo2()`` (a few microseconds). A
     burst is over when the bytes in use have not moved by more than
     ``quiet_change`` for ``quiet`` seconds; it trims then, once per burst, if
-    glibc holds at least ``min_free`` bytes free. The cost is bounded: at most
+    glibc holds at least ``min_free`` bytes free. With MEMGAP_PYMALLOC_RELEASE=1
+    each trim also gives back pymalloc's empty pools, and pymalloc's allocated
+    blocks (``sys.getallocatedblocks()``) count as a burst too: a burst of small
+    Python objects barely moves glibc's figures; the glibc floor then does not
+    apply, since pymalloc's free pools are not in it. The cost is bounded: at most
     one trim per ``min_gap`` seconds, and after a trim that gave back less than
     1 MiB the gap doubles (up to 64 times) until one releases again. glibc only: elsewhere
     ``start()`` raises Unsupported.
     """
 
     def __init__(self, interval: float = 1.0, quiet: float = 2.0, min_free: int = 16 * MiB,
-                 quiet_change: float = 0.02, min_gap: float = 10.0) -> None:
+                 quiet_change: float = 0.02, min_gap: float = 10.0,
+                 on_trim: Callable[[int, int], None] | None = None) -> None:
+        """``on_trim(rss_before, rss_after)`` is called after each trim, from the trimmer's thread."""
         self.interval, self.quiet, self.min_free = interval, quiet, min_free
         self.quiet_change, self.min_gap = quiet_change, min_gap
+        self.on_trim = on_trim
         self.stats = TrimmerStats()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -72,7 +81,8 @@ class Trimmer:
 
     def _loop(self) -> None:
         status = ProcReader("self")
-        last_in_use = None
+        pools = os.environ.get(PYMALLOC_RELEASE_ENV) == "1"
+        last_in_use = last_blocks = None
         quiet_since = time.monotonic()
         burst_since_trim = True  # whatever came before the trimmer started counts as a burst
         next_allowed = 0.0
@@ -82,21 +92,26 @@ class Trimmer:
             self.stats.checks += 1
             now = time.monotonic()
             in_use = info.in_use
-            if last_in_use is None or abs(in_use - last_in_use) > self.quiet_change * max(last_in_use, MiB):
+            blocks = sys.getallocatedblocks() if pools else 0  # O(arenas): sums a counter per arena
+            if (last_in_use is None or abs(in_use - last_in_use) > self.quiet_change * max(last_in_use, MiB)
+                    or abs(blocks - (last_blocks or 0)) > self.quiet_change * max(last_blocks or 0, 1024)):
                 quiet_since = now
                 burst_since_trim = True
-            last_in_use = in_use
+            last_in_use, last_blocks = in_use, blocks
             # glibc still counts pages it gave back as free: fordblks alone cannot say a trim is due,
             # so only a burst since the last trim makes one worth doing.
             if (not burst_since_trim or now - quiet_since < self.quiet or now < next_allowed
-                    or info.fordblks < self.min_free):
+                    or (info.fordblks < self.min_free and not pools)):
                 continue
             before = status_int(status.status(), "VmRSS")
             started = time.perf_counter()
             self._libc.trim(0)
             release_pools_if_asked()
             self.stats.seconds += time.perf_counter() - started
-            released = max(0, before - status_int(status.status(), "VmRSS"))
+            after = status_int(status.status(), "VmRSS")
+            released = max(0, before - after)
+            if self.on_trim is not None:
+                self.on_trim(before, after)
             self.stats.trims += 1
             self.stats.released += released
             burst_since_trim = False

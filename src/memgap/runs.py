@@ -336,6 +336,10 @@ def load_run(record_dir: str) -> dict[str, Any]:
                 errors.append({k: v for k, v in event.items() if k != "type"})
             if event.get("type") == "metric":
                 metrics[event["name"]] = event["value"]
+            if event.get("type") == "trimmer":  # a trim of the idle trimmer in this process
+                entry = processes.setdefault(event["pid"], {"pid": event["pid"], "ppid": None, "cmd": [],
+                                                             "snapshots": []})
+                entry.setdefault("trims", []).append({k: v for k, v in event.items() if k not in ("type", "pid")})
             if event.get("type") != "snapshot":
                 continue
             pid = event["pid"]

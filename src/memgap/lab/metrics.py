@@ -173,9 +173,25 @@ def run_metrics(run: dict[str, Any], variant: str, rep: int, order: int, cpu: fl
     m.pattern, m.pattern_evidence = classify_pattern(bursts)
     if trims_at_idle and m.after_trim is not None:
         m.idle = m.after_trim
-    if idle_after_rest and m.idle is not None and m.post_rest is not None:
-        m.idle = m.post_rest
+    if idle_after_rest and m.idle is not None:
+        _idle_after_the_trimmer(m, proc)
     return m
+
+
+def _idle_after_the_trimmer(m: RunMetrics, proc: dict[str, Any]) -> None:
+    """A trimmer variant's idle figure: the RSS after the idle trimmer's last trim, as the
+    trimmer recorded it (Python), or at exit when the native agent says it trimmed; when it
+    never acted while the program lived, the idle figure stays, and the note says so."""
+    trims = proc.get("trims") or []
+    agent_trims = ((proc.get("agent_exit") or {}).get("trimmer") or {}).get("trims") or 0
+    if trims:
+        m.idle = int(trims[-1]["rss_after"])
+    elif agent_trims and m.post_rest is not None:
+        m.idle = m.post_rest
+    else:
+        m.note = "; ".join(filter(None, [m.note, "the idle trimmer did not trim while the program lived (it "
+                                         "trims after 2 s of quiet following a burst, when glibc holds "
+                                         "16 MiB free or pymalloc=release is on)"]))
 
 
 def median(values: list[float]) -> float | None:

@@ -118,7 +118,8 @@ def _run_one(options: LabOptions, variant: Variant, rep: int, order: int, cell: 
     slug = "".join(c if c.isalnum() else "-" for c in variant.spec)[:60]
     record_dir = os.path.join(options.lab_dir, f"run-{order:03d}-{slug}")
     env = {**cell, **variant.env()}
-    env.setdefault(TRIM_AFTER_ENV, "idle")  # every run measures what one trim at idle releases
+    if variant.trim != "quiet":  # the idle trimmer's own trims are what its variant measures
+        env.setdefault(TRIM_AFTER_ENV, "idle")  # every other run measures what one trim at idle releases
     sink = subprocess.DEVNULL if options.quiet_workload else None
     cpu_before = _cpu_of_children()
     record_run(RunOptions(options.cmd, record_dir, options.interval, env=env, timeout=options.timeout,
