@@ -265,3 +265,20 @@ def test_a_trimmer_variants_idle_is_what_its_own_trims_left():
     assert run_metrics(run(agent_trims=1), "glibc:trim=quiet", 1, 1, 0.0, **quiet).idle == 20  # at exit
     idle = run_metrics(run(), "glibc:trim=quiet", 1, 1, 0.0, **quiet)  # it never trimmed: not the exit figure
     assert idle.idle == 80 and "did not trim while the program lived" in idle.note
+
+
+def test_a_recommended_idle_trim_says_when_the_idle_trimmer_never_got_to_trim():
+    from memgap.lab.runner import LabOptions, lab_document
+
+    specs = ["glibc", "glibc:trim=idle", "glibc:trim=quiet"]
+    never = "the idle trimmer did not trim while the program lived (...)"
+    runs = [RunMetrics(spec, rep, 0, "ok", wall=1.4, idle=idle * MiB, baseline=23 * MiB, note=note)
+            for rep in (1, 2, 3) for spec, idle, note in (("glibc", 43, ""), ("glibc:trim=idle", 27, ""),
+                                                         ("glibc:trim=quiet", 43, never))]
+    options = LabOptions(cmd=["work"], variants=[V.parse_variant(s) for s in specs], lab_dir="/nonexistent")
+    rec = lab_document(options, runs, 1.0)["recommendation"]
+    assert rec["variant"] == "glibc:trim=idle" and "never trimmed" in rec["notes"][-1]
+    trimmed = [r for r in runs if r.variant != "glibc:trim=quiet"] + [
+        RunMetrics("glibc:trim=quiet", rep, 0, "ok", wall=1.4, idle=30 * MiB, baseline=23 * MiB) for rep in (1, 2, 3)]
+    rec = lab_document(options, trimmed, 1.0)["recommendation"]
+    assert not any("never trimmed" in note for note in rec["notes"])

@@ -230,6 +230,13 @@ def _cell_verdict(options: LabOptions, runs: list[RunMetrics]) -> tuple[Verdict,
         python = any(r.python for r in runs) or not runs
         recommendation = {"variant": chosen.spec, "reason": verdict.reason,
                           **recommendation_lines(chosen, python)}
+        quiet_specs = {v.spec for v in options.variants if v.trim == "quiet"}
+        trimmer_runs = [r for r in runs if r.variant in quiet_specs and r.status == "ok"]
+        if chosen.trim == "idle" and trimmer_runs and all("did not trim" in r.note for r in trimmer_runs):
+            recommendation["notes"].append(
+                "in this lab the idle trimmer never trimmed (the trim=quiet runs): the program ended within 2 s "
+                "of going quiet; a long-running process gets its trims, this workload as run here does not; "
+                "MEMGAP_TRIM_AFTER=idle applies the measured trim where the program marks its idle phase")
     return verdict, recommendation
 
 
