@@ -287,7 +287,7 @@ def _must_hold(tmp_path, command, variants, reps):
 
 
 def test_thread_pool_the_recommended_remedy_meets_the_bar(tmp_path):
-    """Field report 000's decode pool: two arenas and one trim at idle (1.14x on 2 cores)."""
+    """Field report 000's decode pool: two arenas and one trim at idle (1.15-1.16x on 2 cores)."""
     lab = _must_hold(tmp_path, scenario_command("threadpool"),
                      ["glibc", "glibc:trim=idle", "glibc:arena_max=2,trim=idle"], reps=2)
     assert lab["recommendation"]["variant"] == "glibc:arena_max=2,trim=idle", lab["verdict"]
