@@ -33,7 +33,7 @@ def _trim_periodically(seconds: float) -> None:
     """Call malloc_trim(0) every ``seconds`` (glibc only), from a daemon thread."""
     from .sources.allocator import detect_in_process
     from .sources.glibc import glibc_malloc
-    from .remedies import release_pools_if_asked
+    from .pymalloc_release import release_if_asked
     from .sources.procfs import ProcReader
 
     try:
@@ -48,7 +48,7 @@ def _trim_periodically(seconds: float) -> None:
     def loop() -> None:
         while not stop.wait(seconds):
             libc.trim(0)
-            release_pools_if_asked()
+            release_if_asked()
 
     threading.Thread(target=loop, name="memgap-trimmer", daemon=True).start()
 

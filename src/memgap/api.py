@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from types import TracebackType
 
 from .collect import Options, snapshot_self
-from .envnames import PYMALLOC_RELEASE_ENV, RECORD_DIR_ENV, TRIM_AFTER_ENV, WALK_ENV
-from .errors import MemgapError, Unsupported
+from .envnames import RECORD_DIR_ENV, TRIM_AFTER_ENV, WALK_ENV
+from .errors import Unsupported
 from .model import Snapshot
 from .sources.procfs import ProcReader, status_int
 
@@ -125,10 +125,6 @@ class TrimResult:
         return max(0, self.rss_before - self.rss_after)
 
 
-def _release_pools_asked(pymalloc: bool | None) -> bool:
-    return os.environ.get(PYMALLOC_RELEASE_ENV) == "1" if pymalloc is None else pymalloc
-
-
 def trim(pymalloc: bool | None = None) -> TrimResult:
     """``malloc_trim(0)`` where glibc is the allocator; what it released, measured from VmRSS.
 
@@ -142,14 +138,9 @@ def trim(pymalloc: bool | None = None) -> TrimResult:
 
     reader = ProcReader("self")
     rss_before = status_int(reader.status(), "VmRSS")
-    pools_released = 0
-    if _release_pools_asked(pymalloc):
-        from .pymalloc_release import release_pymalloc
+    from .pymalloc_release import release_if_asked
 
-        try:
-            pools_released = release_pymalloc().released
-        except (Unsupported, MemgapError):
-            pass  # another Python, or no compiler: the malloc_trim still runs
+    pools_released = release_if_asked(pymalloc)
     detection = detect_in_process(reader.maps())
     if not detection.is_glibc:
         return TrimResult(bool(pools_released), rss_before, status_int(reader.status(), "VmRSS"), 0.0,

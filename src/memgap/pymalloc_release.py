@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
 import sys
 import time
 from dataclasses import dataclass
 
-from .errors import Unsupported
+from .envnames import PYMALLOC_RELEASE_ENV
+from .errors import MemgapError, Unsupported
 from .sources.procfs import ProcReader, status_int
 
 #: CPython versions whose pool header layout this was checked against, by test
@@ -112,3 +114,15 @@ def release_pymalloc() -> PoolRelease:
     seconds = time.perf_counter() - started
     return PoolRelease(int(released), int(pools.value), stats.arenas_current, rss_before,
                        status_int(reader.status(), "VmRSS"), seconds)
+
+
+def release_if_asked(asked: bool | None = None) -> int:
+    """release_pymalloc() when ``asked`` (default: MEMGAP_PYMALLOC_RELEASE=1 in the environment);
+    the bytes it gave back, 0 where it cannot run (another Python, pymalloc off, no compiler),
+    so that the trim it goes with still runs."""
+    if not (os.environ.get(PYMALLOC_RELEASE_ENV) == "1" if asked is None else asked):
+        return 0
+    try:
+        return release_pymalloc().released
+    except MemgapError:
+        return 0

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .envnames import PYMALLOC_RELEASE_ENV
-from .errors import MemgapError, Unsupported
+from .errors import Unsupported
 from .sources.procfs import ProcReader, status_int
 
 MiB = 1 << 20
@@ -80,6 +80,8 @@ class Trimmer:
         self.stop()
 
     def _loop(self) -> None:
+        from .pymalloc_release import release_if_asked
+
         status = ProcReader("self")
         pools = os.environ.get(PYMALLOC_RELEASE_ENV) == "1"
         last_in_use = last_blocks = None
@@ -106,7 +108,7 @@ class Trimmer:
             before = status_int(status.status(), "VmRSS")
             started = time.perf_counter()
             self._libc.trim(0)
-            release_pools_if_asked()
+            release_if_asked()
             self.stats.seconds += time.perf_counter() - started
             after = status_int(status.status(), "VmRSS")
             released = max(0, before - after)
@@ -117,18 +119,6 @@ class Trimmer:
             burst_since_trim = False
             gap = self.min_gap if released >= MiB else min(gap * 2, self.min_gap * 64)
             next_allowed = now + gap
-
-
-def release_pools_if_asked() -> int:
-    """With MEMGAP_PYMALLOC_RELEASE=1, give back pymalloc's empty pools too (bytes released)."""
-    if os.environ.get(PYMALLOC_RELEASE_ENV) != "1":
-        return 0
-    from .pymalloc_release import release_pymalloc
-
-    try:
-        return release_pymalloc().released
-    except MemgapError:  # another Python, pymalloc off, no compiler: the trim alone
-        return 0
 
 
 def spawn_env(base: dict[str, str] | None = None, **settings: str) -> dict[str, str]:

@@ -287,6 +287,11 @@ def _exited_within(proc: subprocess.Popen, marks: StdoutMarks | None, seconds: f
     return proc.poll() is not None
 
 
+def _process_entry(processes: dict[int, dict[str, Any]], pid: int) -> dict[str, Any]:
+    """The run document's entry for ``pid``, made on first sight (from any of the recording's files)."""
+    return processes.setdefault(pid, {"pid": pid, "ppid": None, "cmd": [], "snapshots": []})
+
+
 def _add_agent_exit(processes: dict[int, dict[str, Any]], errors: list[dict[str, Any]], path: str) -> None:
     """The statistics an agent wrote as its process exited, onto that process's entry."""
     from .agent.client import parse_report
@@ -297,7 +302,7 @@ def _add_agent_exit(processes: dict[int, dict[str, Any]], errors: list[dict[str,
     except (OSError, MemgapError) as exc:
         errors.append({"error": str(exc), "file": path})
         return
-    entry = processes.setdefault(report.pid, {"pid": report.pid, "ppid": None, "cmd": [], "snapshots": []})
+    entry = _process_entry(processes, report.pid)
     entry["agent_exit"] = report.summary()
 
 
@@ -323,9 +328,7 @@ def load_run(record_dir: str) -> dict[str, Any]:
             elif kind == "end":
                 end = event
             elif kind == "snapshot":  # read from outside at a mark
-                entry = processes.setdefault(event["pid"], {"pid": event["pid"], "ppid": None, "cmd": [],
-                                                             "snapshots": []})
-                entry["snapshots"].append(event["snapshot"])
+                _process_entry(processes, event["pid"])["snapshots"].append(event["snapshot"])
             elif kind == "error":
                 errors.append({k: v for k, v in event.items() if k != "type"})
             elif kind == "metric":
@@ -337,13 +340,12 @@ def load_run(record_dir: str) -> dict[str, Any]:
             if event.get("type") == "metric":
                 metrics[event["name"]] = event["value"]
             if event.get("type") == "trimmer":  # a trim of the idle trimmer in this process
-                entry = processes.setdefault(event["pid"], {"pid": event["pid"], "ppid": None, "cmd": [],
-                                                             "snapshots": []})
-                entry.setdefault("trims", []).append({k: v for k, v in event.items() if k not in ("type", "pid")})
+                _process_entry(processes, event["pid"]).setdefault("trims", []).append(
+                    {k: v for k, v in event.items() if k not in ("type", "pid")})
             if event.get("type") != "snapshot":
                 continue
             pid = event["pid"]
-            entry = processes.setdefault(pid, {"pid": pid, "ppid": None, "cmd": [], "snapshots": []})
+            entry = _process_entry(processes, pid)
             snap = event["snapshot"]
             if not entry["cmd"]:
                 entry["cmd"] = snap.get("cmd", [])
