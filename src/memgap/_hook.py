@@ -5,7 +5,9 @@ import atexit
 import os
 import threading
 
-from .envnames import RECORD_DIR_ENV, TRIM_EVERY_ENV, TRIMMER_ENV
+from .envnames import RECORD_DIR_ENV, TRIM_AFTER_ENV, TRIM_EVERY_ENV, TRIMMER_ENV
+
+_installed = False  # the bootstrap's sitecustomize and memgap's .pth file may both ask
 
 
 def _at_exit() -> None:
@@ -21,12 +23,8 @@ def _record_trim(rss_before: int, rss_after: int) -> None:
     """Under `memgap run`/`lab`: what each of the idle trimmer's trims did, into the recording."""
     import time
 
-    from .api import _recording_writer
-
-    writer = _recording_writer()
-    if writer is not None:
-        writer.write({"type": "trimmer", "pid": os.getpid(), "time": time.time(),
-                      "rss_before": rss_before, "rss_after": rss_after})
+    _write_event({"type": "trimmer", "pid": os.getpid(), "time": time.time(),
+                  "rss_before": rss_before, "rss_after": rss_after})
 
 
 def _trim_periodically(seconds: float) -> None:
@@ -53,9 +51,48 @@ def _trim_periodically(seconds: float) -> None:
     threading.Thread(target=loop, name="memgap-trimmer", daemon=True).start()
 
 
+def _snapshot_before_exit() -> None:
+    """Under a recording, in a program that marks no idle: its snapshot as the interpreter
+    starts to shut down (threading._shutdown runs before non-daemon threads are joined, the
+    atexit handlers run and module teardown frees what the program held), the idle of a
+    program that exits straight after its work (see memgap.idle). With
+    MEMGAP_TRIM_AFTER=idle the lab's one trim follows it there: a trim at a quiet spell
+    could change the bursts after it. No thread: one would cost the process a glibc arena.
+    """
+    from . import api
+    from .idle import BEFORE_EXIT_PHASE
+
+    shutdown = threading._shutdown  # type: ignore[attr-defined]
+
+    def before_shutdown() -> None:
+        try:
+            if "idle" not in api._own_phases:
+                api._record(BEFORE_EXIT_PHASE)
+                if os.environ.get(TRIM_AFTER_ENV) == "idle":
+                    api._record("after-trim", api.trim())
+        except Exception:  # noqa: BLE001 - never turn the program's exit into a failure
+            pass
+        shutdown()
+
+    threading._shutdown = before_shutdown  # type: ignore[attr-defined]
+
+
+def _write_event(event: dict) -> None:  # type: ignore[type-arg]
+    from .api import _recording_writer
+
+    writer = _recording_writer()
+    if writer is not None:
+        writer.write(event)
+
+
 def install() -> None:
+    global _installed
+    if _installed:
+        return
+    _installed = True
     if os.environ.get(RECORD_DIR_ENV):
         atexit.register(_at_exit)
+        _snapshot_before_exit()
     if os.environ.get(TRIMMER_ENV) == "1":
         from .errors import Unsupported
         from .remedies import Trimmer

@@ -15,6 +15,7 @@ from .sources.procfs import ProcReader, status_int
 
 _phases: list[Snapshot] = []
 _writer = None
+_own_phases: set[str] = set()  # phases this program marked itself (memgap.phase): no idle to find if "idle"
 
 
 def snapshot(walk: bool = False, count: tuple[str, ...] = (), regions: bool = True) -> Snapshot:
@@ -82,6 +83,7 @@ class phase:  # noqa: N801 - used like a function
 
     def __init__(self, name: str) -> None:
         self.name = name
+        _own_phases.add(name)
         self.snapshot = _record(name)
 
     def __enter__(self) -> "phase":

@@ -83,6 +83,7 @@ class Snapshot:
     collect_seconds: float = 0.0
     cmd: list[str] = field(default_factory=list)
     trim: dict[str, Any] | None = None  # set on the snapshot taken right after a measured trim
+    quiet_since: float | None = None    # a snapshot at a quiet spell: when the spell began (memgap.idle)
 
     def to_dict(self, regions: bool = True) -> dict[str, Any]:
         out: dict[str, Any] = {"schema": SCHEMA}

@@ -24,7 +24,8 @@ from .diagnose import diagnose_series
 from .errors import MemgapError
 from .marks import CpuActivity, PhaseClock, StdoutMarks
 from .model import RUN_SCHEMA, Snapshot
-from .recording import RecordingWriter, read_events
+from .idle import QUIET_PHASE, QuietSpell, idle_of_process, quiet_after
+from .recording import RecordingWriter, child_recording_path, read_events
 from .sources.procfs import ProcReader, oom_kills, status_int
 
 BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_bootstrap")
@@ -89,7 +90,8 @@ def tree_pids(root: int) -> list[int]:
     return pids
 
 
-def _sample(writer: RecordingWriter, root: int, known: set[int], start: float) -> None:
+def _sample(writer: RecordingWriter, root: int, known: set[int], start: float,
+            quiet: "OutsideQuiet | None" = None) -> None:
     pids = tree_pids(root)
     now = time.time() - start
     for pid in pids:
@@ -100,11 +102,38 @@ def _sample(writer: RecordingWriter, root: int, known: set[int], start: float) -
                 writer.write({"type": "process", "pid": pid, "ppid": status_int(status, "PPid"),
                               "cmd": reader.cmdline(), "t": round(now, 4)})
                 known.add(pid)
+            cpu = reader.stat().cpu_ticks if quiet is not None else 0
         except Exception:  # noqa: BLE001 - a process that exits between listing and reading is skipped
             continue
         writer.write({"type": "sample", "t": round(now, 4), "pid": pid, "rss": status_int(status, "VmRSS"),
                       "anon": status_int(status, "RssAnon"), "file": status_int(status, "RssFile"),
                       "threads": status_int(status, "Threads")})
+        if quiet is not None:
+            quiet.update(writer, pid, cpu, status_int(status, "VmRSS"), start)
+
+
+class OutsideQuiet:
+    """Quiet spells of the tree's processes: a snapshot from outside as each spell
+    begins (see memgap.idle). A process that marks phases of its own (it has written
+    its own recording, or printed a --phase-regex line) is left to its marks."""
+
+    def __init__(self, record_dir: str) -> None:
+        self.record_dir = record_dir
+        self.spells: dict[int, QuietSpell] = {}
+        self.after = quiet_after()
+        self.hz = os.sysconf("SC_CLK_TCK")
+        self.marked: set[int] = set()  # processes whose marks were read from their output
+
+    def update(self, writer: RecordingWriter, pid: int, cpu_ticks: int, rss: int, start: float) -> None:
+        if pid in self.marked or os.path.exists(child_recording_path(self.record_dir, pid)):
+            return
+        spell = self.spells.setdefault(pid, QuietSpell(self.after))
+        event = spell.update(time.monotonic(), cpu_ticks / self.hz, rss)
+        if event == "quiet":
+            since = time.time() - (time.monotonic() - (spell.since or time.monotonic()))
+            _outside_snapshot(writer, pid, QUIET_PHASE, start, quiet_since=since)
+        elif event == "end":
+            writer.write({"type": "quiet-end", "pid": pid, "time": time.time()})
 
 
 def _stop(proc: subprocess.Popen, own_group: bool) -> None:  # type: ignore[type-arg]
@@ -128,11 +157,12 @@ def _stop(proc: subprocess.Popen, own_group: bool) -> None:  # type: ignore[type
 
 
 def _outside_snapshot(writer: RecordingWriter, pid: int, phase: str, start: float,
-                      trim_after: str = "") -> None:
+                      trim_after: str = "", quiet_since: float | None = None) -> None:
     """A phase snapshot of ``pid`` read from outside (for marks the program did not make itself).
 
     After the phase named ``trim_after``, the process's agent (if it has one)
     trims, and an "after-trim" snapshot records what that released.
+    ``quiet_since``: the snapshot opens a quiet spell that began then.
     """
     from .collect import Options, snapshot_pid
 
@@ -144,6 +174,7 @@ def _outside_snapshot(writer: RecordingWriter, pid: int, phase: str, start: floa
         writer.write({"type": "error", "pid": pid, "phase": phase, "error": str(exc)})
         return
     snap.phase = phase
+    snap.quiet_since = quiet_since
     record = snap.to_dict(regions=False)
     record["rss_at_mark"] = rss_at_mark
     writer.write({"type": "snapshot", "pid": pid, "t": round(time.time() - start, 4), "snapshot": record})
@@ -217,10 +248,13 @@ def record_run(options: RunOptions) -> int:
     clock = PhaseClock(options.record_dir)
     oom_before = oom_kills()  # the kernel's count: did its OOM killer act while this ran?
     activity = CpuActivity()
+    quiet = None if options.idle_after else OutsideQuiet(options.record_dir)  # else its own quiet rule
     try:
         while True:
-            _sample(writer, proc.pid, known, start)
+            _sample(writer, proc.pid, known, start, quiet)
             for name in marks.pending() if marks else []:
+                if quiet is not None:
+                    quiet.marked.add(proc.pid)
                 _outside_snapshot(writer, proc.pid, name, start, trim_after)
                 marked_idle = marked_idle or name == "idle"
                 clock.mark()
@@ -235,7 +269,8 @@ def record_run(options: RunOptions) -> int:
                     # Quiet long enough: this is its idle (unless it said so itself: that one was
                     # measured already, and a trim may have followed it).
                     if not marked_idle:
-                        _outside_snapshot(writer, proc.pid, "idle", start, trim_after)
+                        _outside_snapshot(writer, proc.pid, "idle", start, trim_after,
+                                          quiet_since=time.time() - clock.quiet_for())
                     stopped_at_idle = True
                     _stop(proc, own_group)
                     break
@@ -287,6 +322,27 @@ def _exited_within(proc: subprocess.Popen, marks: StdoutMarks | None, seconds: f
     return proc.poll() is not None
 
 
+def _add_event(processes: dict[int, dict[str, Any]], errors: list[dict[str, Any]], metrics: dict[str, float],
+               event: dict[str, Any]) -> None:
+    """One event written by the recorder or by a process about itself, onto the run document."""
+    kind = event.get("type")
+    if kind == "error":
+        errors.append({k: v for k, v in event.items() if k != "type"})
+    elif kind == "metric":
+        metrics[event["name"]] = event["value"]
+    elif kind == "trimmer":  # a trim of the idle trimmer in this process
+        _process_entry(processes, event["pid"]).setdefault("trims", []).append(
+            {k: v for k, v in event.items() if k not in ("type", "pid")})
+    elif kind == "quiet-end":
+        _process_entry(processes, event["pid"]).setdefault("quiet_ends", []).append(event["time"])
+    elif kind == "snapshot":
+        entry = _process_entry(processes, event["pid"])
+        snap = event["snapshot"]
+        if not entry["cmd"]:
+            entry["cmd"] = snap.get("cmd", [])
+        entry["snapshots"].append(snap)
+
+
 def _process_entry(processes: dict[int, dict[str, Any]], pid: int) -> dict[str, Any]:
     """The run document's entry for ``pid``, made on first sight (from any of the recording's files)."""
     return processes.setdefault(pid, {"pid": pid, "ppid": None, "cmd": [], "snapshots": []})
@@ -315,45 +371,27 @@ def load_run(record_dir: str) -> dict[str, Any]:
     errors: list[dict[str, Any]] = []
     metrics: dict[str, float] = {}  # the last value reported under each name, any process
     samples_path = os.path.join(record_dir, SAMPLES_FILE)
-    if os.path.exists(samples_path):
-        for event in read_events(samples_path):
-            kind = event.get("type")
-            if kind == "header":
-                header = event
-            elif kind == "process":
-                processes.setdefault(event["pid"], {"pid": event["pid"], "ppid": event.get("ppid"),
-                                                    "cmd": event.get("cmd", []), "snapshots": []})
-            elif kind == "sample":
-                timeline.append({k: v for k, v in event.items() if k != "type"})
-            elif kind == "end":
-                end = event
-            elif kind == "snapshot":  # read from outside at a mark
-                _process_entry(processes, event["pid"])["snapshots"].append(event["snapshot"])
-            elif kind == "error":
-                errors.append({k: v for k, v in event.items() if k != "type"})
-            elif kind == "metric":
-                metrics[event["name"]] = event["value"]
+    for event in read_events(samples_path) if os.path.exists(samples_path) else []:
+        kind = event.get("type")
+        if kind == "header":
+            header = event
+        elif kind == "process":
+            entry = _process_entry(processes, event["pid"])
+            entry["ppid"], entry["cmd"] = event.get("ppid"), event.get("cmd", [])
+        elif kind == "sample":
+            timeline.append({k: v for k, v in event.items() if k != "type"})
+        elif kind == "end":
+            end = event
+        else:  # snapshots read from outside, errors, metrics, quiet spells' ends
+            _add_event(processes, errors, metrics, event)
     for path in sorted(glob.glob(os.path.join(record_dir, "process-*.jsonl"))):
         for event in read_events(path):
-            if event.get("type") == "error":
-                errors.append({k: v for k, v in event.items() if k != "type"})
-            if event.get("type") == "metric":
-                metrics[event["name"]] = event["value"]
-            if event.get("type") == "trimmer":  # a trim of the idle trimmer in this process
-                _process_entry(processes, event["pid"]).setdefault("trims", []).append(
-                    {k: v for k, v in event.items() if k not in ("type", "pid")})
-            if event.get("type") != "snapshot":
-                continue
-            pid = event["pid"]
-            entry = _process_entry(processes, pid)
-            snap = event["snapshot"]
-            if not entry["cmd"]:
-                entry["cmd"] = snap.get("cmd", [])
-            entry["snapshots"].append(snap)
+            _add_event(processes, errors, metrics, event)
     for path in sorted(glob.glob(os.path.join(record_dir, "agent-*.txt"))):  # the agents' last words
         _add_agent_exit(processes, errors, path)
     for entry in processes.values():  # marks read from outside and the program's own, in time order
         entry["snapshots"].sort(key=lambda snap: snap.get("time", 0))
+        entry["idle"] = idle_of_process(entry, timeline, header.get("start"))
     findings = []
     for entry in processes.values():
         snaps = [Snapshot.from_dict(s) for s in entry["snapshots"] if not str(s.get("phase", "")).endswith(":end")]

@@ -53,13 +53,20 @@ def timeline_table(run: dict[str, Any]) -> Table:
     return table
 
 
-def _settled(snapshots: list[dict[str, Any]]) -> dict[str, Any]:
-    """The snapshot that shows the process at rest: "idle", else the last before "exit"."""
-    for snap in reversed(snapshots):
-        if snap.get("phase") == "idle":
-            return snap
-    before_exit = [s for s in snapshots if s.get("phase") != "exit"]
-    return before_exit[-1] if before_exit else snapshots[-1]
+def _at_rest(process: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """The snapshot that shows the process at rest, and what moment it is: its idle
+    (marked, or found: see memgap.idle), else its last snapshot."""
+    snapshots = process["snapshots"]
+    idle = process.get("idle") or {}
+    if idle.get("time") is not None:
+        for snap in snapshots:
+            if snap.get("time") == idle["time"]:
+                return snap, idle["label"]
+    return snapshots[-1], str(snapshots[-1].get("phase"))
+
+
+def _snapshots_of(run: dict[str, Any], pid: int) -> list[dict[str, Any]]:
+    return next((p["snapshots"] for p in run["processes"] if p["pid"] == pid), [])
 
 
 def agent_exit_line(pid: int, last: dict[str, Any]) -> str:
@@ -88,13 +95,19 @@ def render_run(run: dict[str, Any], stream: TextIO, width: int | None = None) ->
     for process in run["processes"]:
         if process["snapshots"]:
             console.print(phase_table(process))
-            last = _settled(process["snapshots"])
-            if final is None or last["rss"] > final["rss"]:
-                final = last
+            rest = _at_rest(process)
+            if final is None or rest[0]["rss"] > final[0]["rss"]:
+                final = rest
     if final is not None:
-        console.print(f"Breakdown of PID {final['pid']} at {final['phase']} (the largest process, "
-                      "at idle if it marked one):")
-        render_snapshot(Snapshot.from_dict(final), stream, width)
+        snap, moment = final
+        console.print(f"Breakdown of PID {snap['pid']} at {moment} (the largest process at rest; "
+                      "idle is the phase it marked, else its last quiet spell, else the moment before exit):")
+        render_snapshot(Snapshot.from_dict(snap), stream, width)
+        at_exit = [s for s in _snapshots_of(run, snap["pid"]) if s.get("phase") == "exit"]
+        if at_exit and at_exit[-1] is not snap:
+            console.print(f"...and at exit (after the program's own teardown began): RSS {mib(at_exit[-1]['rss'])} "
+                          f"MiB against {mib(snap['rss'])} at {moment}")
+            render_snapshot(Snapshot.from_dict(at_exit[-1]), stream, width)
     if run["findings"]:
         console.print("Over the phases:")
         print_findings(console, [Finding(**{k: v for k, v in f.items() if k != "pid"}) for f in run["findings"]])

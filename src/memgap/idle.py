@@ -1,0 +1,150 @@
+"""Idle, found without the program's help.
+
+A program that marks no ``idle`` phase still has one: the last quiet spell
+before it ends (CPU below a small share of one core and RSS steady, for long
+enough), or, for a program that exits straight after its work, the moment
+before its exit begins. ``QuietSpell`` tells the spells apart from a stream of
+(time, CPU seconds, RSS) readings; the recorder feeds it from /proc and reads
+the process from outside as a spell begins, and the bootstrap takes a Python
+program's own snapshot as its interpreter begins to shut down.
+``find_idle`` picks, from what a run recorded, the moment that counts and says
+which rule found it.
+
+Why the spells are watched from outside, Python programs included: a watcher
+thread inside the process costs it a glibc arena (any Python thread mallocs as
+it starts), which also fixes glibc's arena cap before the program's own
+mallopt(M_ARENA_MAX) can set it, and its snapshot's garbage stays in that
+arena (measured: +0.35 MiB during the work, +1.4 MiB after the spell, one
+arena more). Reading from outside changes nothing in the process.
+
+Rules, strongest first: ``idle`` marked by the program (or found by the
+recorder's ``--idle-after``); the last quiet spell, when the process stayed
+quiet until it ended or until its shutdown began; the moment before exit (the bootstrap's snapshot as the
+interpreter begins to shut down, or the last RSS sample of a process that is
+not Python); the last quiet spell even with work after it.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+MiB = 1 << 20
+QUIET_AFTER = 1.0     # seconds of quiet that make a spell (MEMGAP_QUIET overrides it)
+BUSY_SHARE = 0.1      # of one CPU: using more than this over a spell ends it
+CPU_SLACK = 0.03      # seconds: a clock tick or two of CPU is not work
+RSS_SLACK = 2 * MiB   # RSS that moves by more than this, or by RSS_SHARE, ends a spell
+RSS_SHARE = 0.02
+QUIET_PHASE = "quiet"           # a snapshot taken as a quiet spell began
+BEFORE_EXIT_PHASE = "before-exit"  # a snapshot taken as the interpreter began to shut down
+QUIET_ENV = "MEMGAP_QUIET"
+SHUTDOWN = 1.5  # seconds: a spell that ended this close to the process's end ended in its shutdown
+
+
+def quiet_after() -> float:
+    """Seconds of quiet that make a spell: MEMGAP_QUIET, else QUIET_AFTER."""
+    try:
+        value = float(os.environ.get(QUIET_ENV, ""))
+    except ValueError:
+        return QUIET_AFTER
+    return value if value > 0 else QUIET_AFTER
+
+
+class QuietSpell:
+    """Quiet spells in a stream of readings (pure: no clock, no /proc).
+
+    ``update`` returns "quiet" once a spell has lasted ``after`` seconds, and
+    "end" when a spell that was reported ends (the process worked again).
+    """
+
+    def __init__(self, after: float = QUIET_AFTER) -> None:
+        self.after = after
+        self.since: float | None = None  # when the current spell began
+        self.reported = False
+        self._cpu0 = 0.0
+        self._rss0 = 0
+
+    def update(self, now: float, cpu: float, rss: int) -> str | None:
+        if self.since is None:
+            self._restart(now, cpu, rss)
+            return None
+        elapsed = now - self.since
+        busy = cpu - self._cpu0 > BUSY_SHARE * elapsed + CPU_SLACK
+        moved = abs(rss - self._rss0) > max(RSS_SLACK, RSS_SHARE * self._rss0)
+        if busy or moved:
+            ended = self.reported
+            self._restart(now, cpu, rss)
+            return "end" if ended else None
+        if not self.reported and elapsed >= self.after:
+            self.reported = True
+            return "quiet"
+        return None
+
+    def _restart(self, now: float, cpu: float, rss: int) -> None:
+        self.since, self._cpu0, self._rss0, self.reported = now, cpu, rss, False
+
+
+@dataclass(frozen=True)
+class FoundIdle:
+    """The moment a run's process counts as idle, and the rule that found it."""
+
+    rss: int
+    rule: str               # "marked", "quiet", "before exit", "last sample"
+    label: str              # for people: "idle (quiet 2.1 s)"
+    snapshot: dict[str, Any] | None  # the layered snapshot at that moment, when there is one
+
+
+def find_idle(snapshots: list[dict[str, Any]], quiet_ends: list[float],
+              last_seen: float | None, last_rss: int | None) -> FoundIdle | None:
+    """The idle of one process from what its run recorded (snapshots in time order,
+    the times its quiet spells ended, when it was last seen, its last sampled RSS)."""
+    marked = [s for s in snapshots if s.get("phase") == "idle"]
+    if marked:
+        snap = marked[-1]
+        if snap.get("quiet_since"):  # found by the recorder's --idle-after
+            return FoundIdle(_rss(snap), "quiet", f"idle (quiet {_spell(snap, last_seen)}, --idle-after)", snap)
+        return FoundIdle(_rss(snap), "marked", "idle (marked)", snap)
+    quiet = [s for s in snapshots if s.get("phase") == QUIET_PHASE]
+    last_quiet = quiet[-1] if quiet else None
+    ended = [t for t in quiet_ends if last_quiet is not None and t > last_quiet["time"]]
+    if last_quiet is not None and not ended:
+        return FoundIdle(_rss(last_quiet), "quiet", f"idle (quiet {_spell(last_quiet, last_seen)})", last_quiet)
+    if last_quiet is not None and last_seen is not None and last_seen - ended[0] <= SHUTDOWN:
+        # what ended it was the process's own shutdown (a server told to stop), not more work
+        return FoundIdle(_rss(last_quiet), "quiet",
+                         f"idle (quiet {_spell(last_quiet, ended[0])}, then its shutdown)", last_quiet)
+    before = [s for s in snapshots if s.get("phase") == BEFORE_EXIT_PHASE]
+    if before:
+        return FoundIdle(_rss(before[-1]), "before exit", "idle (before exit)", before[-1])
+    if last_quiet is not None:
+        return FoundIdle(_rss(last_quiet), "quiet", "idle (last quiet spell; work followed it)", last_quiet)
+    if last_rss:
+        return FoundIdle(last_rss, "last sample", "idle (last sample before exit)", None)
+    return None
+
+
+def _rss(snap: dict[str, Any]) -> int:
+    return int(snap.get("rss_at_mark") or snap["rss"])
+
+
+def _spell(snap: dict[str, Any], last_seen: float | None) -> str:
+    """How long a spell lasted: from its start to when the process was last seen."""
+    since = snap.get("quiet_since")
+    if not since or last_seen is None or last_seen < since:
+        return "spell"
+    return f"{last_seen - since:.1f} s"
+
+
+def idle_of_process(entry: dict[str, Any], timeline: list[dict[str, Any]], start: float | None) -> dict[str, Any] | None:
+    """A run document's process entry -> its idle, as the run document keeps it."""
+    samples = [s for s in timeline if s["pid"] == entry["pid"]]
+    last_seen = max([s.get("time", 0) for s in entry["snapshots"]]
+                    + ([start + samples[-1]["t"]] if samples and start else []), default=None)
+    found = find_idle(entry["snapshots"], entry.get("quiet_ends", []), last_seen,
+                      samples[-1]["rss"] if samples else None)
+    if found is None:
+        return None
+    snap = found.snapshot or {}
+    return {"rss": found.rss, "rule": found.rule, "label": found.label, "time": snap.get("time"),
+            # when the work ended, for a found idle: the quiet spell began, or the exit did
+            "work_ended": snap.get("quiet_since") or (snap.get("time") if found.rule == "before exit" else None)}

@@ -1,0 +1,77 @@
+"""Idle found without the program's help: the quiet-spell rule and the finder (pure)."""
+from memgap.idle import QuietSpell, find_idle
+
+MiB = 1 << 20
+
+
+def _feed(spell, readings):
+    """(t, cpu seconds, rss) readings; the events the spell reports, with their times."""
+    return [(t, e) for t, cpu, rss in readings if (e := spell.update(t, cpu, rss))]
+
+
+def test_a_quiet_spell_is_reported_once_after_its_length_and_ends_when_work_resumes():
+    spell = QuietSpell(after=1.0)
+    readings = [(t / 10, 0.5, 100 * MiB) for t in range(0, 25)]          # 2.4 s idle at 100 MiB
+    readings += [(2.5, 0.9, 100 * MiB)]                                  # 0.4 s of CPU at once: work
+    assert _feed(spell, readings) == [(1.0, "quiet"), (2.5, "end")]
+    assert spell.since == 2.5 and not spell.reported
+
+
+def test_cpu_under_a_tenth_of_a_core_is_quiet_and_above_it_is_not():
+    low = QuietSpell(after=1.0)
+    assert _feed(low, [(t / 10, 0.008 * t, 50 * MiB) for t in range(12)]) == [(1.0, "quiet")]  # 8% of a core
+    high = QuietSpell(after=1.0)
+    assert _feed(high, [(t / 10, 0.02 * t, 50 * MiB) for t in range(30)]) == []  # 20%: never quiet
+
+
+def test_rss_that_moves_ends_a_spell_and_a_steady_one_keeps_it():
+    spell = QuietSpell(after=1.0)
+    readings = [(t / 10, 0.0, 100 * MiB + t * 64 * 1024) for t in range(11)]  # +0.7 MiB: steady
+    assert _feed(spell, readings) == [(1.0, "quiet")]
+    assert spell.update(1.1, 0.0, 140 * MiB) == "end"                        # +40 MiB: the program works
+
+
+def _snap(phase, t, rss, **extra):
+    return {"phase": phase, "time": t, "rss": rss, **extra}
+
+
+def test_a_marked_idle_wins_over_everything_found():
+    snaps = [_snap("quiet", 5.0, 80, quiet_since=4.0), _snap("idle", 6.0, 90), _snap("before-exit", 9.0, 70)]
+    found = find_idle(snaps, [], last_seen=9.0, last_rss=70)
+    assert (found.rule, found.rss, found.label) == ("marked", 90, "idle (marked)")
+
+
+def test_the_last_quiet_spell_that_lasted_to_the_end_is_idle_with_its_length():
+    snaps = [_snap("quiet", 2.0, 50, quiet_since=1.0), _snap("quiet", 8.0, 80, quiet_since=7.0),
+             _snap("before-exit", 9.1, 81)]
+    found = find_idle(snaps, quiet_ends=[3.0], last_seen=9.1, last_rss=81)
+    assert (found.rule, found.rss, found.label) == ("quiet", 80, "idle (quiet 2.1 s)")
+
+
+def test_work_after_the_last_quiet_spell_makes_the_moment_before_exit_idle():
+    snaps = [_snap("quiet", 2.0, 50, quiet_since=1.0), _snap("before-exit", 9.0, 120)]
+    found = find_idle(snaps, quiet_ends=[3.0], last_seen=9.0, last_rss=120)
+    assert (found.rule, found.rss) == ("before exit", 120)
+    # killed while working: no moment before exit, so the last spell, said to have had work after it
+    found = find_idle(snaps[:1], quiet_ends=[3.0], last_seen=9.0, last_rss=130)
+    assert found.rss == 50 and "work followed" in found.label
+
+
+def test_a_process_seen_only_from_outside_gets_its_last_sample_and_an_unseen_one_nothing():
+    found = find_idle([], [], last_seen=None, last_rss=12 * MiB)
+    assert (found.rule, found.rss, found.snapshot) == ("last sample", 12 * MiB, None)
+    assert find_idle([], [], last_seen=None, last_rss=None) is None
+
+
+def test_the_figure_is_the_rss_read_at_the_mark_when_memgap_read_it_from_outside():
+    snaps = [_snap("idle", 1.0, 200, rss_at_mark=150, quiet_since=0.5)]
+    found = find_idle(snaps, [], last_seen=1.0, last_rss=None)
+    assert found.rss == 150 and found.label == "idle (quiet 0.5 s, --idle-after)"
+
+
+def test_a_spell_ended_by_the_process_shutting_down_still_counts_as_lasting():
+    snaps = [_snap("quiet", 5.0, 88, quiet_since=4.0)]
+    found = find_idle(snaps, quiet_ends=[7.5], last_seen=8.0, last_rss=60)  # stopped: 0.5 s of shutdown
+    assert (found.rule, found.rss, found.label) == ("quiet", 88, "idle (quiet 3.5 s, then its shutdown)")
+    found = find_idle(snaps, quiet_ends=[7.5], last_seen=12.0, last_rss=60)  # 4.5 s of work after it
+    assert "work followed" in found.label

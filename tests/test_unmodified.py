@@ -1,0 +1,91 @@
+"""Programs that do not import memgap and mark nothing: `run` and `lab` find their idle."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from helpers import memgap
+
+PROGRAMS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "programs")
+BURST = os.path.join(PROGRAMS, "unmarked_burst.py")
+
+
+def _own_readings(path, moment="work"):
+    """The program's own RSS readings at one moment ("work": the end of its work; "rest": after it)."""
+    with open(path) as fh:
+        return [int(line.split()[1]) for line in fh if line.startswith(moment + " ")]
+
+
+def _lab(tmp_path, rest, *variants):
+    own = tmp_path / "own.txt"
+    out = tmp_path / "lab.json"
+    args = ["lab", "--reps", "1", "--max-slowdown", "1", "--json", str(out), "--dir", str(tmp_path / "runs")]
+    for v in variants:
+        args += ["--variant", v]
+    proc = memgap(*args, "--", sys.executable, BURST, str(rest), str(own), timeout=180)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc, json.loads(out.read_text()), _own_readings(own)
+
+
+@pytest.mark.parametrize("rest, rule", [(2.0, "idle (quiet"), (0.1, "idle (before exit)")])
+def test_lab_finds_idle_in_an_unmarked_program_and_ranks_on_it(tmp_path, rest, rule):
+    proc, lab, own = _lab(tmp_path, rest, "glibc", "glibc:trim=idle")
+    runs = {r["variant"]: r for r in lab["runs"]}
+    assert [r["status"] for r in lab["runs"]] == ["ok", "ok"], lab["runs"]
+    base = runs["glibc"]
+    assert base["idle_rule"].startswith(rule), base["idle_rule"]
+    # the idle ranked on is the program's own reading at the end of its work (the first run is the baseline)
+    assert abs(base["idle"] - own[0]) <= 0.10 * own[0], (base["idle"], own[0])
+    # the lab's one trim acted at that idle: the trim variant's idle is what it left, far below
+    assert runs["glibc:trim=idle"]["idle"] < 0.6 * base["idle"], runs
+    assert lab["recommendation"]["variant"] == "glibc:trim=idle", lab["verdict"]
+    assert "Idle, as found:" in proc.stdout
+
+
+def test_a_baseline_with_no_idle_stops_the_lab_after_its_first_run(tmp_path):
+    out = tmp_path / "lab.json"
+    proc = memgap("lab", "--json", str(out), "--dir", str(tmp_path / "runs"), "--",
+                  sys.executable, str(tmp_path / "no-such-script.py"), timeout=60)
+    lab = json.loads(out.read_text())
+    assert proc.returncode == 1
+    assert len(lab["runs"]) == 1 and lab["runs"][0]["variant"] == "glibc"
+    assert lab["stopped"].startswith("stopped after the baseline's first run (crashed: exit code 2)")
+    assert proc.stderr.strip().splitlines()[-1] == f"memgap lab: {lab['stopped']}"
+    assert not lab["complete"]
+
+
+def test_run_shows_an_unmarked_program_at_its_found_idle_and_at_exit(tmp_path):
+    own = tmp_path / "own.txt"
+    out = tmp_path / "run.json"
+    proc = memgap("run", "--json", str(out), "--", sys.executable, BURST, "2", str(own))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    run = json.loads(out.read_text())
+    main = next(p for p in run["processes"] if p["snapshots"])
+    phases = [s["phase"] for s in main["snapshots"]]
+    assert phases == ["quiet", "before-exit", "exit"], phases
+    assert main["idle"]["rule"] == "quiet" and abs(main["idle"]["rss"] - _own_readings(own)[0]) <= 0.1 * main["idle"]["rss"]
+    assert f"Breakdown of PID {main['pid']} at idle (quiet " in proc.stdout
+    assert "...and at exit" in proc.stdout
+
+
+@pytest.fixture(scope="module")
+def c_rest(tmp_path_factory):
+    exe = tmp_path_factory.mktemp("c") / "c_rest"
+    subprocess.run(["gcc", "-O1", "-o", str(exe), os.path.join(PROGRAMS, "c_rest.c")], check=True)
+    return str(exe)
+
+
+def test_run_finds_the_quiet_spell_of_a_c_program_from_outside(tmp_path, c_rest):
+    out = tmp_path / "run.json"
+    proc = memgap("run", "--json", str(out), "--", c_rest, "2")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    own = int(proc.stdout.split("rss ")[1].split()[0])
+    run = json.loads(out.read_text())
+    main = next(p for p in run["processes"] if p["cmd"] and p["cmd"][0] == c_rest)
+    assert main["idle"]["rule"] == "quiet", main["idle"]
+    quiet = next(s for s in main["snapshots"] if s["phase"] == "quiet")
+    assert quiet["route"].startswith("outside") and quiet["quiet_since"]
+    assert abs(main["idle"]["rss"] - own) <= 0.1 * own, (main["idle"], own)
+    assert quiet["layers"]["allocator_free"]["resident"] > 40 << 20  # 15/16 of 80 MiB freed, kept by glibc
