@@ -141,6 +141,9 @@ def main(args: argparse.Namespace) -> int:
         write_lab(stop.document, args.json, args.html, args.markdown)
         raise KeyboardInterrupt from None
     write_lab(lab, args.json, args.html, args.markdown)
+    if lab.get("stopped"):
+        print(f"memgap lab: {lab['stopped']}", file=sys.stderr)
+        return 1
     return 0
 
 

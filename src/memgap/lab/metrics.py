@@ -1,12 +1,18 @@
 """What one lab run measured, from its recording (pure: a run document in, figures out)."""
 from __future__ import annotations
 
+import os
 import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..idle import BEFORE_EXIT_PHASE, QUIET_PHASE, idle_of_process
+
 MiB = 1 << 20
 MAX_POINTS = 300  # timeline points kept per run for charts
+UNMARKED = (QUIET_PHASE, BEFORE_EXIT_PHASE, "exit", "after-trim")  # snapshots memgap takes, not phases the program marked
+NO_IDLE = ("no idle: the workload marked no phase named idle, showed no quiet spell and left no moment "
+           "before its exit to read")
 
 
 @dataclass
@@ -36,6 +42,9 @@ class RunMetrics:
     timeline: list[tuple[float, int]] = field(default_factory=list)  # (seconds, RSS) of the main process
     layers: list[dict[str, Any]] = field(default_factory=list)  # per phase: {"phase", "rss", "layers"}
     python: bool = False           # the main process recorded its own phases (memgap's bootstrap)
+    idle_rule: str = ""            # how idle was found: "idle (marked)", "idle (quiet 2.1 s)", ...
+    process: str = ""              # the command line of the process the figures describe
+    processes: int = 0             # how many processes the workload's tree ran
 
 
 def _main_process(run: dict[str, Any]) -> dict[str, Any] | None:
@@ -72,9 +81,19 @@ def classify_pattern(values: list[int]) -> tuple[str, str]:
     return "falls", evidence
 
 
-def _trimmer_reached(snaps: list[dict[str, Any]]) -> bool:
-    """Whether something that can trim ran inside the process: the Python bootstrap or the agent."""
-    return any(s.get("route") == "in-process" or "agent" in s.get("allocator", {}) for s in snaps)
+def _is_python(proc: dict[str, Any]) -> bool:
+    """Whether memgap saw a Python interpreter in the process: a snapshot or a trim from its
+    bootstrap, or pymalloc's arenas read from outside (a server stopped by a signal has only those)."""
+    if proc.get("trims") or any(s.get("route") == "in-process" for s in proc["snapshots"]):
+        return True
+    return any(((s.get("layers") or {}).get("pymalloc_free") or {}).get("resident") for s in proc["snapshots"])
+
+
+def _trimmer_reached(proc: dict[str, Any]) -> bool:
+    """Whether something that can trim ran inside the process: the Python bootstrap (its
+    snapshots, or its trimmer's trims) or the agent."""
+    return bool(proc.get("trims")) or any(s.get("route") == "in-process" or "agent" in s.get("allocator", {})
+                                          for s in proc["snapshots"])
 
 
 def _sigkill_cause(oom_kills: int | None) -> str:
@@ -120,6 +139,8 @@ def run_metrics(run: dict[str, Any], variant: str, rep: int, order: int, cpu: fl
     proc = _main_process(run)
     if proc is None:
         return m
+    m.processes = len({s["pid"] for s in run["timeline"]})
+    m.process = " ".join([os.path.basename(proc["cmd"][0]), *proc["cmd"][1:]])[:120] if proc.get("cmd") else ""
     points = [(s["t"], s["rss"]) for s in run["timeline"] if s["pid"] == proc["pid"]]
     step = max(1, len(points) // MAX_POINTS)
     m.timeline = points[::step]
@@ -128,7 +149,7 @@ def run_metrics(run: dict[str, Any], variant: str, rep: int, order: int, cpu: fl
     # after the rest: at exit (before the interpreter tears down), else the last sample
     at_exit = [s["rss"] for s in snaps if s["phase"] == "exit"]
     m.post_rest = at_exit[-1] if at_exit else (samples[-1] if samples else None)
-    m.python = any(s.get("route") == "in-process" for s in snaps)
+    m.python = _is_python(proc)
     m.layers = [{"phase": s["phase"], "rss": s["rss"],
                  "layers": {name: layer["resident"] for name, layer in s["layers"].items()}} for s in snaps]
     m.phases = [(s["phase"], _at_mark(s)) for s in snaps]
@@ -136,7 +157,8 @@ def run_metrics(run: dict[str, Any], variant: str, rep: int, order: int, cpu: fl
     m.peak = max([*samples, hwm]) or None
     m.vm_peak = max((s["status"].get("VmPeak", 0) for s in snaps), default=0) or None
     if snaps:
-        m.baseline = _at_mark(snaps[0])
+        marked = [s for s in snaps if s["phase"] not in UNMARKED]
+        m.baseline = _at_mark(marked[0]) if marked else None  # the program's first phase, if it marks any
         seen = snaps[0].get("allocator", {}).get("name")
         if allocator and seen and seen != allocator and m.status == "ok":
             m.status = "not-applied"
@@ -149,30 +171,36 @@ def run_metrics(run: dict[str, Any], variant: str, rep: int, order: int, cpu: fl
         if python_only and m.status == "ok" and not m.python:
             m.status = "not-applied"
             m.note = "a pymalloc setting, and the process measured is not a Python one memgap could see inside"
-        if needs_bootstrap and m.status == "ok" and not _trimmer_reached(snaps):
+        if needs_bootstrap and m.status == "ok" and not _trimmer_reached(proc):
             m.status = "not-applied"
             m.note = ("a trimmer needs memgap's bootstrap (Python) or its native agent in the process; "
                       "this one had neither")
-    idle = [s for s in snaps if s["phase"] == "idle"]
-    if idle:
-        m.idle = _at_mark(idle[-1])
+    found = proc["idle"] if "idle" in proc else idle_of_process(proc, run["timeline"], run.get("start"))
+    if found:
+        m.idle, m.idle_rule = int(found["rss"]), found["label"]
+        if found.get("work_ended") and run.get("start"):  # not the rest, nor memgap's reads at exit
+            m.wall = found["work_ended"] - run["start"]
     elif m.status == "ok":
         m.status = "no-idle"
-        m.note = "the workload marked no phase named idle"
+        m.note = NO_IDLE
     if run.get("stopped_at_idle") and run.get("start"):
         # The lab waited for quiet, then stopped it: the work ended at its last phase before idle.
-        before_idle = [s["time"] for s in snaps if s["phase"] not in ("idle", "after-trim")]
+        before_idle = [s["time"] for s in snaps if s["phase"] not in ("idle", *UNMARKED)]
         if before_idle:
             m.wall = max(before_idle) - run["start"]
     trimmed = [s for s in snaps if s["phase"] == "after-trim" and s.get("trim")]
     if trimmed and trimmed[-1]["trim"]["performed"]:
         m.after_trim = trimmed[-1]["trim"]["rss_after"]
         m.trim_released = trimmed[-1]["trim"]["released"]
-    bursts = [rss for phase, rss in m.phases
-              if phase not in ("idle", "exit", "after-trim") and phase != m.phases[0][0]]
+    bursts = [rss for phase, rss in m.phases if phase not in ("idle", *UNMARKED) and phase != m.phases[0][0]]
     m.pattern, m.pattern_evidence = classify_pattern(bursts)
     if trims_at_idle and m.after_trim is not None:
         m.idle = m.after_trim
+    elif trims_at_idle and m.idle is not None and m.status == "ok":
+        m.status = "not-applied"
+        m.note = ("the one trim at idle did not act: it follows a marked idle, or a Python program's moment "
+                  "before exit, and this process had neither (stopped by a signal, as servers are; or not "
+                  "Python): the trim=quiet variants measure the idle trimmer in such a process")
     if idle_after_rest and m.idle is not None:
         _idle_after_the_trimmer(m, proc)
     return m

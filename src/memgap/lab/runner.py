@@ -11,10 +11,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
 from ..recording import RecordingWriter
-from ..runs import BOOTSTRAP_DIR, RunOptions, load_run, machine_info, record_run
+from ..runs import RunOptions, load_run, machine_info, record_run
 from .metrics import RunMetrics, run_metrics
-from ..envnames import TRIM_AFTER_ENV, TRIMMER_ENV
-from ..errors import MemgapError
+from .remedy_lines import recommendation_lines
+from ..envnames import TRIM_AFTER_ENV
 from .variants import Variant
 from .verdict import Verdict, decide, run_to_run_spread, summarize, verdict_word
 
@@ -69,26 +69,52 @@ def run_lab(options: LabOptions, progress: Callable[[str], None] = lambda line: 
     cells = options.cells()
     total = len(options.variants) * options.reps * len(cells)
     interrupted = False
+    stopped = ""
     try:
-        for rep in range(1, options.reps + 1):
-            for cell in cells:
-                for variant in options.variants:
-                    if _pointless(variant, results):
-                        _skip_for_not_python(options, variant, progress)
-                        continue
-                    order = len(results) + 1
-                    result = _run_one(options, variant, rep, order, cell)
-                    results.append(result)
-                    events.write({"type": "run", **asdict(result)})
-                    progress(_progress_line(order, total, result))
+        for rep, cell, variant in _schedule(options, cells):
+            if _pointless(variant, results):
+                _skip_for_not_python(options, variant, progress)
+                continue
+            order = len(results) + 1
+            result = _run_one(options, variant, rep, order, cell)
+            results.append(result)
+            events.write({"type": "run", **asdict(result)})
+            progress(_progress_line(order, total, result))
+            stopped = _baseline_unusable(variant, result)
+            if stopped:
+                events.write({"type": "stopped", "reason": stopped})
+                break
     except KeyboardInterrupt:
         interrupted = True
     finally:
         events.close()
-    doc = lab_document(options, results, time.monotonic() - started, interrupted)
+    doc = lab_document(options, results, time.monotonic() - started, interrupted, stopped)
     if interrupted:
         raise LabInterrupted(doc)
     return doc
+
+
+def _schedule(options: LabOptions, cells: list[dict[str, str]]):  # type: ignore[no-untyped-def]
+    """(rep, cell, variant) in the lab's order: interleaved, the baseline first in each round."""
+    ordered = sorted(options.variants, key=lambda v: not v.is_baseline)
+    for rep in range(1, options.reps + 1):
+        for cell in cells:
+            for variant in ordered:
+                yield rep, cell, variant
+
+
+def _baseline_unusable(variant: Variant, result: RunMetrics) -> str:
+    """Why the lab stops after this run: the baseline's first run failed, or has no idle
+    to compare against (every other run would be compared with nothing)."""
+    if not variant.is_baseline or result.rep != 1 or (result.status == "ok" and result.idle is not None):
+        return ""
+    why = f"{result.status}: {result.note}" if result.note else result.status
+    if result.status in ("ok", "no-idle"):
+        advice = ("mark idle in the program (memgap.phase('idle')), print a line for --phase-regex, or give "
+                  "--idle-after S to stop it once quiet")
+    else:
+        advice = f"run the workload alone to see why (its recording: {result.record_dir})"
+    return f"stopped after the baseline's first run ({why}): {advice}"
 
 
 def _pointless(variant: Variant, results: list[RunMetrics]) -> bool:
@@ -142,73 +168,6 @@ def _progress_line(order: int, total: int, r: RunMetrics) -> str:
     status = "" if r.status == "ok" else f" [{r.status}{': ' + r.note if r.note else ''}]"
     cell = " ".join(f"{k}={v}" for k, v in r.params.items())
     return f"[{order}/{total}] {r.variant}{' ' + cell if cell else ''} (rep {r.rep}): {idle}, {r.wall:.1f} s{status}"
-
-
-def recommendation_lines(variant: Variant, python: bool = True) -> dict[str, Any]:
-    """The ways to apply a variant: env lines, Dockerfile, systemd, Python for spawned children.
-
-    ``python``: the workload is a Python program (a trimmer then comes through
-    memgap's bootstrap); otherwise through memgap's native agent.
-    """
-    env = variant.env()
-    notes = []
-    if env.pop(TRIM_AFTER_ENV, None):
-        # An unmodified program marks no idle phase for memgap: what applies the trim to it
-        # is the idle trimmer, which trims once the program has gone quiet after a burst.
-        env[TRIMMER_ENV] = "1"
-        notes.append("trim=idle was measured as one trim at the program's idle phase; an unmodified program "
-                     "gets it from memgap's idle trimmer (MEMGAP_TRIMMER=1), which trims once the program has "
-                     "been quiet for 2 s after a burst (the trim=quiet variants measure it); a Python program "
-                     "that calls memgap.phase('idle') can set MEMGAP_TRIM_AFTER=idle instead")
-    if variant.trim and python:
-        env["PYTHONPATH"] = BOOTSTRAP_DIR
-        notes.append("PYTHONPATH: put memgap's bootstrap folder in front of any PYTHONPATH the program has; "
-                     "memgap must be importable by the program's Python")
-    elif variant.trim:
-        from ..agent import AGENT_ENV, library_path
-
-        try:
-            agent = library_path()
-        except MemgapError as exc:
-            agent = "$(memgap agent --path)"
-            notes.append(f"the agent is not built here: {exc}")
-        env["LD_PRELOAD"] = " ".join([*env.get("LD_PRELOAD", "").split(), agent])
-        env[AGENT_ENV] = "on"
-        notes.append(f"LD_PRELOAD: memgap's native agent ({agent}; `memgap agent` prints where it is "
-                     "installed) must exist where the program runs")
-    if variant.pymalloc_release:
-        notes.append("MEMGAP_PYMALLOC_RELEASE=1: memgap's trims also drop the pages of pymalloc's empty pools, "
-                     "by editing their headers in place with the GIL held (CPython 3.10-3.13 with a GIL; "
-                     "see memgap.release_pymalloc); elsewhere the trims skip it")
-    if variant.library:
-        notes.append(f"{variant.library} must exist where the program runs "
-                     f"(Debian: apt-get install {_package(variant)})")
-    items = list(env.items())
-    return {
-        "env": env,
-        "shell": [f"{k}={_quote(v)}" for k, v in items],
-        "dockerfile": ("ENV " + " \\\n    ".join(f"{k}={_quote(v)}" for k, v in items)) if items else "",
-        "systemd": [f'Environment="{k}={v}"' for k, v in items],
-        "python": ("import os\n"
-                   "# before the child process starts: the allocator reads these when it starts\n"
-                   f"os.environ.update({dict(items)!r})\n"
-                   "# multiprocessing children (spawn or forkserver) and subprocess.Popen inherit os.environ"),
-        "notes": notes,
-    }
-
-
-def _package(variant: Variant) -> str:
-    from .variants import LIBRARIES
-
-    return LIBRARIES[variant.allocator][1]
-
-
-def _quote(value: str) -> str:
-    """A value as the shell and a Dockerfile read it."""
-    if value and all(c.isalnum() or c in "/._-:,=+" for c in value):
-        return value
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$") + '"'
-
 
 
 def _cell_verdict(options: LabOptions, runs: list[RunMetrics]) -> tuple[Verdict, dict[str, Any] | None]:
@@ -285,7 +244,7 @@ def _throughput_warnings(options: LabOptions, results: list[RunMetrics], baselin
 
 
 def lab_document(options: LabOptions, results: list[RunMetrics], seconds: float,
-                 interrupted: bool = False) -> dict[str, Any]:
+                 interrupted: bool = False, stopped: str = "") -> dict[str, Any]:
     """The lab's results. With swept parameters the verdict at the top is the one of
     the cell where the baseline idles highest (the worst case); every cell has its own."""
     baseline = next((v for v in options.variants if v.is_baseline), None)
@@ -316,7 +275,8 @@ def lab_document(options: LabOptions, results: list[RunMetrics], seconds: float,
         "baseline": baseline.spec if baseline else None,
         "cell": worst["params"] if worst else {},
         "variants": worst["variants"] if worst else [],
-        "verdict": worst["verdict"] if worst else "no run finished",
+        "verdict": stopped or (worst["verdict"] if worst else "no run finished"),
+        "stopped": stopped,
         "recommendation": worst["recommendation"] if worst else None,
         "time_spread": worst["time_spread"] if worst else 0.0,
         "cells": cells,
@@ -328,6 +288,6 @@ def lab_document(options: LabOptions, results: list[RunMetrics], seconds: float,
         "warnings": _throughput_warnings(options, results, baseline),
         "lab_seconds": round(seconds, 3),
         "workload_seconds": round(workload_seconds, 3),
-        "complete": not interrupted,  # every run made, or skipped with its reason in "skipped"
+        "complete": not interrupted and not stopped,  # every run made, or skipped with its reason in "skipped"
         "lab_dir": options.lab_dir,
     }

@@ -55,12 +55,17 @@ def too_slow_line(lab: dict[str, Any]) -> str:
 
 def apply_lines(rec: dict[str, Any]) -> list[str]:
     """The recommendation in every form it is given: shell, Dockerfile, systemd, Python, notes."""
-    lines = [f"Apply {rec['variant']}:", "  environment:  " + " ".join(rec["shell"])]
+    lines = [f"Apply {rec['variant']}:"]
+    lines += [f"  setup, once:  {line}" for line in rec.get("setup", [])]
+    lines.append("  environment:  " + " ".join(rec["shell"]))
     if rec["dockerfile"]:
         lines.append("  Dockerfile:   " + rec["dockerfile"].replace("\n", "\n                "))
     lines.append("  systemd:      " + " ".join(rec["systemd"]))
     lines.append("  Python (children spawned by this process):")
     lines += ["    " + line for line in rec["python"].splitlines()]
+    if rec.get("python_plain"):
+        lines.append("  or without memgap, plain Python in the program:")
+        lines += ["    " + line for line in rec["python_plain"].splitlines()]
     lines += [f"  note: {note}" for note in rec["notes"]]
     return lines
 
@@ -137,6 +142,33 @@ def sweep_table(lab: dict[str, Any], spec: str) -> Table | None:
     return table
 
 
+def idle_rules_line(lab: dict[str, Any]) -> str:
+    """How each run's idle was found (marked, a quiet spell, before exit), counted over the runs."""
+    counts: dict[str, int] = {}
+    for r in lab["runs"]:
+        rule = _rule_kind(r.get("idle_rule", ""))
+        if rule:
+            counts[rule] = counts.get(rule, 0) + 1
+    if not counts or set(counts) == {"idle (marked)"}:
+        return ""
+    return "Idle, as found: " + ", ".join(f"{rule} in {n} run{'s' * (n != 1)}" for rule, n in counts.items())
+
+
+def measured_line(lab: dict[str, Any]) -> str:
+    """Which process the figures describe, when the workload ran more than one."""
+    if not any(r.get("processes", 1) > 1 for r in lab["runs"]):
+        return ""
+    shown = sorted({r["process"] for r in lab["runs"] if r.get("process")})
+    return "Figures of the largest process of the workload's tree: " + "; ".join(shown)
+
+
+def _rule_kind(label: str) -> str:
+    """A rule's label without the spell's length: "idle (quiet 2.1 s)" -> "idle (quiet spell)"."""
+    if label.startswith("idle (quiet ") and "--idle-after" not in label:
+        return "idle (quiet spell)"
+    return label
+
+
 def render_lab(lab: dict[str, Any], stream: TextIO, width: int | None = None) -> None:
     if width is None and not (hasattr(stream, "isatty") and stream.isatty()):
         width = 170  # a log or a file: room for the whole table
@@ -163,6 +195,10 @@ def render_lab(lab: dict[str, Any], stream: TextIO, width: int | None = None) ->
         lines = pattern_evidence(lab, spec)
         if lines:
             console.print(f"Pattern of {spec} (RSS at each phase after the first): " + "; ".join(lines))
+    if idle_rules_line(lab):
+        console.print(idle_rules_line(lab))
+    if measured_line(lab):
+        console.print(measured_line(lab), highlight=False, markup=False)
     console.print(f"Verdict: {lab['verdict']}")
     if across_line(lab):
         console.print(across_line(lab))
@@ -170,6 +206,6 @@ def render_lab(lab: dict[str, Any], stream: TextIO, width: int | None = None) ->
     for line in apply_lines(rec) if rec else []:
         console.print(line, highlight=False, markup=False)
     overhead = lab["lab_seconds"] / lab["workload_seconds"] if lab["workload_seconds"] else 0
+    ending = "" if lab["complete"] else ("; STOPPED EARLY" if lab.get("stopped") else "; INCOMPLETE: interrupted")
     console.print(f"{len(lab['runs'])} runs in {lab['lab_seconds']:.1f} s ({overhead:.2f}x the workloads' "
-                  f"own {lab['workload_seconds']:.1f} s); recordings in {lab['lab_dir']}"
-                  + ("" if lab["complete"] else "; INCOMPLETE: interrupted"))
+                  f"own {lab['workload_seconds']:.1f} s); recordings in {lab['lab_dir']}" + ending)
