@@ -32,3 +32,20 @@ def child_env(**extra: str) -> dict:
     env["PYTHONPATH"] = SRC + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.update(extra)
     return env
+
+
+@pytest.fixture(scope="session")
+def wheel_venv(tmp_path_factory):
+    """A new virtual environment with memgap installed from a wheel built from this tree
+    (not editable: as users install it), and uvicorn for the server tests."""
+    import subprocess
+
+    root = os.path.dirname(HERE)
+    where = tmp_path_factory.mktemp("wheel")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(where), root],
+                   check=True, capture_output=True)
+    wheel = next(str(p) for p in where.iterdir() if p.suffix == ".whl")
+    venv = where / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    subprocess.run([str(venv / "bin" / "pip"), "install", "-q", wheel, "uvicorn"], check=True, capture_output=True)
+    return venv

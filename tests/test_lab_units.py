@@ -98,20 +98,27 @@ def test_tunables_are_checked_against_what_this_glibc_lists():
 def test_trimmer_recommendations_for_python_and_for_other_programs():
     quiet = V.parse_variant("glibc:arena_max=2,trim=quiet")
     assert quiet.env() == {"MALLOC_ARENA_MAX": "2", "MEMGAP_TRIMMER": "1"}
-    python = recommendation_lines(quiet, python=True)["env"]
-    assert python["MEMGAP_TRIMMER"] == "1" and python["PYTHONPATH"].endswith("_bootstrap")
+    python = recommendation_lines(quiet, python=True)
+    # memgap's .pth file starts the trimmer where memgap is installed: no PYTHONPATH of this machine
+    assert python["env"] == {"MALLOC_ARENA_MAX": "2", "MEMGAP_TRIMMER": "1"}
+    assert python["setup"] == ["pip install memgap   # into the program's own environment"]
+    assert python["dockerfile"] == "RUN pip install memgap\nENV MALLOC_ARENA_MAX=2 \\\n    MEMGAP_TRIMMER=1"
     # the env must apply it to an unmodified program: one that marks no idle phase for memgap
     idle = recommendation_lines(V.parse_variant("glibc:arena_max=2,trim=idle"), python=True)
-    assert idle["env"] == {"MALLOC_ARENA_MAX": "2", "MEMGAP_TRIMMER": "1", "PYTHONPATH": python["PYTHONPATH"]}
-    assert any("MEMGAP_TRIM_AFTER=idle" in note for note in idle["notes"])
-    # a C program marks no phase for memgap: the idle trim becomes the agent's idle trimmer
+    assert idle["env"] == python["env"]
+    namespace = {}
+    exec(idle["python_plain"], namespace)  # the dependency-free lines run (a real malloc_trim here)
+    # a C program marks no phase for memgap: the idle trim becomes the agent's idle trimmer, linked
+    # by a setup line to a fixed path on the target
     native = recommendation_lines(V.parse_variant("glibc:trim=idle"), python=False)
     env = native["env"]
     assert "MEMGAP_TRIM_AFTER" not in env and "PYTHONPATH" not in env
     assert env["MEMGAP_TRIMMER"] == "1" and env["MEMGAP_AGENT"] == "on"
-    assert os.path.exists(env["LD_PRELOAD"].split()[-1])
-    every = recommendation_lines(V.parse_variant("glibc:trim=every:5"), python=False)["env"]
-    assert every["MEMGAP_TRIM_EVERY"] == "5" and "MEMGAP_TRIMMER" not in every
+    assert env["LD_PRELOAD"] == "/usr/local/lib/libmemgap-agent.so"
+    assert native["setup"][0].startswith('ln -sf "$(memgap agent --path)" /usr/local/lib/libmemgap-agent.so')
+    every = recommendation_lines(V.parse_variant("glibc:trim=every:5"), python=False)
+    assert every["env"]["MEMGAP_TRIM_EVERY"] == "5" and "MEMGAP_TRIMMER" not in every["env"]
+    assert "args=(5,)" in every["python_plain"]
 
 
 def test_post_rest_is_the_exit_figure():

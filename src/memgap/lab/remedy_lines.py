@@ -1,0 +1,104 @@
+"""The lines that apply a lab's recommendation where the program is deployed.
+
+Nothing in them is a path of the machine the lab ran on: a trimmer in a Python
+program comes from memgap's ``memgap-activate.pth`` (installed with memgap; it
+acts only when a MEMGAP_ variable asks), in another program from memgap's native
+agent linked to a fixed path by a setup line; for users who will not add a
+dependency, the few lines of plain Python that do what was measured.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..envnames import TRIM_AFTER_ENV, TRIMMER_ENV
+from .variants import LIBRARIES, Variant
+
+AGENT_LINK = "/usr/local/lib/libmemgap-agent.so"  # where the setup line links the agent, on the target
+
+PLAIN_TRIM = """\
+import ctypes
+# glibc's malloc_trim(0): call it where the program goes idle (after a burst,
+# a batch, a request wave): it gives back the free pages malloc holds
+ctypes.CDLL("libc.so.6").malloc_trim(0)"""
+
+PLAIN_TRIM_EVERY = """\
+import ctypes, threading, time
+def _trim_every(seconds):  # glibc's malloc_trim(0) every few seconds, from a daemon thread
+    libc = ctypes.CDLL("libc.so.6")
+    while True:
+        time.sleep(seconds)
+        libc.malloc_trim(0)
+threading.Thread(target=_trim_every, args=({seconds},), daemon=True).start()"""
+
+
+def _plain_python(variant: Variant) -> str:
+    """The same remedy in plain Python, where one exists (not for pymalloc's pool release)."""
+    if not variant.trim or variant.pymalloc_release:
+        return ""
+    if variant.trim.startswith("every:"):
+        return PLAIN_TRIM_EVERY.replace("{seconds}", variant.trim[len("every:"):])
+    return PLAIN_TRIM
+
+
+def recommendation_lines(variant: Variant, python: bool = True) -> dict[str, Any]:
+    """Every way to apply ``variant``: setup commands, env lines, Dockerfile, systemd,
+    Python for spawned children, and plain Python without memgap where that can do it.
+
+    ``python``: the workload is a Python program (a trimmer comes from memgap's
+    .pth file in its environment); otherwise from memgap's native agent.
+    """
+    env = variant.env()
+    setup: list[str] = []
+    notes: list[str] = []
+    if env.pop(TRIM_AFTER_ENV, None):
+        # An unmodified program marks no idle for memgap: the idle trimmer is what applies the trim.
+        env[TRIMMER_ENV] = "1"
+        notes.append("trim=idle was measured as one malloc_trim(0) at the program's idle (the lab's table says how "
+                     "idle was found); deployed, memgap's idle trimmer (MEMGAP_TRIMMER=1) trims once the program "
+                     "has been quiet for 2 s after a burst (the trim=quiet variants measure that); the plain-Python "
+                     "lines do the measured trim where you call them")
+    if variant.trim and python:
+        setup.append("pip install memgap   # into the program's own environment")
+        notes.append("memgap's memgap-activate.pth (installed with it) starts the trimmer in any Python of that "
+                     "environment when MEMGAP_TRIMMER, MEMGAP_TRIM_EVERY or MEMGAP_RECORD_DIR is set, and does "
+                     "nothing otherwise")
+    elif variant.trim:
+        from ..agent import AGENT_ENV
+
+        setup.append(f'ln -sf "$(memgap agent --path)" {AGENT_LINK}   # after pip install memgap')
+        env["LD_PRELOAD"] = " ".join([*env.get("LD_PRELOAD", "").split(), AGENT_LINK])
+        env[AGENT_ENV] = "on"
+    if variant.pymalloc_release:
+        notes.append("MEMGAP_PYMALLOC_RELEASE=1: memgap's trims also drop the pages of pymalloc's empty pools, "
+                     "by editing their headers in place with the GIL held (CPython 3.10-3.13 with a GIL; "
+                     "see memgap.release_pymalloc); elsewhere the trims skip it")
+    if variant.library:
+        setup.append(f"apt-get install {LIBRARIES[variant.allocator][1]}   # Debian, Ubuntu")
+        notes.append(f"{variant.library} is where Debian's package puts it; elsewhere use its path there")
+    items = list(env.items())
+    return {
+        "env": env,
+        "setup": setup,
+        "shell": [f"{k}={_quote(v)}" for k, v in items],
+        "dockerfile": "\n".join([*(f"RUN {_command(c)}" for c in setup),
+                                 *(["ENV " + " \\\n    ".join(f"{k}={_quote(v)}" for k, v in items)] if items else [])]),
+        "systemd": [f'Environment="{k}={v}"' for k, v in items],
+        "python": ("import os\n"
+                   "# before the child process starts: the allocator reads these when it starts\n"
+                   f"os.environ.update({dict(items)!r})\n"
+                   "# multiprocessing children (spawn or forkserver) and subprocess.Popen inherit os.environ"),
+        "python_plain": _plain_python(variant),
+        "notes": notes,
+    }
+
+
+def _command(line: str) -> str:
+    """A setup line without its comment, for a Dockerfile's RUN."""
+    return line.split("   #")[0]
+
+
+def _quote(value: str) -> str:
+    """A value as the shell and a Dockerfile read it."""
+    if value and all(c.isalnum() or c in "/._-:,=+" for c in value):
+        return value
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$") + '"'
