@@ -266,45 +266,16 @@ def test_lab_throughput_from_a_line_the_workload_prints(tmp_path):
     assert memgap("lab", "--metric-regex", "x", "--", "true").returncode == 2  # which metric is it?
 
 
-def _must_hold(tmp_path, command, variants, reps):
-    """Issue 3's bar: the recommended variant idles at most 1.2x the baseline's post-import
-    RSS (medians), within the slowdown budget. Returns the lab document."""
-    out = tmp_path / "lab.json"
-    args = ["lab", "--reps", str(reps), "--json", str(out), "--dir", str(tmp_path / "runs")]
-    for v in variants:
-        args += ["--variant", v]
-    proc = memgap(*args, "--", *command, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    lab = json.loads(out.read_text())
-    summaries = {s["spec"]: s for s in lab["variants"]}
-    rec = lab["recommendation"]
-    assert rec is not None, lab["verdict"]
-    chosen, base = summaries[rec["variant"]], summaries["glibc"]
-    # within the 5% budget, give or take the baseline's own spread between its runs
-    assert chosen["within_budget"], (chosen, lab["time_spread"])
-    assert chosen["idle"][0] <= 1.2 * base["baseline"][0], (rec["variant"], chosen["idle"], base["baseline"])
-    return lab
-
-
-def test_thread_pool_the_recommended_remedy_meets_the_bar(tmp_path):
-    """Field report 000's decode pool: two arenas and one trim at idle (1.15-1.16x on 2 cores)."""
-    lab = _must_hold(tmp_path, scenario_command("threadpool"),
-                     ["glibc", "glibc:trim=idle", "glibc:arena_max=2,trim=idle"], reps=2)
-    assert lab["recommendation"]["variant"] == "glibc:arena_max=2,trim=idle", lab["verdict"]
-
-
-def test_async_burst_the_recommended_remedy_meets_the_bar(tmp_path):
+def test_async_burst_what_stays_after_the_idle_trim_is_shown_by_its_layers(tmp_path):
     """Field report 001 on the asyncio scenario: the baseline idles far above post-import; the
     idle trim gives back all the allocator held free, and what it leaves above post-import
     (live data, and pymalloc's empty pools in arenas a few objects keep) is each shown by its
-    layer. The trim alone lands at 1.18-1.22x post-import in a clean venv; with pymalloc's
-    empty pools released too at 1.13x, and the lab recommends that."""
-    lab = _must_hold(tmp_path, scenario_command("asyncburst"),
-                     ["glibc", "glibc:trim=idle", "glibc:trim=idle,pymalloc=release"], reps=3)
-    assert lab["recommendation"]["variant"] == "glibc:trim=idle,pymalloc=release", lab["verdict"]
-    assert lab["recommendation"]["env"]["MEMGAP_PYMALLOC_RELEASE"] == "1"
-    runs = [r for r in lab["runs"] if r["variant"] in ("glibc", "glibc:trim=idle") and r["rep"] == 1]
-    base, trim = runs if runs[0]["variant"] == "glibc" else runs[::-1]
+    layer. (Whether the recommendation meets issue 3's 1.2x bar is a benchmark:
+    benchmarks/bench_lab_bar.py.)"""
+    _, lab = _lab_of(tmp_path, scenario_command("asyncburst"), "--reps", "1",
+                     "--variant", "glibc", "--variant", "glibc:trim=idle")
+    runs = {r["variant"]: r for r in lab["runs"]}
+    base, trim = runs["glibc"], runs["glibc:trim=idle"]
     assert base["idle"] > 1.5 * base["baseline"], base  # the gap the report saw
     layers = {p["phase"]: p["layers"] for p in trim["layers"]}
     first, after = layers["post-import"], layers["after-trim"]
@@ -312,6 +283,14 @@ def test_async_burst_the_recommended_remedy_meets_the_bar(tmp_path):
     grown = {k: after[k] - first[k] for k in after if after[k] is not None}
     assert grown["pymalloc_free"] + grown["python_objects"] + grown["allocator_in_use"] >= \
         0.8 * (trim["idle"] - base["baseline"]), grown
+
+
+def _lab_of(tmp_path, command, *args):
+    """``memgap lab ARGS -- COMMAND``; returns (completed process, lab document)."""
+    out = tmp_path / "lab.json"
+    proc = memgap("lab", *args, "--json", str(out), "--dir", str(tmp_path / "runs"), "--", *command, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc, json.loads(out.read_text())
 
 
 def test_idle_after_waits_while_the_program_computes_without_phases(tmp_path):
