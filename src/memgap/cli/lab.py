@@ -5,7 +5,8 @@ like `memgap run` (the tree over time; phase snapshots of Python processes).
 Idle is the RSS at the phase named idle (memgap.phase("idle")); after it each
 run trims once to measure what malloc_trim(0) releases. Variants are ranked by
 idle RSS within a slowdown budget; one is called better only when its whole
-range clears the baseline's; too slow means beyond the budget plus the
+range clears the baseline's and its median is at least 5% and 2 MiB lower
+(where none is: keep the defaults); too slow means beyond the budget plus the
 baseline's own spread between its runs. The recommendation is the cheapest
 remedy that no other one clearly undercuts (its whole idle range below, and by
 more than 5%).
