@@ -307,7 +307,52 @@ def test_a_lab_folder_that_cannot_be_made_is_a_usage_error(tmp_path, capsys):
     assert err == f"memgap: --dir {taken}: cannot make the folder (File exists)\n"
 
 
+def _lab_folder(path, runs_of):
+    """A lab's folder as memgap lab leaves it: lab.jsonl with its header and one line per run."""
+    from dataclasses import asdict
+
+    from memgap.lab.metrics import RunMetrics
+    from memgap.recording import RecordingWriter
+
+    path.mkdir()
+    events = RecordingWriter(str(path / "lab.jsonl"))
+    events.write({"type": "header", "schema": "memgap.lab/1", "cmd": ["python", "work.py"], "reps": 2,
+                  "variants": ["glibc", "glibc:trim=idle"], "skipped": [], "machine": {"cpus": 64}})
+    order = 0
+    for rep in (1, 2):
+        for spec, idle in runs_of:
+            order += 1
+            events.write({"type": "run", **asdict(RunMetrics(spec, rep, order, "ok", wall=1.0, duration=1.2,
+                                                              idle=idle * MiB, baseline=30 * MiB, python=True))})
+    events.close()
+
+
+def test_report_rebuilds_a_lab_from_its_folder(tmp_path, capsys):
+    from memgap.cli import main
+
+    _lab_folder(tmp_path / "lab", [("glibc", 80), ("glibc:trim=idle", 40)])
+    out = tmp_path / "lab.json"
+    assert main(["report", str(tmp_path / "lab"), "--json", str(out)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "memgap lab on 64 CPUs" in text  # the lab's machine, from its header
+    assert "Verdict: idle RSS 40 MiB (range 40-40) against the baseline's 80 (80-80)" in text
+    assert "rebuilt from lab.jsonl, which keeps neither --max-slowdown" in text
+    assert "Apply glibc:trim=idle:" in text and "INCOMPLETE" not in text
+    lab = json.loads(out.read_text())
+    assert lab["schema"] == "memgap.lab/1" and lab["complete"] and len(lab["runs"]) == 4
+    assert lab["recommendation"]["variant"] == "glibc:trim=idle"
+
+
+def test_report_on_a_lab_folder_cut_short_says_so(tmp_path, capsys):
+    from memgap.cli import main
+
+    _lab_folder(tmp_path / "lab", [("glibc", 80)])  # the trim variant never ran
+    assert main(["report", str(tmp_path / "lab")]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert text.endswith("INCOMPLETE: interrupted"), text
+
+
 def test_report_on_a_folder_that_is_neither_says_what_it_wanted(tmp_path):
     proc = memgap("report", str(tmp_path))
     _one_line_error(proc, 2)
-    assert "not a memgap run recording (no samples.jsonl)" in proc.stderr
+    assert "neither a memgap run recording (no samples.jsonl) nor a lab's folder (no lab.jsonl)" in proc.stderr

@@ -85,6 +85,9 @@ def test_lab_keeps_the_defaults_where_the_allocator_makes_no_difference(tmp_path
     assert lab["verdict"].endswith("keep the defaults"), lab["verdict"]
     assert lab["material"] == {"share": 0.05, "bytes": 2 << 20}
     assert "median at least 5% and 2 MiB lower" in " ".join(proc.stdout.split())
+    shown = memgap("report", str(tmp_path / "runs"))  # the lab's folder, shown again
+    assert shown.returncode == 0, shown.stderr
+    assert "keep the defaults" in shown.stdout and "INCOMPLETE" not in shown.stdout
 
 
 FLAKY_WORKLOAD = r"""
