@@ -61,12 +61,16 @@ def _lab_from_folder(path: str) -> dict:  # type: ignore[type-arg]
     if header is None:
         raise MalformedInput(os.path.join(path, LAB_EVENTS), "no header line")
     known = {f.name for f in dataclasses.fields(RunMetrics)}
-    runs = [RunMetrics(**{k: v for k, v in e.items() if k in known}) for e in events if e.get("type") == "run"]
-    variants = [parse_variant(spec) for spec in header["variants"]]
+    try:
+        runs = [RunMetrics(**{k: v for k, v in e.items() if k in known}) for e in events if e.get("type") == "run"]
+        variants = [parse_variant(spec) for spec in header["variants"]]
+        cmd, reps = header["cmd"], int(header["reps"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise MalformedInput(os.path.join(path, LAB_EVENTS), f"not a lab's header and runs ({exc!r})") from None
     for v in variants:  # the preload the recommendation prints: where this machine has the library
         if v.allocator in LIBRARIES:
             v.library = find_library(v.allocator) or LIBRARIES[v.allocator][0]
-    options = LabOptions(header["cmd"], variants, header["reps"], lab_dir=path,
+    options = LabOptions(cmd, variants, reps, lab_dir=path,
                          skipped=list(header.get("skipped", [])), params=_swept(runs))
     missing = len(runs) < _planned(options, runs)
     lab = lab_document(options, runs, sum(r.duration for r in runs), interrupted=missing)
