@@ -253,3 +253,106 @@ def test_top_refreshes_and_ends(target):
     assert "glibc arenas" in proc.stdout and "trend" in proc.stdout
     assert _state(target.pid) in "RS"
     _one_line_error(memgap("top", "999999999", "--iterations", "1"), 3)
+
+
+@pytest.mark.parametrize("args,said", [
+    (["inspect", "-5"], "argument pid: '-5' is not a valid PID"),
+    (["inspect", "0"], "argument pid: '0' is not a valid PID"),
+    (["inspect", "12x"], "argument pid: '12x' is not a valid PID"),
+    (["inspect", "1", "--tree", "--proc-root", "/nonexistent-memgap"], "'/nonexistent-memgap' is not a folder"),
+    (["inspect", "1", "--deep", "--gdb-timeout", "0"], "argument --gdb-timeout: '0' is not a valid number of seconds"),
+    (["top", "0", "--iterations", "1"], "argument pid: '0' is not a valid PID"),
+    (["top", "-3"], "argument pid: '-3' is not a valid PID"),
+    (["top", "1", "--interval", "0"], "argument --interval: '0' is not a valid number of seconds (more than 0)"),
+    (["top", "1", "--interval", "-1"], "argument --interval: '-1' is not a valid number of seconds"),
+    (["top", "1", "--iterations", "-1"], "argument --iterations: '-1' is not a valid count (a whole number, 0 or"),
+    (["run", "--interval", "0", "--", "true"], "argument --interval: '0' is not a valid number of seconds"),
+    (["run", "--interval", "-0.5", "--", "true"], "argument --interval: '-0.5' is not a valid number of seconds"),
+    (["demo", "--interval", "0"], "argument --interval: '0' is not a valid number of seconds"),
+    (["lab", "--timeout", "0", "--", "true"], "argument --timeout: '0' is not a valid number of seconds (more than 0)"),
+    (["lab", "--timeout", "-5", "--", "true"], "argument --timeout: '-5' is not a valid number of seconds"),
+    (["lab", "--timeout", "nan", "--", "true"], "argument --timeout: 'nan' is not a valid number of seconds"),
+    (["lab", "--max-slowdown", "-1", "--", "true"], "argument --max-slowdown: '-1' is not a valid share (0 or more"),
+    (["lab", "--reps", "0", "--", "true"], "argument --reps: '0' is not a valid count (a whole number from 1 up)"),
+    (["lab", "--reps", "2.5", "--", "true"], "argument --reps: '2.5' is not a valid count"),
+    (["lab", "--idle-after", "-1", "--", "true"], "argument --idle-after: '-1' is not a valid number of seconds (0 or"),
+    (["nosuch"], "invalid choice: 'nosuch'"),
+])
+def test_bad_arguments_are_one_line_usage_errors(args, said, capsys):
+    """Refused where they are parsed: exit code 2, one line naming the argument, the value and what
+    was wanted, and the command's help to read (nothing runs, and no process is looked up)."""
+    from memgap.cli import main
+
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("memgap: "), err
+    assert said in err and "--help)" in err, err
+    if args[0] != "nosuch":
+        assert err.startswith(f"memgap: {args[0]}: "), err
+
+
+def test_a_pid_below_1_is_not_called_a_process_that_exited():
+    proc = memgap("inspect", "-5")
+    _one_line_error(proc, 2)
+    assert "is not a valid PID" in proc.stderr and "exited" not in proc.stderr
+
+
+def test_a_lab_folder_that_cannot_be_made_is_a_usage_error(tmp_path, capsys):
+    from memgap.cli import main
+
+    taken = tmp_path / "a-file"
+    taken.write_text("")
+    assert main(["lab", "--variant", "glibc", "--reps", "1", "--dir", str(taken), "--", "true"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"memgap: --dir {taken}: cannot make the folder (File exists)\n"
+
+
+def _lab_folder(path, runs_of):
+    """A lab's folder as memgap lab leaves it: lab.jsonl with its header and one line per run."""
+    from dataclasses import asdict
+
+    from memgap.lab.metrics import RunMetrics
+    from memgap.recording import RecordingWriter
+
+    path.mkdir()
+    events = RecordingWriter(str(path / "lab.jsonl"))
+    events.write({"type": "header", "schema": "memgap.lab/1", "cmd": ["python", "work.py"], "reps": 2,
+                  "variants": ["glibc", "glibc:trim=idle"], "skipped": [], "machine": {"cpus": 64}})
+    order = 0
+    for rep in (1, 2):
+        for spec, idle in runs_of:
+            order += 1
+            events.write({"type": "run", **asdict(RunMetrics(spec, rep, order, "ok", wall=1.0, duration=1.2,
+                                                              idle=idle * MiB, baseline=30 * MiB, python=True))})
+    events.close()
+
+
+def test_report_rebuilds_a_lab_from_its_folder(tmp_path, capsys):
+    from memgap.cli import main
+
+    _lab_folder(tmp_path / "lab", [("glibc", 80), ("glibc:trim=idle", 40)])
+    out = tmp_path / "lab.json"
+    assert main(["report", str(tmp_path / "lab"), "--json", str(out)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "memgap lab on 64 CPUs" in text  # the lab's machine, from its header
+    assert "Verdict: idle RSS 40 MiB (range 40-40) against the baseline's 80 (80-80)" in text
+    assert "rebuilt from lab.jsonl, which keeps neither --max-slowdown" in text
+    assert "Apply glibc:trim=idle:" in text and "INCOMPLETE" not in text
+    lab = json.loads(out.read_text())
+    assert lab["schema"] == "memgap.lab/1" and lab["complete"] and len(lab["runs"]) == 4
+    assert lab["recommendation"]["variant"] == "glibc:trim=idle"
+
+
+def test_report_on_a_lab_folder_cut_short_says_so(tmp_path, capsys):
+    from memgap.cli import main
+
+    _lab_folder(tmp_path / "lab", [("glibc", 80)])  # the trim variant never ran
+    assert main(["report", str(tmp_path / "lab")]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert text.endswith("INCOMPLETE: interrupted"), text
+
+
+def test_report_on_a_folder_that_is_neither_says_what_it_wanted(tmp_path):
+    proc = memgap("report", str(tmp_path))
+    _one_line_error(proc, 2)
+    assert "neither a memgap run recording (no samples.jsonl) nor a lab's folder (no lab.jsonl)" in proc.stderr

@@ -161,6 +161,49 @@ def test_verdict_needs_the_whole_range_to_clear_the_baseline():
     assert v.recommended is None and "keep the defaults" in v.reason
 
 
+KIB = 1 / 1024  # in MiB, as _runs takes them
+
+
+@pytest.mark.parametrize("base,other,better", [
+    # a load driver whose memory is flat: the ranges clear each other by a few KiB
+    ([37, 37 + 8 * KIB, 37 + 16 * KIB], [37 - 12 * KIB, 37 - 8 * KIB, 37 - 4 * KIB], False),
+    ([60, 64, 68], [52, 56, 61], False),               # 12% lower, but the ranges overlap: noise
+    ([100, 101, 102], [60, 61, 62], True),             # one clear winner
+    ([17, 17, 17], [15.98, 15.98, 15.98], False),      # 6% lower, but 1 MiB only
+    ([150, 150, 150], [147, 147, 147], False),         # 3 MiB lower, but 2% only
+], ids=["flat", "overlapping", "clear", "under-the-byte-floor", "under-the-share"])
+def test_better_than_the_baseline_takes_a_material_margin(base, other, better):
+    v = _verdict({"glibc": (base, [3, 3, 3]), "glibc:mmap_threshold=131072": (other, [3, 3, 3])})
+    summary = next(s for s in v.summaries if s.spec == "glibc:mmap_threshold=131072")
+    assert summary.better is better
+    if better:
+        assert v.recommended is summary
+    else:
+        assert v.recommended is None
+        assert v.reason.endswith("keep the defaults"), v.reason
+        assert "at least 5% and 2 MiB lower" in v.reason  # the margin it was held to, stated
+
+
+def test_the_lab_document_and_its_report_state_the_margin():
+    import io
+
+    from memgap.lab.runner import LabOptions, lab_document
+    from memgap.report.lab import render_lab
+
+    runs = [RunMetrics(spec, rep, 0, "ok", wall=1.0, idle=idle * MiB, baseline=30 * MiB)
+            for rep in (1, 2) for spec, idle in (("glibc", 37), ("glibc:arena_max=2", 37.01))]
+    options = LabOptions(cmd=["work"], variants=[V.parse_variant(s) for s in ("glibc", "glibc:arena_max=2")],
+                         reps=2, lab_dir="/nonexistent")
+    lab = lab_document(options, runs, 1.0)
+    assert lab["material"] == {"share": 0.05, "bytes": 2097152}
+    assert lab["recommendation"] is None
+    out = io.StringIO()
+    render_lab(lab, out)
+    text = " ".join(out.getvalue().split())
+    assert "Better: its whole idle range below the baseline's, and its median at least 5% and 2 MiB lower" in text
+    assert "keep the defaults" in text
+
+
 def test_verdict_respects_the_slowdown_budget_and_prefers_the_cheapest():
     v = _verdict({
         "glibc": ([80, 90, 100], [3.0, 3.2, 3.1]),

@@ -3,17 +3,26 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Sequence
+from typing import NoReturn, Sequence
 
-from ..errors import MemgapError
+from ..errors import MemgapError, UsageError
 from . import agent, demo, inspect, lab, report, run, snapshot, top
 
 COMMANDS = {"inspect": inspect, "top": top, "run": run, "lab": lab, "report": report, "demo": demo,
             "snapshot": snapshot, "agent": agent}
 
 
+class _Parser(argparse.ArgumentParser):
+    """Bad arguments become a UsageError: one line and exit code 2, like every other
+    usage mistake memgap finds (argparse would print its usage block and exit itself)."""
+
+    def error(self, message: str) -> NoReturn:
+        command = self.prog.partition(" ")[2]  # "memgap lab" -> "lab"; subparsers are of this class too
+        raise UsageError(f"{command + ': ' if command else ''}{message} (see {self.prog} --help)")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="memgap",
         description="Explain where a process's resident memory (RSS) went, layer by layer.",
     )
@@ -28,11 +37,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
-    if not args.command:
-        parser.print_help()
-        return 2
     try:
+        args = parser.parse_args(argv)
+        if not args.command:
+            parser.print_help()
+            return 2
         return COMMANDS[args.command].main(args)
     except MemgapError as exc:
         print(f"memgap: {exc}", file=sys.stderr)

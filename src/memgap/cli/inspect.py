@@ -24,22 +24,23 @@ from ..model import Snapshot
 from ..report.terminal import render_snapshot, render_tree
 from ..sources.gdb_attach import DEFAULT_TIMEOUT
 from ..sources.procfs import ProcReader
+from . import _args
 from ._output import write_json
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("pid", type=int, help="process ID")
+    p.add_argument("pid", type=_args.pid, help="process ID")
     p.add_argument("--tree", action="store_true", help="the process and all its descendants, one row each")
     p.add_argument("--json", metavar="FILE", help="write JSON ('-' for stdout)")
     p.add_argument("--regions", action="store_true", help="also print the labelled memory map")
-    p.add_argument("--proc-root", default="/proc", metavar="DIR",
+    p.add_argument("--proc-root", type=_args.folder, default="/proc", metavar="DIR",
                    help="where procfs is mounted (a host's /proc seen from a container, or test files)")
     p.add_argument("--deep", action="store_true",
                    help="also ask the process itself through gdb: glibc's malloc_info, and for Python an "
                         "in-process snapshot (pauses it briefly)")
     p.add_argument("--trim", action="store_true",
                    help="call malloc_trim(0) in the process through gdb and measure what it released (glibc)")
-    p.add_argument("--gdb-timeout", type=float, default=DEFAULT_TIMEOUT, metavar="S",
+    p.add_argument("--gdb-timeout", type=_args.seconds, default=DEFAULT_TIMEOUT, metavar="S",
                    help=f"limit for everything gdb does, attach to last call ({DEFAULT_TIMEOUT:g})")
     p.add_argument("--gdb", default="gdb", metavar="PATH", help="the gdb to run (gdb)")
 
@@ -68,8 +69,6 @@ def snapshot_checked(pid: int, options: Options, proc_root: str) -> tuple[Snapsh
 def main(args: argparse.Namespace) -> int:
     if args.tree and (args.deep or args.trim):
         raise UsageError("--deep and --trim look inside one process: leave out --tree")
-    if args.gdb_timeout <= 0:
-        raise UsageError("--gdb-timeout must be positive")
     if args.tree:
         return _tree(args)
     if not (args.deep or args.trim):

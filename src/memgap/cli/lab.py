@@ -5,7 +5,8 @@ like `memgap run` (the tree over time; phase snapshots of Python processes).
 Idle is the RSS at the phase named idle (memgap.phase("idle")); after it each
 run trims once to measure what malloc_trim(0) releases. Variants are ranked by
 idle RSS within a slowdown budget; one is called better only when its whole
-range clears the baseline's; too slow means beyond the budget plus the
+range clears the baseline's and its median is at least 5% and 2 MiB lower
+(where none is: keep the defaults); too slow means beyond the budget plus the
 baseline's own spread between its runs. The recommendation is the cheapest
 remedy that no other one clearly undercuts (its whole idle range below, and by
 more than 5%).
@@ -23,6 +24,7 @@ pymalloc=release; any takes pymalloc=off.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 import tempfile
@@ -32,6 +34,7 @@ from ..lab.runner import LabInterrupted, LabOptions, run_lab
 from ..lab.variants import DEFAULT_SPECS, parse_variant, resolve
 from ..report.html import render_html
 from ..report.lab import markdown_table, render_lab
+from . import _args
 from ._output import write_json, write_text
 
 
@@ -39,16 +42,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--variant", action="append", metavar="SPEC",
                    help="a variant to run (repeatable); default: a set covering glibc tunables, trims, "
                         "jemalloc, tcmalloc, mimalloc and pymalloc off")
-    p.add_argument("--reps", type=int, default=3, help="repetitions per variant (3)")
-    p.add_argument("--timeout", type=float, default=600.0, metavar="S", help="seconds per run before it is stopped")
-    p.add_argument("--max-slowdown", type=float, default=0.05, metavar="F",
+    p.add_argument("--reps", type=_args.count, default=3, help="repetitions per variant (3)")
+    p.add_argument("--timeout", type=_args.seconds, default=600.0, metavar="S",
+                   help="seconds per run before it is stopped")
+    p.add_argument("--max-slowdown", type=_args.share, default=0.05, metavar="F",
                    help="the throughput budget: a variant may be at most this much slower (0.05 = 5%%)")
     p.add_argument("--param", action="append", default=[], metavar="NAME=V1,V2,...",
                    help="sweep an environment variable of the workload (repeatable: the grid of all values)")
     p.add_argument("--phase-regex", metavar="REGEX", default="",
                    help="lines of the workload's stdout that mark a phase (group 1 names it, e.g. "
                         "'phase: (\\S+)'); memgap reads the process from outside at each")
-    p.add_argument("--idle-after", type=float, default=0.0, metavar="S",
+    p.add_argument("--idle-after", type=_args.seconds_or_zero, default=0.0, metavar="S",
                    help="a workload quiet for S seconds (no new phase, and under 10%% of a CPU) is idle: "
                         "measured from outside, then stopped (for servers and programs that mark no idle phase)")
     p.add_argument("--no-agent", action="store_true",
@@ -105,14 +109,23 @@ def _parse_param(text: str) -> tuple[str, list[str]]:
     return name.strip(), items
 
 
+def _lab_dir(path: str | None) -> str:
+    """The folder for the recordings, made before the first run so a bad --dir is a usage error."""
+    if not path:
+        return tempfile.mkdtemp(prefix="memgap-lab-")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--dir {path}: cannot make the folder ({exc.strerror or exc})") from None
+    return path
+
+
 def main(args: argparse.Namespace) -> int:
     cmd = list(args.cmd)
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
     if not cmd:
         raise UsageError("no workload given: memgap lab [options] -- CMD ...")
-    if args.reps < 1:
-        raise UsageError("--reps must be at least 1")
     for flag, pattern in (("--phase-regex", args.phase_regex), ("--metric-regex", args.metric_regex)):
         try:
             re.compile(pattern)
@@ -129,7 +142,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"memgap lab: skipping {line}", file=sys.stderr)
     params = [_parse_param(p) for p in args.param]
     options = LabOptions(cmd, variants, args.reps, args.timeout, args.max_slowdown,
-                         lab_dir=args.dir or tempfile.mkdtemp(prefix="memgap-lab-"),
+                         lab_dir=_lab_dir(args.dir),
                          quiet_workload=not args.show_output, skipped=skipped, metric=args.metric,
                          params=params, phase_regex=args.phase_regex, idle_after=args.idle_after,
                          metric_regex=args.metric_regex, agent=not args.no_agent)

@@ -1,17 +1,23 @@
-"""Show a recording again: a `memgap run` folder (complete or cut short) or a lab's JSON.
+"""Show a recording again: a `memgap run` folder (complete or cut short), a lab's JSON or a lab's folder.
 
   memgap report run.json.d            the run's tables, from its recording folder
   memgap report run.json.d --json out.json
   memgap report lab.json --html lab.html
+  memgap report LAB_DIR               a lab rebuilt from the runs its folder recorded (lab.jsonl)
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
 
 from ..errors import MalformedInput, UsageError
+from ..lab.metrics import RunMetrics
+from ..lab.runner import LabOptions, lab_document
+from ..lab.variants import LIBRARIES, find_library, parse_variant
+from ..recording import read_events
 from ..report.runs import render_run
 from ..runs import SAMPLES_FILE, load_run
 from ._output import write_json
@@ -19,16 +25,23 @@ from .lab import write_lab
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("path", help="a `memgap run` recording folder (FILE.d), or the JSON of a run or a lab")
+    p.add_argument("path", help="a `memgap run` recording folder (FILE.d), a `memgap lab` folder (--dir), "
+                                "or the JSON of a run or a lab")
     p.add_argument("--json", metavar="FILE", help="write the assembled document as JSON")
     p.add_argument("--html", metavar="FILE", help="a lab: write its HTML report")
     p.add_argument("--markdown", metavar="FILE", help="a lab: write its variants table as Markdown")
 
 
+LAB_EVENTS = "lab.jsonl"  # the file a lab appends its header and each finished run to (lab.runner)
+
+
 def _load(path: str) -> dict:  # type: ignore[type-arg]
     if os.path.isdir(path):
+        if os.path.exists(os.path.join(path, LAB_EVENTS)):
+            return _lab_from_folder(path)
         if not os.path.exists(os.path.join(path, SAMPLES_FILE)):
-            raise UsageError(f"{path} is not a memgap run recording (no {SAMPLES_FILE})")
+            raise UsageError(f"{path} is neither a memgap run recording (no {SAMPLES_FILE}) nor a lab's "
+                             f"folder (no {LAB_EVENTS})")
         return load_run(path)
     try:
         with open(path, encoding="utf-8") as fh:
@@ -37,6 +50,52 @@ def _load(path: str) -> dict:  # type: ignore[type-arg]
         raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
     except ValueError as exc:
         raise MalformedInput(path, f"not JSON ({exc})") from None
+
+
+def _lab_from_folder(path: str) -> dict:  # type: ignore[type-arg]
+    """The lab document again, from the header and runs in its folder: the only record of a
+    lab run without --json, or killed before it wrote it. The folder keeps neither the
+    slowdown budget nor the lab's own time: the default budget and the runs' time stand in."""
+    events = list(read_events(os.path.join(path, LAB_EVENTS)))
+    header = next((e for e in events if e.get("type") == "header"), None)
+    if header is None:
+        raise MalformedInput(os.path.join(path, LAB_EVENTS), "no header line")
+    known = {f.name for f in dataclasses.fields(RunMetrics)}
+    try:
+        runs = [RunMetrics(**{k: v for k, v in e.items() if k in known}) for e in events if e.get("type") == "run"]
+        variants = [parse_variant(spec) for spec in header["variants"]]
+        cmd, reps = header["cmd"], int(header["reps"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise MalformedInput(os.path.join(path, LAB_EVENTS), f"not a lab's header and runs ({exc!r})") from None
+    for v in variants:  # the preload the recommendation prints: where this machine has the library
+        if v.allocator in LIBRARIES:
+            v.library = find_library(v.allocator) or LIBRARIES[v.allocator][0]
+    options = LabOptions(cmd, variants, reps, lab_dir=path,
+                         skipped=list(header.get("skipped", [])), params=_swept(runs))
+    missing = len(runs) < _planned(options, runs)
+    lab = lab_document(options, runs, sum(r.duration for r in runs), interrupted=missing)
+    lab["machine"] = header.get("machine", lab["machine"])
+    lab["warnings"].insert(0, f"rebuilt from {LAB_EVENTS}, which keeps neither --max-slowdown nor the lab's own time: "
+                              f"the verdict takes the default {options.max_slowdown:.0%} budget, and the lab's time "
+                              "is its runs' (its --json keeps both)")
+    return lab
+
+
+def _swept(runs: list[RunMetrics]) -> list[tuple[str, list[str]]]:
+    """The swept parameters and their values, in the order the runs met them."""
+    grid: dict[str, list[str]] = {}
+    for r in runs:
+        for name, value in r.params.items():
+            if value not in grid.setdefault(name, []):
+                grid[name].append(value)
+    return list(grid.items())
+
+
+def _planned(options: LabOptions, runs: list[RunMetrics]) -> int:
+    """How many runs a finished lab has: pymalloc variants are skipped for a program that is not Python."""
+    not_python = any(r.layers for r in runs) and not any(r.python for r in runs)
+    variants = [v for v in options.variants if not (not_python and (v.pymalloc_off or v.pymalloc_release))]
+    return len(variants) * options.reps * len(options.cells())
 
 
 def main(args: argparse.Namespace) -> int:

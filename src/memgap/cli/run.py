@@ -16,11 +16,12 @@ import tempfile
 from ..errors import UsageError
 from ..report.runs import render_run
 from ..runs import RunOptions, load_run, record_run
+from . import _args
 from ._output import write_json
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--interval", type=float, default=0.1, metavar="S", help="seconds between samples (0.1)")
+    p.add_argument("--interval", type=_args.seconds, default=0.1, metavar="S", help="seconds between samples (0.1)")
     p.add_argument("--json", metavar="FILE", help="write the run as JSON; FILE.d/ keeps the raw recording")
     p.add_argument("--walk", action="store_true",
                    help="phase snapshots also walk the gc for large buffers (bytes, numpy arrays) so they count "
@@ -40,8 +41,6 @@ def run_and_report(cmd: list[str], interval: float, json_path: str | None, walk:
         cmd = cmd[1:]
     if not cmd:
         raise UsageError("no command given: memgap run [options] -- CMD ...")
-    if interval <= 0:
-        raise UsageError("--interval must be positive")
     record_dir = f"{json_path}.d" if json_path and json_path != "-" else tempfile.mkdtemp(prefix="memgap-run-")
     code = record_run(RunOptions(cmd, record_dir, interval, walk, mark_regex=phase_regex, agent=agent))
     run = load_run(record_dir)

@@ -15,21 +15,23 @@ from rich.console import Group
 from rich.table import Table
 
 from ..collect import Options, snapshot_pid
-from ..errors import NoSuchProcess, PidReused, UsageError
+from ..errors import NoSuchProcess, PidReused
 from ..model import Snapshot
 from ..report.runs import sparkline
 from ..report.terminal import LAYER_TITLES, _console, arenas_table, layers_table
 from ..units import mib, pct
+from . import _args
 from .inspect import descendants, start_time
 
 HISTORY = 60
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("pid", type=int, help="process ID")
-    p.add_argument("--interval", type=float, default=1.0, metavar="S", help="seconds between refreshes (1)")
+    p.add_argument("pid", type=_args.pid, help="process ID")
+    p.add_argument("--interval", type=_args.seconds, default=1.0, metavar="S", help="seconds between refreshes (1)")
     p.add_argument("--tree", action="store_true", help="the process and its descendants, summed")
-    p.add_argument("--iterations", type=int, default=0, metavar="N", help="stop after N refreshes (0: until Ctrl-C)")
+    p.add_argument("--iterations", type=_args.count_or_zero, default=0, metavar="N",
+                   help="stop after N refreshes (0: until Ctrl-C)")
 
 
 def _snapshots(pid: int, tree: bool, started: int | None) -> tuple[list[Snapshot], int]:
@@ -78,8 +80,6 @@ def frame(history: deque, snaps: list[Snapshot]) -> Group:  # type: ignore[type-
 
 
 def main(args: argparse.Namespace) -> int:
-    if args.interval <= 0:
-        raise UsageError("--interval must be positive")
     console = _console(sys.stdout)
     history: deque = deque(maxlen=HISTORY)  # type: ignore[type-arg]
     live = None

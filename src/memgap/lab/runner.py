@@ -16,7 +16,7 @@ from .metrics import RunMetrics, run_metrics
 from .remedy_lines import recommendation_lines
 from ..envnames import TRIM_AFTER_ENV
 from .variants import Variant
-from .verdict import Verdict, decide, run_to_run_spread, summarize, verdict_word
+from .verdict import Verdict, decide, material, run_to_run_spread, summarize, verdict_word
 
 TRIM_HINT = 0.8  # a trim at idle that leaves less than this share of the baseline's idle is worth trying
 SHORT_WORKLOAD = 1.0  # seconds: shorter runs' wall times swing by tens of percent on a busy machine
@@ -268,6 +268,7 @@ def lab_document(options: LabOptions, results: list[RunMetrics], seconds: float,
         "python": sys.version.split()[0],
         "reps": options.reps,
         "max_slowdown": options.max_slowdown,
+        "material": material(),  # the margin below the baseline's idle that makes a variant better
         "metric": options.metric or "wall time",
         "params": {name: values for name, values in options.params},
         "order": [f"{r.variant}#{r.rep}{cell_label(r)}" for r in results],

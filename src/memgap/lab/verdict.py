@@ -1,7 +1,10 @@
 """Rank the variants and choose the cheapest one that works (pure).
 
 A variant counts as better than the baseline only when its whole idle range
-(min-max over repetitions) lies below the baseline's; its slowdown is the
+(min-max over repetitions) lies below the baseline's and its idle median is
+lower by a material margin: at least MATERIAL_SHARE of the baseline's median
+and at least MATERIAL_BYTES (a lab on a workload whose memory does not depend
+on the allocator saw ranges clear each other by a few KiB). Its slowdown is the
 median over repetitions of its wall time over the baseline's in the same
 repetition (the runs are interleaved, so a repetition shares the machine's
 weather). It is too slow when that slowdown exceeds the budget by more than
@@ -10,10 +13,8 @@ times or throughputs): a difference the baseline shows against itself is
 noise, not a cost. Among the variants that are better and within the slowdown budget,
 the lab picks the cheapest kind of remedy (environment only, then a trimmer,
 then another allocator), with the fewest settings, that no other one clearly
-undercuts. Clearly, by the rule that makes a variant better than the baseline,
-plus a floor: the other's whole idle range lies below this one's, and its
-median is more than 5% lower (the share the default slowdown budget allows in
-time, asked of memory in turn).
+undercuts: the other's whole idle range lies below this one's, and its median
+is more than MATERIAL_SHARE lower.
 """
 from __future__ import annotations
 
@@ -24,7 +25,20 @@ from typing import Any
 from .metrics import RunMetrics
 from .variants import COST_WORDS, Variant
 
-MATERIAL = 0.05  # a lower idle median by less than this share is not worth a costlier remedy
+# The share is the default slowdown budget (5% of time), asked of memory in turn. The bytes
+# are one transparent huge page: where THP is on, one touched byte can move RSS by 2 MiB.
+MATERIAL_SHARE = 0.05  # a lower idle median by less than this share is not worth a remedy
+MATERIAL_BYTES = 2 << 20  # ... nor by fewer bytes than this, against the baseline
+
+
+def material() -> dict[str, float]:
+    """The margin that makes a variant better than the baseline, as the lab document states it."""
+    return {"share": MATERIAL_SHARE, "bytes": MATERIAL_BYTES}
+
+
+def material_words() -> str:
+    return (f"its whole idle range below the baseline's, and its median at least {MATERIAL_SHARE:.0%} "
+            f"and {MATERIAL_BYTES / 2**20:g} MiB lower")
 
 
 @dataclass
@@ -104,7 +118,7 @@ def decide(summaries: list[VariantSummary], baseline_spec: str, max_slowdown: fl
         if s.slowdown is not None and s.slowdown > 1 + max_slowdown + noise:
             s.within_budget = False
         if base is not None and base.idle and s.idle and s is not base and s.ok == s.runs:
-            s.better = s.idle[2] < base.idle[1]  # its worst run beats the baseline's best
+            s.better = materially_lower(s.idle, base.idle)
     eligible = sorted((s for s in summaries if s.better and s.within_budget), key=lambda s: s.idle[0])
     ranked = eligible + sorted(
         [s for s in summaries if s not in eligible], key=lambda s: (s.idle is None, s.idle[0] if s.idle else 0))
@@ -112,8 +126,8 @@ def decide(summaries: list[VariantSummary], baseline_spec: str, max_slowdown: fl
         return Verdict(ranked, base, None, "the baseline variant (glibc) did not reach idle: nothing to compare")
     if not eligible:
         return Verdict(ranked, base, None,
-                       "no variant's idle RSS range cleared the baseline's within the slowdown budget: "
-                       "keep the defaults")
+                       f"no variant idled materially below the baseline ({material_words()}) within the "
+                       "slowdown budget: keep the defaults")
     # The best median is never undercut (the whole range of anything clearly lower would lie below it).
     standing = [s for s in eligible if not any(clearly_lower(t, s) for t in eligible)]
     choice = min(standing, key=lambda s: (s.cost, s.settings, s.idle[0]))
@@ -123,16 +137,24 @@ def decide(summaries: list[VariantSummary], baseline_spec: str, max_slowdown: fl
               f"{COST_WORDS[choice.cost]}")
     if choice is not eligible[0]:
         reason += (f"; chosen over {eligible[0].spec} ({eligible[0].idle[0] / 2**20:.0f} MiB) "
-                   f"as the simpler remedy: that one's range does not clear it by {MATERIAL:.0%}")
+                   f"as the simpler remedy: that one's range does not clear it by {MATERIAL_SHARE:.0%}")
     return Verdict(ranked, base, choice, reason)
+
+
+def materially_lower(idle: tuple[int, int, int], base: tuple[int, int, int]) -> bool:
+    """Whether an idle (median, min, max) is below the baseline's by the material margin."""
+    margin = base[0] - idle[0]
+    return idle[2] < base[1] and margin >= MATERIAL_SHARE * base[0] and margin >= MATERIAL_BYTES
 
 
 def clearly_lower(other: VariantSummary, this: VariantSummary) -> bool:
     """Whether ``other`` idles clearly below ``this``: its whole range below this
-    one's, and its median more than MATERIAL lower."""
+    one's, and its median more than MATERIAL_SHARE lower. No byte floor here: it guards
+    the step from the defaults to a remedy; between two remedies that both took that
+    step, a range wholly below by the share is the better one to pick."""
     if other.idle is None or this.idle is None:
         return False
-    return other.idle[2] < this.idle[1] and other.idle[0] < this.idle[0] * (1 - MATERIAL)
+    return other.idle[2] < this.idle[1] and other.idle[0] < this.idle[0] * (1 - MATERIAL_SHARE)
 
 
 def verdict_word(summary: dict[str, Any], recommended: str | None, baseline: str | None) -> str:

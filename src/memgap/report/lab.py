@@ -53,6 +53,15 @@ def too_slow_line(lab: dict[str, Any]) -> str:
             + (f", plus the baseline's own {spread:.1%} spread between its runs)" if spread else ")"))
 
 
+def better_line(lab: dict[str, Any]) -> str:
+    """The margin the verdict asked of a variant to call it better (a lab from before it: none)."""
+    floor = lab.get("material")
+    if not floor:
+        return ""
+    return (f"Better: its whole idle range below the baseline's, and its median at least {floor['share']:.0%} "
+            f"and {floor['bytes'] / 2**20:g} MiB lower")
+
+
 def apply_lines(rec: dict[str, Any]) -> list[str]:
     """The recommendation in every form it is given: shell, Dockerfile, systemd, Python, notes."""
     lines = [f"Apply {rec['variant']}:"]
@@ -188,6 +197,8 @@ def render_lab(lab: dict[str, Any], stream: TextIO, width: int | None = None) ->
         console.print(f"Variants at {cell}, where the baseline idles highest:")
     console.print(variants_table(lab))
     console.print(too_slow_line(lab))
+    if better_line(lab):
+        console.print(better_line(lab))
     for warning in lab.get("warnings", []):
         console.print(f"! {warning}")
     shown = [lab.get("baseline"), (lab.get("recommendation") or {}).get("variant")]

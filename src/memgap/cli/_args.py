@@ -1,0 +1,43 @@
+"""Argument types that refuse a bad value where it is parsed, saying what was wanted.
+
+argparse reports an ArgumentTypeError as "argument --timeout: MESSAGE"; the
+parser turns that into a UsageError (one line, exit code 2), so no command
+has to check its numbers again.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+from typing import Callable, TypeVar
+
+N = TypeVar("N", int, float)
+
+
+def _bounded(convert: Callable[[str], N], ok: Callable[[N], bool], wanted: str) -> Callable[[str], N]:
+    def parse(text: str) -> N:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {wanted}") from None
+        if not (math.isfinite(value) and ok(value)):  # nan slips past any comparison; inf seconds never end
+            raise argparse.ArgumentTypeError(f"{text!r} is not {wanted}")
+        return value
+
+    return parse
+
+
+def folder(text: str) -> str:
+    """An existing folder: a --proc-root that is not one would read as every process gone."""
+    if not os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a folder")
+    return text
+
+
+# /proc has no PID 0 (the kernel's idle task has no entry) and none below it
+pid = _bounded(int, lambda v: v >= 1, "a valid PID (a whole number from 1 up)")
+seconds = _bounded(float, lambda v: v > 0, "a valid number of seconds (more than 0)")
+seconds_or_zero = _bounded(float, lambda v: v >= 0, "a valid number of seconds (0 or more)")
+share = _bounded(float, lambda v: v >= 0, "a valid share (0 or more: 0.05 is 5%)")
+count = _bounded(int, lambda v: v >= 1, "a valid count (a whole number from 1 up)")
+count_or_zero = _bounded(int, lambda v: v >= 0, "a valid count (a whole number, 0 or more)")
