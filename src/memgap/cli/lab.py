@@ -42,7 +42,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--variant", action="append", metavar="SPEC",
                    help="a variant to run (repeatable); default: a set covering glibc tunables, trims, "
                         "jemalloc, tcmalloc, mimalloc and pymalloc off")
-    p.add_argument("--reps", type=_args.count, default=3, help="repetitions per variant (3)")
+    p.add_argument("--reps", type=_args.count, default=None,
+                   help="run every variant exactly this many times (the full grid); default: adaptive, up to 3 "
+                        "each: after a first round, variants that cannot win (no usable run, idle not below the "
+                        "baseline's in any run, far too slow) are dropped, and the contenders run on until two "
+                        "rounds in a row give the same verdict")
     p.add_argument("--timeout", type=_args.seconds, default=600.0, metavar="S",
                    help="seconds per run before it is stopped")
     p.add_argument("--max-slowdown", type=_args.share, default=0.05, metavar="F",
@@ -55,6 +59,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--idle-after", type=_args.seconds_or_zero, default=0.0, metavar="S",
                    help="a workload quiet for S seconds (no new phase, and under 10%% of a CPU) is idle: "
                         "measured from outside, then stopped (for servers and programs that mark no idle phase)")
+    p.add_argument("--load", type=_args.command, default=[], metavar="CMD",
+                   help="for a service that does not exit by itself: once it is up (quiet 0.5 s), run this load "
+                        "command (one string) against it, then wait --rest seconds of quiet, measure, and stop "
+                        "it; --metric-regex then reads the load's output")
+    p.add_argument("--rest", type=_args.seconds, default=3.0, metavar="S",
+                   help="with --load: seconds the service must rest after the load before it is measured and "
+                        "stopped (3: time for the idle trimmer of trim=quiet variants to act)")
+    p.add_argument("--process", metavar="REGEX", default="",
+                   help="the process of the workload's tree whose figures count, by its command line (default: "
+                        "the largest; a load driver's server is found so)")
     p.add_argument("--no-agent", action="store_true",
                    help="do not preload memgap's native agent (without it, trims and trimmer variants do "
                         "not reach programs that are not Python)")
@@ -126,7 +140,8 @@ def main(args: argparse.Namespace) -> int:
         cmd = cmd[1:]
     if not cmd:
         raise UsageError("no workload given: memgap lab [options] -- CMD ...")
-    for flag, pattern in (("--phase-regex", args.phase_regex), ("--metric-regex", args.metric_regex)):
+    for flag, pattern in (("--phase-regex", args.phase_regex), ("--metric-regex", args.metric_regex),
+                          ("--process", args.process)):
         try:
             re.compile(pattern)
         except re.error as exc:
@@ -141,11 +156,12 @@ def main(args: argparse.Namespace) -> int:
     for line in skipped:
         print(f"memgap lab: skipping {line}", file=sys.stderr)
     params = [_parse_param(p) for p in args.param]
-    options = LabOptions(cmd, variants, args.reps, args.timeout, args.max_slowdown,
+    options = LabOptions(cmd, variants, args.reps or 3, args.timeout, args.max_slowdown, adaptive=args.reps is None,
                          lab_dir=_lab_dir(args.dir),
                          quiet_workload=not args.show_output, skipped=skipped, metric=args.metric,
                          params=params, phase_regex=args.phase_regex, idle_after=args.idle_after,
-                         metric_regex=args.metric_regex, agent=not args.no_agent)
+                         metric_regex=args.metric_regex, agent=not args.no_agent, process=args.process,
+                         load=args.load, rest=args.rest)
     total = len(options.variants) * options.reps * len(options.cells())
     try:
         with _Progress(total) as progress:

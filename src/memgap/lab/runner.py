@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 from ..recording import RecordingWriter
 from ..runs import RunOptions, load_run, machine_info, record_run
+from .adaptive import cannot_win
 from .metrics import RunMetrics, run_metrics
 from .remedy_lines import recommendation_lines
 from ..envnames import TRIM_AFTER_ENV
@@ -41,6 +42,11 @@ class LabOptions:
     agent: bool = True       # preload the native agent (statistics, trims and trimmers in non-Python programs)
     metric_regex: str = ""   # stdout lines that report the --metric value (group 1)
     skipped: list[str] = field(default_factory=list)  # variants not run, with the install line
+    adaptive: bool = False   # after the first round, only the contenders run on (see lab.adaptive)
+    dropped: list[str] = field(default_factory=list)  # variants an adaptive lab stopped running, and why
+    process: str = ""        # a regular expression: the process of the tree the figures describe
+    load: list[str] = field(default_factory=list)  # a load command against a service (see memgap.load)
+    rest: float = 3.0        # with a load: the service's quiet after it, before it is measured and stopped
 
     def cells(self) -> list[dict[str, str]]:
         """Every combination of the swept parameters (one empty cell without any)."""
@@ -67,11 +73,11 @@ def run_lab(options: LabOptions, progress: Callable[[str], None] = lambda line: 
     results: list[RunMetrics] = []
     started = time.monotonic()
     cells = options.cells()
-    total = len(options.variants) * options.reps * len(cells)
+    total = f"{'≤' if options.adaptive else ''}{len(options.variants) * options.reps * len(cells)}"
     interrupted = False
     stopped = ""
     try:
-        for rep, cell, variant in _schedule(options, cells):
+        for rep, cell, variant in _schedule(options, cells, results, progress):
             if _pointless(variant, results):
                 _skip_for_not_python(options, variant, progress)
                 continue
@@ -94,13 +100,46 @@ def run_lab(options: LabOptions, progress: Callable[[str], None] = lambda line: 
     return doc
 
 
-def _schedule(options: LabOptions, cells: list[dict[str, str]]):  # type: ignore[no-untyped-def]
-    """(rep, cell, variant) in the lab's order: interleaved, the baseline first in each round."""
+def _schedule(options: LabOptions, cells: list[dict[str, str]], results: list[RunMetrics],
+              progress: Callable[[str], None]):  # type: ignore[no-untyped-def]
+    """(rep, cell, variant) in the lab's order: interleaved, the baseline first in each round.
+    Adaptive: after the first round only the variants that can still win run on, until two
+    rounds in a row give every cell the same verdict (``results`` grows as the runs finish)."""
     ordered = sorted(options.variants, key=lambda v: not v.is_baseline)
+    baseline = ordered[0]
+    verdicts: dict[int, str | None] = {}
     for rep in range(1, options.reps + 1):
         for cell in cells:
             for variant in ordered:
+                if options.adaptive and rep > 1 and _dropped(options, variant, baseline, cell, results, progress):
+                    continue
                 yield rep, cell, variant
+        if options.adaptive and _settled(options, cells, results, verdicts) and rep >= 2:
+            return
+
+
+def _dropped(options: LabOptions, variant: Variant, baseline: Variant, cell: dict[str, str],
+             results: list[RunMetrics], progress: Callable[[str], None]) -> bool:
+    label = variant.spec + "".join(f" {k}={v}" for k, v in cell.items())
+    if any(line.startswith(label + ": ") for line in options.dropped):
+        return True
+    why = cannot_win(variant, baseline, [r for r in results if r.params == cell], options.max_slowdown)
+    if why:
+        options.dropped.append(f"{label}: {why}")
+        progress(f"dropped {label}: {why}")
+    return bool(why)
+
+
+def _settled(options: LabOptions, cells: list[dict[str, str]], results: list[RunMetrics],
+             verdicts: dict[int, str | None]) -> bool:
+    """Whether this round left every cell's recommendation where the last round left it."""
+    same = True
+    for k, cell in enumerate(cells):
+        verdict, _ = _cell_verdict(options, [r for r in results if r.params == cell])
+        chosen = verdict.recommended.spec if verdict.recommended else None
+        same = same and k in verdicts and verdicts[k] == chosen
+        verdicts[k] = chosen
+    return same
 
 
 def _baseline_unusable(variant: Variant, result: RunMetrics) -> str:
@@ -151,19 +190,15 @@ def _run_one(options: LabOptions, variant: Variant, rep: int, order: int, cell: 
     record_run(RunOptions(options.cmd, record_dir, options.interval, env=env, timeout=options.timeout,
                           stdout=sink, stderr=sink, mark_regex=options.phase_regex,
                           idle_after=options.idle_after, metric_regex=options.metric_regex,
-                          metric_name=options.metric, agent=options.agent))
+                          metric_name=options.metric, agent=options.agent, load=options.load, rest=options.rest))
     cpu = _cpu_of_children() - cpu_before
     run = load_run(record_dir)
-    result = run_metrics(run, variant.spec, rep, order, cpu, trims_at_idle=variant.trim == "idle",
-                         idle_after_rest=variant.trim == "quiet",
-                         allocator=variant.allocator, metric=options.metric, needs_bootstrap=bool(variant.trim),
-                         arena_max=variant.arena_max,
-                         python_only=variant.pymalloc_off or variant.pymalloc_release)
+    result = run_metrics(run, variant, rep, order, cpu, metric=options.metric, process=options.process)
     result.params = dict(cell)
     return result
 
 
-def _progress_line(order: int, total: int, r: RunMetrics) -> str:
+def _progress_line(order: int, total: str, r: RunMetrics) -> str:
     idle = f"idle {r.idle / 2**20:.0f} MiB" if r.idle is not None else "no idle"
     status = "" if r.status == "ok" else f" [{r.status}{': ' + r.note if r.note else ''}]"
     cell = " ".join(f"{k}={v}" for k, v in r.params.items())
@@ -286,6 +321,8 @@ def lab_document(options: LabOptions, results: list[RunMetrics], seconds: float,
         "across_cells": (_across_cells(cells, worst["recommendation"]["variant"])
                          if len(cells) > 1 and worst and worst["recommendation"] else []),
         "skipped": options.skipped,
+        "adaptive": options.adaptive,
+        "dropped": options.dropped,
         "warnings": _throughput_warnings(options, results, baseline),
         "lab_seconds": round(seconds, 3),
         "workload_seconds": round(workload_seconds, 3),

@@ -105,7 +105,8 @@ def markdown_table(lab: dict[str, Any]) -> str:
 
 
 def variants_table(lab: dict[str, Any]) -> Table:
-    table = Table(title=f"{lab['reps']} interleaved repetitions per variant, MiB: median (min-max)",
+    reps = f"up to {lab['reps']} (adaptive)" if lab.get("adaptive") else str(lab["reps"])
+    table = Table(title=f"{reps} interleaved repetitions per variant, MiB: median (min-max)",
                   title_justify="left")
     for col in COLUMNS:
         table.add_column(col, justify="left" if col in ("variant", "pattern", "verdict") else "right",
@@ -187,6 +188,8 @@ def render_lab(lab: dict[str, Any], stream: TextIO, width: int | None = None) ->
                   f"{' '.join(lab['cmd'])}")
     for line in lab["skipped"]:
         console.print(f"skipped {line}")
+    for line in lab.get("dropped", []):
+        console.print(f"dropped after its first runs (adaptive lab; --reps N runs the full grid): {line}")
     if lab.get("sweep"):
         shown = {lab.get("baseline"), (lab.get("recommendation") or {}).get("variant")}
         for spec in filter(None, shown):

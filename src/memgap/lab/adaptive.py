@@ -1,0 +1,38 @@
+"""Runs spent where they decide something: after a first round of every variant,
+the ones that cannot win are dropped, and the repetitions go to the contenders
+until two rounds in a row give the same verdict (or the repetitions run out).
+
+A variant cannot win when none of its runs was usable (crashed, killed, not
+applied, no idle), when its idle is not below the baseline's in any run (the
+verdict asks for its whole range below), or when it is far too slow (beyond
+FAR_TOO_SLOW times the budget's limit). ``memgap lab --reps N`` keeps the full,
+fixed grid.
+"""
+from __future__ import annotations
+
+from .metrics import RunMetrics
+from .variants import Variant
+from .verdict import summarize
+
+FAR_TOO_SLOW = 1.5  # x the slowest a variant may be (1 + budget): no later run brings it back
+
+
+def cannot_win(variant: Variant, baseline: Variant, runs: list[RunMetrics], max_slowdown: float) -> str:
+    """Why ``variant`` cannot be recommended, from its runs and the baseline's so far
+    (one cell of the lab); "" while it still can."""
+    if variant.is_baseline:
+        return ""
+    mine = [r for r in runs if r.variant == variant.spec]
+    base = [r for r in runs if r.variant == baseline.spec and r.status == "ok" and r.idle is not None]
+    usable = [r for r in mine if r.status == "ok" and r.idle is not None]
+    if mine and not usable:
+        statuses = sorted({r.status for r in mine})
+        return f"no usable run ({', '.join(statuses)})"
+    if not usable or not base:
+        return ""
+    if min(r.idle for r in usable) >= max(r.idle for r in base):  # type: ignore[type-var]
+        return "its idle was not below the baseline's in any run"
+    slowdown = summarize(variant, mine, [r for r in runs if r.variant == baseline.spec]).slowdown
+    if slowdown is not None and slowdown > FAR_TOO_SLOW * (1 + max_slowdown):
+        return f"far too slow (x{slowdown:.2f} against a budget of x{1 + max_slowdown:.2f})"
+    return ""
