@@ -290,9 +290,9 @@ def test_a_pymalloc_setting_on_a_program_that_is_not_python_did_not_apply():
         return {"exit_code": 0, "duration": 1.0, "timeline": [],
                 "processes": [{"pid": 1, "snapshots": [dict(snap, phase="post-import"), dict(snap, phase="idle")]}]}
 
-    outside = run_metrics(run("outside, with the agent"), "glibc:pymalloc=off", 1, 1, 0.0, python_only=True)
+    outside = run_metrics(run("outside, with the agent"), "glibc:pymalloc=off", 1, 1, 0.0)
     assert outside.status == "not-applied" and "not a Python one" in outside.note
-    assert run_metrics(run("in-process"), "glibc:pymalloc=off", 1, 1, 0.0, python_only=True).status == "ok"
+    assert run_metrics(run("in-process"), "glibc:pymalloc=off", 1, 1, 0.0).status == "ok"
     assert run_metrics(run("outside, with the agent"), "glibc", 1, 1, 0.0).status == "ok"
 
 
@@ -310,10 +310,9 @@ def test_a_trimmer_variants_idle_is_what_its_own_trims_left():
             proc["agent_exit"] = {"trimmer": {"mode": "idle", "trims": float(agent_trims)}}
         return {"exit_code": 0, "duration": 5.0, "timeline": [], "processes": [proc]}
 
-    quiet = dict(idle_after_rest=True, needs_bootstrap=True)
-    assert run_metrics(run(trims=[50, 45]), "glibc:trim=quiet", 1, 1, 0.0, **quiet).idle == 45  # its last trim
-    assert run_metrics(run(agent_trims=1), "glibc:trim=quiet", 1, 1, 0.0, **quiet).idle == 20  # at exit
-    idle = run_metrics(run(), "glibc:trim=quiet", 1, 1, 0.0, **quiet)  # it never trimmed: not the exit figure
+    assert run_metrics(run(trims=[50, 45]), "glibc:trim=quiet", 1, 1, 0.0).idle == 45  # its last trim
+    assert run_metrics(run(agent_trims=1), "glibc:trim=quiet", 1, 1, 0.0).idle == 20  # at exit
+    idle = run_metrics(run(), "glibc:trim=quiet", 1, 1, 0.0)  # it never trimmed: not the exit figure
     assert idle.idle == 80 and "did not trim while the program lived" in idle.note
 
 

@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import os
+import re
 import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..idle import BEFORE_EXIT_PHASE, QUIET_PHASE, idle_of_process
+from .variants import Variant, parse_variant
 
 MiB = 1 << 20
 MAX_POINTS = 300  # timeline points kept per run for charts
@@ -47,12 +49,17 @@ class RunMetrics:
     processes: int = 0             # how many processes the workload's tree ran
 
 
-def _main_process(run: dict[str, Any]) -> dict[str, Any] | None:
-    """The process the figures describe: the largest one that recorded phases, else the root."""
-    with_snaps = [p for p in run["processes"] if p["snapshots"]]
+def _main_process(run: dict[str, Any], process: str = "") -> dict[str, Any] | None:
+    """The process the figures describe: the one whose command line matches ``process``,
+    else the largest one memgap took a snapshot of, else the root."""
+    candidates = run["processes"]
+    if process:
+        pattern = re.compile(process)
+        candidates = [p for p in candidates if pattern.search(" ".join(p.get("cmd") or []))]
+    with_snaps = [p for p in candidates if p["snapshots"]]
     if with_snaps:
         return max(with_snaps, key=lambda p: max(s["rss"] for s in p["snapshots"]))
-    return run["processes"][0] if run["processes"] else None
+    return candidates[0] if candidates else None
 
 
 def _at_mark(snap: dict[str, Any]) -> int:
@@ -105,20 +112,22 @@ def _sigkill_cause(oom_kills: int | None) -> str:
     return " (not by the OOM killer: /proc/vmstat oom_kill did not move while it ran)"
 
 
-def run_metrics(run: dict[str, Any], variant: str, rep: int, order: int, cpu: float,
-                trims_at_idle: bool = False, allocator: str = "", metric: str = "",
-                needs_bootstrap: bool = False, idle_after_rest: bool = False, arena_max: int = 0,
-                python_only: bool = False) -> RunMetrics:
-    """Figures of one run; ``trims_at_idle``: the variant is itself the idle trim, so its
-    idle figure is the RSS after that trim; ``idle_after_rest``: the variant acts
-    once the program has been quiet a while (the idle trimmer), so its idle figure
-    is the RSS after the program's rest. ``allocator``: the malloc the variant
-    should have put in place; a run whose process reports another one did not
-    apply the variant and is marked "not-applied", as is one that needs memgap's
-    Python bootstrap (a trimmer) in a process that is not Python, one whose
-    glibc ran more arenas than the variant's ``arena_max`` allows, and, with
-    ``python_only`` (a pymalloc setting), one whose measured process is not Python."""
-    m = RunMetrics(variant=variant, rep=rep, order=order, status="ok", exit_code=run.get("exit_code"),
+def run_metrics(run: dict[str, Any], variant: Variant | str, rep: int, order: int, cpu: float,
+                metric: str = "", process: str = "") -> RunMetrics:
+    """Figures of one run of ``variant`` (a spec is parsed). A trim=idle variant is itself
+    the idle trim: its idle figure is the RSS after that trim; a trim=quiet one (the idle
+    trimmer) acts once the program has rested: its figure is the RSS after its last trim.
+    A run did not apply the variant ("not-applied") when its process reports another malloc
+    than the variant's, a trimmer found neither memgap's bootstrap nor its agent in the
+    process, glibc ran more arenas than the variant's arena_max, or a pymalloc setting met a
+    process that is not Python. ``process``: a regular expression for the command line of
+    the process the figures describe (default: the largest)."""
+    if isinstance(variant, str):
+        variant = parse_variant(variant)
+    trims_at_idle, idle_after_rest = variant.trim == "idle", variant.trim == "quiet"
+    allocator, needs_bootstrap, arena_max = variant.allocator, bool(variant.trim), variant.arena_max
+    python_only = variant.pymalloc_off or variant.pymalloc_release
+    m = RunMetrics(variant=variant.spec, rep=rep, order=order, status="ok", exit_code=run.get("exit_code"),
                    wall=float(run.get("duration") or 0.0), duration=float(run.get("duration") or 0.0), cpu=cpu,
                    record_dir=run.get("record_dir", ""))
     code = run.get("exit_code")
@@ -136,8 +145,10 @@ def run_metrics(run: dict[str, Any], variant: str, rep: int, order: int, cpu: fl
         m.throughput = run.get("metrics", {}).get(metric)
         if m.throughput is None and m.status == "ok":
             m.status, m.note = "no-metric", f"the workload reported no metric {metric!r}"
-    proc = _main_process(run)
+    proc = _main_process(run, process)
     if proc is None:
+        if process and m.status == "ok":
+            m.status, m.note = "no-process", f"no process of the workload's tree matched --process {process!r}"
         return m
     m.processes = len({s["pid"] for s in run["timeline"]})
     m.process = " ".join([os.path.basename(proc["cmd"][0]), *proc["cmd"][1:]])[:120] if proc.get("cmd") else ""
@@ -183,7 +194,9 @@ def run_metrics(run: dict[str, Any], variant: str, rep: int, order: int, cpu: fl
     elif m.status == "ok":
         m.status = "no-idle"
         m.note = NO_IDLE
-    if run.get("stopped_at_idle") and run.get("start"):
+    if run.get("load_seconds"):  # a service under the user's load: the work is the load
+        m.wall = float(run["load_seconds"])
+    elif run.get("stopped_at_idle") and run.get("start"):
         # The lab waited for quiet, then stopped it: the work ended at its last phase before idle.
         before_idle = [s["time"] for s in snaps if s["phase"] not in ("idle", *UNMARKED)]
         if before_idle:
