@@ -89,3 +89,96 @@ def test_run_finds_the_quiet_spell_of_a_c_program_from_outside(tmp_path, c_rest)
     assert quiet["route"].startswith("outside") and quiet["quiet_since"]
     assert abs(main["idle"]["rss"] - own) <= 0.1 * own, (main["idle"], own)
     assert quiet["layers"]["allocator_free"]["resident"] > 40 << 20  # 15/16 of 80 MiB freed, kept by glibc
+
+
+ADAPTIVE_WORKLOAD = r"""
+import os, sys, time
+if os.environ.get("MALLOC_TOP_PAD_"):
+    sys.exit(3)                                     # crashes under this variant
+held = [bytes(2048) for _ in range(30000)][::16]    # leaves glibc holding freed pages
+if os.environ.get("MALLOC_MMAP_THRESHOLD_"):
+    ballast = bytearray(64 << 20)                   # idles far above the baseline under this one
+    ballast[::4096] = b"x" * len(ballast[::4096])
+time.sleep(0.1)
+"""
+
+
+def test_the_adaptive_lab_drops_what_cannot_win_and_settles_in_fewer_runs(tmp_path):
+    script = tmp_path / "work.py"
+    script.write_text(ADAPTIVE_WORKLOAD)
+    out = tmp_path / "lab.json"
+    variants = ["glibc", "glibc:trim=idle", "glibc:top_pad=131072", "glibc:mmap_threshold=131072"]
+    args = ["lab", "--max-slowdown", "1", "--json", str(out), "--dir", str(tmp_path / "runs")]
+    for v in variants:
+        args += ["--variant", v]
+    proc = memgap(*args, "--", sys.executable, str(script), timeout=180)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lab = json.loads(out.read_text())
+    assert lab["adaptive"] and lab["recommendation"]["variant"] == "glibc:trim=idle", lab["verdict"]
+    assert lab["dropped"] == ["glibc:top_pad=131072: no usable run (crashed)",
+                              "glibc:mmap_threshold=131072: its idle was not below the baseline's in any run"]
+    # round 1: all four; round 2: the two contenders, and the verdict has not moved: settled
+    assert lab["order"] == [f"{v}#1" for v in variants] + ["glibc#2", "glibc:trim=idle#2"], lab["order"]
+    assert "dropped after its first runs" in proc.stdout
+
+
+TREE_WORKLOAD = r"""
+import subprocess, sys, time
+if sys.argv[1:] == ["child"]:
+    held = [bytes(2048) for _ in range(10000)][::16]
+    time.sleep(1.5)
+else:
+    ballast = bytearray(96 << 20)
+    ballast[::4096] = b"x" * len(ballast[::4096])   # the driver is the largest process
+    subprocess.run([sys.executable, sys.argv[0], "child"], check=True)
+"""
+
+
+def test_lab_process_names_the_process_whose_figures_count(tmp_path):
+    script = tmp_path / "tree.py"
+    script.write_text(TREE_WORKLOAD)
+    out = tmp_path / "lab.json"
+    proc = memgap("lab", "--reps", "1", "--variant", "glibc", "--process", r"tree\.py child$", "--json", str(out),
+                  "--dir", str(tmp_path / "runs"), "--", sys.executable, str(script), timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    run = json.loads(out.read_text())["runs"][0]
+    assert run["process"].endswith("tree.py child") and run["processes"] == 2, run["process"]
+    assert run["idle"] < 64 << 20, run["idle"]
+    # by default, the largest process: the driver with its ballast
+    proc = memgap("lab", "--reps", "1", "--variant", "glibc", "--json", str(out), "--dir", str(tmp_path / "runs2"),
+                  "--", sys.executable, str(script), timeout=120)
+    assert json.loads(out.read_text())["runs"][0]["idle"] > 96 << 20
+
+
+SERVICE = os.path.join(PROGRAMS, "service")
+
+
+def _free_port():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_lab_drives_a_service_that_never_exits_with_the_users_load_tool(tmp_path):
+    """The service is started, loaded by the user's own tool once it is up, measured after
+    its rest and stopped; the load tool's rate is the throughput."""
+    port = _free_port()
+    load = f"{sys.executable} {os.path.join(SERVICE, 'load.py')} {port} 40 8"
+    out = tmp_path / "lab.json"
+    proc = memgap("lab", "--reps", "1", "--max-slowdown", "1", "--variant", "glibc", "--variant", "glibc:trim=quiet",
+                  "--load", load, "--rest", "3.5", "--metric", "req/s", "--metric-regex", r"([\d.]+) req/s",
+                  "--timeout", "60", "--json", str(out), "--dir", str(tmp_path / "runs"),
+                  "--", sys.executable, os.path.join(SERVICE, "http_service.py"), str(port), timeout=180)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lab = json.loads(out.read_text())
+    runs = {r["variant"]: r for r in lab["runs"]}
+    for r in runs.values():
+        assert r["status"] == "ok" and r["note"] == "stopped by the lab once idle", r
+        assert r["throughput"] > 0 and 0 < r["wall"] < r["duration"] - 3, r  # the load's time, not the rest
+        assert r["idle_rule"].startswith("idle (quiet"), r["idle_rule"]
+    assert runs["glibc:trim=quiet"]["idle"] < runs["glibc"]["idle"] - (10 << 20), runs
+    assert lab["recommendation"]["variant"] == "glibc:trim=quiet", lab["verdict"]
+    with open(os.path.join(runs["glibc"]["record_dir"], "load-output.txt")) as fh:
+        assert fh.read().strip().endswith("req/s")

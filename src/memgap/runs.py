@@ -24,6 +24,7 @@ from .diagnose import diagnose_series
 from .errors import MemgapError
 from .marks import CpuActivity, PhaseClock, StdoutMarks
 from .model import RUN_SCHEMA, Snapshot
+from .load import LoadDriver
 from .idle import QUIET_PHASE, QuietSpell, idle_of_process, quiet_after
 from .recording import RecordingWriter, child_recording_path, read_events
 from .sources.procfs import ProcReader, oom_kills, status_int
@@ -66,6 +67,8 @@ class RunOptions:
     metric_name: str = ""    # ...recorded under this name
     idle_after: float = 0.0  # seconds without a new phase after which the program counts as idle
     agent: bool = True       # preload the native agent (it stays dormant in Python interpreters)
+    load: list[str] = field(default_factory=list)  # a load command to run against the service (memgap.load)
+    rest: float = 3.0        # with a load: seconds of the service's quiet after it, before it is stopped
 
 
 def tree_pids(root: int) -> list[int]:
@@ -231,10 +234,10 @@ def record_run(options: RunOptions) -> int:
                   "interval": options.interval, "machine": machine_info(), "env": options.env,
                   "agent": agent_info})
     trim_after = env.get(TRIM_AFTER_ENV, "")
-    own_group = options.timeout is not None
-    own_group = own_group or bool(options.idle_after)
+    own_group = options.timeout is not None or bool(options.idle_after) or bool(options.load)
+    service_metric = "" if options.load else options.metric_regex  # with a load, the load prints it
     try:
-        stdout = subprocess.PIPE if options.mark_regex or options.metric_regex else options.stdout
+        stdout = subprocess.PIPE if options.mark_regex or service_metric else options.stdout
         proc = subprocess.Popen(options.cmd, env=env, start_new_session=own_group,
                                 stdout=stdout, stderr=options.stderr)
     except OSError as exc:
@@ -243,8 +246,9 @@ def record_run(options: RunOptions) -> int:
     known: set[int] = set()
     deadline = None if options.timeout is None else time.monotonic() + options.timeout
     timed_out = stopped_at_idle = marked_idle = False
-    marks = (StdoutMarks(proc.stdout, options.mark_regex, options.stdout is None, options.metric_regex)
-             if options.mark_regex or options.metric_regex else None)
+    marks = (StdoutMarks(proc.stdout, options.mark_regex, options.stdout is None, service_metric)
+             if options.mark_regex or service_metric else None)
+    load = LoadDriver(options.load, options.record_dir, options.rest, writer.write) if options.load else None
     clock = PhaseClock(options.record_dir)
     oom_before = oom_kills()  # the kernel's count: did its OOM killer act while this ran?
     activity = CpuActivity()
@@ -274,6 +278,10 @@ def record_run(options: RunOptions) -> int:
                     stopped_at_idle = True
                     _stop(proc, own_group)
                     break
+            if load is not None and load.step(activity.busy(tree_pids(proc.pid))):
+                stopped_at_idle = True  # the load is over and the service has rested: measured, stopped
+                _stop(proc, own_group)
+                break
             if _exited_within(proc, marks, options.interval):
                 break
             if deadline is not None and time.monotonic() > deadline:
@@ -282,12 +290,20 @@ def record_run(options: RunOptions) -> int:
                 break
     except KeyboardInterrupt:
         _stop(proc, own_group)
+        if load is not None:
+            load.stop()
         writer.write({"type": "end", "t": round(time.time() - start, 4), "exit_code": proc.returncode,
                       "interrupted": True})
         writer.close()
         raise
     code = proc.wait()
     oom_after = oom_kills()
+    if load is not None:
+        load.stop()
+        value = load.metric(options.metric_regex) if options.metric_regex else None
+        if value is not None:
+            writer.write({"type": "metric", "pid": None, "name": options.metric_name, "value": value,
+                          "time": time.time()})
     if marks is not None:  # lines read after the last sample: the metrics still count
         marks.thread.join(timeout=2)
         for name in marks.pending():  # a mark printed just before the end: too late to read
@@ -303,6 +319,7 @@ def record_run(options: RunOptions) -> int:
             pass
     writer.write({"type": "end", "t": round(time.time() - start, 4), "exit_code": code, "timed_out": timed_out,
                   "stopped_at_idle": stopped_at_idle,
+                  "load_seconds": round(load.load_seconds, 4) if load is not None else None,
                   "oom_kills": None if oom_before is None or oom_after is None else oom_after - oom_before})
     writer.close()
     return code
@@ -409,6 +426,7 @@ def load_run(record_dir: str) -> dict[str, Any]:
         "complete": bool(end) and not end.get("interrupted", False),
         "timed_out": bool(end.get("timed_out")),
         "stopped_at_idle": bool(end.get("stopped_at_idle")),
+        "load_seconds": end.get("load_seconds"),  # with --load: how long the load ran (the work)
         "oom_kills": end.get("oom_kills"),  # the kernel's OOM kills, machine-wide, while it ran
         "env": header.get("env", {}),
         "agent": header.get("agent", {}),

@@ -41,3 +41,16 @@ seconds_or_zero = _bounded(float, lambda v: v >= 0, "a valid number of seconds (
 share = _bounded(float, lambda v: v >= 0, "a valid share (0 or more: 0.05 is 5%)")
 count = _bounded(int, lambda v: v >= 1, "a valid count (a whole number from 1 up)")
 count_or_zero = _bounded(int, lambda v: v >= 0, "a valid count (a whole number, 0 or more)")
+
+
+def command(text: str) -> list[str]:
+    """A command line given as one string (``--load "wrk -d10s http://127.0.0.1:8000/"``)."""
+    import shlex
+
+    try:
+        words = shlex.split(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a command line: {exc}") from None
+    if not words:
+        raise argparse.ArgumentTypeError("an empty command line")
+    return words

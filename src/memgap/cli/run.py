@@ -32,17 +32,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-agent", action="store_true",
                    help="do not preload memgap's native agent (it serves allocator statistics of non-Python "
                         "processes and stays dormant in Python ones)")
+    p.add_argument("--load", type=_args.command, default=[], metavar="CMD",
+                   help="for a service that does not exit by itself: once it is up, run this load command (one "
+                        "string) against it, wait --rest seconds of quiet, then stop it")
+    p.add_argument("--rest", type=_args.seconds, default=3.0, metavar="S",
+                   help="with --load: seconds the service rests after the load before it is stopped (3)")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- the command to run")
 
 
 def run_and_report(cmd: list[str], interval: float, json_path: str | None, walk: bool = False,
-                   phase_regex: str = "", agent: bool = True) -> int:
+                   phase_regex: str = "", agent: bool = True, load: list[str] | None = None,
+                   rest: float = 3.0) -> int:
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
     if not cmd:
         raise UsageError("no command given: memgap run [options] -- CMD ...")
     record_dir = f"{json_path}.d" if json_path and json_path != "-" else tempfile.mkdtemp(prefix="memgap-run-")
-    code = record_run(RunOptions(cmd, record_dir, interval, walk, mark_regex=phase_regex, agent=agent))
+    code = record_run(RunOptions(cmd, record_dir, interval, walk, mark_regex=phase_regex, agent=agent,
+                                 load=load or [], rest=rest))
     run = load_run(record_dir)
     if json_path:
         write_json(run, json_path)
@@ -55,5 +62,5 @@ def run_and_report(cmd: list[str], interval: float, json_path: str | None, walk:
 
 def main(args: argparse.Namespace) -> int:
     return run_and_report(list(args.cmd), args.interval, args.json, walk=args.walk, phase_regex=args.phase_regex,
-                          agent=not args.no_agent)
+                          agent=not args.no_agent, load=args.load, rest=args.rest)
 
