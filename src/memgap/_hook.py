@@ -59,13 +59,13 @@ def _snapshot_before_exit() -> None:
     MEMGAP_TRIM_AFTER=idle the lab's one trim follows it there: a trim at a quiet spell
     could change the bursts after it. No thread: one would cost the process a glibc arena.
     """
-    from . import api
-    from .idle import BEFORE_EXIT_PHASE
-
     shutdown = threading._shutdown  # type: ignore[attr-defined]
 
     def before_shutdown() -> None:
-        try:
+        try:  # imported only now: memgap's modules are not loaded into a program that did not ask
+            from . import api
+            from .idle import BEFORE_EXIT_PHASE
+
             if "idle" not in api._own_phases:
                 api._record(BEFORE_EXIT_PHASE)
                 if os.environ.get(TRIM_AFTER_ENV) == "idle":
