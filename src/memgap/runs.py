@@ -265,9 +265,10 @@ def record_run(options: RunOptions) -> int:
             for value in marks.pending_values() if marks else []:
                 writer.write({"type": "metric", "pid": proc.pid, "name": options.metric_name, "value": value,
                               "time": time.time()})
+            busy = activity.busy(tree_pids(proc.pid)) if options.idle_after or load else False
             if options.idle_after:
                 clock.poll()
-                if activity.busy(tree_pids(proc.pid)):
+                if busy:
                     clock.mark()  # working, even without a phase: not idle yet
                 if clock.quiet_for() >= options.idle_after:
                     # Quiet long enough: this is its idle (unless it said so itself: that one was
@@ -278,7 +279,7 @@ def record_run(options: RunOptions) -> int:
                     stopped_at_idle = True
                     _stop(proc, own_group)
                     break
-            if load is not None and load.step(activity.busy(tree_pids(proc.pid))):
+            if load is not None and load.step(busy):
                 stopped_at_idle = True  # the load is over and the service has rested: measured, stopped
                 _stop(proc, own_group)
                 break
