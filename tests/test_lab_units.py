@@ -331,3 +331,41 @@ def test_a_recommended_idle_trim_says_when_the_idle_trimmer_never_got_to_trim():
         RunMetrics("glibc:trim=quiet", rep, 0, "ok", wall=1.4, idle=30 * MiB, baseline=23 * MiB) for rep in (1, 2, 3)]
     rec = lab_document(options, trimmed, 1.0)["recommendation"]
     assert not any("never trimmed" in note for note in rec["notes"])
+
+
+def _fixed_runs(spec, idles, status="ok", wall=1.0):
+    return [RunMetrics(variant=spec, rep=k + 1, order=0, status=status, idle=idle, wall=wall)
+            for k, idle in enumerate(idles)]
+
+
+def test_the_adaptive_lab_drops_only_what_cannot_win():
+    from memgap.lab.adaptive import cannot_win
+
+    base, MiB = V.parse_variant("glibc"), 1 << 20
+    runs = _fixed_runs("glibc", [100 * MiB])
+    def why(spec, idles, **kw):
+        return cannot_win(V.parse_variant(spec), base, runs + _fixed_runs(spec, idles, **kw), 0.05)
+    assert why("glibc:arena_max=2", [40 * MiB]) == ""                     # a contender
+    assert why("glibc:arena_max=2", [95 * MiB]) == ""                     # 5% lower: could still win
+    assert why("glibc:arena_max=2", [95 * MiB + 1]).startswith("its idle was not materially below")  # < 5%
+    assert why("glibc:arena_max=2", [40 * MiB], status="crashed") == "no usable run (crashed)"
+    assert why("glibc:arena_max=2", [40 * MiB], wall=1.6).startswith("far too slow (x1.60")  # > 1.5 x 1.05
+    assert why("glibc:arena_max=2", [40 * MiB], wall=1.5) == ""
+    assert cannot_win(base, base, runs, 0.05) == ""                        # the baseline always runs
+
+
+def test_a_costlier_choice_over_a_simpler_winner_waits_for_every_repetition():
+    from memgap.lab.adaptive import needs_every_rep
+    from memgap.lab.verdict import decide, summarize
+
+    MiB = 1 << 20
+    specs = {"glibc": [100 * MiB] * 2, "glibc:trim=idle": [30 * MiB, 31 * MiB],
+             "glibc:arena_max=2,trim=idle": [26 * MiB, 27 * MiB]}
+    base_runs = _fixed_runs("glibc", specs["glibc"])
+    summaries = [summarize(V.parse_variant(s), _fixed_runs(s, i), base_runs) for s, i in specs.items()]
+    verdict = decide(summaries, "glibc", 0.05)
+    assert verdict.recommended.spec == "glibc:arena_max=2,trim=idle" and needs_every_rep(verdict)
+    del specs["glibc:arena_max=2,trim=idle"]
+    summaries = [summarize(V.parse_variant(s), _fixed_runs(s, i), base_runs) for s, i in specs.items()]
+    verdict = decide(summaries, "glibc", 0.05)
+    assert verdict.recommended.spec == "glibc:trim=idle" and not needs_every_rep(verdict)

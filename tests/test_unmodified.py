@@ -116,7 +116,7 @@ def test_the_adaptive_lab_drops_what_cannot_win_and_settles_in_fewer_runs(tmp_pa
     lab = json.loads(out.read_text())
     assert lab["adaptive"] and lab["recommendation"]["variant"] == "glibc:trim=idle", lab["verdict"]
     assert lab["dropped"] == ["glibc:top_pad=131072: no usable run (crashed)",
-                              "glibc:mmap_threshold=131072: its idle was not below the baseline's in any run"]
+                              "glibc:mmap_threshold=131072: its idle was not materially below the baseline's in any run"]
     # round 1: all four; round 2: the two contenders, and the verdict has not moved: settled
     assert lab["order"] == [f"{v}#1" for v in variants] + ["glibc#2", "glibc:trim=idle#2"], lab["order"]
     assert "dropped after its first runs" in proc.stdout

@@ -3,16 +3,20 @@ the ones that cannot win are dropped, and the repetitions go to the contenders
 until two rounds in a row give the same verdict (or the repetitions run out).
 
 A variant cannot win when none of its runs was usable (crashed, killed, not
-applied, no idle), when its idle is not below the baseline's in any run (the
-verdict asks for its whole range below), or when it is far too slow (beyond
-FAR_TOO_SLOW times the budget's limit). ``memgap lab --reps N`` keeps the full,
-fixed grid.
+applied, no idle), when none of its runs idled below the baseline's highest by
+the material margin (the verdict asks for its whole range below the baseline's
+and its median lower by that margin: later runs would have to move both by more
+than that), or when it is far too slow (beyond FAR_TOO_SLOW times the budget's
+limit). A verdict is settled when two rounds in a row give it, and, where it
+prefers a costlier remedy to a simpler one that also beats the baseline, when
+every contender has had all its repetitions: with fewer runs a range clears
+another's by chance more easily. ``memgap lab --reps N`` keeps the full grid.
 """
 from __future__ import annotations
 
 from .metrics import RunMetrics
 from .variants import Variant
-from .verdict import summarize
+from .verdict import MATERIAL_BYTES, MATERIAL_SHARE, Verdict, summarize
 
 FAR_TOO_SLOW = 1.5  # x the slowest a variant may be (1 + budget): no later run brings it back
 
@@ -30,9 +34,21 @@ def cannot_win(variant: Variant, baseline: Variant, runs: list[RunMetrics], max_
         return f"no usable run ({', '.join(statuses)})"
     if not usable or not base:
         return ""
-    if min(r.idle for r in usable) >= max(r.idle for r in base):  # type: ignore[type-var]
-        return "its idle was not below the baseline's in any run"
+    highest = max(r.idle for r in base)  # type: ignore[type-var]
+    if min(r.idle for r in usable) > highest - max(MATERIAL_SHARE * highest, MATERIAL_BYTES):  # type: ignore[type-var]
+        return "its idle was not materially below the baseline's in any run"
     slowdown = summarize(variant, mine, [r for r in runs if r.variant == baseline.spec]).slowdown
     if slowdown is not None and slowdown > FAR_TOO_SLOW * (1 + max_slowdown):
         return f"far too slow (x{slowdown:.2f} against a budget of x{1 + max_slowdown:.2f})"
     return ""
+
+
+def needs_every_rep(verdict: Verdict) -> bool:
+    """Whether the verdict picks a costlier remedy over a simpler one that also beats the
+    baseline: a choice that rests on one range clearing another, which fewer runs fake."""
+    chosen = verdict.recommended
+    if chosen is None:
+        return False
+    simpler = [s for s in verdict.summaries if s.better and s.within_budget and s is not chosen
+               and (s.cost, s.settings) < (chosen.cost, chosen.settings)]
+    return bool(simpler)

@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from ..recording import RecordingWriter
 from ..runs import RunOptions, load_run, machine_info, record_run
-from .adaptive import cannot_win
+from .adaptive import cannot_win, needs_every_rep
 from .metrics import RunMetrics, run_metrics
 from .remedy_lines import recommendation_lines
 from ..envnames import TRIM_AFTER_ENV
@@ -132,12 +132,13 @@ def _dropped(options: LabOptions, variant: Variant, baseline: Variant, cell: dic
 
 def _settled(options: LabOptions, cells: list[dict[str, str]], results: list[RunMetrics],
              verdicts: dict[int, str | None]) -> bool:
-    """Whether this round left every cell's recommendation where the last round left it."""
+    """Whether this round left every cell's recommendation where the last round left it
+    (and none of them rests on a costlier remedy clearing a simpler one: see lab.adaptive)."""
     same = True
     for k, cell in enumerate(cells):
         verdict, _ = _cell_verdict(options, [r for r in results if r.params == cell])
         chosen = verdict.recommended.spec if verdict.recommended else None
-        same = same and k in verdicts and verdicts[k] == chosen
+        same = same and k in verdicts and verdicts[k] == chosen and not needs_every_rep(verdict)
         verdicts[k] = chosen
     return same
 
