@@ -29,7 +29,22 @@ def _lab(tmp_path, rest, *variants):
     return proc, json.loads(out.read_text()), _own_readings(own)
 
 
-@pytest.mark.parametrize("rest, rule", [(2.0, "idle (quiet"), (0.1, "idle (before exit)")])
+def test_lab_with_no_flag_gives_a_verdict_on_a_program_that_exits_straight_after_its_work(tmp_path):
+    """The lab as a new user runs it: every default variant, adaptive, nothing marked."""
+    own = tmp_path / "own.txt"
+    out = tmp_path / "lab.json"
+    proc = memgap("lab", "--json", str(out), "--dir", str(tmp_path / "runs"), "--",
+                  sys.executable, BURST, "0.1", str(own), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lab = json.loads(out.read_text())
+    base = lab["runs"][0]
+    assert base["variant"] == "glibc" and base["idle_rule"] == "idle (before exit)", base
+    assert abs(base["idle"] - _own_readings(own)[0]) <= 0.10 * base["idle"]
+    assert lab["recommendation"]["variant"].startswith("glibc:trim=idle"), lab["verdict"]
+    assert len(lab["runs"]) <= 0.6 * 45 and lab["dropped"], lab["order"]
+
+
+@pytest.mark.parametrize("rest, rule", [(2.0, "idle (quiet")])
 def test_lab_finds_idle_in_an_unmarked_program_and_ranks_on_it(tmp_path, rest, rule):
     proc, lab, own = _lab(tmp_path, rest, "glibc", "glibc:trim=idle")
     runs = {r["variant"]: r for r in lab["runs"]}
