@@ -197,3 +197,17 @@ def test_lab_drives_a_service_that_never_exits_with_the_users_load_tool(tmp_path
     assert lab["recommendation"]["variant"] == "glibc:trim=quiet", lab["verdict"]
     with open(os.path.join(runs["glibc"]["record_dir"], "load-output.txt")) as fh:
         assert fh.read().strip().endswith("req/s")
+
+
+def test_lab_ranks_a_c_program_on_the_quiet_spell_it_found_from_outside(tmp_path, c_rest):
+    out = tmp_path / "lab.json"
+    proc = memgap("lab", "--reps", "1", "--max-slowdown", "1", "--variant", "glibc", "--variant", "glibc:trim=idle",
+                  "--json", str(out), "--dir", str(tmp_path / "runs"), "--", c_rest, "1.5", timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    runs = {r["variant"]: r for r in json.loads(out.read_text())["runs"]}
+    base = runs["glibc"]
+    assert base["status"] == "ok" and base["idle_rule"].startswith("idle (quiet"), base
+    assert base["idle"] > 40 << 20 and not base["python"]
+    # the one trim at idle needs a marked idle or a Python program's moment before exit: said, not faked
+    trim = runs["glibc:trim=idle"]
+    assert trim["status"] == "not-applied" and "trim=quiet" in trim["note"], trim
