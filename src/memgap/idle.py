@@ -29,7 +29,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-MiB = 1 << 20
+from .units import MiB
+
 QUIET_AFTER = 1.0     # seconds of quiet that make a spell (MEMGAP_QUIET overrides it)
 BUSY_SHARE = 0.1      # of one CPU: using more than this over a spell ends it
 CPU_SLACK = 0.03      # seconds: a clock tick or two of CPU is not work

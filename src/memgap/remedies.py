@@ -17,8 +17,8 @@ from typing import Callable
 from .envnames import PYMALLOC_RELEASE_ENV
 from .errors import Unsupported
 from .sources.procfs import ProcReader, status_int
+from .units import MiB
 
-MiB = 1 << 20
 
 
 @dataclass

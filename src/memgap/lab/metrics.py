@@ -9,8 +9,8 @@ from typing import Any
 
 from ..idle import BEFORE_EXIT_PHASE, QUIET_PHASE, idle_of_process
 from .variants import Variant, parse_variant
+from ..units import MiB
 
-MiB = 1 << 20
 MAX_POINTS = 300  # timeline points kept per run for charts
 UNMARKED = (QUIET_PHASE, BEFORE_EXIT_PHASE, "exit", "after-trim")  # snapshots memgap takes, not phases the program marked
 NO_IDLE = ("no idle: the workload marked no phase named idle, showed no quiet spell and left no moment "
