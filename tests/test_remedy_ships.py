@@ -74,6 +74,8 @@ def test_a_load_driver_gets_its_server_measured_and_a_remedy_that_lowers_it_in_p
     server_rest = int(own.read_text().split()[1])
     assert abs(runs["glibc"]["idle"] - server_rest) <= 0.1 * server_rest, (runs["glibc"]["idle"], server_rest)
     assert "Figures of the largest process of the workload's tree: python -m uvicorn" in lab.stdout
+    # each process of the tree has its own idle in the JSON: the driver's and the server's
+    assert sorted("uvicorn" in p["cmd"] for p in runs["glibc"]["tree"]) == [False, True], runs["glibc"]["tree"]
     rec = doc["recommendation"]
     assert rec["variant"] == "glibc:trim=quiet", doc["verdict"]
 

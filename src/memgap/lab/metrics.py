@@ -47,6 +47,7 @@ class RunMetrics:
     idle_rule: str = ""            # how idle was found: "idle (marked)", "idle (quiet 2.1 s)", ...
     process: str = ""              # the command line of the process the figures describe
     processes: int = 0             # how many processes the workload's tree ran
+    tree: list[dict[str, Any]] = field(default_factory=list)  # every process's idle: cmd, rss, rule
 
 
 def _main_process(run: dict[str, Any], process: str = "") -> dict[str, Any] | None:
@@ -151,6 +152,8 @@ def run_metrics(run: dict[str, Any], variant: Variant | str, rep: int, order: in
             m.status, m.note = "no-process", f"no process of the workload's tree matched --process {process!r}"
         return m
     m.processes = len({s["pid"] for s in run["timeline"]})
+    m.tree = [{"cmd": " ".join(p.get("cmd") or [])[:120], "idle": p["idle"]["rss"], "rule": p["idle"]["label"]}
+              for p in run["processes"] if p.get("idle")]
     m.process = " ".join([os.path.basename(proc["cmd"][0]), *proc["cmd"][1:]])[:120] if proc.get("cmd") else ""
     points = [(s["t"], s["rss"]) for s in run["timeline"] if s["pid"] == proc["pid"]]
     step = max(1, len(points) // MAX_POINTS)
