@@ -11,13 +11,13 @@ import sys
 import time
 from collections import deque
 
-from rich.console import Group
-from rich.table import Table
+from rich.console import Group, RenderableType
 
 from ..collect import Options, snapshot_pid
 from ..errors import NoSuchProcess, PidReused
 from ..model import Snapshot
-from ..report.runs import sparkline
+from ..report.fit import CUT, WRAP, Col, fit_table
+from ..report.runs import sparkline, squeeze
 from ..report.terminal import LAYER_TITLES, _console, arenas_table, layers_table
 from ..units import mib, pct
 from . import _args
@@ -51,27 +51,26 @@ def _snapshots(pid: int, tree: bool, started: int | None) -> tuple[list[Snapshot
     return snaps, before
 
 
-def _trend_table(history: deque, snaps: list[Snapshot]) -> Table:  # type: ignore[type-arg]
+def _trend_table(history: deque, snaps: list[Snapshot], width: int) -> RenderableType:  # type: ignore[type-arg]
     total = sum(s.rss for s in snaps)
-    table = Table(title=f"{len(snaps)} process{'es' if len(snaps) > 1 else ''}: RSS {mib(total)} MiB, "
-                        f"last {len(history)} refreshes", title_justify="left")
-    for col in ("layer", "MiB", "of RSS", "trend"):
-        table.add_column(col, justify="left" if col in ("layer", "trend") else "right")
+    title = f"{len(snaps)} process{'es' if len(snaps) > 1 else ''}: RSS {mib(total)} MiB, last {len(history)} refreshes"
+    cols = [Col("layer", WRAP), Col("MiB"), Col("of RSS"), Col("trend", CUT, optional=1, shorten=squeeze)]
+    rows = []
     for name in snaps[0].layers:
         values = [sum(s.layers[name].resident or 0 for s in frame) for frame in history]
         now = values[-1]
         measured = any(s.layers[name].resident is not None for s in snaps)
-        table.add_row(LAYER_TITLES.get(name, name), mib(now) if measured else "-",
-                      pct(now, total) if measured else "-", sparkline(values, 40) if measured else "not measured")
-    return table
+        rows.append([LAYER_TITLES.get(name, name), mib(now) if measured else "-",
+                     pct(now, total) if measured else "-", sparkline(values, 40) if measured else "not measured"])
+    return fit_table(title, cols, rows, width)
 
 
-def frame(history: deque, snaps: list[Snapshot]) -> Group:  # type: ignore[type-arg]
-    parts = [_trend_table(history, snaps)]
+def frame(history: deque, snaps: list[Snapshot], width: int = 120) -> Group:  # type: ignore[type-arg]
+    parts = [_trend_table(history, snaps, width)]
     main = snaps[0]
     if len(snaps) == 1:
-        parts.append(layers_table(main))
-    arenas = arenas_table(main, limit=5)
+        parts.append(layers_table(main, width))
+    arenas = arenas_table(main, limit=5, width=width)
     if arenas is not None:
         parts.append(arenas)
     for f in (f for s in snaps for f in s.findings):
@@ -102,7 +101,7 @@ def main(args: argparse.Namespace) -> int:
                     return 0
                 raise
             history.append(snaps)
-            view = frame(history, snaps)
+            view = frame(history, snaps, console.width)  # read each time: the terminal may be resized
             if live is not None:
                 live.update(view, refresh=True)
             else:

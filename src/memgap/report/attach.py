@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from typing import Any, TextIO
 
-from rich.table import Table
+from rich.console import RenderableType
 
 from ..deep import ROUTE_MALLOC_INFO, ROUTE_OUTSIDE, DeepResult
 from ..model import Snapshot
 from ..units import mib
+from .fit import Col, fit_table
 from .terminal import _console, layers_table
 
 
@@ -25,35 +26,32 @@ def _gdb_timing(seconds: dict[str, float]) -> str:
     return ", ".join(parts)
 
 
-def arenas_comparison_table(deep: DeepResult, limit: int = 12) -> Table:
+# The comparison is the point: both routes' system and free bytes always shown; the rest may give way.
+COMPARISON = (("system_gdb", Col(f"system\n{ROUTE_MALLOC_INFO}")), ("system_outside", Col(f"system\n{ROUTE_OUTSIDE}")),
+              ("free_gdb", Col(f"free\n{ROUTE_MALLOC_INFO}")),
+              ("free_resident_outside", Col(f"free resident\n{ROUTE_OUTSIDE}")),
+              ("in_use_gdb", Col(f"in use\n{ROUTE_MALLOC_INFO}", optional=1)),
+              ("trim_releasable_outside", Col(f"trim would release\n{ROUTE_OUTSIDE}", optional=2)))
+
+
+def arenas_comparison_table(deep: DeepResult, limit: int = 12, width: int = 120) -> RenderableType:
     info = deep.malloc_info
     assert info is not None
     title = (f"glibc arenas, {ROUTE_MALLOC_INFO} ({len(info.arenas)}) beside the {ROUTE_OUTSIDE} walk "
              f"({sum(1 for r in deep.arenas if r['system_outside'] is not None)}), MiB")
-    table = Table(title=title, title_justify="left")
-    for col in ("arena", f"system\n{ROUTE_MALLOC_INFO}", f"system\n{ROUTE_OUTSIDE}",
-                f"free\n{ROUTE_MALLOC_INFO}", f"free resident\n{ROUTE_OUTSIDE}",
-                f"in use\n{ROUTE_MALLOC_INFO}", f"trim would release\n{ROUTE_OUTSIDE}"):
-        table.add_column(col, justify="right")
     rows = sorted(deep.arenas, key=lambda r: -max(r["system_gdb"] or 0, r["system_outside"] or 0))
 
-    def total(key: str, subset: list[dict[str, Any]]) -> int | None:
+    def total(key: str, subset: list[dict[str, Any]]) -> str:
         values = [r[key] for r in subset if r[key] is not None]
-        return sum(values) if values else None
+        return mib(sum(values) if values else None)
 
-    for r in rows[:limit]:
-        table.add_row(f"{r['arena']}{' main' if r['main'] else ''}", mib(r["system_gdb"]), mib(r["system_outside"]),
-                      mib(r["free_gdb"]), mib(r["free_resident_outside"]), mib(r["in_use_gdb"]),
-                      mib(r["trim_releasable_outside"]))
+    cells = [[f"{r['arena']}{' main' if r['main'] else ''}", *(mib(r[k]) for k, _ in COMPARISON)]
+             for r in rows[:limit]]
     if len(rows) > limit:
-        rest = rows[limit:]
-        table.add_row(f"{len(rest)} more", *(mib(total(k, rest)) for k in (
-            "system_gdb", "system_outside", "free_gdb", "free_resident_outside", "in_use_gdb",
-            "trim_releasable_outside")))
-    table.add_row("total", *(mib(total(k, rows)) for k in (
-        "system_gdb", "system_outside", "free_gdb", "free_resident_outside", "in_use_gdb",
-        "trim_releasable_outside")), style="bold")
-    return table
+        cells.append([f"{len(rows) - limit} more", *(total(k, rows[limit:]) for k, _ in COMPARISON)])
+    cells.append(["total", *(total(k, rows) for k, _ in COMPARISON)])
+    return fit_table(title, [Col("arena"), *(c for _, c in COMPARISON)], cells, width,
+                     [None] * (len(cells) - 1) + ["bold"])
 
 
 def render_deep(deep: DeepResult, stream: TextIO, width: int | None = None) -> None:
@@ -61,7 +59,7 @@ def render_deep(deep: DeepResult, stream: TextIO, width: int | None = None) -> N
     timing = _gdb_timing(deep.timings)
     console.print(f"Inside PID {deep.pid} through gdb" + (f" ({timing})" if timing else "") + ":")
     if deep.malloc_info is not None:
-        console.print(arenas_comparison_table(deep))
+        console.print(arenas_comparison_table(deep, width=console.width))
         gdb, out = deep.mmapped.get("gdb", {}), deep.mmapped.get("outside", {})
         console.print(f"mmapped chunks: {gdb.get('count')} holding {mib(gdb.get('bytes'))} MiB ({ROUTE_MALLOC_INFO}); "
                       f"{out.get('count')} found holding {mib(out.get('bytes'))} MiB, "
@@ -69,7 +67,7 @@ def render_deep(deep: DeepResult, stream: TextIO, width: int | None = None) -> N
         console.print("  free (malloc_info) counts every free byte, touched or not; free resident (outside) only "
                       "the whole resident pages inside free chunks")
     if deep.in_process is not None:
-        console.print(layers_table(deep.in_process))
+        console.print(layers_table(deep.in_process, console.width))
     for note in deep.notes:
         console.print(f"note: {note}")
 
@@ -92,5 +90,6 @@ def render_trim(pid: int, trim: dict[str, Any], stream: TextIO, width: int | Non
 
 
 def render_after_trim(after: Snapshot, stream: TextIO, width: int | None = None) -> None:
-    _console(stream, width).print(layers_table(after))
+    console = _console(stream, width)
+    console.print(layers_table(after, console.width))
 

@@ -3,10 +3,11 @@ from __future__ import annotations
 
 from typing import Any, TextIO
 
-from rich.table import Table
+from rich.console import RenderableType
 
 from ..lab.verdict import verdict_word
 from ..units import mib
+from .fit import WRAP, Col, fit_table
 from .terminal import _console
 
 
@@ -38,7 +39,13 @@ def table_rows(lab: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
-COLUMNS = ("variant", "first phase", "peak", "idle", "after trim", "wall s", "slowdown", "pattern", "verdict")
+# The variants table's columns (the terminal's, Markdown's and HTML's): where a terminal is
+# narrow, the optional ones give way (highest first), and below the essential four each
+# variant is printed as lines.
+VARIANT_COLUMNS = (Col("variant", WRAP), Col("first phase", optional=5), Col("peak", optional=2), Col("idle"),
+                   Col("after trim", optional=1), Col("wall s", optional=4), Col("slowdown"),
+                   Col("pattern", WRAP, optional=3), Col("verdict", justify="left"))
+COLUMNS = tuple(c.header for c in VARIANT_COLUMNS)
 
 
 def pattern_evidence(lab: dict[str, Any], spec: str) -> list[str]:
@@ -62,21 +69,27 @@ def better_line(lab: dict[str, Any]) -> str:
             f"and {floor['bytes'] / 2**20:g} MiB lower")
 
 
-def apply_lines(rec: dict[str, Any]) -> list[str]:
-    """The recommendation in every form it is given: shell, Dockerfile, systemd, Python, notes."""
-    lines = [f"Apply {rec['variant']}:"]
-    lines += [f"  setup, once:  {line}" for line in rec.get("setup", [])]
-    lines.append("  environment:  " + " ".join(rec["shell"]))
+def apply_block(rec: dict[str, Any]) -> list[tuple[str, bool]]:
+    """The recommendation in every form it is given (shell, Dockerfile, systemd, Python, notes),
+    each line with whether it is one to copy: those are printed whole, never wrapped."""
+    lines = [(f"Apply {rec['variant']}:", False)]
+    lines += [(f"  setup, once:  {line}", True) for line in rec.get("setup", [])]
+    lines.append(("  environment:  " + " ".join(rec["shell"]), True))
     if rec["dockerfile"]:
-        lines.append("  Dockerfile:   " + rec["dockerfile"].replace("\n", "\n                "))
-    lines.append("  systemd:      " + " ".join(rec["systemd"]))
-    lines.append("  Python (children spawned by this process):")
-    lines += ["    " + line for line in rec["python"].splitlines()]
+        lines.append(("  Dockerfile:   " + rec["dockerfile"].replace("\n", "\n                "), True))
+    lines.append(("  systemd:      " + " ".join(rec["systemd"]), True))
+    lines.append(("  Python (children spawned by this process):", False))
+    lines += [("    " + line, True) for line in rec["python"].splitlines()]
     if rec.get("python_plain"):
-        lines.append("  or without memgap, plain Python in the program:")
-        lines += ["    " + line for line in rec["python_plain"].splitlines()]
-    lines += [f"  note: {note}" for note in rec["notes"]]
+        lines.append(("  or without memgap, plain Python in the program:", False))
+        lines += [("    " + line, True) for line in rec["python_plain"].splitlines()]
+    lines += [(f"  note: {note}", False) for note in rec["notes"]]
     return lines
+
+
+def apply_lines(rec: dict[str, Any]) -> list[str]:
+    """The same, as lines (the HTML report's <pre>)."""
+    return [line for line, _ in apply_block(rec)]
 
 
 def across_line(lab: dict[str, Any]) -> str:
@@ -104,52 +117,48 @@ def markdown_table(lab: dict[str, Any]) -> str:
     return "\n".join(rows) + "\n"
 
 
-def variants_table(lab: dict[str, Any]) -> Table:
+def variants_table(lab: dict[str, Any], width: int = 170) -> RenderableType:
     reps = f"up to {lab['reps']} (adaptive)" if lab.get("adaptive") else str(lab["reps"])
-    table = Table(title=f"{reps} interleaved repetitions per variant, MiB: median (min-max)",
-                  title_justify="left")
-    for col in COLUMNS:
-        table.add_column(col, justify="left" if col in ("variant", "pattern", "verdict") else "right",
-                         no_wrap=col != "verdict")
     recommended = (lab.get("recommendation") or {}).get("variant")
-    for row in table_rows(lab):
-        table.add_row(*row, style="bold" if row[0] == recommended else None)
-    return table
+    rows = table_rows(lab)
+    return fit_table(f"{reps} interleaved repetitions per variant, MiB: median (min-max)", VARIANT_COLUMNS, rows,
+                     width, ["bold" if row[0] == recommended else None for row in rows])
 
 
 def _growth(value: float | None) -> str:
     return f"{100 * value:+.0f}%" if value is not None else "-"
 
 
-def sweep_table(lab: dict[str, Any], spec: str) -> Table | None:
+def sweep_table(lab: dict[str, Any], spec: str, width: int = 170) -> RenderableType | None:
     """Seed 004's table for one variant: idle (and peak) per setting, growth over the first setting."""
     rows = lab.get("sweep", {}).get(spec)
     if not rows:
         return None
+    title = f"{spec}: idle and peak RSS per setting (MiB), growth over the first setting"
     names = list(lab["params"])
-    table = Table(title=f"{spec}: idle and peak RSS per setting (MiB), growth over the first setting",
-                  title_justify="left")
     if len(names) == 2:
-        first, second = names
-        table.add_column(first)
+        return _sweep_grid(lab, rows, title, width)
+    cols = [Col("setting", WRAP), Col("idle"), Col("growth", optional=2), Col("peak", optional=1),
+            Col("growth", optional=3)]
+    cells = [[" ".join(f"{k}={v}" for k, v in row["params"].items()), mib(row["idle"], 0),
+              _growth(row["idle_growth"]), mib(row["peak"], 0), _growth(row["peak_growth"])] for row in rows]
+    return fit_table(title, cols, cells, width)
+
+
+def _sweep_grid(lab: dict[str, Any], rows: list[dict[str, Any]], title: str, width: int) -> RenderableType:
+    """Two swept parameters: the first down the side, the second across (idle, growth, peak each)."""
+    first, second = list(lab["params"])
+    cols = [Col(first, WRAP)]
+    for v2 in lab["params"][second]:
+        cols += [Col(f"{second}={v2} idle"), Col("growth", optional=2), Col("peak", optional=1)]
+    cells = []
+    for v1 in lab["params"][first]:
+        line = [v1]
         for v2 in lab["params"][second]:
-            table.add_column(f"{second}={v2} idle", justify="right")
-            table.add_column("growth", justify="right")
-            table.add_column("peak", justify="right")
-        for v1 in lab["params"][first]:
-            cells = []
-            for v2 in lab["params"][second]:
-                row = next((r for r in rows if r["params"] == {first: v1, second: v2}), None)
-                cells += [mib(row["idle"], 0), _growth(row["idle_growth"]), mib(row["peak"], 0)] if row else ["-"] * 3
-            table.add_row(v1, *cells)
-        return table
-    table.add_column("setting")
-    for col in ("idle", "growth", "peak", "growth"):
-        table.add_column(col, justify="right")
-    for row in rows:
-        table.add_row(" ".join(f"{k}={v}" for k, v in row["params"].items()), mib(row["idle"], 0),
-                      _growth(row["idle_growth"]), mib(row["peak"], 0), _growth(row["peak_growth"]))
-    return table
+            row = next((r for r in rows if r["params"] == {first: v1, second: v2}), None)
+            line += [mib(row["idle"], 0), _growth(row["idle_growth"]), mib(row["peak"], 0)] if row else ["-"] * 3
+        cells.append(line)
+    return fit_table(title, cols, cells, width)
 
 
 def idle_rules_line(lab: dict[str, Any]) -> str:
@@ -193,12 +202,12 @@ def render_lab(lab: dict[str, Any], stream: TextIO, width: int | None = None) ->
     if lab.get("sweep"):
         shown = {lab.get("baseline"), (lab.get("recommendation") or {}).get("variant")}
         for spec in filter(None, shown):
-            table = sweep_table(lab, spec)
+            table = sweep_table(lab, spec, console.width)
             if table is not None:
                 console.print(table)
         cell = " ".join(f"{k}={v}" for k, v in lab["cell"].items())
         console.print(f"Variants at {cell}, where the baseline idles highest:")
-    console.print(variants_table(lab))
+    console.print(variants_table(lab, console.width))
     console.print(too_slow_line(lab))
     if better_line(lab):
         console.print(better_line(lab))
@@ -217,8 +226,10 @@ def render_lab(lab: dict[str, Any], stream: TextIO, width: int | None = None) ->
     if across_line(lab):
         console.print(across_line(lab))
     rec = lab.get("recommendation")
-    for line in apply_lines(rec) if rec else []:
-        console.print(line, highlight=False, markup=False)
+    for line, copy in apply_block(rec) if rec else []:
+        # a line to copy is written whole: the terminal may fold it on screen, but a newline
+        # inside a path or a token would break it when pasted
+        console.print(line, soft_wrap=copy)
     overhead = lab["lab_seconds"] / lab["workload_seconds"] if lab["workload_seconds"] else 0
     ending = "" if lab["complete"] else ("; STOPPED EARLY" if lab.get("stopped") else "; INCOMPLETE: interrupted")
     console.print(f"{len(lab['runs'])} runs in {lab['lab_seconds']:.1f} s ({overhead:.2f}x the workloads' "

@@ -4,11 +4,12 @@ from __future__ import annotations
 import os
 from typing import Any, TextIO
 
-from rich.table import Table
+from rich.console import RenderableType
 
 from ..model import LAYER_NAMES, Finding, Snapshot
 from ..units import mib
-from .terminal import LAYER_SHORT, _console, print_findings, render_snapshot
+from .fit import CUT, WRAP, Col, ellipsis, fit_table
+from .terminal import _console, layer_columns, print_findings, render_snapshot
 
 SPARK = " ▁▂▃▄▅▆▇█"
 
@@ -22,35 +23,38 @@ def sparkline(values: list[int], width: int = 40) -> str:
     return "".join(SPARK[min(8, int(8 * v / top))] for v in points)
 
 
-def phase_table(process: dict[str, Any]) -> Table:
+def squeeze(line: str, width: int) -> str:
+    """A sparkline made narrower, each character the highest of those it stands for (the
+    whole time span stays); other text is cut."""
+    if len(line) <= width or width < 1 or not set(line) <= set(SPARK):
+        return ellipsis(line, width)
+    step = len(line) / width
+    return "".join(max(line[int(i * step):int((i + 1) * step)] or " ", key=SPARK.index) for i in range(width))
+
+
+def phase_table(process: dict[str, Any], width: int = 120) -> RenderableType:
     argv = process.get("cmd") or []
-    cmd = " ".join([os.path.basename(argv[0]), *argv[1:]])[:70] if argv else ""
-    table = Table(title=f"PID {process['pid']} {cmd}: phases (MiB)", title_justify="left")
-    table.add_column("phase", no_wrap=True)
-    table.add_column("RSS", justify="right")
-    for name in LAYER_NAMES:
-        table.add_column(LAYER_SHORT[name], justify="right")
-    table.add_column("unexpl.", justify="right")
+    cmd = " ".join([os.path.basename(argv[0]), *argv[1:]]).replace("\n", " ")[:70] if argv else ""
+    cols = [Col("phase", WRAP), Col("RSS"), *layer_columns(LAYER_NAMES)]
+    rows = []
     for snap in process["snapshots"]:
         layers = snap["layers"]
-        table.add_row(str(snap.get("phase")), mib(snap["rss"]),
-                      *(mib(layers[n]["resident"]) if n in layers else "-" for n in LAYER_NAMES),
-                      mib(snap["unexplained"]))
-    return table
+        rows.append([str(snap.get("phase")), mib(snap["rss"]),
+                     *(mib(layers[n]["resident"]) if n in layers else "-" for n in LAYER_NAMES),
+                     mib(snap["unexplained"])])
+    return fit_table(f"PID {process['pid']} {cmd}: phases (MiB)", cols, rows, width)
 
 
-def timeline_table(run: dict[str, Any]) -> Table:
-    table = Table(title=f"RSS over time, every {run.get('interval')} s (MiB)", title_justify="left")
-    for col in ("PID", "command", "samples", "first", "peak", "last", "shape"):
-        table.add_column(col, justify="left" if col in ("command", "shape") else "right")
+def timeline_table(run: dict[str, Any], width: int = 120) -> RenderableType:
+    cols = [Col("PID"), Col("command", CUT, optional=1, most=40), Col("samples", optional=3), Col("first"),
+            Col("peak"), Col("last"), Col("shape", CUT, optional=2, shorten=squeeze)]
     by_pid: dict[int, list[int]] = {}
     for s in run["timeline"]:
         by_pid.setdefault(s["pid"], []).append(s["rss"])
-    cmds = {p["pid"]: " ".join(p.get("cmd") or [])[:40] for p in run["processes"]}
-    for pid, values in by_pid.items():
-        table.add_row(str(pid), cmds.get(pid, ""), str(len(values)), mib(values[0]), mib(max(values)),
-                      mib(values[-1]), sparkline(values))
-    return table
+    cmds = {p["pid"]: " ".join(p.get("cmd") or []) for p in run["processes"]}
+    rows = [[str(pid), cmds.get(pid, ""), str(len(values)), mib(values[0]), mib(max(values)), mib(values[-1]),
+             sparkline(values)] for pid, values in by_pid.items()]
+    return fit_table(f"RSS over time, every {run.get('interval')} s (MiB)", cols, rows, width)
 
 
 def _at_rest(process: dict[str, Any]) -> tuple[dict[str, Any], str]:
@@ -90,11 +94,11 @@ def agent_exit_line(pid: int, last: dict[str, Any]) -> str:
 def render_run(run: dict[str, Any], stream: TextIO, width: int | None = None) -> None:
     console = _console(stream, width)
     if run["timeline"]:
-        console.print(timeline_table(run))
+        console.print(timeline_table(run, console.width))
     final = None
     for process in run["processes"]:
         if process["snapshots"]:
-            console.print(phase_table(process))
+            console.print(phase_table(process, console.width))
             rest = _at_rest(process)
             if final is None or rest[0]["rss"] > final[0]["rss"]:
                 final = rest

@@ -5,11 +5,11 @@ import io
 import os
 from typing import Sequence, TextIO
 
-from rich.console import Console
-from rich.table import Table
+from rich.console import Console, RenderableType
 
 from ..model import Finding, Snapshot
 from ..units import mib, pct
+from .fit import CUT, WRAP, Col, fit_table
 
 LAYER_TITLES = {
     "files": "files (code, libraries, mapped files)",
@@ -30,68 +30,79 @@ LAYER_SHORT = {
 }
 
 
+# Where a terminal is too narrow for every layer's column, the order in which they give way
+# (the last first): what the allocator holds free is what memgap is most often asked about.
+LAYER_RANK = {"allocator_free": 1, "python_objects": 2, "allocator_in_use": 3, "files": 4, "pymalloc_free": 5,
+              "other_anon": 6, "stacks": 7}
+UNEXPLAINED_RANK = 8
+
+
 def _console(stream: TextIO, width: int | None = None) -> Console:
-    """A console on ``stream``: the terminal's width on a terminal, 120 columns elsewhere."""
+    """A console on ``stream``: the terminal's width on a terminal, 120 columns elsewhere.
+    No emoji codes: a ``:name:`` inside a printed setting or path must stay as it is."""
     if width is None and not (hasattr(stream, "isatty") and stream.isatty()):
         width = 120
-    return Console(file=stream, width=width, highlight=False, soft_wrap=False, markup=False)
+    return Console(file=stream, width=width, highlight=False, soft_wrap=False, markup=False, emoji=False)
 
 
-def layers_table(snap: Snapshot) -> Table:
+def layer_columns(names: Sequence[str]) -> list[Col]:
+    """One figure column per layer, then the unexplained rest, each free to give way."""
+    return [*(Col(LAYER_SHORT.get(n, n), optional=LAYER_RANK.get(n, UNEXPLAINED_RANK)) for n in names),
+            Col("unexpl.", optional=UNEXPLAINED_RANK)]
+
+
+def layers_table(snap: Snapshot, width: int = 120) -> RenderableType:
     where = f"PID {snap.pid}" + (f" at {snap.phase}" if snap.phase else "")
-    table = Table(title=f"{where}: RSS {mib(snap.rss)} MiB ({snap.route}, allocator {snap.allocator.get('name')})",
-                  title_justify="left")
-    table.add_column("layer")
-    table.add_column("resident MiB", justify="right")
-    table.add_column("of RSS", justify="right")
-    table.add_column("virtual MiB", justify="right")
-    table.add_column("measured from", overflow="fold", max_width=40)
+    title = f"{where}: RSS {mib(snap.rss)} MiB ({snap.route}, allocator {snap.allocator.get('name')})"
+    cols = [Col("layer", WRAP), Col("resident MiB"), Col("of RSS"), Col("virtual MiB", optional=1),
+            Col("measured from", WRAP, optional=2, most=40)]
+    rows, styles = [], []
     for name, layer in snap.layers.items():
         if layer.resident is None:
-            table.add_row(LAYER_TITLES.get(name, name), "-", "-", "-", f"not measured: {layer.note}",
-                          style="dim")
+            rows.append([LAYER_TITLES.get(name, name), "-", "-", "-", f"not measured: {layer.note}"])
+            styles.append("dim")
             continue
-        table.add_row(LAYER_TITLES.get(name, name), mib(layer.resident), pct(layer.resident, snap.rss),
-                      mib(layer.virtual), layer.source or layer.derivation)
-    table.add_row("unexplained", mib(snap.unexplained), pct(snap.unexplained, snap.rss), "",
-                  "VmRSS minus the layers", style="italic")
-    table.add_row("RSS (VmRSS)", mib(snap.rss), "100%", "", "/proc/PID/status", style="bold")
-    return table
+        rows.append([LAYER_TITLES.get(name, name), mib(layer.resident), pct(layer.resident, snap.rss),
+                     mib(layer.virtual), layer.source or layer.derivation])
+        styles.append(None)
+    rows.append(["unexplained", mib(snap.unexplained), pct(snap.unexplained, snap.rss), "", "VmRSS minus the layers"])
+    rows.append(["RSS (VmRSS)", mib(snap.rss), "100%", "", "/proc/PID/status"])
+    return fit_table(title, cols, rows, width, [*styles, "italic", "bold"])
 
 
-def arenas_table(snap: Snapshot, limit: int = 10) -> Table | None:
+def arenas_table(snap: Snapshot, limit: int = 10, width: int = 120) -> RenderableType | None:
     layer = snap.layers.get("allocator_free")
     arenas = layer.detail.get("arenas") if layer else None
-    if not arenas:
+    if not layer or not arenas:
         return None
     rows = sorted(arenas, key=lambda a: -(a["resident"] or 0))
-    table = Table(title=f"glibc arenas ({len(arenas)}), largest first", title_justify="left")
     # With glibc's own malloc_info (in-process, or the agent's), its free bytes beside the walk's
     told = any(a.get("free") is not None for a in arenas)
-    columns = ["arena", "heaps", "system MiB", "in use MiB", "resident MiB", "free resident MiB",
-               "of it top chunk", "trim would release"]
+    cols = [Col("arena"), Col("heaps", optional=5), Col("system MiB", optional=2), Col("in use MiB", optional=1),
+            Col("resident MiB"), Col("free resident MiB"), Col("of it top chunk", optional=3),
+            Col("trim would release")]
     if told:
-        columns.insert(4, "free MiB: glibc / walked")
-    for col in columns:
-        table.add_column(col, justify="right")
+        cols.insert(4, Col("free MiB: glibc / walked", optional=4))
 
     def cells(values: list[str], told_value: str) -> list[str]:
         return values[:4] + [told_value] + values[4:] if told else values
 
+    table_rows = []
     for a in rows[:limit]:
         told_free = f"{mib(a.get('free'))} / {mib(a.get('free_walked'))}" if told else ""
-        table.add_row(*cells([f"{a['arena']}{' main' if a['main'] else ''}", str(a["heaps"]), mib(a["system"]),
-                              mib(a["in_use"]), mib(a["resident"]), mib(a["free_resident"]),
-                              mib(a["top_resident"]), mib(a["trim_releasable"])], told_free))
+        table_rows.append(cells([f"{a['arena']}{' main' if a['main'] else ''}", str(a["heaps"]), mib(a["system"]),
+                                 mib(a["in_use"]), mib(a["resident"]), mib(a["free_resident"]),
+                                 mib(a["top_resident"]), mib(a["trim_releasable"])], told_free))
     if len(rows) > limit:
         rest = rows[limit:]
-        table.add_row(*cells([f"{len(rest)} more", "", mib(sum(a["system"] for a in rest)), "",
-                              mib(sum(a["resident"] for a in rest)), mib(sum(a["free_resident"] for a in rest)),
-                              mib(sum(a["top_resident"] for a in rest)),
-                              mib(sum(a["trim_releasable"] or 0 for a in rest))], ""))
-    table.add_row(*cells(["total", "", "", "", "", mib(layer.resident), "", mib(layer.detail.get("trim_releasable"))],
-                         ""), style="bold")
-    return table
+        table_rows.append(cells([f"{len(rest)} more", "", mib(sum(a["system"] for a in rest)), "",
+                                 mib(sum(a["resident"] for a in rest)), mib(sum(a["free_resident"] for a in rest)),
+                                 mib(sum(a["top_resident"] for a in rest)),
+                                 mib(sum(a["trim_releasable"] or 0 for a in rest))], ""))
+    table_rows.append(cells(["total", "", "", "", "", mib(layer.resident), "",
+                             mib(layer.detail.get("trim_releasable"))], ""))
+    return fit_table(f"glibc arenas ({len(arenas)}), largest first", cols, table_rows, width,
+                     [None] * (len(table_rows) - 1) + ["bold"])
 
 
 def print_findings(console: Console, findings: Sequence[Finding]) -> None:
@@ -106,8 +117,8 @@ def print_findings(console: Console, findings: Sequence[Finding]) -> None:
 
 def render_snapshot(snap: Snapshot, stream: TextIO, width: int | None = None) -> None:
     console = _console(stream, width)
-    console.print(layers_table(snap))
-    arenas = arenas_table(snap)
+    console.print(layers_table(snap, console.width))
+    arenas = arenas_table(snap, width=console.width)
     if arenas is not None:
         console.print(arenas)
     if snap.findings:
@@ -121,19 +132,26 @@ def render_text(snap: Snapshot, width: int | None = None) -> str:
     return buf.getvalue()
 
 
+def _layer_total(snaps: Sequence[Snapshot], name: str) -> str:
+    """A layer summed over processes; '-' where no process measured it (not 0.0)."""
+    values = [s.layers[name].resident for s in snaps if s.layers[name].resident is not None]
+    return mib(sum(values)) if values else "-"
+
+
 def render_tree(snaps: Sequence[Snapshot], stream: TextIO, width: int | None = None) -> None:
     """One row per process and a total (RSS summed, which counts shared pages once per process)."""
     console = _console(stream, width)
     names = list(snaps[0].layers) if snaps else []
-    table = Table(title="process tree (MiB); PSS splits shared pages among their sharers", title_justify="left")
-    for col in ("PID", "command", "RSS", "PSS", *(LAYER_SHORT.get(n, n) for n in names), "unexpl."):
-        table.add_column(col, justify="left" if col == "command" else "right", no_wrap=True)
+    total = f"{len(snaps)} processes"
+    cols = [Col("PID"), Col("command", CUT, least=max(16, len(total)), most=40), Col("RSS"), Col("PSS"),
+            *layer_columns(names)]
+    rows = []
     for s in snaps:
         cmd = " ".join([os.path.basename(s.cmd[0]), *s.cmd[1:]]) if s.cmd else ""
-        table.add_row(str(s.pid), cmd[:24], mib(s.rss), mib(s.status.get("Pss")),
-                      *(mib(s.layers[n].resident) for n in names), mib(s.unexplained))
-    table.add_row("total", f"{len(snaps)} processes", mib(sum(s.rss for s in snaps)),
-                  mib(sum(s.status.get("Pss", 0) for s in snaps)),
-                  *(mib(sum(s.layers[n].resident or 0 for s in snaps)) for n in names),
-                  mib(sum(s.unexplained for s in snaps)), style="bold")
-    console.print(table)
+        rows.append([str(s.pid), cmd, mib(s.rss), mib(s.status.get("Pss")),
+                     *(mib(s.layers[n].resident) for n in names), mib(s.unexplained)])
+    rows.append(["total", total, mib(sum(s.rss for s in snaps)), mib(sum(s.status.get("Pss", 0) for s in snaps)),
+                 *(_layer_total(snaps, n) for n in names),
+                 mib(sum(s.unexplained for s in snaps))])
+    console.print(fit_table("process tree (MiB); PSS splits shared pages among their sharers", cols, rows,
+                            console.width, [None] * len(snaps) + ["bold"]))
