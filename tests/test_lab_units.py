@@ -352,6 +352,14 @@ def test_the_adaptive_lab_drops_only_what_cannot_win():
     assert why("glibc:arena_max=2", [40 * MiB], wall=1.6).startswith("far too slow (x1.60")  # > 1.5 x 1.05
     assert why("glibc:arena_max=2", [40 * MiB], wall=1.5) == ""
     assert cannot_win(base, base, runs, 0.05) == ""                        # the baseline always runs
+    # dominated: another variant idles below it by twice the margin (10%, 4 MiB), within the budget
+    others = runs + _fixed_runs("glibc:trim=idle", [40 * MiB])
+    def against(idles, wall=1.0):
+        return cannot_win(V.parse_variant("jemalloc"), base, others + _fixed_runs("jemalloc", idles, wall=wall), 0.05)
+    assert against([50 * MiB]) == "glibc:trim=idle idled far below it in every run, within the budget"
+    assert against([44 * MiB]) == ""                                       # 4 MiB: not far enough
+    slow = runs + _fixed_runs("glibc:trim=idle", [40 * MiB], wall=1.3)     # the lower one is too slow
+    assert cannot_win(V.parse_variant("jemalloc"), base, slow + _fixed_runs("jemalloc", [50 * MiB]), 0.05) == ""
 
 
 def test_a_costlier_choice_over_a_simpler_winner_waits_for_every_repetition():

@@ -7,7 +7,9 @@ applied, no idle), when none of its runs idled below the baseline's highest by
 the material margin (the verdict asks for its whole range below the baseline's
 and its median lower by that margin: later runs would have to move both by more
 than that), or when it is far too slow (beyond FAR_TOO_SLOW times the budget's
-limit). A verdict is settled when two rounds in a row give it, and, where it
+limit), or when another variant within the budget idled below every one of its
+runs by twice the material margin (the verdict never picks a variant another
+one's range clearly undercuts). A verdict is settled when two rounds in a row give it, and, where it
 prefers a costlier remedy to a simpler one that also beats the baseline, when
 every contender has had all its repetitions: with fewer runs a range clears
 another's by chance more easily. ``memgap lab --reps N`` keeps the full grid.
@@ -15,7 +17,7 @@ another's by chance more easily. ``memgap lab --reps N`` keeps the full grid.
 from __future__ import annotations
 
 from .metrics import RunMetrics
-from .variants import Variant
+from .variants import Variant, parse_variant
 from .verdict import MATERIAL_BYTES, MATERIAL_SHARE, Verdict, summarize
 
 FAR_TOO_SLOW = 1.5  # x the slowest a variant may be (1 + budget): no later run brings it back
@@ -37,10 +39,32 @@ def cannot_win(variant: Variant, baseline: Variant, runs: list[RunMetrics], max_
     highest = max(r.idle for r in base)  # type: ignore[type-var]
     if min(r.idle for r in usable) > highest - max(MATERIAL_SHARE * highest, MATERIAL_BYTES):  # type: ignore[type-var]
         return "its idle was not materially below the baseline's in any run"
-    slowdown = summarize(variant, mine, [r for r in runs if r.variant == baseline.spec]).slowdown
+    slowdown = _slowdown(variant, runs, baseline)
     if slowdown is not None and slowdown > FAR_TOO_SLOW * (1 + max_slowdown):
         return f"far too slow (x{slowdown:.2f} against a budget of x{1 + max_slowdown:.2f})"
+    for other in sorted({r.variant for r in runs} - {variant.spec, baseline.spec}):
+        if _dominates(other, usable, runs, baseline, max_slowdown):
+            return f"{other} idled far below it in every run, within the budget"
     return ""
+
+
+def _slowdown(variant: Variant, runs: list[RunMetrics], baseline: Variant) -> float | None:
+    mine = [r for r in runs if r.variant == variant.spec]
+    return summarize(variant, mine, [r for r in runs if r.variant == baseline.spec]).slowdown
+
+
+def _dominates(spec: str, usable: list[RunMetrics], runs: list[RunMetrics], baseline: Variant,
+               max_slowdown: float) -> bool:
+    """Whether variant ``spec`` idled below every one of these runs by twice the material
+    margin in all its own runs, within the time budget: the verdict would never pick the
+    dominated one (the other one's range lies clearly below it), whatever the costs."""
+    theirs = [r for r in runs if r.variant == spec]
+    if not theirs or any(r.status != "ok" or r.idle is None for r in theirs):
+        return False
+    lowest = min(r.idle for r in usable)  # type: ignore[type-var]
+    gap = max(2 * MATERIAL_SHARE * lowest, 2 * MATERIAL_BYTES)
+    slowdown = _slowdown(parse_variant(spec), runs, baseline)
+    return max(r.idle for r in theirs) < lowest - gap and (slowdown or 1.0) <= 1 + max_slowdown  # type: ignore[type-var]
 
 
 def needs_every_rep(verdict: Verdict) -> bool:
