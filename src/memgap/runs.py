@@ -220,110 +220,136 @@ def record_run(options: RunOptions) -> int:
     With ``timeout`` the command runs in its own process group, and the whole
     group is stopped when the time is up (the end event says ``timed_out``).
     """
-    os.makedirs(options.record_dir, exist_ok=True)
-    writer = RecordingWriter(os.path.join(options.record_dir, SAMPLES_FILE))
-    start = time.time()
-    env = child_env(options.record_dir)
-    if not options.walk:
-        env[WALK_ENV] = "0"
-    env.update(options.env)
-    agent_info: dict[str, str] = {}
-    if options.agent:
-        env, agent_info = _with_agent(env)
-    writer.write({"type": "header", "schema": RUN_SCHEMA, "cmd": options.cmd, "start": start,
-                  "interval": options.interval, "machine": machine_info(), "env": options.env,
-                  "agent": agent_info})
-    trim_after = env.get(TRIM_AFTER_ENV, "")
-    own_group = options.timeout is not None or bool(options.idle_after) or bool(options.load)
-    service_metric = "" if options.load else options.metric_regex  # with a load, the load prints it
+    recording = _Recording(options)
     try:
-        stdout = subprocess.PIPE if options.mark_regex or service_metric else options.stdout
-        proc = subprocess.Popen(options.cmd, env=env, start_new_session=own_group,
-                                stdout=stdout, stderr=options.stderr)
-    except OSError as exc:
-        writer.close()
-        raise MemgapError(f"cannot run {options.cmd[0]!r}: {exc.strerror or exc}") from None
-    known: set[int] = set()
-    deadline = None if options.timeout is None else time.monotonic() + options.timeout
-    timed_out = stopped_at_idle = marked_idle = False
-    marks = (StdoutMarks(proc.stdout, options.mark_regex, options.stdout is None, service_metric)
-             if options.mark_regex or service_metric else None)
-    load = LoadDriver(options.load, options.record_dir, options.rest, writer.write) if options.load else None
-    clock = PhaseClock(options.record_dir)
-    oom_before = oom_kills()  # the kernel's count: did its OOM killer act while this ran?
-    activity = CpuActivity()
-    quiet = None if options.idle_after else OutsideQuiet(options.record_dir)  # else its own quiet rule
-    try:
-        while True:
-            _sample(writer, proc.pid, known, start, quiet)
-            for name in marks.pending() if marks else []:
-                if quiet is not None:
-                    quiet.marked.add(proc.pid)
-                _outside_snapshot(writer, proc.pid, name, start, trim_after)
-                marked_idle = marked_idle or name == "idle"
-                clock.mark()
-            for value in marks.pending_values() if marks else []:
-                writer.write({"type": "metric", "pid": proc.pid, "name": options.metric_name, "value": value,
-                              "time": time.time()})
-            busy = activity.busy(tree_pids(proc.pid)) if options.idle_after or load else False
-            if options.idle_after:
-                clock.poll()
-                if busy:
-                    clock.mark()  # working, even without a phase: not idle yet
-                if clock.quiet_for() >= options.idle_after:
-                    # Quiet long enough: this is its idle (unless it said so itself: that one was
-                    # measured already, and a trim may have followed it).
-                    if not marked_idle:
-                        _outside_snapshot(writer, proc.pid, "idle", start, trim_after,
-                                          quiet_since=time.time() - clock.quiet_for())
-                    stopped_at_idle = True
-                    _stop(proc, own_group)
-                    break
-            if load is not None and load.step(busy):
-                stopped_at_idle = True  # the load is over and the service has rested: measured, stopped
-                _stop(proc, own_group)
-                break
-            if _exited_within(proc, marks, options.interval):
-                break
-            if deadline is not None and time.monotonic() > deadline:
-                timed_out = True
-                _stop(proc, own_group)
-                break
+        recording.watch()
     except KeyboardInterrupt:
-        _stop(proc, own_group)
-        if load is not None:
-            load.stop()
-        writer.write({"type": "end", "t": round(time.time() - start, 4), "exit_code": proc.returncode,
-                      "interrupted": True})
-        writer.close()
+        recording.interrupted()
         raise
-    code = proc.wait()
-    oom_after = oom_kills()
-    if load is not None:
-        load.stop()
-        value = load.metric(options.metric_regex) if options.metric_regex else None
-        if value is not None:
-            writer.write({"type": "metric", "pid": None, "name": options.metric_name, "value": value,
-                          "time": time.time()})
-    if marks is not None:  # lines read after the last sample: the metrics still count
-        marks.thread.join(timeout=2)
-        for name in marks.pending():  # a mark printed just before the end: too late to read
-            writer.write({"type": "error", "pid": proc.pid, "phase": name,
-                          "error": "the process ended before memgap could read it at this mark"})
-        for value in marks.pending_values():
-            writer.write({"type": "metric", "pid": proc.pid, "name": options.metric_name, "value": value,
-                          "time": time.time()})
-    if own_group and not timed_out:
-        try:  # children the command left running in its group
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    writer.write({"type": "end", "t": round(time.time() - start, 4), "exit_code": code, "timed_out": timed_out,
-                  "stopped_at_idle": stopped_at_idle,
-                  "load_seconds": round(load.load_seconds, 4) if load is not None else None,
-                  "oom_kills": None if oom_before is None or oom_after is None else oom_after - oom_before})
-    writer.close()
-    return code
+    return recording.finish()
+
+
+class _Recording:
+    """One run being recorded: the command, what reads its marks, and how it ends."""
+
+    def __init__(self, options: RunOptions) -> None:
+        self.options = options
+        os.makedirs(options.record_dir, exist_ok=True)
+        self.writer = RecordingWriter(os.path.join(options.record_dir, SAMPLES_FILE))
+        self.start = time.time()
+        env = child_env(options.record_dir)
+        if not options.walk:
+            env[WALK_ENV] = "0"
+        env.update(options.env)
+        agent_info: dict[str, str] = {}
+        if options.agent:
+            env, agent_info = _with_agent(env)
+        self.writer.write({"type": "header", "schema": RUN_SCHEMA, "cmd": options.cmd, "start": self.start,
+                           "interval": options.interval, "machine": machine_info(), "env": options.env,
+                           "agent": agent_info})
+        self.trim_after = env.get(TRIM_AFTER_ENV, "")
+        self.own_group = options.timeout is not None or bool(options.idle_after) or bool(options.load)
+        service_metric = "" if options.load else options.metric_regex  # with a load, the load prints it
+        try:
+            stdout = subprocess.PIPE if options.mark_regex or service_metric else options.stdout
+            self.proc = subprocess.Popen(options.cmd, env=env, start_new_session=self.own_group,
+                                         stdout=stdout, stderr=options.stderr)
+        except OSError as exc:
+            self.writer.close()
+            raise MemgapError(f"cannot run {options.cmd[0]!r}: {exc.strerror or exc}") from None
+        self.marks = (StdoutMarks(self.proc.stdout, options.mark_regex, options.stdout is None, service_metric)
+                      if options.mark_regex or service_metric else None)
+        self.load = (LoadDriver(options.load, options.record_dir, options.rest, self.writer.write)
+                     if options.load else None)
+        self.quiet = None if options.idle_after else OutsideQuiet(options.record_dir)  # else its own rule
+        self.clock = PhaseClock(options.record_dir)
+        self.activity = CpuActivity()
+        self.known: set[int] = set()
+        self.timed_out = self.stopped_at_idle = self.marked_idle = False
+        self.oom_before = oom_kills()  # the kernel's count: did its OOM killer act while this ran?
+
+    def watch(self) -> None:
+        """Sample until the command exits, or memgap stops it (idle, load done, timeout)."""
+        options, proc = self.options, self.proc
+        deadline = None if options.timeout is None else time.monotonic() + options.timeout
+        while True:
+            _sample(self.writer, proc.pid, self.known, self.start, self.quiet)
+            self._read_marks()
+            busy = self.activity.busy(tree_pids(proc.pid)) if options.idle_after or self.load else False
+            if (options.idle_after and self._quiet_long_enough(busy)) or (self.load and self.load.step(busy)):
+                self.stopped_at_idle = True  # measured at its idle (or after the load and its rest): stopped
+                _stop(proc, self.own_group)
+                return
+            if _exited_within(proc, self.marks, options.interval):
+                return
+            if deadline is not None and time.monotonic() > deadline:
+                self.timed_out = True
+                _stop(proc, self.own_group)
+                return
+
+    def _read_marks(self) -> None:
+        for name in self.marks.pending() if self.marks else []:
+            if self.quiet is not None:
+                self.quiet.marked.add(self.proc.pid)
+            _outside_snapshot(self.writer, self.proc.pid, name, self.start, self.trim_after)
+            self.marked_idle = self.marked_idle or name == "idle"
+            self.clock.mark()
+        for value in self.marks.pending_values() if self.marks else []:
+            self._metric(value, self.proc.pid)
+
+    def _quiet_long_enough(self, busy: bool) -> bool:
+        """--idle-after: quiet that long (no new phase, little CPU): its idle, read from outside
+        (unless it marked idle itself: that one was measured already, and a trim may have followed)."""
+        self.clock.poll()
+        if busy:
+            self.clock.mark()  # working, even without a phase: not idle yet
+        if self.clock.quiet_for() < self.options.idle_after:
+            return False
+        if not self.marked_idle:
+            _outside_snapshot(self.writer, self.proc.pid, "idle", self.start, self.trim_after,
+                              quiet_since=time.time() - self.clock.quiet_for())
+        return True
+
+    def _metric(self, value: float, pid: int | None) -> None:
+        self.writer.write({"type": "metric", "pid": pid, "name": self.options.metric_name, "value": value,
+                           "time": time.time()})
+
+    def interrupted(self) -> None:
+        _stop(self.proc, self.own_group)
+        if self.load is not None:
+            self.load.stop()
+        self.writer.write({"type": "end", "t": round(time.time() - self.start, 4),
+                           "exit_code": self.proc.returncode, "interrupted": True})
+        self.writer.close()
+
+    def finish(self) -> int:
+        """The command's end: late marks and metrics, what it left running, the end event."""
+        code = self.proc.wait()
+        oom_after = oom_kills()
+        if self.load is not None:
+            self.load.stop()
+            value = self.load.metric(self.options.metric_regex) if self.options.metric_regex else None
+            if value is not None:
+                self._metric(value, None)
+        if self.marks is not None:  # lines read after the last sample: the metrics still count
+            self.marks.thread.join(timeout=2)
+            for name in self.marks.pending():  # a mark printed just before the end: too late to read
+                self.writer.write({"type": "error", "pid": self.proc.pid, "phase": name,
+                                   "error": "the process ended before memgap could read it at this mark"})
+            for value in self.marks.pending_values():
+                self._metric(value, self.proc.pid)
+        if self.own_group and not self.timed_out:
+            try:  # children the command left running in its group
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.writer.write({"type": "end", "t": round(time.time() - self.start, 4), "exit_code": code,
+                           "timed_out": self.timed_out, "stopped_at_idle": self.stopped_at_idle,
+                           "load_seconds": round(self.load.load_seconds, 4) if self.load is not None else None,
+                           "oom_kills": None if self.oom_before is None or oom_after is None
+                           else oom_after - self.oom_before})
+        self.writer.close()
+        return code
 
 
 def _exited_within(proc: subprocess.Popen, marks: StdoutMarks | None, seconds: float) -> bool:  # type: ignore[type-arg]

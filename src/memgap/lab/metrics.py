@@ -125,12 +125,33 @@ def run_metrics(run: dict[str, Any], variant: Variant | str, rep: int, order: in
     the process the figures describe (default: the largest)."""
     if isinstance(variant, str):
         variant = parse_variant(variant)
-    trims_at_idle, idle_after_rest = variant.trim == "idle", variant.trim == "quiet"
-    allocator, needs_bootstrap, arena_max = variant.allocator, bool(variant.trim), variant.arena_max
-    python_only = variant.pymalloc_off or variant.pymalloc_release
     m = RunMetrics(variant=variant.spec, rep=rep, order=order, status="ok", exit_code=run.get("exit_code"),
                    wall=float(run.get("duration") or 0.0), duration=float(run.get("duration") or 0.0), cpu=cpu,
                    record_dir=run.get("record_dir", ""))
+    _ending(m, run, metric)
+    proc = _main_process(run, process)
+    if proc is None:
+        if process and m.status == "ok":
+            m.status, m.note = "no-process", f"no process of the workload's tree matched --process {process!r}"
+        return m
+    _process_figures(m, run, proc)
+    if proc["snapshots"]:
+        _check_applied(m, variant, proc)
+    _idle_and_work(m, run, proc)
+    if variant.trim == "idle" and m.after_trim is not None:
+        m.idle = m.after_trim
+    elif variant.trim == "idle" and m.idle is not None and m.status == "ok":
+        m.status = "not-applied"
+        m.note = ("the one trim at idle did not act: it follows a marked idle, or a Python program's moment "
+                  "before exit, and this process had neither (stopped by a signal, as servers are; or not "
+                  "Python): the trim=quiet variants measure the idle trimmer in such a process")
+    if variant.trim == "quiet" and m.idle is not None:
+        _idle_after_the_trimmer(m, proc)
+    return m
+
+
+def _ending(m: RunMetrics, run: dict[str, Any], metric: str) -> None:
+    """How the run ended (timeout, stopped at idle, killed, crashed), and its throughput."""
     code = run.get("exit_code")
     if run.get("timed_out"):
         m.status = "timeout"
@@ -146,18 +167,16 @@ def run_metrics(run: dict[str, Any], variant: Variant | str, rep: int, order: in
         m.throughput = run.get("metrics", {}).get(metric)
         if m.throughput is None and m.status == "ok":
             m.status, m.note = "no-metric", f"the workload reported no metric {metric!r}"
-    proc = _main_process(run, process)
-    if proc is None:
-        if process and m.status == "ok":
-            m.status, m.note = "no-process", f"no process of the workload's tree matched --process {process!r}"
-        return m
+
+
+def _process_figures(m: RunMetrics, run: dict[str, Any], proc: dict[str, Any]) -> None:
+    """The measured process's timeline, phases, layers, peak and post-rest; the tree's idles."""
     m.processes = len({s["pid"] for s in run["timeline"]})
     m.tree = [{"cmd": " ".join(p.get("cmd") or [])[:120], "idle": p["idle"]["rss"], "rule": p["idle"]["label"]}
               for p in run["processes"] if p.get("idle")]
     m.process = " ".join([os.path.basename(proc["cmd"][0]), *proc["cmd"][1:]])[:120] if proc.get("cmd") else ""
     points = [(s["t"], s["rss"]) for s in run["timeline"] if s["pid"] == proc["pid"]]
-    step = max(1, len(points) // MAX_POINTS)
-    m.timeline = points[::step]
+    m.timeline = points[::max(1, len(points) // MAX_POINTS)]
     samples = [rss for _, rss in points]
     snaps = proc["snapshots"]
     # after the rest: at exit (before the interpreter tears down), else the last sample
@@ -170,25 +189,40 @@ def run_metrics(run: dict[str, Any], variant: Variant | str, rep: int, order: in
     hwm = max((s["status"].get("VmHWM", 0) for s in snaps), default=0)
     m.peak = max([*samples, hwm]) or None
     m.vm_peak = max((s["status"].get("VmPeak", 0) for s in snaps), default=0) or None
-    if snaps:
-        marked = [s for s in snaps if s["phase"] not in UNMARKED]
-        m.baseline = _at_mark(marked[0]) if marked else None  # the program's first phase, if it marks any
-        seen = snaps[0].get("allocator", {}).get("name")
-        if allocator and seen and seen != allocator and m.status == "ok":
-            m.status = "not-applied"
-            m.note = f"the process ran {seen}, not {allocator}: the preload did not take"
-        arenas = max((s.get("allocator", {}).get("arenas") or 0 for s in snaps), default=0)
-        if arena_max and arenas > arena_max and m.status == "ok" and (seen or "glibc") == "glibc":
-            m.status = "not-applied"
-            m.note = (f"glibc ran {arenas} arenas, more than arena_max={arena_max}: the setting did not take "
-                      "(a setuid program ignores it, and a program may call mallopt itself)")
-        if python_only and m.status == "ok" and not m.python:
-            m.status = "not-applied"
-            m.note = "a pymalloc setting, and the process measured is not a Python one memgap could see inside"
-        if needs_bootstrap and m.status == "ok" and not _trimmer_reached(proc):
-            m.status = "not-applied"
-            m.note = ("a trimmer needs memgap's bootstrap (Python) or its native agent in the process; "
-                      "this one had neither")
+    marked = [s for s in snaps if s["phase"] not in UNMARKED]
+    m.baseline = _at_mark(marked[0]) if marked else None  # the program's first phase, if it marks any
+    trimmed = [s for s in snaps if s["phase"] == "after-trim" and s.get("trim")]
+    if trimmed and trimmed[-1]["trim"]["performed"]:
+        m.after_trim = trimmed[-1]["trim"]["rss_after"]
+        m.trim_released = trimmed[-1]["trim"]["released"]
+    bursts = [rss for phase, rss in m.phases if phase not in ("idle", *UNMARKED) and phase != m.phases[0][0]]
+    m.pattern, m.pattern_evidence = classify_pattern(bursts)
+
+
+def _check_applied(m: RunMetrics, variant: Variant, proc: dict[str, Any]) -> None:
+    """Mark the run "not-applied" when what the variant sets did not reach the process."""
+    if m.status != "ok":
+        return
+    snaps = proc["snapshots"]
+    seen = snaps[0].get("allocator", {}).get("name")
+    arenas = max((s.get("allocator", {}).get("arenas") or 0 for s in snaps), default=0)
+    if variant.allocator and seen and seen != variant.allocator:
+        m.note = f"the process ran {seen}, not {variant.allocator}: the preload did not take"
+    elif variant.arena_max and arenas > variant.arena_max and (seen or "glibc") == "glibc":
+        m.note = (f"glibc ran {arenas} arenas, more than arena_max={variant.arena_max}: the setting did not take "
+                  "(a setuid program ignores it, and a program may call mallopt itself)")
+    elif (variant.pymalloc_off or variant.pymalloc_release) and not m.python:
+        m.note = "a pymalloc setting, and the process measured is not a Python one memgap could see inside"
+    elif variant.trim and not _trimmer_reached(proc):
+        m.note = ("a trimmer needs memgap's bootstrap (Python) or its native agent in the process; "
+                  "this one had neither")
+    else:
+        return
+    m.status = "not-applied"
+
+
+def _idle_and_work(m: RunMetrics, run: dict[str, Any], proc: dict[str, Any]) -> None:
+    """The idle figure (marked or found, see memgap.idle) and how long the work itself took."""
     found = proc["idle"] if "idle" in proc else idle_of_process(proc, run["timeline"], run.get("start"))
     if found:
         m.idle, m.idle_rule = int(found["rss"]), found["label"]
@@ -201,25 +235,9 @@ def run_metrics(run: dict[str, Any], variant: Variant | str, rep: int, order: in
         m.wall = float(run["load_seconds"])
     elif run.get("stopped_at_idle") and run.get("start"):
         # The lab waited for quiet, then stopped it: the work ended at its last phase before idle.
-        before_idle = [s["time"] for s in snaps if s["phase"] not in ("idle", *UNMARKED)]
+        before_idle = [s["time"] for s in proc["snapshots"] if s["phase"] not in ("idle", *UNMARKED)]
         if before_idle:
             m.wall = max(before_idle) - run["start"]
-    trimmed = [s for s in snaps if s["phase"] == "after-trim" and s.get("trim")]
-    if trimmed and trimmed[-1]["trim"]["performed"]:
-        m.after_trim = trimmed[-1]["trim"]["rss_after"]
-        m.trim_released = trimmed[-1]["trim"]["released"]
-    bursts = [rss for phase, rss in m.phases if phase not in ("idle", *UNMARKED) and phase != m.phases[0][0]]
-    m.pattern, m.pattern_evidence = classify_pattern(bursts)
-    if trims_at_idle and m.after_trim is not None:
-        m.idle = m.after_trim
-    elif trims_at_idle and m.idle is not None and m.status == "ok":
-        m.status = "not-applied"
-        m.note = ("the one trim at idle did not act: it follows a marked idle, or a Python program's moment "
-                  "before exit, and this process had neither (stopped by a signal, as servers are; or not "
-                  "Python): the trim=quiet variants measure the idle trimmer in such a process")
-    if idle_after_rest and m.idle is not None:
-        _idle_after_the_trimmer(m, proc)
-    return m
 
 
 def _idle_after_the_trimmer(m: RunMetrics, proc: dict[str, Any]) -> None:
