@@ -296,6 +296,25 @@ def test_a_pymalloc_setting_on_a_program_that_is_not_python_did_not_apply():
     assert run_metrics(run("outside, with the agent"), "glibc", 1, 1, 0.0).status == "ok"
 
 
+def test_a_server_seen_only_from_outside_shows_its_trimmer_and_its_interpreter():
+    """A server stopped by a signal has no in-process snapshot: the bootstrap's trimmer-start
+    event says a trimmer took, and its command line says it is Python."""
+    from memgap.lab.metrics import run_metrics
+
+    snap = {"rss": 30, "layers": {}, "status": {}, "allocator": {"name": "glibc"}, "route": "outside",
+            "time": 0, "phase": "quiet"}
+
+    def run(cmd, **entry):
+        return {"exit_code": -15, "duration": 1.0, "stopped_at_idle": True, "timeline": [],
+                "processes": [{"pid": 1, "cmd": cmd, "snapshots": [snap], **entry}]}
+
+    server = ["/usr/bin/python3", "-m", "uvicorn", "app:app"]
+    assert run_metrics(run(server), "glibc:trim=every:1", 1, 1, 0.0).status == "not-applied"
+    assert run_metrics(run(server, trimmer="every 1 s"), "glibc:trim=every:1", 1, 1, 0.0).status == "ok"
+    assert run_metrics(run(server), "glibc:pymalloc=off", 1, 1, 0.0).status == "ok"
+    assert run_metrics(run(["./server"]), "glibc:pymalloc=off", 1, 1, 0.0).status == "not-applied"
+
+
 def test_a_trimmer_variants_idle_is_what_its_own_trims_left():
     from memgap.lab.metrics import run_metrics
 

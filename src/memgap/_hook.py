@@ -49,6 +49,7 @@ def _trim_periodically(seconds: float) -> None:
             release_if_asked()
 
     threading.Thread(target=loop, name="memgap-trimmer", daemon=True).start()
+    _trimmer_started(f"every {seconds:g} s")
 
 
 def _snapshot_before_exit() -> None:
@@ -77,12 +78,27 @@ def _snapshot_before_exit() -> None:
     threading._shutdown = before_shutdown  # type: ignore[attr-defined]
 
 
-def _write_event(event: dict) -> None:  # type: ignore[type-arg]
-    from .api import _recording_writer
+_events = None  # this process's writer for its trimmers' events
 
-    writer = _recording_writer()
-    if writer is not None:
-        writer.write(event)
+
+def _write_event(event: dict) -> None:  # type: ignore[type-arg]
+    """A trimmer's event, into a file of its own: the recorder takes process-PID.jsonl as the
+    sign that the program marks phases itself, which a trimmer's trims are not."""
+    global _events
+    directory = os.environ.get(RECORD_DIR_ENV)
+    if not directory:
+        return
+    if _events is None or _events.pid != os.getpid():  # a forked child writes its own file
+        from .recording import RecordingWriter
+
+        _events = RecordingWriter(os.path.join(directory, f"process-{os.getpid()}.trims.jsonl"))
+        _events.pid = os.getpid()  # type: ignore[attr-defined]
+    _events.write(event)
+
+
+def _trimmer_started(mode: str) -> None:
+    """Under a recording: the trimmer runs in this process (the lab's evidence that it took)."""
+    _write_event({"type": "trimmer-start", "pid": os.getpid(), "mode": mode})
 
 
 def install() -> None:
@@ -103,6 +119,7 @@ def install() -> None:
             pass  # not glibc: nothing to trim, and the program runs as it would
         else:
             atexit.register(trimmer.stop)
+            _trimmer_started("idle")
     every = os.environ.get(TRIM_EVERY_ENV)
     if every:
         try:

@@ -377,6 +377,8 @@ def _add_event(processes: dict[int, dict[str, Any]], errors: list[dict[str, Any]
     elif kind == "trimmer":  # a trim of the idle trimmer in this process
         _process_entry(processes, event["pid"]).setdefault("trims", []).append(
             {k: v for k, v in event.items() if k not in ("type", "pid")})
+    elif kind == "trimmer-start":  # memgap's bootstrap started a trimmer in this process
+        _process_entry(processes, event["pid"])["trimmer"] = event.get("mode", "")
     elif kind == "quiet-end":
         _process_entry(processes, event["pid"]).setdefault("quiet_ends", []).append(event["time"])
     elif kind == "snapshot":

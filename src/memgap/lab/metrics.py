@@ -52,15 +52,26 @@ class RunMetrics:
 
 def _main_process(run: dict[str, Any], process: str = "") -> dict[str, Any] | None:
     """The process the figures describe: the one whose command line matches ``process``,
-    else the largest one memgap took a snapshot of, else the root."""
+    else the largest one memgap took a snapshot of (its marks and layers are there), unless
+    one it has only samples of rose far higher (a server whose quiet spell no snapshot
+    caught: twice as high and 16 MiB more), else the root."""
     candidates = run["processes"]
     if process:
         pattern = re.compile(process)
         candidates = [p for p in candidates if pattern.search(" ".join(p.get("cmd") or []))]
+    highest: dict[int, int] = {}
+    for s in run["timeline"]:
+        highest[s["pid"]] = max(highest.get(s["pid"], 0), s["rss"])
+    for p in candidates:
+        highest[p["pid"]] = max([highest.get(p["pid"], 0), *(snap["rss"] for snap in p["snapshots"])])
     with_snaps = [p for p in candidates if p["snapshots"]]
-    if with_snaps:
-        return max(with_snaps, key=lambda p: max(s["rss"] for s in p["snapshots"]))
-    return candidates[0] if candidates else None
+    best = max(with_snaps, key=lambda p: highest[p["pid"]]) if with_snaps else None
+    sampled = [p for p in candidates if not p["snapshots"] and highest.get(p["pid"])]
+    bigger = max(sampled, key=lambda p: highest[p["pid"]]) if sampled else None
+    if bigger is not None and (best is None or highest[bigger["pid"]] > max(2 * highest[best["pid"]],
+                                                                           highest[best["pid"]] + 16 * MiB)):
+        return bigger
+    return best or (candidates[0] if candidates else None)
 
 
 def _at_mark(snap: dict[str, Any]) -> int:
@@ -90,18 +101,22 @@ def classify_pattern(values: list[int]) -> tuple[str, str]:
 
 
 def _is_python(proc: dict[str, Any]) -> bool:
-    """Whether memgap saw a Python interpreter in the process: a snapshot or a trim from its
-    bootstrap, or pymalloc's arenas read from outside (a server stopped by a signal has only those)."""
-    if proc.get("trims") or any(s.get("route") == "in-process" for s in proc["snapshots"]):
+    """Whether the process is a Python interpreter: a snapshot or a trimmer of memgap's
+    bootstrap in it, pymalloc's arenas read from outside, or its command line (a server
+    stopped by a signal, under PYTHONMALLOC=malloc, has nothing else to show)."""
+    if proc.get("trimmer") or proc.get("trims") or any(s.get("route") == "in-process" for s in proc["snapshots"]):
         return True
-    return any(((s.get("layers") or {}).get("pymalloc_free") or {}).get("resident") for s in proc["snapshots"])
+    if any(((s.get("layers") or {}).get("pymalloc_free") or {}).get("resident") for s in proc["snapshots"]):
+        return True
+    return bool(proc.get("cmd")) and os.path.basename(proc["cmd"][0]).startswith("python")
 
 
 def _trimmer_reached(proc: dict[str, Any]) -> bool:
     """Whether something that can trim ran inside the process: the Python bootstrap (its
-    snapshots, or its trimmer's trims) or the agent."""
-    return bool(proc.get("trims")) or any(s.get("route") == "in-process" or "agent" in s.get("allocator", {})
-                                          for s in proc["snapshots"])
+    snapshots, its trimmer started, or its trims) or the agent."""
+    if proc.get("trimmer") or proc.get("trims"):
+        return True
+    return any(s.get("route") == "in-process" or "agent" in s.get("allocator", {}) for s in proc["snapshots"])
 
 
 def _sigkill_cause(oom_kills: int | None) -> str:

@@ -161,7 +161,7 @@ def _pointless(variant: Variant, results: list[RunMetrics]) -> bool:
     """A pymalloc setting, once the runs so far have shown the workload is not a Python program."""
     if not (variant.pymalloc_off or variant.pymalloc_release):
         return False
-    seen = [r for r in results if r.layers]  # runs that reached a snapshot of their main process
+    seen = [r for r in results if r.layers or r.idle is not None]  # runs that saw their main process
     return bool(seen) and not any(r.python for r in seen)
 
 
