@@ -223,21 +223,39 @@ def test_anonymous_mapping_is_other_anon(start, allocator):
 # --- files and stacks --------------------------------------------------------------------------
 
 def test_files_grow_by_a_mapped_file_and_agree_with_smaps(start, tmp_path):
-    data = tmp_path / "mapped.bin"
+    data, warm = tmp_path / "mapped.bin", tmp_path / "warm.bin"
     data.write_bytes(os.urandom(1 << 20) * 32)
+    warm.write_bytes(b"w" * 4096)
     w = start()
+    # the command once on a one-page file, so that its code is mapped before "before": a first
+    # call of a libc function maps up to 64 KiB of libc around the page (the kernel's fault-around)
+    w.cmd(f"file {warm}")
     before = w.layers()
     assert abs(before["files"] - smaps_file_pages(w.proc.pid)) <= 16 * KiB, before
     mapped = w.cmd(f"file {data}")["mapped"]
     after = w.layers()
     smaps = smaps_file_pages(w.proc.pid)
-    # the same pages counted two ways (pagemap bit 61 vs the kernel's Rss - Anonymous): measured
-    # equal; 16 KiB in case a page of code is first run in between
+    # the same pages counted two ways (pagemap bit 61 vs the kernel's Rss - Anonymous) at the
+    # same idle moment: measured equal
     assert abs(after["files"] - smaps) <= 16 * KiB, (after, smaps)
-    # all 32 MiB read, in the page cache since it was written: every page resident; 64 KiB for
-    # code the command runs for the first time
-    assert abs(delta(after, before, "files") - mapped) <= 64 * KiB, (before, after)
+    # all 32 MiB read, in the page cache since it was written: every page resident; 128 KiB for
+    # two fault-arounds of code nonetheless run for the first time (measured: none after the
+    # warm-up; without it 0 or 128 KiB)
+    assert abs(delta(after, before, "files") - mapped) <= 128 * KiB, (before, after)
     assert abs(delta(after, before, "other_anon")) <= 64 * KiB, (before, after)
+
+
+def wait_until_all_threads_sleep(pid, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        states = []
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/stat") as fh:
+                states.append(fh.read().rsplit(")", 1)[1].split()[0])
+        if all(state == "S" for state in states):
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"threads of {pid} still not all asleep: {states}")
 
 
 def test_stacks_grow_by_what_threads_touch(start):
@@ -245,6 +263,10 @@ def test_stacks_grow_by_what_threads_touch(start):
     before = w.layers()
     n, kib = 8, 512
     touched = w.cmd(f"threads {n} {kib}")["touched"]
+    # memgap finds a thread's stack by the stack pointer in /proc/PID/task/TID/syscall, which
+    # a runnable thread does not show: wait until the threads, just woken from their barrier,
+    # sleep in pause() (without this, 1 to 7 of the 8 stacks were missed in 3 of 8 runs)
+    wait_until_all_threads_sleep(w.proc.pid)
     after = w.layers()
     grown = delta(after, before, "stacks")
     # each thread wrote 512 KiB of its stack; above that sit its pthread struct, TLS and the
