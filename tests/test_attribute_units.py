@@ -114,8 +114,6 @@ def test_glibc_free_beyond_the_heap_clamps_in_use_to_zero():
     assert unexplained == 11 * MiB - 16 * MiB
 
 
-@pytest.mark.xfail(strict=True, reason="with glibc's in-use below zero, moved = min(large, in_use) is negative: "
-                   "python_objects comes out at -5 MiB (0 blocks + 'moved' -5 MiB), a negative layer")
 def test_glibc_negative_in_use_takes_nothing_from_python_objects():
     m = Measurements(rss=11 * MiB, regions=SMALL_HEAP, allocator="glibc", glibc=glibc_layout(),
                      pymalloc=pymalloc(0), python_heap=PythonHeap("gc-walk", large_buffers_bytes=3 * MiB))

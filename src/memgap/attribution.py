@@ -180,7 +180,9 @@ def attribute(m: Measurements) -> tuple[dict[str, Layer], int]:
     elif heap is not None:
         large = heap.large_buffers_bytes
         py_how.append("plus buffers over 512 B found by a gc walk (held in the C allocator)")
-    moved = min(large, in_use) if in_use is not None else 0
+    # a walk may count more free than the heap holds (in_use < 0): nothing to move then,
+    # and python_objects must not go below what pymalloc shows
+    moved = max(0, min(large, in_use)) if in_use is not None else 0
     if in_use is not None:
         in_use -= moved
     if m.pymalloc is not None or heap is not None:
