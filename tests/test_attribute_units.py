@@ -121,29 +121,38 @@ def test_glibc_negative_in_use_takes_nothing_from_python_objects():
     assert got["python_objects"] == 0 and got["allocator_in_use"] == 0
 
 
-# --- jemalloc: its statistics, within the unclaimed anonymous pages ----------------------------
+# --- jemalloc: its statistics, within the resident pages of its own mappings -------------------
 
-JE_REGIONS = regions(("file", 10 * MiB), ("stack", 128 * KiB), ("anon", 30 * MiB), ("file-cow", 256 * KiB),
-                     ("pymalloc-arena", 2 * MiB))
+# jemalloc's mappings (found by memgap as MAP_NORESERVE ones): 26 MiB resident of 64 MiB; 4 MiB
+# of anonymous memory outside them
+JE_REGIONS = regions(("file", 10 * MiB), ("stack", 128 * KiB), ("jemalloc", 26 * MiB, 64 * MiB), ("anon", 4 * MiB),
+                     ("file-cow", 256 * KiB), ("pymalloc-arena", 2 * MiB))
+# 43 MiB - (files 10 + arenas 2 + anonymous 30) MiB - (stack 128 + private copies 256) KiB, however
+# the 30 anonymous MiB are split
+JE_UNEXPLAINED = 43 * MiB - 42 * MiB - 384 * KiB
 
 
 def test_jemalloc():
-    m = Measurements(rss=43 * MiB, regions=JE_REGIONS, allocator="jemalloc", jemalloc=jemalloc(20 * MiB, 26 * MiB))
-    got, unexplained = layers_of(m)
-    assert got == {
+    # stats.resident says 30 MiB, its mappings hold 26: free is what the pages show, not the counter
+    m = Measurements(rss=43 * MiB, regions=JE_REGIONS, allocator="jemalloc", jemalloc=jemalloc(20 * MiB, 30 * MiB))
+    layers, unexplained = attribute(m)
+    assert {k: v.resident for k, v in layers.items()} == {
         "files": 10 * MiB,
         "python_objects": None,          # no Python statistics: not measured
         "pymalloc_free": 2 * MiB,        # the arenas found, all of them
-        "allocator_in_use": 20 * MiB,    # stats.allocated
-        "allocator_free": 6 * MiB,       # stats.resident 26 - allocated 20
+        "allocator_in_use": 20 * MiB,    # stats.allocated, within the 26 resident
+        "allocator_free": 6 * MiB,       # mappings' resident 26 - in use 20 (below the counter's 30 - 20)
         "stacks": 128 * KiB,
-        "other_anon": 4 * MiB + 256 * KiB,  # unclaimed anon 30 - 26, plus private copies
+        "other_anon": 4 * MiB + 256 * KiB,  # anonymous outside jemalloc's mappings, plus private copies
     }
-    assert unexplained == 43 * MiB - 42 * MiB - 384 * KiB
+    assert unexplained == JE_UNEXPLAINED
+    detail = layers["allocator_free"].detail["jemalloc"]
+    assert detail["counted_not_resident"] == 4 * MiB  # stats.resident 30 - resident pages 26
+    assert "MAP_NORESERVE" in layers["allocator_free"].derivation and not layers["allocator_free"].note
 
 
 def test_jemalloc_with_python_large_buffers():
-    m = Measurements(rss=43 * MiB, regions=JE_REGIONS, allocator="jemalloc", jemalloc=jemalloc(20 * MiB, 26 * MiB),
+    m = Measurements(rss=43 * MiB, regions=JE_REGIONS, allocator="jemalloc", jemalloc=jemalloc(20 * MiB, 30 * MiB),
                      pymalloc=pymalloc(1 * MiB), python_heap=PythonHeap("gc-walk", large_buffers_bytes=3 * MiB))
     got, _ = layers_of(m)
     assert got["python_objects"] == 4 * MiB and got["pymalloc_free"] == 1 * MiB
@@ -152,17 +161,44 @@ def test_jemalloc_with_python_large_buffers():
 
 
 @pytest.mark.parametrize("allocated, resident, in_use, free, unclaimed", [
-    (35 * MiB, 40 * MiB, 30 * MiB, 0, 0),          # allocated beyond the 30 MiB unclaimed: all of it, no free
-    (20 * MiB, 40 * MiB, 20 * MiB, 10 * MiB, 0),   # free of 20 where only 10 are left: 10
+    (35 * MiB, 40 * MiB, 26 * MiB, 0, 4 * MiB),          # allocated beyond the 26 resident: 26, no free
+    (20 * MiB, 24 * MiB, 20 * MiB, 4 * MiB, 6 * MiB),    # the counter bounds free: 24 - 20 of the 6 pages left;
+                                                         # the other 2 are someone else's (26 - 24), with the 4
 ])
-def test_jemalloc_clamps_to_the_unclaimed_pages(allocated, resident, in_use, free, unclaimed):
+def test_jemalloc_clamps_to_its_resident_pages(allocated, resident, in_use, free, unclaimed):
     m = Measurements(rss=43 * MiB, regions=JE_REGIONS, allocator="jemalloc", jemalloc=jemalloc(allocated, resident))
-    got, _ = layers_of(m)
+    got, unexplained = layers_of(m)
     assert (got["allocator_in_use"], got["allocator_free"]) == (in_use, free)
     assert got["other_anon"] == unclaimed + 256 * KiB
+    assert unexplained == JE_UNEXPLAINED
+
+
+@pytest.mark.parametrize("regions_", [
+    # no MAP_NORESERVE mapping at all (vm.overcommit_memory 2): the 30 MiB all unclaimed
+    regions(("file", 10 * MiB), ("stack", 128 * KiB), ("anon", 30 * MiB), ("file-cow", 256 * KiB),
+            ("pymalloc-arena", 2 * MiB)),
+    # mappings too small for what jemalloc says it maps (stats.mapped 100 MiB in 64): not all of them
+    JE_REGIONS,
+])
+def test_jemalloc_without_its_mappings_measures_no_free(regions_):
+    stats = JemallocStats(allocated=20 * MiB, active=20 * MiB, resident=26 * MiB, retained=0, mapped=100 * MiB,
+                          metadata=0, narenas=1)
+    m = Measurements(rss=43 * MiB, regions=regions_, allocator="jemalloc", jemalloc=stats)
+    layers, unexplained = attribute(m)
+    got = {k: v.resident for k, v in layers.items()}
+    # in use is the counter within the 30 unclaimed anonymous MiB; free is not measured and its
+    # pages stay in other_anon: 30 - 20, plus private copies
+    assert (got["allocator_in_use"], got["allocator_free"]) == (20 * MiB, None)
+    assert got["other_anon"] == 10 * MiB + 256 * KiB
+    assert "not found" in layers["allocator_free"].note
+    assert unexplained == JE_UNEXPLAINED
 
 
 # --- tcmalloc: MallocExtension's properties from the agent ----------------------------------------
+
+TC_REGIONS = regions(("file", 10 * MiB), ("stack", 128 * KiB), ("anon", 30 * MiB), ("file-cow", 256 * KiB),
+                     ("pymalloc-arena", 2 * MiB))
+
 
 def tcmalloc(allocated, heap_size, unmapped):
     return {"generic.current_allocated_bytes": allocated, "generic.heap_size": heap_size,
@@ -180,7 +216,7 @@ def tcmalloc(allocated, heap_size, unmapped):
     (tcmalloc(12 * MiB, 40 * MiB, 0), 12 * MiB, 18 * MiB, 0),
 ])
 def test_tcmalloc(stats, in_use, free, unclaimed):
-    m = Measurements(rss=43 * MiB, regions=JE_REGIONS, allocator="tcmalloc", tcmalloc=stats)
+    m = Measurements(rss=43 * MiB, regions=TC_REGIONS, allocator="tcmalloc", tcmalloc=stats)
     got, unexplained = layers_of(m)
     assert (got["allocator_in_use"], got["allocator_free"]) == (in_use, free)
     assert got["other_anon"] == unclaimed + 256 * KiB

@@ -86,6 +86,64 @@ def _arena_detail(m: Measurements) -> list[dict[str, Any]]:
     return rows
 
 
+@dataclass
+class _Split:
+    """A non-glibc allocator's share of the anonymous pages, and how it was found."""
+
+    in_use: int
+    free: int | None       # None: not measured
+    unclaimed: int         # of the allocator's mappings' pages, what goes back to other_anon
+    in_use_how: str
+    free_how: str
+    source: str
+    detail: dict[str, Any]
+    note: str = ""
+
+
+def _within_mappings(owner: str, owned: _Owners, allocated: int, free_bound: int,
+                     found: bool) -> tuple[int, int | None, int]:
+    """(in use, free, unclaimed) from the resident pages of the allocator's own mappings.
+
+    In use comes first (allocated bytes have been written); free takes the rest, up to
+    the allocator's own count of what it holds, which only bounds it: the counters
+    include pages handed out but never touched. Pages beyond the bound are someone
+    else's. Without the mappings (``found`` false) free is not measured, and in use
+    is the counter within every unclaimed anonymous page, as before.
+    """
+    resident = owned(owner)
+    if not found:
+        in_use = min(allocated, resident + owned("anon"))
+        return in_use, None, resident - in_use
+    in_use = min(allocated, resident)
+    free = min(free_bound, resident - in_use)
+    return in_use, free, resident - in_use - free
+
+
+def _jemalloc_split(j: JemallocStats, owned: _Owners) -> _Split:
+    # every byte jemalloc maps (stats.mapped) must fit in the mappings found
+    virtual = owned.virtual.get("jemalloc", 0)
+    found = owned.count.get("jemalloc", 0) > 0 and virtual >= j.mapped
+    in_use, free, unclaimed = _within_mappings("jemalloc", owned, j.allocated, j.free_bound, found)
+    where = "resident pages of jemalloc's own mappings (private anonymous MAP_NORESERVE ones: smaps " \
+            "VmFlags 'nr'; pages from pagemap)"
+    detail = {"allocated": j.allocated, "active": j.active, "resident": j.resident, "muzzy": j.muzzy,
+              "retained": j.retained, "mapped": j.mapped, "metadata": j.metadata, "narenas": j.narenas,
+              "mappings": owned.count.get("jemalloc", 0), "mappings_virtual": virtual,
+              "mappings_resident": owned("jemalloc"),
+              # what stats.resident (plus muzzy pages) claims beyond the resident pages found
+              "counted_not_resident": max(0, j.resident + j.muzzy - owned("jemalloc")) if found else None}
+    return _Split(
+        in_use, free, unclaimed,
+        in_use_how=f"jemalloc stats.allocated, within the {where}" if found
+        else "jemalloc stats.allocated, within unclaimed anonymous pages",
+        free_how=f"{where} minus the in-use bytes, at most stats.resident + muzzy pages - stats.allocated "
+                 "(jemalloc's own upper bound: dirty pages, page slack, metadata)",
+        source="jemalloc stats, smaps, pagemap", detail={"jemalloc": detail},
+        note="" if found else f"jemalloc's mappings not found (MAP_NORESERVE mappings: {virtual} bytes for "
+                              f"stats.mapped {j.mapped}; vm.overcommit_memory 2?): its free pages are not "
+                              "measured and stay in other_anon")
+
+
 def attribute(m: Measurements) -> tuple[dict[str, Layer], int]:
     """Layers (by name) and the unexplained remainder ``rss - sum(layers)``."""
     owned = _Owners(m.regions)
@@ -110,7 +168,7 @@ def attribute(m: Measurements) -> tuple[dict[str, Layer], int]:
     unknown_anon = owned("anon")
     in_use = free = 0
     in_use_how, free_how = [], []
-    alloc_source = ""
+    alloc_source = free_note = ""
     free_detail: dict[str, Any] = {}
     if m.glibc is not None:
         alloc_source = "glibc arenas walked, pagemap"
@@ -138,16 +196,13 @@ def attribute(m: Measurements) -> tuple[dict[str, Layer], int]:
             "problems": list(m.glibc.problems),
         }
     elif m.jemalloc is not None:
-        j = m.jemalloc
-        alloc_source = "jemalloc stats"
-        in_use = min(j.allocated, unknown_anon)
-        free = min(j.free_resident, unknown_anon - in_use)
-        unknown_anon -= in_use + free
-        in_use_how.append("jemalloc stats.allocated, within unclaimed anonymous pages")
-        free_how.append("jemalloc stats.resident minus stats.allocated (dirty pages, page slack, "
-                        "metadata), within unclaimed anonymous pages")
-        free_detail = {"jemalloc": {"allocated": j.allocated, "active": j.active, "resident": j.resident,
-                                    "retained": j.retained, "metadata": j.metadata, "narenas": j.narenas}}
+        split = _jemalloc_split(m.jemalloc, owned)
+        # heaps and chunks found in a process whose malloc is not glibc's belong to no allocator read here
+        unknown_anon += heap_resident + mmapped_resident + split.unclaimed
+        in_use, free = split.in_use, split.free  # type: ignore[assignment]
+        in_use_how.append(split.in_use_how)
+        free_how.append(split.free_how)
+        alloc_source, free_detail, free_note = split.source, split.detail, split.note
     elif m.tcmalloc:
         t = m.tcmalloc
         alloc_source = "tcmalloc MallocExtension"
@@ -225,7 +280,7 @@ def attribute(m: Measurements) -> tuple[dict[str, Layer], int]:
     layers["allocator_free"] = Layer(
         "allocator_free", free,
         virtual=(sum(a.free for a in m.malloc_info.arenas) if m.malloc_info else None),
-        derivation="; ".join(free_how), note=m.notes.get("allocator_free", ""), detail=free_detail,
+        derivation="; ".join(free_how), note=m.notes.get("allocator_free", "") or free_note, detail=free_detail,
         source=alloc_source,
     )
     layers["other_anon"] = Layer(
