@@ -144,6 +144,29 @@ def _jemalloc_split(j: JemallocStats, owned: _Owners) -> _Split:
                               "measured and stay in other_anon")
 
 
+def _tcmalloc_split(t: dict[str, int], owned: _Owners) -> _Split:
+    allocated = t.get("generic.current_allocated_bytes", 0)
+    held = t.get("generic.heap_size", 0) - t.get("tcmalloc.pageheap_unmapped_bytes", 0)
+    physical = t.get("generic.total_physical_bytes", held)  # held plus metadata
+    virtual = owned.virtual.get("tcmalloc", 0)
+    # [heap] must hold the whole page heap and the metadata: else some came from mmap, not found
+    found = owned.count.get("tcmalloc", 0) > 0 and virtual >= t.get("generic.heap_size", 0) + physical - held
+    in_use, free, unclaimed = _within_mappings("tcmalloc", owned, allocated, max(0, physical - allocated), found)
+    where = "resident pages of [heap], where tcmalloc takes its page heap and metadata with sbrk (pagemap)"
+    detail = {**t, "heap_virtual": virtual, "heap_resident": owned("tcmalloc"),
+              "counted_not_resident": max(0, physical - owned("tcmalloc")) if found else None}
+    return _Split(
+        in_use, free, unclaimed,
+        in_use_how=f"tcmalloc generic.current_allocated_bytes, within the {where}" if found
+        else "tcmalloc generic.current_allocated_bytes, within unclaimed anonymous pages",
+        free_how=f"{where} minus the in-use bytes, at most generic.total_physical_bytes minus the allocated "
+                 "bytes (tcmalloc's own count: page heap free, central, transfer and thread caches, metadata)",
+        source="tcmalloc MallocExtension, pagemap", detail={"tcmalloc": detail},
+        note="" if found else f"tcmalloc's heap not found in [heap] ({virtual} bytes for a page heap of "
+                              f"{t.get('generic.heap_size', 0)} plus metadata: some came from mmap): its free "
+                              "pages are not measured and stay in other_anon")
+
+
 def attribute(m: Measurements) -> tuple[dict[str, Layer], int]:
     """Layers (by name) and the unexplained remainder ``rss - sum(layers)``."""
     owned = _Owners(m.regions)
@@ -195,26 +218,14 @@ def attribute(m: Measurements) -> tuple[dict[str, Layer], int]:
             "mmapped_chunks_reported": m.mallinfo.hblks if m.mallinfo else None,
             "problems": list(m.glibc.problems),
         }
-    elif m.jemalloc is not None:
-        split = _jemalloc_split(m.jemalloc, owned)
+    elif m.jemalloc is not None or m.tcmalloc:
+        split = _jemalloc_split(m.jemalloc, owned) if m.jemalloc is not None else _tcmalloc_split(m.tcmalloc, owned)
         # heaps and chunks found in a process whose malloc is not glibc's belong to no allocator read here
         unknown_anon += heap_resident + mmapped_resident + split.unclaimed
         in_use, free = split.in_use, split.free  # type: ignore[assignment]
         in_use_how.append(split.in_use_how)
         free_how.append(split.free_how)
         alloc_source, free_detail, free_note = split.source, split.detail, split.note
-    elif m.tcmalloc:
-        t = m.tcmalloc
-        alloc_source = "tcmalloc MallocExtension"
-        allocated = t.get("generic.current_allocated_bytes", 0)
-        held = t.get("generic.heap_size", 0) - t.get("tcmalloc.pageheap_unmapped_bytes", 0)
-        in_use = min(allocated, unknown_anon)
-        free = min(max(0, held - allocated), unknown_anon - in_use)
-        unknown_anon -= in_use + free
-        in_use_how.append("tcmalloc generic.current_allocated_bytes, within unclaimed anonymous pages")
-        free_how.append("tcmalloc generic.heap_size minus pageheap_unmapped_bytes minus the allocated bytes "
-                        "(page heap free, central and thread caches), within unclaimed anonymous pages")
-        free_detail = {"tcmalloc": dict(t)}
     else:
         # No statistics for this allocator: its memory stays under other_anon, and the two
         # allocator layers say "not measured" rather than print a zero nobody measured.

@@ -81,6 +81,10 @@ def allocator_mappings(reader: ProcReader, maps: list[Mapping], allocator: str) 
             return "jemalloc", _noreserve_mappings(reader, maps)
         except MemgapError:
             return None
+    if allocator == "tcmalloc":
+        # tcmalloc takes its page heap and metadata from sbrk first (mmap only once brk
+        # cannot grow), and with glibc's malloc replaced nothing else moves the break
+        return "tcmalloc", [(m.start, m.end) for m in maps if m.path == "[heap]"]
     return None
 
 
@@ -272,8 +276,8 @@ def snapshot_pid(pid: int, options: Options | None = None, proc_root: str = "/pr
         # the agent's statistics stand in for a walk; the pages come from the allocator's mappings,
         # read before the pagemap so that pagemap and VmRSS are read close together
         agent_stats = report is not None and (report.jemalloc is not None or bool(report.tcmalloc))
-        owned = None if detection.is_glibc or report is None or report.jemalloc is None else \
-            allocator_mappings(reader, maps, "jemalloc")
+        owned = None if detection.is_glibc or not agent_stats else \
+            allocator_mappings(reader, maps, "jemalloc" if report.jemalloc is not None else "tcmalloc")
         memmap = read_memory_map(reader)
         layout = None
         is_python = any("python" in os.path.basename(m.path) for m in maps if m.is_file)

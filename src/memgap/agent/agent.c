@@ -175,7 +175,8 @@ static void write_stats(FILE *out) {
         tc_property_fn prop = (tc_property_fn)dlsym(RTLD_DEFAULT, "MallocExtension_GetNumericProperty");
         if (prop) {
             static const char *names[] = {"generic.current_allocated_bytes", "generic.heap_size",
-                                          "tcmalloc.pageheap_free_bytes", "tcmalloc.pageheap_unmapped_bytes"};
+                                          "generic.total_physical_bytes", "tcmalloc.pageheap_free_bytes",
+                                          "tcmalloc.pageheap_unmapped_bytes"};
             fputs("tcmalloc", out);
             for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
                 size_t value = 0;
