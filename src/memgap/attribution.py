@@ -180,8 +180,9 @@ def attribute(m: Measurements) -> tuple[dict[str, Layer], int]:
     )
     layers["stacks"] = Layer(
         "stacks", owned("stack"), virtual=owned.virtual.get("stack", 0),
-        derivation="pagemap: resident pages of [stack] and of the mapping under each thread's stack pointer",
-        source="stack pointers, pagemap",
+        derivation="pagemap: resident pages of [stack], of each glibc thread stack (found by the struct pthread "
+                   "at its top) and of the mapping under each blocked thread's stack pointer",
+        source="struct pthread, stack pointers, pagemap",
         detail={"count": owned.count.get("stack", 0)},
     )
 

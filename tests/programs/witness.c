@@ -9,6 +9,7 @@
      file PATH      mmap PATH read-only and read every page
      anon MIB       mmap MIB MiB private anonymous memory and write every page
      threads N KIB  start N threads that each write KIB KiB of their stack, then block
+     spin N KIB     the same, but the threads then spin on the CPU and never block
      stats          the allocator's own counters (glibc, jemalloc or tcmalloc)
    Replies are "ok key=value ..." with bytes; "err ..." on failure.
    Nothing here uses stdio: its buffers would come from malloc and move the counters. */
@@ -131,17 +132,18 @@ static void anon(long mib) {
 static pthread_barrier_t started;
 static long stack_kib;
 
-static void *stack_toucher(void *arg) {
-    (void)arg;
+static void *stack_toucher(void *spin) {
     char *depth = alloca((size_t)(stack_kib * KIB));
     memset(depth, 0x5a, (size_t)(stack_kib * KIB));
     __asm__ volatile("" : : "r"(depth) : "memory");  /* keep the frame and its writes */
     pthread_barrier_wait(&started);
-    for (;;) pause();  /* blocked in a syscall: memgap finds its stack pointer there */
+    if (spin)
+        for (;;) __asm__ volatile("" : : : "memory");  /* on the CPU: no syscall, no stack pointer in /proc */
+    for (;;) pause();  /* blocked in a syscall: /proc/PID/task/TID/syscall shows its stack pointer */
     return NULL;
 }
 
-static void threads(long n, long kib) {
+static void threads(long n, long kib, int spin) {
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setstacksize(&attr, (size_t)(kib * KIB + MIB));
@@ -149,7 +151,7 @@ static void threads(long n, long kib) {
     pthread_barrier_init(&started, NULL, (unsigned)n + 1);
     for (long i = 0; i < n; i++) {
         pthread_t t;
-        pthread_create(&t, &attr, stack_toucher, NULL);
+        pthread_create(&t, &attr, stack_toucher, spin ? &stack_kib : NULL);
     }
     pthread_barrier_wait(&started);
     reply("ok threads=%ld touched=%ld rss=%ld", n, n * kib * KIB, rss_bytes());
@@ -172,7 +174,8 @@ int main(void) {
             else if (strcmp(line, "trim") == 0) trim();
             else if (sscanf(line, "file %999s", arg) == 1) map_file(arg);
             else if (sscanf(line, "anon %ld", &a) == 1) anon(a);
-            else if (sscanf(line, "threads %ld %ld", &a, &b) == 2) threads(a, b);
+            else if (sscanf(line, "threads %ld %ld", &a, &b) == 2) threads(a, b, 0);
+            else if (sscanf(line, "spin %ld %ld", &a, &b) == 2) threads(a, b, 1);
             else if (strcmp(line, "stats") == 0) stats();
             else reply("err unknown command %s", line);
             used -= nl + 1 - line;
