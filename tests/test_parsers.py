@@ -106,6 +106,22 @@ def test_noreserve_flags_are_read_again_only_for_new_ranges():
     collect._NORESERVE.pop(reader.numeric_pid)
 
 
+def test_struct_pthread_found_by_its_self_pointers():
+    """x86-64 tcbhead_t at the top of a glibc thread stack: tcb and self (offsets 0 and 16) hold its
+    own address, dtv (8) a pointer; frames below hold many pointers into the same stack."""
+    from memgap.memory_map import _self_pointer
+
+    page = 0x7F9B3A5FF000
+    data = bytearray(4096)
+    for offset in range(0, 1728, 16):  # saved frame pointers and the like: addresses in this page
+        struct.pack_into("<Q", data, offset, page + offset + 64)
+    struct.pack_into("<3Q", data, 1712, page + 1712, 0, page + 1712)  # a null dtv: not a tcbhead_t
+    struct.pack_into("<3Q", data, 0x6C0, page + 0x6C0, 0x55D0C0DE0000, page + 0x6C0)  # 2,368 bytes below the top
+    assert _self_pointer(data, page) == page + 0x6C0
+    struct.pack_into("<Q", data, 0x6C0 + 16, page)  # self no longer its own address
+    assert _self_pointer(data, page) is None
+
+
 def test_stat_with_parentheses_in_name():
     line = "4242 (my (odd) name) S 1 4242 4242 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 987654 1 2 3"
     stat = procfs.parse_stat(line)

@@ -16,7 +16,7 @@ from .sources.procfs import PAGE_SIZE, Mapping, PageCounts, ProcReader, count_pa
 
 DEFAULT_STACK = 8 << 20
 TCB_PAGES = 2  # glibc puts a thread's struct pthread at the top of its stack block (2368 bytes below here)
-_WORDS = struct.Struct(f"<{PAGE_SIZE // 8}Q")
+_TCB_HEAD = struct.Struct("<3Q")  # x86-64 tcbhead_t: tcb, dtv, self
 
 
 @dataclass(slots=True)
@@ -108,7 +108,8 @@ def _guarded(maps: list[Mapping]) -> list[Mapping]:
             and not below.is_file and not m.is_file and not m.path]
 
 
-def _thread_control_block(reader: ProcReader, resident: ResidentMap, m: Mapping) -> int | None:
+def _thread_control_block(reader: ProcReader, resident: ResidentMap, m: Mapping,
+                          page_buffer: bytearray) -> int | None:
     """The address of the glibc struct pthread in the top pages of ``m``, or None.
 
     On x86-64 it starts with tcbhead_t, whose ``tcb`` and ``self`` fields (offsets 0
@@ -116,14 +117,28 @@ def _thread_control_block(reader: ProcReader, resident: ResidentMap, m: Mapping)
     are read: a thread's struct pthread is written when it starts.
     """
     for page in range(m.end - PAGE_SIZE, max(m.start, m.end - TCB_PAGES * PAGE_SIZE) - 1, -PAGE_SIZE):
-        data = reader.read_memory(page, PAGE_SIZE) if resident.resident(page, page + PAGE_SIZE) else None
-        if data is None:
-            continue
-        words = _WORDS.unpack(data)
-        for i in range(0, len(words) - 2, 2):  # struct pthread is aligned to 64 bytes, 16 at the least
-            address = page + 8 * i
-            if words[i] == address and words[i + 2] == address and words[i + 1] not in (0, address):
+        if resident.resident(page, page + PAGE_SIZE) and reader.read_memory_into(page, page_buffer):
+            found = _self_pointer(page_buffer, page)
+            if found is not None:
+                return found
+    return None
+
+
+def _self_pointer(data: bytearray, page: int) -> int | None:
+    """The address in ``data`` (one page at ``page``) of a tcbhead_t: a word holding its own address,
+    a non-null dtv, the same address again. Searched with bytes.find for the bytes every address in
+    the page shares (bits 16-63): the observed process's own sampler runs this, and unpacking the
+    page into 512 ints would churn the allocator it measures."""
+    high = (page >> 16).to_bytes(6, "little")
+    pos = data.find(high, 2)
+    while pos >= 0:
+        start = pos - 2  # struct pthread is aligned to 64 bytes, 16 at the least
+        if start % 16 == 0 and start + 24 <= len(data):
+            address = page + start
+            tcb, dtv, self_ = _TCB_HEAD.unpack_from(data, start)
+            if tcb == address == self_ and dtv not in (0, address):
                 return address
+        pos = data.find(high, pos + 1)
     return None
 
 
@@ -151,8 +166,9 @@ def find_stacks(maps: list[Mapping], reader: ProcReader, extra: tuple[int, ...],
     for m in maps:
         if m.path == "[stack]":
             found[m.start] = (m.start, m.end, "main thread stack")
+    page_buffer = bytearray(PAGE_SIZE)  # one for all reads: see _self_pointer
     for m in _guarded(maps) if resident is not None else []:
-        if _thread_control_block(reader, resident, m) is not None:  # type: ignore[arg-type]
+        if _thread_control_block(reader, resident, m, page_buffer) is not None:  # type: ignore[arg-type]
             found[m.start] = (m.start, m.end, "thread stack (struct pthread at its top)")
     anon = [m for m in maps if m.writable and not m.is_file and not m.path]
     for label, address in [*((f"thread {tid} stack", sp) for tid, sp in pointers.items()),
