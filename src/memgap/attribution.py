@@ -86,6 +86,87 @@ def _arena_detail(m: Measurements) -> list[dict[str, Any]]:
     return rows
 
 
+@dataclass
+class _Split:
+    """A non-glibc allocator's share of the anonymous pages, and how it was found."""
+
+    in_use: int
+    free: int | None       # None: not measured
+    unclaimed: int         # of the allocator's mappings' pages, what goes back to other_anon
+    in_use_how: str
+    free_how: str
+    source: str
+    detail: dict[str, Any]
+    note: str = ""
+
+
+def _within_mappings(owner: str, owned: _Owners, allocated: int, free_bound: int,
+                     found: bool) -> tuple[int, int | None, int]:
+    """(in use, free, unclaimed) from the resident pages of the allocator's own mappings.
+
+    In use comes first (allocated bytes have been written); free takes the rest, up to
+    the allocator's own count of what it holds, which only bounds it: the counters
+    include pages handed out but never touched. Pages beyond the bound are someone
+    else's. Without the mappings (``found`` false) free is not measured, and in use
+    is the counter within every unclaimed anonymous page, as before.
+    """
+    resident = owned(owner)
+    if not found:
+        in_use = min(allocated, resident + owned("anon"))
+        return in_use, None, resident - in_use
+    in_use = min(allocated, resident)
+    free = min(free_bound, resident - in_use)
+    return in_use, free, resident - in_use - free
+
+
+def _jemalloc_split(j: JemallocStats, owned: _Owners) -> _Split:
+    # every byte jemalloc maps (stats.mapped) must fit in the mappings found
+    virtual = owned.virtual.get("jemalloc", 0)
+    found = owned.count.get("jemalloc", 0) > 0 and virtual >= j.mapped
+    in_use, free, unclaimed = _within_mappings("jemalloc", owned, j.allocated, j.free_bound, found)
+    where = "resident pages of jemalloc's own mappings (private anonymous MAP_NORESERVE ones: smaps " \
+            "VmFlags 'nr'; pages from pagemap)"
+    detail = {"allocated": j.allocated, "active": j.active, "resident": j.resident, "muzzy": j.muzzy,
+              "retained": j.retained, "mapped": j.mapped, "metadata": j.metadata, "narenas": j.narenas,
+              "mappings": owned.count.get("jemalloc", 0), "mappings_virtual": virtual,
+              "mappings_resident": owned("jemalloc"),
+              # what stats.resident (plus muzzy pages) claims beyond the resident pages found
+              "counted_not_resident": max(0, j.resident + j.muzzy - owned("jemalloc")) if found else None}
+    return _Split(
+        in_use, free, unclaimed,
+        in_use_how=f"jemalloc stats.allocated, within the {where}" if found
+        else "jemalloc stats.allocated, within unclaimed anonymous pages",
+        free_how=f"{where} minus the in-use bytes, at most stats.resident + muzzy pages - stats.allocated "
+                 "(jemalloc's own upper bound: dirty pages, page slack, metadata)",
+        source="jemalloc stats, smaps, pagemap", detail={"jemalloc": detail},
+        note="" if found else f"jemalloc's mappings not found (MAP_NORESERVE mappings: {virtual} bytes for "
+                              f"stats.mapped {j.mapped}; vm.overcommit_memory 2?): its free pages are not "
+                              "measured and stay in other_anon")
+
+
+def _tcmalloc_split(t: dict[str, int], owned: _Owners) -> _Split:
+    allocated = t.get("generic.current_allocated_bytes", 0)
+    held = t.get("generic.heap_size", 0) - t.get("tcmalloc.pageheap_unmapped_bytes", 0)
+    physical = t.get("generic.total_physical_bytes", held)  # held plus metadata
+    virtual = owned.virtual.get("tcmalloc", 0)
+    # [heap] must hold the whole page heap and the metadata: else some came from mmap, not found
+    found = owned.count.get("tcmalloc", 0) > 0 and virtual >= t.get("generic.heap_size", 0) + physical - held
+    in_use, free, unclaimed = _within_mappings("tcmalloc", owned, allocated, max(0, physical - allocated), found)
+    where = "resident pages of [heap], where tcmalloc takes its page heap and metadata with sbrk (pagemap)"
+    detail = {**t, "heap_virtual": virtual, "heap_resident": owned("tcmalloc"),
+              "counted_not_resident": max(0, physical - owned("tcmalloc")) if found else None}
+    return _Split(
+        in_use, free, unclaimed,
+        in_use_how=f"tcmalloc generic.current_allocated_bytes, within the {where}" if found
+        else "tcmalloc generic.current_allocated_bytes, within unclaimed anonymous pages",
+        free_how=f"{where} minus the in-use bytes, at most generic.total_physical_bytes minus the allocated "
+                 "bytes (tcmalloc's own count: page heap free, central, transfer and thread caches, metadata)",
+        source="tcmalloc MallocExtension, pagemap", detail={"tcmalloc": detail},
+        note="" if found else f"tcmalloc's heap not found in [heap] ({virtual} bytes for a page heap of "
+                              f"{t.get('generic.heap_size', 0)} plus metadata: some came from mmap): its free "
+                              "pages are not measured and stay in other_anon")
+
+
 def attribute(m: Measurements) -> tuple[dict[str, Layer], int]:
     """Layers (by name) and the unexplained remainder ``rss - sum(layers)``."""
     owned = _Owners(m.regions)
@@ -99,8 +180,9 @@ def attribute(m: Measurements) -> tuple[dict[str, Layer], int]:
     )
     layers["stacks"] = Layer(
         "stacks", owned("stack"), virtual=owned.virtual.get("stack", 0),
-        derivation="pagemap: resident pages of [stack] and of the mapping under each thread's stack pointer",
-        source="stack pointers, pagemap",
+        derivation="pagemap: resident pages of [stack], of each glibc thread stack (found by the struct pthread "
+                   "at its top) and of the mapping under each blocked thread's stack pointer",
+        source="struct pthread, stack pointers, pagemap",
         detail={"count": owned.count.get("stack", 0)},
     )
 
@@ -110,7 +192,7 @@ def attribute(m: Measurements) -> tuple[dict[str, Layer], int]:
     unknown_anon = owned("anon")
     in_use = free = 0
     in_use_how, free_how = [], []
-    alloc_source = ""
+    alloc_source = free_note = ""
     free_detail: dict[str, Any] = {}
     if m.glibc is not None:
         alloc_source = "glibc arenas walked, pagemap"
@@ -137,29 +219,14 @@ def attribute(m: Measurements) -> tuple[dict[str, Layer], int]:
             "mmapped_chunks_reported": m.mallinfo.hblks if m.mallinfo else None,
             "problems": list(m.glibc.problems),
         }
-    elif m.jemalloc is not None:
-        j = m.jemalloc
-        alloc_source = "jemalloc stats"
-        in_use = min(j.allocated, unknown_anon)
-        free = min(j.free_resident, unknown_anon - in_use)
-        unknown_anon -= in_use + free
-        in_use_how.append("jemalloc stats.allocated, within unclaimed anonymous pages")
-        free_how.append("jemalloc stats.resident minus stats.allocated (dirty pages, page slack, "
-                        "metadata), within unclaimed anonymous pages")
-        free_detail = {"jemalloc": {"allocated": j.allocated, "active": j.active, "resident": j.resident,
-                                    "retained": j.retained, "metadata": j.metadata, "narenas": j.narenas}}
-    elif m.tcmalloc:
-        t = m.tcmalloc
-        alloc_source = "tcmalloc MallocExtension"
-        allocated = t.get("generic.current_allocated_bytes", 0)
-        held = t.get("generic.heap_size", 0) - t.get("tcmalloc.pageheap_unmapped_bytes", 0)
-        in_use = min(allocated, unknown_anon)
-        free = min(max(0, held - allocated), unknown_anon - in_use)
-        unknown_anon -= in_use + free
-        in_use_how.append("tcmalloc generic.current_allocated_bytes, within unclaimed anonymous pages")
-        free_how.append("tcmalloc generic.heap_size minus pageheap_unmapped_bytes minus the allocated bytes "
-                        "(page heap free, central and thread caches), within unclaimed anonymous pages")
-        free_detail = {"tcmalloc": dict(t)}
+    elif m.jemalloc is not None or m.tcmalloc:
+        split = _jemalloc_split(m.jemalloc, owned) if m.jemalloc is not None else _tcmalloc_split(m.tcmalloc, owned)
+        # heaps and chunks found in a process whose malloc is not glibc's belong to no allocator read here
+        unknown_anon += heap_resident + mmapped_resident + split.unclaimed
+        in_use, free = split.in_use, split.free  # type: ignore[assignment]
+        in_use_how.append(split.in_use_how)
+        free_how.append(split.free_how)
+        alloc_source, free_detail, free_note = split.source, split.detail, split.note
     else:
         # No statistics for this allocator: its memory stays under other_anon, and the two
         # allocator layers say "not measured" rather than print a zero nobody measured.
@@ -180,7 +247,9 @@ def attribute(m: Measurements) -> tuple[dict[str, Layer], int]:
     elif heap is not None:
         large = heap.large_buffers_bytes
         py_how.append("plus buffers over 512 B found by a gc walk (held in the C allocator)")
-    moved = min(large, in_use) if in_use is not None else 0
+    # a walk may count more free than the heap holds (in_use < 0): nothing to move then,
+    # and python_objects must not go below what pymalloc shows
+    moved = max(0, min(large, in_use)) if in_use is not None else 0
     if in_use is not None:
         in_use -= moved
     if m.pymalloc is not None or heap is not None:
@@ -223,7 +292,7 @@ def attribute(m: Measurements) -> tuple[dict[str, Layer], int]:
     layers["allocator_free"] = Layer(
         "allocator_free", free,
         virtual=(sum(a.free for a in m.malloc_info.arenas) if m.malloc_info else None),
-        derivation="; ".join(free_how), note=m.notes.get("allocator_free", ""), detail=free_detail,
+        derivation="; ".join(free_how), note=m.notes.get("allocator_free", "") or free_note, detail=free_detail,
         source=alloc_source,
     )
     layers["other_anon"] = Layer(

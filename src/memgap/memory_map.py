@@ -8,12 +8,15 @@ uses the bitmaps read here, so one snapshot sees one instant as closely as
 from __future__ import annotations
 
 import resource
+import struct
 from dataclasses import dataclass, field
 
 from .sources.glibc_heaps import ResidentMap
 from .sources.procfs import PAGE_SIZE, Mapping, PageCounts, ProcReader, count_pagemap, present_bitmap
 
 DEFAULT_STACK = 8 << 20
+TCB_PAGES = 2  # glibc puts a thread's struct pthread at the top of its stack block (2368 bytes below here)
+_TCB_HEAD = struct.Struct("<3Q")  # x86-64 tcbhead_t: tcb, dtv, self
 
 
 @dataclass(slots=True)
@@ -82,7 +85,7 @@ def read_memory_map(reader: ProcReader, extra_stack_addresses: tuple[int, ...] =
             resident.add(m.start, m.end, present_bitmap(part))
             mapped.append(MappedPages(m, count_pagemap(part)))
     memmap = MemoryMap(mapped, resident)
-    memmap.stacks = find_stacks(maps, reader, extra_stack_addresses, known_tids)
+    memmap.stacks = find_stacks(maps, reader, extra_stack_addresses, known_tids, resident)
     return memmap
 
 
@@ -97,16 +100,62 @@ def _contiguous_file_groups(maps: list[Mapping]) -> list[list[Mapping]]:
     return groups
 
 
-def find_stacks(maps: list[Mapping], reader: ProcReader, extra: tuple[int, ...],
-                known_tids: frozenset[int] = frozenset()) -> list[tuple[int, int, str]]:
-    """Stack ranges: [stack], the mapping under each blocked thread's stack
-    pointer, and the addresses given (in-process: each Python thread's pthread
-    struct, which glibc puts at the top of that thread's stack). Threads in
-    ``known_tids`` are covered by those addresses and their syscall files are
-    not read.
+def _guarded(maps: list[Mapping]) -> list[Mapping]:
+    """Private anonymous read-write mappings directly above a PROT_NONE one: the shape
+    of a glibc thread stack (its guard below it, the stack growing down towards it)."""
+    return [m for below, m in zip(maps, maps[1:])
+            if below.end == m.start and below.perms == "---p" and m.perms == "rw-p"
+            and not below.is_file and not m.is_file and not m.path]
 
-    A thread stack is capped at the stack size measured from its mapping's
-    start: the kernel may have merged an unrelated mapping above it.
+
+def _thread_control_block(reader: ProcReader, resident: ResidentMap, m: Mapping,
+                          page_buffer: bytearray) -> int | None:
+    """The address of the glibc struct pthread in the top pages of ``m``, or None.
+
+    On x86-64 it starts with tcbhead_t, whose ``tcb`` and ``self`` fields (offsets 0
+    and 16) both hold its own address, and ``dtv`` (8) a pointer. Only resident pages
+    are read: a thread's struct pthread is written when it starts.
+    """
+    for page in range(m.end - PAGE_SIZE, max(m.start, m.end - TCB_PAGES * PAGE_SIZE) - 1, -PAGE_SIZE):
+        if resident.resident(page, page + PAGE_SIZE) and reader.read_memory_into(page, page_buffer):
+            found = _self_pointer(page_buffer, page)
+            if found is not None:
+                return found
+    return None
+
+
+def _self_pointer(data: bytearray, page: int) -> int | None:
+    """The address in ``data`` (one page at ``page``) of a tcbhead_t: a word holding its own address,
+    a non-null dtv, the same address again. Searched with bytes.find for the bytes every address in
+    the page shares (bits 16-63): the observed process's own sampler runs this, and unpacking the
+    page into 512 ints would churn the allocator it measures."""
+    high = (page >> 16).to_bytes(6, "little")
+    pos = data.find(high, 2)
+    while pos >= 0:
+        start = pos - 2  # struct pthread is aligned to 64 bytes, 16 at the least
+        if start % 16 == 0 and start + 24 <= len(data):
+            address = page + start
+            tcb, dtv, self_ = _TCB_HEAD.unpack_from(data, start)
+            if tcb == address == self_ and dtv not in (0, address):
+                return address
+        pos = data.find(high, pos + 1)
+    return None
+
+
+def find_stacks(maps: list[Mapping], reader: ProcReader, extra: tuple[int, ...],
+                known_tids: frozenset[int] = frozenset(),
+                resident: ResidentMap | None = None) -> list[tuple[int, int, str]]:
+    """Stack ranges: [stack]; each glibc thread stack, found by the struct pthread
+    at its top (whether the thread runs or sleeps); the mapping under each blocked
+    thread's stack pointer; and the addresses given (in-process: each Python
+    thread's pthread struct). Threads in ``known_tids`` are covered by those
+    addresses and their syscall files are not read.
+
+    A thread's /proc/PID/task/TID/syscall shows no stack pointer while the thread is
+    runnable ("running"), so stack pointers alone missed the stacks of threads busy on
+    a CPU. A stack found by its stack pointer is capped at the stack size measured
+    from its mapping's start: the kernel may have merged an unrelated mapping above it
+    (a struct pthread at the top of the mapping says nothing was merged there).
     """
     limit = _stack_limit(reader)
     try:
@@ -117,6 +166,10 @@ def find_stacks(maps: list[Mapping], reader: ProcReader, extra: tuple[int, ...],
     for m in maps:
         if m.path == "[stack]":
             found[m.start] = (m.start, m.end, "main thread stack")
+    page_buffer = bytearray(PAGE_SIZE)  # one for all reads: see _self_pointer
+    for m in _guarded(maps) if resident is not None else []:
+        if _thread_control_block(reader, resident, m, page_buffer) is not None:  # type: ignore[arg-type]
+            found[m.start] = (m.start, m.end, "thread stack (struct pthread at its top)")
     anon = [m for m in maps if m.writable and not m.is_file and not m.path]
     for label, address in [*((f"thread {tid} stack", sp) for tid, sp in pointers.items()),
                            *(("Python thread stack", a) for a in extra)]:

@@ -159,6 +159,13 @@ static void write_stats(FILE *out) {
                 snprintf(key, sizeof key, "stats.%s", names[i]);
                 if (mallctl(key, &value, &len, NULL, 0) == 0) fprintf(out, " %s=%zu", names[i], value);
             }
+            /* muzzy pages (MADV_FREE'd) stay resident until the kernel reclaims them, yet stats.resident
+               leaves them out: memgap adds them to its bound on jemalloc's free pages */
+            size_t pmuzzy = 0, page = 0, plen = sizeof pmuzzy;
+            len = sizeof page;
+            if (mallctl("stats.arenas.4096.pmuzzy", &pmuzzy, &plen, NULL, 0) == 0 &&  /* 4096: all arenas */
+                mallctl("arenas.page", &page, &len, NULL, 0) == 0)
+                fprintf(out, " muzzy=%zu", pmuzzy * page);
             unsigned narenas = 0;
             len = sizeof narenas;
             if (mallctl("arenas.narenas", &narenas, &len, NULL, 0) == 0) fprintf(out, " narenas=%u", narenas);
@@ -168,7 +175,8 @@ static void write_stats(FILE *out) {
         tc_property_fn prop = (tc_property_fn)dlsym(RTLD_DEFAULT, "MallocExtension_GetNumericProperty");
         if (prop) {
             static const char *names[] = {"generic.current_allocated_bytes", "generic.heap_size",
-                                          "tcmalloc.pageheap_free_bytes", "tcmalloc.pageheap_unmapped_bytes"};
+                                          "generic.total_physical_bytes", "tcmalloc.pageheap_free_bytes",
+                                          "tcmalloc.pageheap_unmapped_bytes"};
             fputs("tcmalloc", out);
             for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
                 size_t value = 0;
@@ -440,7 +448,8 @@ __attribute__((constructor)) static void agent_start(void) {
         socket_path[0] = 0;
         return;
     }
-    reply_buf = mmap(NULL, REPLY_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    /* No MAP_NORESERVE: memgap tells jemalloc's mappings by that flag (VmFlags "nr" in smaps) */
+    reply_buf = mmap(NULL, REPLY_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (reply_buf == MAP_FAILED) return;
     reply = fmemopen(reply_buf, REPLY_BYTES, "w");
     if (!reply || setvbuf(reply, reply_stdio_buf, _IOFBF, sizeof reply_stdio_buf) != 0) return;

@@ -133,7 +133,7 @@ def _parse_report(text: str, source: str) -> AgentReport:
             v = {k: _int(x, source) for k, x in values.items()}
             report.jemalloc = JemallocStats(v.get("allocated", 0), v.get("active", 0), v.get("resident", 0),
                                             v.get("retained", 0), v.get("mapped", 0), v.get("metadata", 0),
-                                            v.get("narenas", 0))
+                                            v.get("narenas", 0), muzzy=v.get("muzzy", 0))
         elif name == "tcmalloc":
             report.tcmalloc = {k: _int(x, source) for k, x in values.items()}
     if xml:

@@ -6,8 +6,10 @@ import json
 from dataclasses import dataclass
 
 from ..errors import MalformedInput, Unsupported
+from .procfs import SmapsEntry
 
 _SIZE_STATS = ("allocated", "active", "resident", "retained", "mapped", "metadata")
+MALLCTL_ARENAS_ALL = 4096  # stats.arenas.<this> sums every arena
 
 
 @dataclass(frozen=True)
@@ -20,11 +22,32 @@ class JemallocStats:
     metadata: int
     narenas: int
     version: str = ""
+    muzzy: int = 0  # bytes in muzzy pages (MADV_FREE'd: resident until reclaimed, not in ``resident``)
 
     @property
-    def free_resident(self) -> int:
-        """Resident bytes not handed out: dirty pages, page slack and metadata."""
-        return max(0, self.resident - self.allocated)
+    def free_bound(self) -> int:
+        """The most jemalloc itself says it holds resident beyond what it handed out: dirty
+        pages, page slack, metadata and muzzy pages. A bound, not a measurement: ``resident``
+        counts every page jemalloc ever handed to an extent or to metadata, touched or not."""
+        return max(0, self.resident + self.muzzy - self.allocated)
+
+
+def noreserve_flags(smaps: list[SmapsEntry]) -> dict[tuple[int, int], bool]:
+    """(start, end) of every private anonymous mapping -> whether it has MAP_NORESERVE ("nr")."""
+    return {(e.mapping.start, e.mapping.end): "nr" in e.vmflags for e in smaps
+            if not e.mapping.is_file and not e.mapping.path and e.mapping.perms[3] == "p"}
+
+
+def jemalloc_mappings(smaps: list[SmapsEntry]) -> list[tuple[int, int]]:
+    """The mappings jemalloc made, as sorted (start, end): private anonymous ones flagged ``nr``.
+
+    jemalloc (5.x) maps every extent and metadata block with MAP_NORESERVE when the
+    kernel overcommits (vm.overcommit_memory 0 or 1), and the kernel shows that flag
+    in VmFlags; a mapping without it never merges with one that has it. Measured: in
+    a 16-thread Python process their sizes summed to stats.mapped + stats.retained to
+    the byte.
+    """
+    return sorted(r for r, noreserve in noreserve_flags(smaps).items() if noreserve)
 
 
 class _Mallctl:
@@ -59,7 +82,9 @@ def read_jemalloc_stats() -> JemallocStats:
     values = {name: int(ctl.read(f"stats.{name}", ctypes.c_size_t)) for name in _SIZE_STATS}
     narenas = int(ctl.read("arenas.narenas", ctypes.c_uint))
     version = ctl.read("version", ctypes.c_char_p)
-    return JemallocStats(narenas=narenas, version=(version or b"").decode(), **values)
+    muzzy = int(ctl.read(f"stats.arenas.{MALLCTL_ARENAS_ALL}.pmuzzy", ctypes.c_size_t)) \
+        * int(ctl.read("arenas.page", ctypes.c_size_t))
+    return JemallocStats(narenas=narenas, version=(version or b"").decode(), muzzy=muzzy, **values)
 
 
 def parse_jemalloc_stats_json(text: str) -> JemallocStats:
@@ -67,7 +92,9 @@ def parse_jemalloc_stats_json(text: str) -> JemallocStats:
     try:
         data = json.loads(text)["jemalloc"]
         stats = data["stats"]
+        merged = data.get("stats.arenas", {}).get("merged", {})
         return JemallocStats(narenas=int(data["arenas"]["narenas"]), version=str(data.get("version", "")),
+                             muzzy=int(merged.get("pmuzzy", 0)) * int(data["arenas"].get("page", 4096)),
                              **{name: int(stats[name]) for name in _SIZE_STATS})
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise MalformedInput("jemalloc stats JSON", str(exc) or type(exc).__name__) from None

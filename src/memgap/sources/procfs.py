@@ -421,6 +421,16 @@ class ProcReader:
             return None
         return data if len(data) == size else None
 
+    def read_memory_into(self, address: int, buffer: bytearray) -> bool:
+        """Fill ``buffer`` from the process's memory; False where unmapped. A buffer reused across
+        reads keeps an in-process sampler from allocating one per read in the heap it measures."""
+        if self._mem_fd is None:
+            self._mem_fd = self._open("mem")
+        try:
+            return os.preadv(self._mem_fd, [buffer], address) == len(buffer)
+        except OSError:
+            return False
+
     def close(self) -> None:
         for fd in (self._pagemap_fd, self._mem_fd):
             if fd is not None:

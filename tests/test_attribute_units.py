@@ -1,0 +1,256 @@
+"""attribute() on hand-built Measurements, one allocator branch at a time, clamps included.
+
+Every expected figure is worked out by hand in the comment above it from the inputs of
+the test, never from memgap's own helpers: a change that moves bytes between layers
+changes one of these numbers.
+"""
+import pytest
+
+from memgap.attribution import Measurements, attribute
+from memgap.model import Region
+from memgap.sources.glibc_heaps import ArenaLayout, GlibcLayout
+from memgap.sources.jemalloc import JemallocStats
+from memgap.sources.pyheap import PythonHeap
+from memgap.sources.pymalloc import PymallocStats
+
+KiB, MiB = 1 << 10, 1 << 20
+
+
+def regions(*owned):
+    """Regions laid end to end: (owner, resident) or (owner, resident, virtual)."""
+    out, address = [], 0x10000000
+    for owner, resident, *virtual in owned:
+        size = virtual[0] if virtual else resident
+        out.append(Region(address, address + size, owner, resident))
+        address += size + 4 * KiB
+    return out
+
+
+def pymalloc(allocated):
+    return PymallocStats(arenas_current=5, arenas_highwater=5, arena_size=MiB, pool_size=16 * KiB,
+                         allocated_blocks_bytes=allocated, available_blocks_bytes=0, unused_pools=0,
+                         pool_headers_bytes=0, quantization_bytes=0, arena_alignment_bytes=0, used_pools=0)
+
+
+def jemalloc(allocated, resident):
+    return JemallocStats(allocated=allocated, active=allocated, resident=resident, retained=0, mapped=resident,
+                         metadata=0, narenas=1)
+
+
+def layers_of(m):
+    layers, unexplained = attribute(m)
+    return {name: layer.resident for name, layer in layers.items()}, unexplained
+
+
+# --- glibc: a walked layout ------------------------------------------------------------------
+
+def glibc_layout():
+    # main arena: 1 MiB top, 4 MiB in bins; one thread arena: 8 MiB top, 2 MiB in bins
+    main = ArenaLayout(0x7000, True, top_resident=1 * MiB, bins_free_resident=4 * MiB, walk_complete=True)
+    thread = ArenaLayout(0x8000, False, top_resident=8 * MiB, bins_free_resident=2 * MiB, walk_complete=True,
+                         fastbin_chunks={})
+    return GlibcLayout([main, thread], main_found=True)
+
+
+GLIBC_REGIONS = regions(("file", 10 * MiB, 20 * MiB), ("shmem", 1 * MiB), ("file-cow", 256 * KiB),
+                        ("stack", 128 * KiB, 8 * MiB), ("stack", 64 * KiB, 1 * MiB), ("glibc-heap", 40 * MiB),
+                        ("mmapped-chunk", 6 * MiB), ("anon", 3 * MiB), ("pymalloc-arena", 5 * MiB))
+
+
+def test_glibc_with_python_objects_found_by_a_gc_walk():
+    m = Measurements(rss=66 * MiB, regions=GLIBC_REGIONS, allocator="glibc", glibc=glibc_layout(),
+                     pymalloc=pymalloc(4 * MiB), python_heap=PythonHeap("gc-walk", large_buffers_bytes=7 * MiB))
+    layers, unexplained = attribute(m)
+    assert {k: v.resident for k, v in layers.items()} == {
+        "files": 11 * MiB,               # file 10 + shmem 1
+        "python_objects": 11 * MiB,      # pymalloc blocks 4 + large buffers 7 (taken from glibc's in-use)
+        "pymalloc_free": 1 * MiB,        # arenas 5 - blocks 4
+        "allocator_in_use": 24 * MiB,    # heaps 40 - free 15 + mmapped chunks 6 - large buffers 7
+        "allocator_free": 15 * MiB,      # tops 1 + 8, bins 4 + 2
+        "stacks": 192 * KiB,             # 128 + 64
+        "other_anon": 3 * MiB + 256 * KiB,  # unclaimed anon 3 + private copies of file pages
+    }
+    # 66 MiB - (11 + 11 + 1 + 24 + 15 + 3) MiB - (192 + 256) KiB
+    assert unexplained == 1 * MiB - 448 * KiB
+    assert layers["stacks"].virtual == 9 * MiB
+    detail = layers["allocator_free"].detail
+    # main: bins 4 + top 1; thread: bins 2 (its top stays, no fastbin chunk joins it)
+    assert detail["trim_releasable"] == 7 * MiB and detail["held_in_thread_tops"] == 8 * MiB
+    assert detail["arena_count"] == 2 and detail["thread_arenas"] == 1
+
+
+def test_glibc_with_tracemalloc():
+    heap = PythonHeap("tracemalloc", traced_current=20 * MiB)
+    m = Measurements(rss=66 * MiB, regions=GLIBC_REGIONS, allocator="glibc", glibc=glibc_layout(),
+                     pymalloc=pymalloc(4 * MiB), python_heap=heap)
+    got, unexplained = layers_of(m)
+    assert got["python_objects"] == 20 * MiB      # all that tracemalloc traces: 4 in pymalloc, 16 in glibc
+    assert got["allocator_in_use"] == 15 * MiB    # 40 - 15 + 6 - 16
+    assert got["allocator_free"] == 15 * MiB and got["pymalloc_free"] == 1 * MiB
+    assert unexplained == 1 * MiB - 448 * KiB      # the same total as above: 9 MiB moved, none lost
+
+
+def test_glibc_clamps_python_to_what_it_can_hold():
+    # pymalloc says 6 MiB of blocks in 5 MiB of resident arenas: at most 5 (no negative free);
+    # the gc walk says 40 MiB of large buffers, glibc holds 31 MiB in use: at most 31 move
+    m = Measurements(rss=66 * MiB, regions=GLIBC_REGIONS, allocator="glibc", glibc=glibc_layout(),
+                     pymalloc=pymalloc(6 * MiB), python_heap=PythonHeap("gc-walk", large_buffers_bytes=40 * MiB))
+    got, _ = layers_of(m)
+    assert got["pymalloc_free"] == 0
+    assert got["python_objects"] == 5 * MiB + 31 * MiB
+    assert got["allocator_in_use"] == 0 and got["allocator_free"] == 15 * MiB
+
+
+SMALL_HEAP = regions(("glibc-heap", 10 * MiB), ("anon", 1 * MiB))
+
+
+def test_glibc_free_beyond_the_heap_clamps_in_use_to_zero():
+    # a walk that counted 15 MiB free in 10 MiB of heap: in use would be -5, shown as 0,
+    # and the layers then exceed RSS by the 5 MiB, in unexplained (shown, not hidden)
+    m = Measurements(rss=11 * MiB, regions=SMALL_HEAP, allocator="glibc", glibc=glibc_layout())
+    got, unexplained = layers_of(m)
+    assert got["allocator_in_use"] == 0 and got["allocator_free"] == 15 * MiB
+    assert got["other_anon"] == 1 * MiB
+    assert unexplained == 11 * MiB - 16 * MiB
+
+
+def test_glibc_negative_in_use_takes_nothing_from_python_objects():
+    m = Measurements(rss=11 * MiB, regions=SMALL_HEAP, allocator="glibc", glibc=glibc_layout(),
+                     pymalloc=pymalloc(0), python_heap=PythonHeap("gc-walk", large_buffers_bytes=3 * MiB))
+    got, _ = layers_of(m)
+    assert got["python_objects"] == 0 and got["allocator_in_use"] == 0
+
+
+# --- jemalloc: its statistics, within the resident pages of its own mappings -------------------
+
+# jemalloc's mappings (found by memgap as MAP_NORESERVE ones): 26 MiB resident of 64 MiB; 4 MiB
+# of anonymous memory outside them
+JE_REGIONS = regions(("file", 10 * MiB), ("stack", 128 * KiB), ("jemalloc", 26 * MiB, 64 * MiB), ("anon", 4 * MiB),
+                     ("file-cow", 256 * KiB), ("pymalloc-arena", 2 * MiB))
+# 43 MiB - (files 10 + arenas 2 + anonymous 30) MiB - (stack 128 + private copies 256) KiB, however
+# the 30 anonymous MiB are split
+JE_UNEXPLAINED = 43 * MiB - 42 * MiB - 384 * KiB
+
+
+def test_jemalloc():
+    # stats.resident says 30 MiB, its mappings hold 26: free is what the pages show, not the counter
+    m = Measurements(rss=43 * MiB, regions=JE_REGIONS, allocator="jemalloc", jemalloc=jemalloc(20 * MiB, 30 * MiB))
+    layers, unexplained = attribute(m)
+    assert {k: v.resident for k, v in layers.items()} == {
+        "files": 10 * MiB,
+        "python_objects": None,          # no Python statistics: not measured
+        "pymalloc_free": 2 * MiB,        # the arenas found, all of them
+        "allocator_in_use": 20 * MiB,    # stats.allocated, within the 26 resident
+        "allocator_free": 6 * MiB,       # mappings' resident 26 - in use 20 (below the counter's 30 - 20)
+        "stacks": 128 * KiB,
+        "other_anon": 4 * MiB + 256 * KiB,  # anonymous outside jemalloc's mappings, plus private copies
+    }
+    assert unexplained == JE_UNEXPLAINED
+    detail = layers["allocator_free"].detail["jemalloc"]
+    assert detail["counted_not_resident"] == 4 * MiB  # stats.resident 30 - resident pages 26
+    assert "MAP_NORESERVE" in layers["allocator_free"].derivation and not layers["allocator_free"].note
+
+
+def test_jemalloc_with_python_large_buffers():
+    m = Measurements(rss=43 * MiB, regions=JE_REGIONS, allocator="jemalloc", jemalloc=jemalloc(20 * MiB, 30 * MiB),
+                     pymalloc=pymalloc(1 * MiB), python_heap=PythonHeap("gc-walk", large_buffers_bytes=3 * MiB))
+    got, _ = layers_of(m)
+    assert got["python_objects"] == 4 * MiB and got["pymalloc_free"] == 1 * MiB
+    assert got["allocator_in_use"] == 17 * MiB and got["allocator_free"] == 6 * MiB  # 20 - 3 large
+    assert got["other_anon"] == 4 * MiB + 256 * KiB
+
+
+@pytest.mark.parametrize("allocated, resident, in_use, free, unclaimed", [
+    (35 * MiB, 40 * MiB, 26 * MiB, 0, 4 * MiB),          # allocated beyond the 26 resident: 26, no free
+    (20 * MiB, 24 * MiB, 20 * MiB, 4 * MiB, 6 * MiB),    # the counter bounds free: 24 - 20 of the 6 pages left;
+                                                         # the other 2 are someone else's (26 - 24), with the 4
+])
+def test_jemalloc_clamps_to_its_resident_pages(allocated, resident, in_use, free, unclaimed):
+    m = Measurements(rss=43 * MiB, regions=JE_REGIONS, allocator="jemalloc", jemalloc=jemalloc(allocated, resident))
+    got, unexplained = layers_of(m)
+    assert (got["allocator_in_use"], got["allocator_free"]) == (in_use, free)
+    assert got["other_anon"] == unclaimed + 256 * KiB
+    assert unexplained == JE_UNEXPLAINED
+
+
+@pytest.mark.parametrize("regions_", [
+    # no MAP_NORESERVE mapping at all (vm.overcommit_memory 2): the 30 MiB all unclaimed
+    regions(("file", 10 * MiB), ("stack", 128 * KiB), ("anon", 30 * MiB), ("file-cow", 256 * KiB),
+            ("pymalloc-arena", 2 * MiB)),
+    # mappings too small for what jemalloc says it maps (stats.mapped 100 MiB in 64): not all of them
+    JE_REGIONS,
+])
+def test_jemalloc_without_its_mappings_measures_no_free(regions_):
+    stats = JemallocStats(allocated=20 * MiB, active=20 * MiB, resident=26 * MiB, retained=0, mapped=100 * MiB,
+                          metadata=0, narenas=1)
+    m = Measurements(rss=43 * MiB, regions=regions_, allocator="jemalloc", jemalloc=stats)
+    layers, unexplained = attribute(m)
+    got = {k: v.resident for k, v in layers.items()}
+    # in use is the counter within the 30 unclaimed anonymous MiB; free is not measured and its
+    # pages stay in other_anon: 30 - 20, plus private copies
+    assert (got["allocator_in_use"], got["allocator_free"]) == (20 * MiB, None)
+    assert got["other_anon"] == 10 * MiB + 256 * KiB
+    assert "not found" in layers["allocator_free"].note
+    assert unexplained == JE_UNEXPLAINED
+
+
+# --- tcmalloc: MallocExtension's properties from the agent, within the resident pages of [heap] ---
+
+# [heap] (tcmalloc's sbrk memory): 26 MiB resident of 64 MiB; 4 MiB of anonymous memory elsewhere
+TC_REGIONS = regions(("file", 10 * MiB), ("stack", 128 * KiB), ("tcmalloc", 26 * MiB, 64 * MiB), ("anon", 4 * MiB),
+                     ("file-cow", 256 * KiB), ("pymalloc-arena", 2 * MiB))
+
+
+def tcmalloc(allocated, heap_size, unmapped, physical=None):
+    stats = {"generic.current_allocated_bytes": allocated, "generic.heap_size": heap_size,
+             "tcmalloc.pageheap_unmapped_bytes": unmapped}
+    if physical is not None:  # page heap less unmapped, plus metadata
+        stats["generic.total_physical_bytes"] = physical
+    return stats
+
+
+@pytest.mark.parametrize("stats, in_use, free, unclaimed", [
+    # page heap 20, 3 unmapped, metadata 2: tcmalloc counts 19 physical, 12 allocated, so 7 free;
+    # [heap] shows 26 - 12 = 14 beyond in use: 7, and 7 pages are no one's; plus the 4 outside
+    (tcmalloc(12 * MiB, 20 * MiB, 3 * MiB, 19 * MiB), 12 * MiB, 7 * MiB, 11 * MiB),
+    # tcmalloc counts 42 physical, 30 beyond allocated; [heap] holds only 14 beyond: 14
+    (tcmalloc(12 * MiB, 40 * MiB, 0, 42 * MiB), 12 * MiB, 14 * MiB, 4 * MiB),
+    # held 10 below allocated 12: no free, not a negative one; 14 unclaimed + 4
+    (tcmalloc(12 * MiB, 10 * MiB, 0, 10 * MiB), 12 * MiB, 0, 18 * MiB),
+    # allocated 35 beyond the 26 resident: 26
+    (tcmalloc(35 * MiB, 40 * MiB, 0, 40 * MiB), 26 * MiB, 0, 4 * MiB),
+    # an agent without total_physical_bytes: physical = 20 - 3, free 5, 26 - 17 = 9 unclaimed + 4
+    (tcmalloc(12 * MiB, 20 * MiB, 3 * MiB), 12 * MiB, 5 * MiB, 13 * MiB),
+    # a page heap of 80 does not fit in a 64 MiB [heap]: some came from mmap, free not measured;
+    # in use 12 of the 30 anonymous MiB, the other 18 unclaimed
+    (tcmalloc(12 * MiB, 80 * MiB, 0, 80 * MiB), 12 * MiB, None, 18 * MiB),
+])
+def test_tcmalloc(stats, in_use, free, unclaimed):
+    m = Measurements(rss=43 * MiB, regions=TC_REGIONS, allocator="tcmalloc", tcmalloc=stats)
+    got, unexplained = layers_of(m)
+    assert (got["allocator_in_use"], got["allocator_free"]) == (in_use, free)
+    assert got["other_anon"] == unclaimed + 256 * KiB
+    assert got["files"] == 10 * MiB and got["stacks"] == 128 * KiB and got["pymalloc_free"] == 2 * MiB
+    # the anonymous 30 MiB split between the three, whatever the clamps did
+    assert unexplained == JE_UNEXPLAINED
+
+
+# --- no statistics: a mimalloc process, or glibc's heaps read with no walk ------------------------
+
+def test_unknown_allocator_leaves_its_memory_in_other_anon():
+    m = Measurements(rss=20 * MiB, allocator="mimalloc",
+                     regions=regions(("file", 5 * MiB), ("glibc-heap", 4 * MiB), ("mmapped-chunk", 2 * MiB),
+                                     ("anon", 7 * MiB), ("stack", 64 * KiB)),
+                     notes={"allocator_in_use": "allocator mimalloc: not read"})
+    layers, unexplained = attribute(m)
+    got = {k: v.resident for k, v in layers.items()}
+    assert got == {
+        "files": 5 * MiB,
+        "python_objects": None, "pymalloc_free": None,   # not a Python process: not measured
+        "allocator_in_use": None, "allocator_free": None,
+        "stacks": 64 * KiB,
+        "other_anon": 13 * MiB,                           # anon 7 + heap 4 + mmapped chunks 2
+    }
+    assert unexplained == 20 * MiB - 18 * MiB - 64 * KiB
+    assert layers["allocator_in_use"].note == "allocator mimalloc: not read"
+    assert layers["python_objects"].note  # says why, never a silent zero
