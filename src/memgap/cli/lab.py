@@ -1,9 +1,14 @@
 """Run a workload under allocator variants and recommend the cheapest fix that works.
 
-Each variant runs --reps times, interleaved (A B C A B C), each run recorded
-like `memgap run` (the tree over time; phase snapshots of Python processes).
-Idle is the RSS at the phase named idle (memgap.phase("idle")); after it each
-run trims once to measure what malloc_trim(0) releases. Variants are ranked by
+Each variant runs, interleaved (A B C A B C), each run recorded like `memgap
+run` (the tree over time; phase snapshots of Python processes). Without --reps
+the lab is adaptive: after one round, variants that cannot win are dropped and
+the rest run on (up to 3 times) until two rounds agree; --reps N runs the full
+grid. Idle is the program's phase named idle (memgap.phase("idle") or a
+--phase-regex line), else found: its last quiet spell (under 10% of a CPU, RSS
+steady, 1 s), else the moment before it exits; the output says which. The
+figures are those of the tree's largest process (or --process REGEX). Each run
+trims once at idle to measure what malloc_trim(0) releases. Variants are ranked by
 idle RSS within a slowdown budget; one is called better only when its whole
 range clears the baseline's and its median is at least 5% and 2 MiB lower
 (where none is: keep the defaults); too slow means beyond the budget plus the

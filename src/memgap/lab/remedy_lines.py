@@ -73,7 +73,7 @@ def recommendation_lines(variant: Variant, python: bool = True) -> dict[str, Any
                      "by editing their headers in place with the GIL held (CPython 3.10-3.13 with a GIL; "
                      "see memgap.release_pymalloc); elsewhere the trims skip it")
     if variant.library:
-        setup.append(f"apt-get install {LIBRARIES[variant.allocator][1]}   # Debian, Ubuntu")
+        setup.append(f"apt-get update && apt-get install -y {LIBRARIES[variant.allocator][1]}   # Debian, Ubuntu")
         notes.append(f"{variant.library} is where Debian's package puts it; elsewhere use its path there")
     items = list(env.items())
     return {
