@@ -75,3 +75,14 @@ def test_a_spell_ended_by_the_process_shutting_down_still_counts_as_lasting():
     assert (found.rule, found.rss, found.label) == ("quiet", 88, "idle (quiet 3.5 s, then its shutdown)")
     found = find_idle(snaps, quiet_ends=[7.5], last_seen=12.0, last_rss=60)  # 4.5 s of work after it
     assert "work followed" in found.label
+
+
+def test_memory_given_back_at_rest_restarts_the_spell_but_not_the_rest():
+    """A trim during the rest drops RSS: a new spell (its snapshot shows the lower figure),
+    but the work ended when the rest began (the lab's wall time must not count the rest)."""
+    spell = QuietSpell(after=1.0)
+    readings = [(t / 10, 0.0, 160 * MiB) for t in range(0, 15)]     # rest from 0.0
+    readings += [(t / 10, 0.01, 80 * MiB) for t in range(15, 30)]   # a trim at 1.5 s gives 80 MiB back
+    assert _feed(spell, readings) == [(1.0, "quiet"), (1.5, "end"), (2.5, "quiet")]
+    assert spell.since == 1.5 and spell.rested_since == 0.0
+    assert spell.update(3.0, 0.01, 120 * MiB) == "end" and spell.rested_since == 3.0  # RSS rose: work

@@ -61,6 +61,7 @@ class QuietSpell:
     def __init__(self, after: float = QUIET_AFTER) -> None:
         self.after = after
         self.since: float | None = None  # when the current spell began
+        self.rested_since: float | None = None  # when the last work ended (a spell may restart after a trim)
         self.reported = False
         self._cpu0 = 0.0
         self._rss0 = 0
@@ -68,12 +69,15 @@ class QuietSpell:
     def update(self, now: float, cpu: float, rss: int) -> str | None:
         if self.since is None:
             self._restart(now, cpu, rss)
+            self.rested_since = now
             return None
         elapsed = now - self.since
         busy = cpu - self._cpu0 > BUSY_SHARE * elapsed + CPU_SLACK
-        moved = abs(rss - self._rss0) > max(RSS_SLACK, RSS_SHARE * self._rss0)
-        if busy or moved:
+        slack = max(RSS_SLACK, RSS_SHARE * self._rss0)
+        if busy or abs(rss - self._rss0) > slack:
             ended = self.reported
+            if busy or rss > self._rss0:  # work; RSS that only fell is memory given back at rest (a trim)
+                self.rested_since = now
             self._restart(now, cpu, rss)
             return "end" if ended else None
         if not self.reported and elapsed >= self.after:
@@ -147,5 +151,7 @@ def idle_of_process(entry: dict[str, Any], timeline: list[dict[str, Any]], start
         return None
     snap = found.snapshot or {}
     return {"rss": found.rss, "rule": found.rule, "label": found.label, "time": snap.get("time"),
-            # when the work ended, for a found idle: the quiet spell began, or the exit did
-            "work_ended": snap.get("quiet_since") or (snap.get("time") if found.rule == "before exit" else None)}
+            # when the work ended, for a found idle: its rest began (a trim in the rest restarts a spell,
+            # not the rest), or the exit did
+            "work_ended": (snap.get("rested_since") or snap.get("quiet_since")
+                           or (snap.get("time") if found.rule == "before exit" else None))}

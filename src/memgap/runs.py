@@ -134,7 +134,8 @@ class OutsideQuiet:
         event = spell.update(time.monotonic(), cpu_ticks / self.hz, rss)
         if event == "quiet":
             since = time.time() - (time.monotonic() - (spell.since or time.monotonic()))
-            _outside_snapshot(writer, pid, QUIET_PHASE, start, quiet_since=since)
+            rested = time.time() - (time.monotonic() - (spell.rested_since or spell.since or time.monotonic()))
+            _outside_snapshot(writer, pid, QUIET_PHASE, start, quiet_since=since, rested_since=rested)
         elif event == "end":
             writer.write({"type": "quiet-end", "pid": pid, "time": time.time()})
 
@@ -160,12 +161,14 @@ def _stop(proc: subprocess.Popen, own_group: bool) -> None:  # type: ignore[type
 
 
 def _outside_snapshot(writer: RecordingWriter, pid: int, phase: str, start: float,
-                      trim_after: str = "", quiet_since: float | None = None) -> None:
+                      trim_after: str = "", quiet_since: float | None = None,
+                      rested_since: float | None = None) -> None:
     """A phase snapshot of ``pid`` read from outside (for marks the program did not make itself).
 
     After the phase named ``trim_after``, the process's agent (if it has one)
     trims, and an "after-trim" snapshot records what that released.
-    ``quiet_since``: the snapshot opens a quiet spell that began then.
+    ``quiet_since``: the snapshot opens a quiet spell that began then; ``rested_since``:
+    the process's rest began then (its work ended), earlier when a trim restarted the spell.
     """
     from .collect import Options, snapshot_pid
 
@@ -180,6 +183,8 @@ def _outside_snapshot(writer: RecordingWriter, pid: int, phase: str, start: floa
     snap.quiet_since = quiet_since
     record = snap.to_dict(regions=False)
     record["rss_at_mark"] = rss_at_mark
+    if rested_since is not None:
+        record["rested_since"] = rested_since
     writer.write({"type": "snapshot", "pid": pid, "t": round(time.time() - start, 4), "snapshot": record})
     if phase == trim_after and "agent" in snap.allocator:
         _agent_trim(writer, pid, start)
