@@ -8,6 +8,7 @@ import threading
 from .envnames import RECORD_DIR_ENV, TRIM_AFTER_ENV, TRIM_EVERY_ENV, TRIMMER_ENV
 
 _installed = False  # the bootstrap's sitecustomize and memgap's .pth file may both ask
+_events = None  # this process's file for its trimmers' events (a recording.ProcessFile)
 
 
 def _at_exit() -> None:
@@ -78,22 +79,17 @@ def _snapshot_before_exit() -> None:
     threading._shutdown = before_shutdown  # type: ignore[attr-defined]
 
 
-_events = None  # this process's writer for its trimmers' events
-
-
 def _write_event(event: dict) -> None:  # type: ignore[type-arg]
     """A trimmer's event, into a file of its own: the recorder takes process-PID.jsonl as the
     sign that the program marks phases itself, which a trimmer's trims are not."""
-    global _events
-    directory = os.environ.get(RECORD_DIR_ENV)
-    if not directory:
-        return
-    if _events is None or _events.pid != os.getpid():  # a forked child writes its own file
-        from .recording import RecordingWriter
+    from .recording import ProcessFile
 
-        _events = RecordingWriter(os.path.join(directory, f"process-{os.getpid()}.trims.jsonl"))
-        _events.pid = os.getpid()  # type: ignore[attr-defined]
-    _events.write(event)
+    global _events
+    if _events is None:
+        _events = ProcessFile(".trims")
+    writer = _events.writer()
+    if writer is not None:
+        writer.write(event)
 
 
 def _trimmer_started(mode: str) -> None:

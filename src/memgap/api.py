@@ -10,11 +10,12 @@ from .collect import Options, snapshot_self
 from .envnames import RECORD_DIR_ENV, TRIM_AFTER_ENV, WALK_ENV
 from .errors import Unsupported
 from .model import Snapshot
+from .recording import ProcessFile
 from .sources.procfs import ProcReader, status_int
 
 
 _phases: list[Snapshot] = []
-_writer = None
+_phase_file = ProcessFile()  # under `memgap run`: this process's phases go there
 _own_phases: set[str] = set()  # phases this program marked itself (memgap.phase): no idle to find if "idle"
 
 
@@ -29,16 +30,7 @@ def snapshot(walk: bool = False, count: tuple[str, ...] = (), regions: bool = Tr
 
 def _recording_writer():  # type: ignore[no-untyped-def]
     """The writer for this process's phases under `memgap run`, or None."""
-    global _writer
-    directory = os.environ.get(RECORD_DIR_ENV)
-    if not directory:
-        return None
-    if _writer is None or _writer.pid != os.getpid():  # a forked child writes its own file
-        from .recording import RecordingWriter, child_recording_path
-
-        _writer = RecordingWriter(child_recording_path(directory))
-        _writer.pid = os.getpid()  # type: ignore[attr-defined]
-    return _writer
+    return _phase_file.writer()
 
 
 def _record(name: str, trim_result: "TrimResult | None" = None) -> Snapshot | None:

@@ -8,6 +8,7 @@ import os
 import threading
 from typing import Any, Iterator
 
+from .envnames import RECORD_DIR_ENV
 from .errors import MalformedInput
 
 
@@ -50,3 +51,24 @@ def read_events(path: str) -> Iterator[dict[str, Any]]:
 
 def child_recording_path(directory: str, pid: int | None = None) -> str:
     return os.path.join(directory, f"process-{pid or os.getpid()}.jsonl")
+
+
+class ProcessFile:
+    """This process's own file in the recording folder named by MEMGAP_RECORD_DIR
+    (``process-PID{suffix}.jsonl``), opened on first use; a forked child opens its own."""
+
+    def __init__(self, suffix: str = "") -> None:
+        self.suffix = suffix
+        self._writer: RecordingWriter | None = None
+        self._pid = 0
+
+    def writer(self) -> RecordingWriter | None:
+        """The writer, or None when no recording is under way."""
+        directory = os.environ.get(RECORD_DIR_ENV)
+        if not directory:
+            return None
+        if self._writer is None or self._pid != os.getpid():
+            path = child_recording_path(directory)
+            self._writer = RecordingWriter(path[:-len(".jsonl")] + self.suffix + ".jsonl")
+            self._pid = os.getpid()
+        return self._writer

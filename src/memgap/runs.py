@@ -131,11 +131,10 @@ class OutsideQuiet:
         if pid in self.marked or os.path.exists(child_recording_path(self.record_dir, pid)):
             return
         spell = self.spells.setdefault(pid, QuietSpell(self.after))
-        event = spell.update(time.monotonic(), cpu_ticks / self.hz, rss)
+        event = spell.update(time.time(), cpu_ticks / self.hz, rss)  # wall time: the recording's clock
         if event == "quiet":
-            since = time.time() - (time.monotonic() - (spell.since or time.monotonic()))
-            rested = time.time() - (time.monotonic() - (spell.rested_since or spell.since or time.monotonic()))
-            _outside_snapshot(writer, pid, QUIET_PHASE, start, quiet_since=since, rested_since=rested)
+            _outside_snapshot(writer, pid, QUIET_PHASE, start, quiet_since=spell.since,
+                              rested_since=spell.rested_since)
         elif event == "end":
             writer.write({"type": "quiet-end", "pid": pid, "time": time.time()})
 
@@ -180,11 +179,9 @@ def _outside_snapshot(writer: RecordingWriter, pid: int, phase: str, start: floa
         writer.write({"type": "error", "pid": pid, "phase": phase, "error": str(exc)})
         return
     snap.phase = phase
-    snap.quiet_since = quiet_since
+    snap.quiet_since, snap.rested_since = quiet_since, rested_since
     record = snap.to_dict(regions=False)
     record["rss_at_mark"] = rss_at_mark
-    if rested_since is not None:
-        record["rested_since"] = rested_since
     writer.write({"type": "snapshot", "pid": pid, "t": round(time.time() - start, 4), "snapshot": record})
     if phase == trim_after and "agent" in snap.allocator:
         _agent_trim(writer, pid, start)

@@ -43,7 +43,7 @@ class LabOptions:
     metric_regex: str = ""   # stdout lines that report the --metric value (group 1)
     skipped: list[str] = field(default_factory=list)  # variants not run, with the install line
     adaptive: bool = False   # after the first round, only the contenders run on (see lab.adaptive)
-    dropped: list[str] = field(default_factory=list)  # variants an adaptive lab stopped running, and why
+    dropped: dict[str, str] = field(default_factory=dict)  # variant (and cell) an adaptive lab stopped -> why
     process: str = ""        # a regular expression: the process of the tree the figures describe
     load: list[str] = field(default_factory=list)  # a load command against a service (see memgap.load)
     rest: float = 3.0        # with a load: the service's quiet after it, before it is measured and stopped
@@ -121,11 +121,11 @@ def _schedule(options: LabOptions, cells: list[dict[str, str]], results: list[Ru
 def _dropped(options: LabOptions, variant: Variant, baseline: Variant, cell: dict[str, str],
              results: list[RunMetrics], progress: Callable[[str], None]) -> bool:
     label = variant.spec + "".join(f" {k}={v}" for k, v in cell.items())
-    if any(line.startswith(label + ": ") for line in options.dropped):
+    if label in options.dropped:
         return True
     why = cannot_win(variant, baseline, [r for r in results if r.params == cell], options.max_slowdown)
     if why:
-        options.dropped.append(f"{label}: {why}")
+        options.dropped[label] = why
         progress(f"dropped {label}: {why}")
     return bool(why)
 
@@ -323,7 +323,7 @@ def lab_document(options: LabOptions, results: list[RunMetrics], seconds: float,
                          if len(cells) > 1 and worst and worst["recommendation"] else []),
         "skipped": options.skipped,
         "adaptive": options.adaptive,
-        "dropped": options.dropped,
+        "dropped": [f"{label}: {why}" for label, why in options.dropped.items()],
         "warnings": _throughput_warnings(options, results, baseline),
         "lab_seconds": round(seconds, 3),
         "workload_seconds": round(workload_seconds, 3),
