@@ -3,4 +3,4 @@
 set -eu
 cd "$(dirname "$0")/.."
 sh scripts/setup.sh
-exec .venv/bin/python -m pytest -q "$@"
+exec .venv/bin/python -m pytest -q --no-skips "$@"

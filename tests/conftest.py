@@ -49,3 +49,26 @@ def wheel_venv(tmp_path_factory):
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     subprocess.run([str(venv / "bin" / "pip"), "install", "-q", wheel, "uvicorn"], check=True, capture_output=True)
     return venv
+
+
+# --- --no-skips: a green run means every test ran ---------------------------------------------
+
+def pytest_addoption(parser):
+    parser.addoption("--no-skips", action="store_true",
+                     help="fail the run if any test skips (scripts/test.sh, and so CI, passes it): "
+                          "a skip there means setup missed something a feature needs")
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    skipped = terminalreporter.stats.get("skipped", [])
+    if config.getoption("--no-skips") and skipped:
+        terminalreporter.write_line(f"--no-skips: {len(skipped)} test(s) skipped, so the run fails "
+                                    "(the reasons are listed above; tests/README.md says what each needs)",
+                                    red=True, bold=True)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if (session.config.getoption("--no-skips") and reporter is not None
+            and reporter.stats.get("skipped") and exitstatus == 0):
+        session.exitstatus = 1
