@@ -47,3 +47,8 @@ def check_adds_up(snap):
         detail = snap["layers"]["pymalloc_free"]["detail"]
         assert detail["arenas_found"] == detail["arenas"]
     return layers
+
+
+def recommended(lab):
+    """The variant a lab document recommends, or None (so a failed check prints the verdict, not a TypeError)."""
+    return (lab.get("recommendation") or {}).get("variant")
