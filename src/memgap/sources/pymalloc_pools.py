@@ -73,12 +73,14 @@ def census(reader: MemoryReader, resident: ResidentMap, arenas: Iterable[tuple[i
     """
     out = PoolCensus()
     for start, end in arenas:
-        first = read_pool_header(reader, start, pool_size)
         found = resident.range_at(start)
-        if first is None or found is None:
+        if found is None:
+            continue
+        r_start, r_end, bitmap = found  # an arena lies in one mapping: one bitmap, indexed directly (20k pools)
+        first = read_pool_header(reader, start, pool_size) if bitmap[(start - r_start) // PAGE_SIZE] else None
+        if first is None:
             continue
         out.arenas += 1
-        r_start, r_end, bitmap = found  # an arena lies in one mapping: one bitmap, indexed directly (20k pools)
         for pool in range(start, min(end, r_end) - pool_size + 1, pool_size):
             if not bitmap[(pool - r_start) // PAGE_SIZE]:
                 continue  # never carved (or swapped out): nothing to read without faulting it in
