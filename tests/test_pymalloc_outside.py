@@ -15,6 +15,8 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conftest import child_env
 from helpers import MiB, memgap
@@ -224,3 +226,18 @@ def test_a_header_never_claims_more_than_its_pool():
         for count in (0, 1, (POOL - 48) // size, (POOL - 48) // size + 1, 0xFFFFFFFF):
             h = parse_pool_header(header(count, szidx), POOL)
             assert h is None or h.count * h.block_size <= POOL - 48
+
+
+U32 = st.integers(0, 0xFFFFFFFF)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 2**64 - 1), st.integers(0, 80) | U32, U32, st.booleans(), U32,
+       st.sampled_from([4 << 10, 16 << 10]))
+def test_any_header_claims_at_most_its_pool(count, szidx, nextoffset, consistent, maxnext, pool_size):
+    # headers near the valid ones (maxnextoffset as pymalloc sets it, or not), any count
+    if consistent:
+        maxnext = (pool_size - (szidx + 1) * 16) & 0xFFFFFFFF
+    data = struct.pack("<QQQQIIII", count, 0, 0, 0, 7, szidx, nextoffset % (2 * pool_size), maxnext)
+    h = parse_pool_header(data, pool_size)
+    assert h is None or (h.count * h.block_size <= pool_size - 48 and h.block_size <= 1024)
