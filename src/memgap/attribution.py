@@ -189,7 +189,7 @@ def _python_from_pools(m: Measurements, owned: _Owners) -> tuple[Layer, Layer]:
                    "counted under allocator_in_use from outside" + clamped,
         source="pymalloc pool headers", detail={"pymalloc_blocks": small, **asdict(m.pools)})
     free = Layer(
-        "pymalloc_free", arenas - small, virtual=owned.virtual.get("pymalloc-arena", 0) - m.pools.in_use,
+        "pymalloc_free", arenas - small, virtual=max(0, owned.virtual.get("pymalloc-arena", 0) - m.pools.in_use),
         derivation="resident pages of pymalloc arenas (found by their pool headers) minus the bytes in blocks "
                    "in use their pool headers count: free blocks, empty pools, pool headers" + clamped,
         source="pool headers, pagemap", detail={"arenas_found": owned.count.get("pymalloc-arena", 0)})
