@@ -12,6 +12,7 @@ from memgap.sources.glibc_heaps import ArenaLayout, GlibcLayout
 from memgap.sources.jemalloc import JemallocStats
 from memgap.sources.pyheap import PythonHeap
 from memgap.sources.pymalloc import PymallocStats
+from memgap.sources.pymalloc_pools import PoolCensus
 
 KiB, MiB = 1 << 10, 1 << 20
 
@@ -254,3 +255,33 @@ def test_unknown_allocator_leaves_its_memory_in_other_anon():
     assert unexplained == 20 * MiB - 18 * MiB - 64 * KiB
     assert layers["allocator_in_use"].note == "allocator mimalloc: not read"
     assert layers["python_objects"].note  # says why, never a silent zero
+
+
+# --- Python from outside: blocks counted from pymalloc's pool headers ----------------------------
+
+def test_outside_python_objects_are_the_blocks_the_pool_headers_count():
+    # glibc's layout as above; 3 MiB of blocks in use counted in the 5 resident MiB of arenas
+    m = Measurements(rss=60 * MiB, regions=GLIBC_REGIONS, allocator="glibc", glibc=glibc_layout(),
+                     pools=PoolCensus(in_use=3 * MiB, arenas=5, pools_read=320, pools_in_use=300))
+    layers, _ = attribute(m)
+    got = {k: v.resident for k, v in layers.items()}
+    assert got["python_objects"] == 3 * MiB and got["pymalloc_free"] == 2 * MiB   # arenas 5 - blocks 3
+    assert got["allocator_in_use"] == 40 * MiB - 15 * MiB + 6 * MiB   # untouched: large objects stay here
+    assert "512 bytes" in layers["python_objects"].derivation and "clamped" not in layers["pymalloc_free"].derivation
+
+
+def test_outside_blocks_beyond_the_resident_arena_pages_are_clamped_and_said():
+    # 7 MiB of blocks counted in 5 resident MiB (pages swapped out): both layers stay within the 5
+    m = Measurements(rss=60 * MiB, regions=GLIBC_REGIONS, pools=PoolCensus(in_use=7 * MiB, arenas=5))
+    layers, _ = attribute(m)
+    assert (layers["python_objects"].resident, layers["pymalloc_free"].resident) == (5 * MiB, 0)
+    assert layers["python_objects"].virtual == 7 * MiB
+    assert "clamped at 0" in layers["pymalloc_free"].derivation
+
+
+def test_outside_with_no_arena_found_is_not_measured():
+    m = Measurements(rss=60 * MiB, regions=GLIBC_REGIONS[:-1], pools=PoolCensus(),
+                     notes={"python_objects": "no pymalloc arena found from outside"})
+    layers, _ = attribute(m)
+    assert layers["python_objects"].resident is None and layers["pymalloc_free"].resident is None
+    assert layers["python_objects"].note == "no pymalloc arena found from outside"

@@ -48,7 +48,9 @@ def test_inspect_outside_adds_up_and_leaves_target_running(target):
     for key in ("rss", "layers", "unexplained", "allocator", "findings"):
         assert key in snap
     layers = {k: v["resident"] for k, v in snap["layers"].items()}
-    assert layers["python_objects"] is None and "memgap run" in snap["layers"]["python_objects"]["note"]
+    # small objects, counted from pymalloc's pool headers; the 64 KiB buffers are the C allocator's
+    assert "pool header" in snap["layers"]["python_objects"]["derivation"]
+    assert 0 < layers["python_objects"] < 8 * MiB and layers["allocator_in_use"] >= 12 * MiB
     measured = sum(v for v in layers.values() if v is not None)
     assert measured + snap["unexplained"] == snap["rss"]
     assert abs(snap["unexplained"]) <= 0.05 * snap["rss"]

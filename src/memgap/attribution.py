@@ -6,7 +6,7 @@ reason, never a guess presented as a measurement.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .model import Layer, Region
@@ -14,6 +14,7 @@ from .sources.glibc import Mallinfo2, MallocInfo
 from .sources.glibc_heaps import GlibcLayout
 from .sources.jemalloc import JemallocStats
 from .sources.pymalloc import PymallocStats
+from .sources.pymalloc_pools import PoolCensus
 from .sources.pyheap import PythonHeap
 
 MiB = 1 << 20
@@ -34,6 +35,7 @@ class Measurements:
     python_heap: PythonHeap | None = None
     notes: dict[str, str] = field(default_factory=dict)  # layer -> why it was not measured
     tcmalloc: dict[str, int] | None = None  # MallocExtension numeric properties (from the agent)
+    pools: PoolCensus | None = None  # outside: blocks in use counted from pymalloc's pool headers
 
 
 class _Owners:
@@ -167,6 +169,33 @@ def _tcmalloc_split(t: dict[str, int], owned: _Owners) -> _Split:
                               "pages are not measured and stay in other_anon")
 
 
+def _python_from_pools(m: Measurements, owned: _Owners) -> tuple[Layer, Layer]:
+    """python_objects and pymalloc_free from outside, where only the pool headers say what is in use."""
+    arenas = owned("pymalloc-arena")
+    if m.pools is None or not m.pools.arenas:
+        note = m.notes.get("python_objects", "not a Python process, or not readable from outside")
+        return Layer("python_objects", None, note=note), Layer(
+            "pymalloc_free", arenas or None, derivation="resident pages of pymalloc arenas found by their pool headers",
+            note="" if arenas else note)
+    # the headers count blocks, the pagemap pages: more blocks than resident pages (some
+    # swapped out) would count a page twice, so the arenas' resident pages bound both
+    small = min(m.pools.in_use, arenas)
+    clamped = f"; at most the arenas' resident pages ({m.pools.in_use - small} bytes of blocks over them: " \
+              "pages swapped out?), so pymalloc_free is clamped at 0" if small < m.pools.in_use else ""
+    python = Layer(
+        "python_objects", small, virtual=m.pools.in_use,
+        derivation="small objects (512 bytes or less) in pymalloc pools, read from outside: blocks in use x "
+                   "block size from each resident pool header; larger objects live in the C allocator and are "
+                   "counted under allocator_in_use from outside" + clamped,
+        source="pymalloc pool headers", detail={"pymalloc_blocks": small, **asdict(m.pools)})
+    free = Layer(
+        "pymalloc_free", arenas - small, virtual=max(0, owned.virtual.get("pymalloc-arena", 0) - m.pools.in_use),
+        derivation="resident pages of pymalloc arenas (found by their pool headers) minus the bytes in blocks "
+                   "in use their pool headers count: free blocks, empty pools, pool headers" + clamped,
+        source="pool headers, pagemap", detail={"arenas_found": owned.count.get("pymalloc-arena", 0)})
+    return python, free
+
+
 def attribute(m: Measurements) -> tuple[dict[str, Layer], int]:
     """Layers (by name) and the unexplained remainder ``rss - sum(layers)``."""
     owned = _Owners(m.regions)
@@ -275,11 +304,7 @@ def attribute(m: Measurements) -> tuple[dict[str, Layer], int]:
                      "available_blocks": m.pymalloc.available_blocks_bytes} if m.pymalloc else {}),
         )
     else:
-        note = m.notes.get("python_objects", "not a Python process, or not readable from outside")
-        layers["python_objects"] = Layer("python_objects", None, note=note)
-        layers["pymalloc_free"] = Layer("pymalloc_free", arenas_resident if arenas_resident else None,
-                                        derivation="resident pages of pymalloc arenas found by their pool headers",
-                                        note="" if arenas_resident else note)
+        layers["python_objects"], layers["pymalloc_free"] = _python_from_pools(m, owned)
 
     layers["allocator_in_use"] = Layer(
         "allocator_in_use", max(0, in_use) if in_use is not None else None,

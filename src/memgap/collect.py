@@ -23,6 +23,7 @@ from .sources.glibc import glibc_malloc
 from .sources.glibc_heaps import GlibcLayout, find_glibc_layout
 from .sources.jemalloc import noreserve_flags
 from .sources.procfs import Mapping, ProcReader, status_int
+from .sources.pymalloc_pools import census
 
 STATUS_FIELDS = ("VmPeak", "VmSize", "VmHWM", "VmRSS", "RssAnon", "RssFile", "RssShmem", "VmSwap", "Threads",
                  "Pss", "Uss")
@@ -267,7 +268,8 @@ def snapshot_pid(pid: int, options: Options | None = None, proc_root: str = "/pr
     """
     options = options or Options()
     started = time.perf_counter()
-    notes = {"python_objects": "needs the process's own statistics: run it under `memgap run`"}
+    notes = {"python_objects": "no pymalloc arena found from outside (PYTHONMALLOC=malloc, or a free-threaded "
+                               "build): needs the process's own statistics, run it under `memgap run`"}
     with ProcReader(pid, proc_root) as reader:
         stat_before = reader.stat()
         report, agent_problem = _ask_agent(reader, pid, proc_root) if options.agent else (None, "")
@@ -295,11 +297,14 @@ def snapshot_pid(pid: int, options: Options | None = None, proc_root: str = "/pr
         if rollup is not None:  # PSS and USS: what summing a tree should use
             status["Pss"] = rollup.get("Pss")
             status["Uss"] = rollup.get("Private_Clean") + rollup.get("Private_Dirty")
+        # after VmRSS, which belongs beside the pagemap; headers only on the pages that pagemap saw resident
+        pools = census(reader, memmap.resident, [(r.start, r.end) for r in regions if r.owner == "pymalloc-arena"],
+                       DEFAULT_POOL_SIZE) if is_python else None
         cmd = reader.cmdline()
         if reader.stat().start_time != stat_before.start_time:
             raise PidReused(pid, "its start time changed while memgap read it")
     rss = status_int(status, "VmRSS")
-    measured = Measurements(rss, regions, detection.name, layout, notes=notes)
+    measured = Measurements(rss, regions, detection.name, layout, notes=notes, pools=pools)
     if report is not None:
         measured.mallinfo, measured.malloc_info, measured.jemalloc = report.mallinfo, report.malloc_info, \
             report.jemalloc

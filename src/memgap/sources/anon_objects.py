@@ -6,7 +6,8 @@ unowned anonymous mapping from its start, page by page, and recognise:
 - a glibc mmapped chunk: ``prev_size == 0`` and a size with exactly the
   IS_MMAPPED flag set, a whole number of pages that fits the mapping;
 - a pymalloc arena: a valid pool header at the first pool boundary
-  (``maxnextoffset == pool_size - block_size`` and bounded counters).
+  (``maxnextoffset == pool_size - block_size`` and bounded counters; the
+  header's format and checks live in pymalloc_pools).
 Only resident pages are read (a header is always written, hence resident), so
 reading never faults a page into the target.
 """
@@ -17,12 +18,10 @@ from dataclasses import dataclass
 
 from .glibc_heaps import MemoryReader, ResidentMap
 from .procfs import PAGE_SIZE
+from .pymalloc_pools import read_pool_header
 
 IS_MMAPPED = 0x2
-ALIGNMENT = 16
-POOL_OVERHEAD = 48
 _CHUNK = struct.Struct("<QQ")
-_POOL = struct.Struct("<QQQQIIII")
 
 
 @dataclass(slots=True)  # created by the hundred per snapshot: no frozen overhead
@@ -31,16 +30,6 @@ class AnonObject:
     end: int
     kind: str        # "mmapped-chunk" or "pymalloc-arena"
     resident: int
-
-
-def _is_pool_header(data: bytes, pool_size: int) -> bool:
-    count, _free, _next, _prev, _index, szidx, nextoffset, maxnext = _POOL.unpack(data)
-    size = (szidx + 1) * ALIGNMENT
-    if szidx >= 64 or maxnext != pool_size - size:
-        return False
-    if not POOL_OVERHEAD <= nextoffset <= pool_size:
-        return False
-    return (count & 0xFFFFFFFF) <= (pool_size - POOL_OVERHEAD) // size
 
 
 def _chunk_at(reader: MemoryReader, address: int, limit: int) -> int:
@@ -57,10 +46,8 @@ def _chunk_at(reader: MemoryReader, address: int, limit: int) -> int:
 
 def _pool_index(reader: MemoryReader, address: int, pool_size: int) -> int | None:
     """The arena index in a valid pool header at ``address``, else None."""
-    data = reader.read_memory(address, _POOL.size)
-    if data is None or not _is_pool_header(data, pool_size):
-        return None
-    return _POOL.unpack(data)[4]
+    header = read_pool_header(reader, address, pool_size)
+    return None if header is None else header.arena_index
 
 
 def _arena_from(reader: MemoryReader, resident: ResidentMap, pool: int, limit: int,

@@ -1,0 +1,94 @@
+"""pymalloc's pool headers, read from outside the process: what each pool holds.
+
+CPython's ``pool_header`` (Objects/obmalloc.c, 64-bit, 3.8+) is 48 bytes: a
+``count`` of blocks in use (a uint in a pointer-sized union: the low half on
+little-endian), ``freeblock``, ``nextpool``, ``prevpool``, then ``arenaindex``,
+``szidx``, ``nextoffset``, ``maxnextoffset``. A pool's blocks are
+``(szidx + 1) * 16`` bytes, so ``count x block size`` is the bytes of small
+objects (512 bytes or less) the pool holds. Only headers on resident pages are
+read: a pool in use has written its header, and reading never faults a page in.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Iterable, NamedTuple
+
+from .glibc_heaps import MemoryReader, ResidentMap
+from .procfs import PAGE_SIZE
+
+ALIGNMENT = 16
+POOL_OVERHEAD = 48
+_POOL = struct.Struct("<QQQQIIII")
+
+
+class PoolHeader(NamedTuple):  # a tuple: made once per resident pool, 20k times for 300 MiB
+    count: int        # blocks in use
+    arena_index: int
+    block_size: int
+
+
+def parse_pool_header(data: bytes, pool_size: int) -> PoolHeader | None:
+    """The pool header in ``data`` (48 bytes), or None unless it satisfies pymalloc's invariants.
+
+    The bounds keep a garbage header from counting: a size class that exists, the
+    last block offset that class gives, and no more blocks in use than the pool holds.
+    """
+    count, _free, _next, _prev, index, szidx, nextoffset, maxnext = _POOL.unpack(data)
+    size = (szidx + 1) * ALIGNMENT
+    if szidx >= 64 or maxnext != pool_size - size:
+        return None
+    if not POOL_OVERHEAD <= nextoffset <= pool_size:
+        return None
+    count &= 0xFFFFFFFF
+    if count > (pool_size - POOL_OVERHEAD) // size:
+        return None
+    return PoolHeader(count, index, size)
+
+
+def read_pool_header(reader: MemoryReader, address: int, pool_size: int) -> PoolHeader | None:
+    """The valid pool header at ``address``, else None (unreadable or not a header)."""
+    data = reader.read_memory(address, _POOL.size)
+    return None if data is None else parse_pool_header(data, pool_size)
+
+
+@dataclass
+class PoolCensus:
+    """Blocks in use in the pymalloc arenas found, summed from their pool headers."""
+
+    in_use: int = 0          # bytes in blocks in use
+    arenas: int = 0
+    pools_read: int = 0      # pools whose header page is resident, each read once
+    pools_in_use: int = 0    # of them, valid headers with a block in use
+    pools_rejected: int = 0  # of them, no valid header of the arena's (a pool memgap released, or garbage)
+
+
+def census(reader: MemoryReader, resident: ResidentMap, arenas: Iterable[tuple[int, int]],
+           pool_size: int) -> PoolCensus:
+    """Read the header of every pool on a resident page of ``arenas`` ((start, end), each
+    starting at its first pool, as anon_objects finds them) and count the blocks in use.
+
+    A header must carry its arena's index (the first pool's): a stale or garbage page
+    that happens to pass the checks in another arena's place does not count.
+    """
+    out = PoolCensus()
+    for start, end in arenas:
+        found = resident.range_at(start)
+        if found is None:
+            continue
+        r_start, r_end, bitmap = found  # an arena lies in one mapping: one bitmap, indexed directly (20k pools)
+        first = read_pool_header(reader, start, pool_size) if bitmap[(start - r_start) // PAGE_SIZE] else None
+        if first is None:
+            continue
+        out.arenas += 1
+        for pool in range(start, min(end, r_end) - pool_size + 1, pool_size):
+            if not bitmap[(pool - r_start) // PAGE_SIZE]:
+                continue  # never carved (or swapped out): nothing to read without faulting it in
+            header = first if pool == start else read_pool_header(reader, pool, pool_size)
+            out.pools_read += 1
+            if header is None or header.arena_index != first.arena_index:
+                out.pools_rejected += 1
+            elif header.count:
+                out.pools_in_use += 1
+                out.in_use += header.count * header.block_size
+    return out
