@@ -3,6 +3,7 @@ and applied to a plain run in a fresh environment where memgap is installed as a
 wheel (not from this checkout) they do what the lab measured."""
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -70,10 +71,16 @@ def test_a_load_driver_gets_its_server_measured_and_a_remedy_that_lowers_it_in_p
     runs = {r["variant"]: r for r in doc["runs"]}
     for r in runs.values():
         assert r["status"] == "ok" and r["process"].startswith("python -m uvicorn"), r
-    # the baseline's idle is the server's own post-rest RSS, as the driver read it from /proc
-    server_rest = int(own.read_text().split()[1])
-    assert abs(runs["glibc"]["idle"] - server_rest) <= 0.1 * server_rest, (runs["glibc"]["idle"], server_rest)
-    assert "Figures of the largest process of the workload's tree: python -m uvicorn" in lab.stdout
+    # the baseline's idle is the tree's PSS total after the rest, the server's own figure its RSS then,
+    # each as the driver read them from /proc
+    server_rest, server_pss, driver_pss = map(int, own.read_text().split()[1:4])
+    base = runs["glibc"]
+    assert abs(base["idle"] - (server_pss + driver_pss)) <= 0.1 * (server_pss + driver_pss), (base, server_pss,
+                                                                                                driver_pss)
+    assert abs(base["process_idle"] - server_rest) <= 0.1 * server_rest, (base["process_idle"], server_rest)
+    said = " ".join(lab.stdout.split())
+    assert "Idle is the tree's total" in said and "its largest process on its own at idle" in said.lower(), said
+    assert re.search(r"it runs python -m uvicorn", said), said
     # each process of the tree has its own idle in the JSON: the driver's and the server's
     assert sorted("uvicorn" in p["cmd"] for p in runs["glibc"]["tree"]) == [False, True], runs["glibc"]["tree"]
     # the work's time ends where the rest begins: the trimmer's trims in the rest do not count

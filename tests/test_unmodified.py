@@ -211,3 +211,23 @@ def test_lab_ranks_a_c_program_on_the_quiet_spell_it_found_from_outside(tmp_path
     # the one trim at idle needs a marked idle or a Python program's moment before exit: said, not faked
     trim = runs["glibc:trim=idle"]
     assert trim["status"] == "not-applied" and "trim=quiet" in trim["note"], trim
+
+
+def test_lab_ranks_a_preforked_tree_on_its_pss_total(tmp_path):
+    """A master and two forked workers sharing its data, all resting at once: the lab's idle
+    is the tree's sum by PSS, as each process read its own at rest, not the RSS sum that
+    counts the shared pages three times; each process's idle is in the JSON."""
+    readings = tmp_path / "readings.txt"
+    out = tmp_path / "lab.json"
+    proc = memgap("lab", "--reps", "1", "--variant", "glibc", "--json", str(out), "--dir", str(tmp_path / "runs"),
+                  "--", sys.executable, os.path.join(PROGRAMS, "forked_rest.py"), str(readings), timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    run = json.loads(out.read_text())["runs"][0]
+    rows = [list(map(int, line.split())) for line in readings.read_text().splitlines()]
+    assert len(rows) == 3 and run["status"] == "ok" and len(run["tree"]) == 3, (rows, run)
+    pss, rss = sum(r[2] for r in rows), sum(r[1] for r in rows)
+    assert abs(run["idle"] - pss) <= 0.1 * pss, (run["idle"], pss, run["tree_how"])
+    assert rss > 2 * pss  # the shared data: what summing RSS would have counted three times
+    largest = max(r[1] for r in rows)  # the largest process on its own: its RSS
+    assert abs(run["process_idle"] - largest) <= 0.1 * largest, (run["process_idle"], rows)
+    assert "Idle is the tree's total" in " ".join(proc.stdout.split())

@@ -147,6 +147,17 @@ def _anon_in(res, mp, lo: int, hi: int) -> int:  # type: ignore[no-untyped-def]
     return res.resident(lo, hi) if (lo, hi) != (mp.mapping.start, mp.mapping.end) else mp.anon_resident
 
 
+def _with_pss(reader: ProcReader) -> dict[str, int | str]:
+    """/proc/PID/status, plus PSS and USS from smaps_rollup: what summing a tree should use
+    (RSS counts a page shared by N processes N times)."""
+    status = reader.status()
+    rollup = reader.smaps_rollup()
+    if rollup is not None:
+        status["Pss"] = rollup.get("Pss")
+        status["Uss"] = rollup.get("Private_Clean") + rollup.get("Private_Dirty")
+    return status
+
+
 def _status_subset(status: dict[str, int | str]) -> dict[str, int]:
     return {k: status_int(status, k) for k in STATUS_FIELDS if k in status}
 
@@ -208,7 +219,7 @@ def _snapshot_self(phase: str | None, options: Options | None) -> Snapshot:
             layout = find_glibc_layout(reader, memmap.plain_mappings, memmap.resident)
         regions = label_regions(reader, memmap, layout, pm.arena_size if pm else None,
                                 pm.pool_size if pm else None, owned)
-        status = reader.status()
+        status = _with_pss(reader)
     rss = status_int(status, "VmRSS")
     measured = Measurements(rss, regions, detection.name, layout, mallinfo=mallinfo, malloc_info=malloc_info,
                             jemalloc=jemalloc, pymalloc=pm, python_heap=heap, notes=notes)
@@ -292,11 +303,7 @@ def snapshot_pid(pid: int, options: Options | None = None, proc_root: str = "/pr
                 f"allocator {detection.name}: from outside memgap reads glibc's heaps only")
         sizes = (DEFAULT_ARENA_SIZE, DEFAULT_POOL_SIZE) if is_python else (None, None)
         regions = label_regions(reader, memmap, layout, *sizes, owned)
-        status = reader.status()
-        rollup = reader.smaps_rollup()
-        if rollup is not None:  # PSS and USS: what summing a tree should use
-            status["Pss"] = rollup.get("Pss")
-            status["Uss"] = rollup.get("Private_Clean") + rollup.get("Private_Dirty")
+        status = _with_pss(reader)
         # after VmRSS, which belongs beside the pagemap; headers only on the pages that pagemap saw resident
         pools = census(reader, memmap.resident, [(r.start, r.end) for r in regions if r.owner == "pymalloc-arena"],
                        DEFAULT_POOL_SIZE) if is_python else None

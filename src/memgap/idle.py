@@ -151,6 +151,7 @@ def idle_of_process(entry: dict[str, Any], timeline: list[dict[str, Any]], start
         return None
     snap = found.snapshot or {}
     return {"rss": found.rss, "rule": found.rule, "label": found.label, "time": snap.get("time"),
+            "pss": (snap.get("status") or {}).get("Pss"),  # of the snapshot: a tree is summed by it
             # when the work ended, for a found idle: its rest began (a trim in the rest restarts a spell,
             # not the rest), or the exit did
             "work_ended": (snap.get("rested_since") or snap.get("quiet_since")

@@ -7,7 +7,9 @@ the rest run on (up to 3 times) until two rounds agree; --reps N runs the full
 grid. Idle is the program's phase named idle (memgap.phase("idle") or a
 --phase-regex line), else found: its last quiet spell (under 10% of a CPU, RSS
 steady, 1 s), else the moment before it exits; the output says which. The
-figures are those of the tree's largest process (or --process REGEX). Each run
+figures are those of the tree: where several of its processes live at idle, idle
+is their sum by PSS (shared pages split among their sharers, not counted once per
+process), else its largest process's; --process REGEX ranks one process. Each run
 trims once at idle to measure what malloc_trim(0) releases. Variants are ranked by
 idle RSS within a slowdown budget; one is called better only when its whole
 range clears the baseline's and its median is at least 5% and 2 MiB lower
@@ -72,8 +74,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --load: seconds the service must rest after the load before it is measured and "
                         "stopped (3: time for the idle trimmer of trim=quiet variants to act)")
     p.add_argument("--process", metavar="REGEX", default="",
-                   help="the process of the workload's tree whose figures count, by its command line (default: "
-                        "the largest; a load driver's server is found so)")
+                   help="rank on one process of the workload's tree, by its command line (default: the tree's "
+                        "PSS total at idle where several processes live then, and the largest process's figures)")
     p.add_argument("--no-agent", action="store_true",
                    help="do not preload memgap's native agent (without it, trims and trimmer variants do "
                         "not reach programs that are not Python)")

@@ -47,7 +47,9 @@ class RunMetrics:
     idle_rule: str = ""            # how idle was found: "idle (marked)", "idle (quiet 2.1 s)", ...
     process: str = ""              # the command line of the process the figures describe
     processes: int = 0             # how many processes the workload's tree ran
-    tree: list[dict[str, Any]] = field(default_factory=list)  # every process's idle: cmd, rss, rule
+    tree: list[dict[str, Any]] = field(default_factory=list)  # every process's idle: cmd, rss, pss, rule
+    process_idle: int | None = None  # the measured process's own idle figure, where idle is the tree's total
+    tree_how: str = ""             # how the tree's total was summed, where idle is the tree's total
 
 
 def _main_process(run: dict[str, Any], process: str = "") -> dict[str, Any] | None:
@@ -162,6 +164,8 @@ def run_metrics(run: dict[str, Any], variant: Variant | str, rep: int, order: in
                   "Python): the trim=quiet variants measure the idle trimmer in such a process")
     if variant.trim == "quiet" and m.idle is not None:
         _idle_after_the_trimmer(m, proc)
+    if not process:
+        _tree_total(m, run, proc, variant)
     return m
 
 
@@ -187,8 +191,8 @@ def _ending(m: RunMetrics, run: dict[str, Any], metric: str) -> None:
 def _process_figures(m: RunMetrics, run: dict[str, Any], proc: dict[str, Any]) -> None:
     """The measured process's timeline, phases, layers, peak and post-rest; the tree's idles."""
     m.processes = len({s["pid"] for s in run["timeline"]})
-    m.tree = [{"cmd": " ".join(p.get("cmd") or [])[:120], "idle": p["idle"]["rss"], "rule": p["idle"]["label"]}
-              for p in run["processes"] if p.get("idle")]
+    m.tree = [{"cmd": " ".join(p.get("cmd") or [])[:120], "idle": p["idle"]["rss"], "pss": p["idle"].get("pss"),
+               "rule": p["idle"]["label"]} for p in run["processes"] if p.get("idle")]
     m.process = " ".join([os.path.basename(proc["cmd"][0]), *proc["cmd"][1:]])[:120] if proc.get("cmd") else ""
     points = [(s["t"], s["rss"]) for s in run["timeline"] if s["pid"] == proc["pid"]]
     m.timeline = points[::max(1, len(points) // MAX_POINTS)]
@@ -269,6 +273,49 @@ def _idle_after_the_trimmer(m: RunMetrics, proc: dict[str, Any]) -> None:
         m.note = "; ".join(filter(None, [m.note, "the idle trimmer did not trim while the program lived (it "
                                          "trims after 2 s of quiet following a burst, when glibc holds "
                                          "16 MiB free or pymalloc=release is on)"]))
+
+
+ALIVE_SLACK = 0.5  # s: a process last sampled this long before the idle moment was still there
+
+
+def _tree_total(m: RunMetrics, run: dict[str, Any], proc: dict[str, Any], variant: Variant) -> None:
+    """Where several processes of the tree live at the measured process's idle, rank on their
+    sum counted without double-counting shared pages: each one's PSS at its own idle, less
+    what the variant's trims then released (private pages: PSS falls by as much)."""
+    at = (proc.get("idle") or {}).get("time")
+    start = run.get("start")
+    if m.idle is None or at is None or start is None:
+        return
+    last_seen: dict[int, float] = {}
+    for s in run["timeline"]:
+        last_seen[s["pid"]] = max(last_seen.get(s["pid"], 0.0), start + s["t"])
+    alive = [p for p in run["processes"] if p.get("idle") and (p is proc or last_seen.get(p["pid"], 0.0)
+                                                              >= at - ALIVE_SLACK)]
+    if len(alive) < 2:
+        return
+    total, by_rss = 0, 0
+    for p in alive:
+        idle = p["idle"]
+        after = m.idle if p is proc else _after_variant(p, variant)
+        released = max(0, idle["rss"] - after)
+        if idle.get("pss") is None:
+            by_rss += 1
+        total += max(0, (idle["pss"] if idle.get("pss") is not None else idle["rss"]) - released)
+    m.process_idle, m.idle = m.idle, total
+    m.tree_how = (f"the sum over the {len(alive)} processes alive at idle of each one's PSS at its idle"
+                  + (f" (RSS for {by_rss} read without a snapshot)" if by_rss else "")
+                  + (", less what the variant's trims released" if variant.trim else ""))
+
+
+def _after_variant(p: dict[str, Any], variant: Variant) -> int:
+    """A process's idle RSS after what the variant does at idle: its trimmer's last trim, or the lab's one trim."""
+    idle = int(p["idle"]["rss"])
+    if variant.trim == "quiet" and p.get("trims"):
+        return int(p["trims"][-1]["rss_after"])
+    trimmed = [s for s in p["snapshots"] if s["phase"] == "after-trim" and (s.get("trim") or {}).get("performed")]
+    if variant.trim == "idle" and trimmed:
+        return int(trimmed[-1]["trim"]["rss_after"])
+    return idle
 
 
 def median(values: list[float]) -> float | None:

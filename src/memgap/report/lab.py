@@ -1,6 +1,7 @@
 """Terminal rendering of a lab document."""
 from __future__ import annotations
 
+import statistics
 from typing import Any, TextIO
 
 from rich.console import RenderableType
@@ -174,11 +175,20 @@ def idle_rules_line(lab: dict[str, Any]) -> str:
 
 
 def measured_line(lab: dict[str, Any]) -> str:
-    """Which process the figures describe, when the workload ran more than one."""
+    """Which process the figures describe, when the workload ran more than one; where idle
+    is the tree's total, how it was summed and the largest process's own idle per variant."""
     if not any(r.get("processes", 1) > 1 for r in lab["runs"]):
         return ""
-    shown = sorted({r["process"] for r in lab["runs"] if r.get("process")})
-    return "Figures of the largest process of the workload's tree: " + "; ".join(shown)
+    summed = [r for r in lab["runs"] if r.get("tree_how")]
+    if not summed:
+        return "Figures of the largest process of the workload's tree: " + "; ".join(
+            sorted({r["process"] for r in lab["runs"] if r.get("process")}))
+    own: dict[str, list[float]] = {}
+    for r in summed:
+        own.setdefault(r["variant"], []).append(r["process_idle"])
+    figures = ", ".join(f"{variant} {mib(statistics.median(values))}" for variant, values in own.items())
+    return (f"Idle is the tree's total: {summed[0]['tree_how']} (--process REGEX ranks one process). "
+            f"Its largest process on its own at idle, MiB (median): {figures}; it runs {summed[0]['process']}")
 
 
 def _rule_kind(label: str) -> str:

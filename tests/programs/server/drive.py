@@ -1,6 +1,7 @@
 """A load driver, as users write them: start the server as a child, wait until it
 answers, send bursts of concurrent requests with 1 s rests, read the server's RSS
-after a last rest (a line "rest BYTES" appended to argv[1]), then stop it.
+after a last rest (a line "rest RSS PSS_SERVER PSS_DRIVER", in bytes, appended to
+argv[1]: PSS splits shared pages among their sharers), then stop it.
 
     python drive.py READINGS_FILE LAST_REST_SECONDS
 """
@@ -25,6 +26,11 @@ def free_port() -> int:
 def rss(pid: int) -> int:
     with open(f"/proc/{pid}/status") as fh:
         return next(int(line.split()[1]) * 1024 for line in fh if line.startswith("VmRSS:"))
+
+
+def pss(pid: int) -> int:
+    with open(f"/proc/{pid}/smaps_rollup") as fh:
+        return next(int(line.split()[1]) * 1024 for line in fh if line.startswith("Pss:"))
 
 
 def burst(port: int, n: int) -> None:
@@ -53,7 +59,7 @@ for k in range(3):
     burst(port, 8)
 time.sleep(float(sys.argv[2]))
 with open(sys.argv[1], "a") as out:
-    out.write(f"rest {rss(server.pid)}\n")
+    out.write(f"rest {rss(server.pid)} {pss(server.pid)} {pss(os.getpid())}\n")
 server.send_signal(signal.SIGTERM)
 code = server.wait(timeout=30)
 if code not in (0, -signal.SIGTERM):  # uvicorn shuts down, then dies of the signal it caught
