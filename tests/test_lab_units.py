@@ -103,6 +103,8 @@ def test_trimmer_recommendations_for_python_and_for_other_programs():
     assert python["env"] == {"MALLOC_ARENA_MAX": "2", "MEMGAP_TRIMMER": "1"}
     assert python["setup"] == ["pip install memgap   # into the program's own environment"]
     assert python["dockerfile"] == "RUN pip install memgap\nENV MALLOC_ARENA_MAX=2 \\\n    MEMGAP_TRIMMER=1"
+    # which lines were measured is said: the trimmer was, the plain-Python equivalent was not
+    assert any("plain-Python lines were not measured" in n for n in python["notes"]), python["notes"]
     # the env must apply it to an unmodified program: one that marks no idle phase for memgap
     idle = recommendation_lines(V.parse_variant("glibc:arena_max=2,trim=idle"), python=True)
     assert idle["env"] == python["env"]

@@ -57,6 +57,9 @@ def recommendation_lines(variant: Variant, python: bool = True) -> dict[str, Any
                      "idle was found); deployed, memgap's idle trimmer (MEMGAP_TRIMMER=1) trims once the program "
                      "has been quiet for 2 s after a burst (the trim=quiet variants measure that); the plain-Python "
                      "lines do the measured trim where you call them")
+    if variant.trim == "quiet":
+        notes.append("what was measured is memgap's idle trimmer (MEMGAP_TRIMMER=1); the plain-Python lines were "
+                     "not measured: they do one such trim where you call them")
     if variant.trim and python:
         setup.append("pip install memgap   # into the program's own environment")
         notes.append("memgap's memgap-activate.pth (installed with it) starts the trimmer in any Python of that "
