@@ -440,7 +440,10 @@ def test_a_real_oom_kill_is_told_apart(tmp_path):
 MARK_THEN_GROW = r"""
 import sys, time
 print("phase: started", flush=True)
-grown = bytearray(512 << 20)   # zero-filled by the kernel as it is touched: a few hundred ms of page faults
+grown = []
+for _ in range(256):            # 512 MiB over about 0.6 s: a ramp a busy machine's scheduler cannot skip past
+    grown.append(bytearray(2 << 20))
+    time.sleep(0.002)
 print("phase: grown", flush=True)
 time.sleep(0.5)
 print("phase: idle", flush=True)
