@@ -52,3 +52,30 @@ def check_adds_up(snap):
 def recommended(lab):
     """The variant a lab document recommends, or None (so a failed check prints the verdict, not a TypeError)."""
     return (lab.get("recommendation") or {}).get("variant")
+
+
+def memory_cgroup(name, limit):
+    """A memory cgroup under this process's own, capped at ``limit`` bytes (v1 or v2), or None
+    where this machine does not allow one (no permission, no memory controller)."""
+    with open("/proc/self/cgroup") as fh:
+        lines = [line.rstrip("\n").split(":", 2) for line in fh]
+    v1 = next((path for _, ctrl, path in lines if "memory" in ctrl.split(",")), None)
+    v2 = next((path for hid, ctrl, path in lines if hid == "0" and ctrl == ""), None)
+    candidates = []
+    if v1 is not None:
+        candidates.append((f"/sys/fs/cgroup/memory{v1}", "memory.limit_in_bytes"))
+    if v2 is not None:
+        candidates.append((f"/sys/fs/cgroup{v2}", "memory.max"))
+    for base, knob in candidates:
+        path = os.path.join(base, name)
+        try:
+            os.mkdir(path)
+        except OSError:
+            continue
+        try:
+            with open(os.path.join(path, knob), "w") as fh:
+                fh.write(str(limit))
+            return path
+        except OSError:
+            os.rmdir(path)
+    return None

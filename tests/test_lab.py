@@ -10,7 +10,7 @@ import time
 import pytest
 
 from conftest import child_env
-from helpers import JEMALLOC, memgap
+from helpers import JEMALLOC, memgap, memory_cgroup
 from memgap.scenarios import scenario_command
 from memgap.sources.procfs import oom_kills
 
@@ -375,33 +375,6 @@ def test_an_arena_cap_that_did_not_take_is_reported(tmp_path):
     assert memgap("lab", "--variant", "glibc:glibc.malloc.arena_mx=1", "--", "true").returncode == 2
 
 
-def _memory_cgroup(name, limit):
-    """A memory cgroup under this process's own, capped at ``limit`` bytes (v1 or v2), or None
-    where this machine does not allow one (no permission, no memory controller)."""
-    with open("/proc/self/cgroup") as fh:
-        lines = [line.rstrip("\n").split(":", 2) for line in fh]
-    v1 = next((path for _, ctrl, path in lines if "memory" in ctrl.split(",")), None)
-    v2 = next((path for hid, ctrl, path in lines if hid == "0" and ctrl == ""), None)
-    candidates = []
-    if v1 is not None:
-        candidates.append((f"/sys/fs/cgroup/memory{v1}", "memory.limit_in_bytes"))
-    if v2 is not None:
-        candidates.append((f"/sys/fs/cgroup{v2}", "memory.max"))
-    for base, knob in candidates:
-        path = os.path.join(base, name)
-        try:
-            os.mkdir(path)
-        except OSError:
-            continue
-        try:
-            with open(os.path.join(path, knob), "w") as fh:
-                fh.write(str(limit))
-            return path
-        except OSError:
-            os.rmdir(path)
-    return None
-
-
 OOM_WORKLOAD = r"""
 import os, sys
 import memgap
@@ -417,7 +390,7 @@ memgap.phase("idle")
 def test_a_real_oom_kill_is_told_apart(tmp_path):
     """A run that the kernel's OOM killer stops (a 64 MiB memory cgroup) says so, from the
     kernel's own count, and the lab goes on."""
-    cgroup = _memory_cgroup(f"memgap-test-oom-{os.getpid()}", 64 << 20)
+    cgroup = memory_cgroup(f"memgap-test-oom-{os.getpid()}", 64 << 20)
     if cgroup is None:
         pytest.skip("no memory cgroup can be made here")
     try:

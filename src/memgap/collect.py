@@ -22,6 +22,7 @@ from .sources.anon_objects import find_anon_objects
 from .sources.glibc import glibc_malloc
 from .sources.glibc_heaps import GlibcLayout, find_glibc_layout
 from .sources.jemalloc import noreserve_flags
+from .sources.cgroup import read_memory_cgroup
 from .sources.procfs import Mapping, ProcReader, status_int
 from .sources.pymalloc_pools import census
 
@@ -327,13 +328,15 @@ def snapshot_pid(pid: int, options: Options | None = None, proc_root: str = "/pr
         allocator=allocator, route="outside, with the agent" if report is not None else "outside",
         status=_status_subset(status), regions=regions if options.regions else [], cmd=cmd,
     )
-    return _finish(snap, started)
+    return _finish(snap, started, proc_root)
 
 
-def _finish(snap: Snapshot, started: float) -> Snapshot:
-    """Stamp the collection time and add the findings."""
+def _finish(snap: Snapshot, started: float, proc_root: str = "/proc") -> Snapshot:
+    """Add the memory cgroup's view, stamp the collection time and add the findings."""
     from .diagnose import diagnose
 
+    cgroup = read_memory_cgroup(snap.pid if snap.route != "in-process" else "self", proc_root)
+    snap.cgroup = cgroup.to_dict() if cgroup is not None else None
     snap.collect_seconds = time.perf_counter() - started
     snap.findings = diagnose(snap)
     return snap

@@ -85,6 +85,7 @@ class Snapshot:
     trim: dict[str, Any] | None = None  # set on the snapshot taken right after a measured trim
     quiet_since: float | None = None    # a snapshot at a quiet spell: when the spell began (memgap.idle)
     rested_since: float | None = None   # ...and when the rest began (a trim in it restarts the spell, not the rest)
+    cgroup: dict[str, Any] | None = None  # the memory cgroup it runs in (memgap.sources.cgroup), where readable
 
     def to_dict(self, regions: bool = True) -> dict[str, Any]:
         out: dict[str, Any] = {"schema": SCHEMA}

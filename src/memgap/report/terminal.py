@@ -9,6 +9,7 @@ from rich.console import Console, RenderableType
 
 from ..model import Finding, Snapshot
 from ..units import mib, pct
+from .cgroup import cgroup_lines
 from .fit import CUT, WRAP, Col, fit_table
 
 LAYER_TITLES = {
@@ -118,6 +119,9 @@ def print_findings(console: Console, findings: Sequence[Finding]) -> None:
 def render_snapshot(snap: Snapshot, stream: TextIO, width: int | None = None) -> None:
     console = _console(stream, width)
     console.print(layers_table(snap, console.width))
+    if snap.cgroup:
+        for line in cgroup_lines(snap.cgroup, snap.rss, snap.status.get("Pss")):
+            console.print(line, highlight=False, markup=False)
     arenas = arenas_table(snap, width=console.width)
     if arenas is not None:
         console.print(arenas)

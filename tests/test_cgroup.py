@@ -1,0 +1,111 @@
+"""The memory cgroup's view: parsed from files captured on this project's v1 machine (and a
+constructed v2 set), and read live for a program started in a cgroup of its own."""
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from conftest import FIXTURES
+from helpers import memgap, memory_cgroup
+from memgap.errors import MalformedInput
+from memgap.sources import cgroup as C
+
+MiB = 1 << 20
+V1 = os.path.join(FIXTURES, "cgroup", "v1-debian12")
+V2 = os.path.join(FIXTURES, "cgroup", "v2-constructed")
+
+
+def _files(folder):
+    return {name: open(os.path.join(folder, name)).read() for name in os.listdir(folder)}
+
+
+def test_v1_files_captured_on_debian():
+    files = _files(V1)
+    found = C.parse_v1("/process_api/x", files)
+    # figures straight from the capture (memory.stat's hierarchical total_* lines)
+    assert found.usage == int(files["memory.usage_in_bytes"])
+    assert found.limit is None  # 9223372036854771712: v1's "no limit"
+    assert found.peak == int(files["memory.max_usage_in_bytes"])
+    assert (found.anon, found.file, found.inactive_file) == (2207744, 587313152, 289636352)
+    assert found.working_set == found.usage - 289636352
+    assert found.kernel == int(files["memory.kmem.usage_in_bytes"]) and found.sock == 0
+    place = C.find_memory_cgroup(files["proc_self_cgroup"], files["mountinfo_cgroup.txt"])
+    assert place == C.CgroupPlace(1, "/process_api/502186797e5045e401634d81fa1bff71",
+                                  "/sys/fs/cgroup/memory/process_api/502186797e5045e401634d81fa1bff71",
+                                  "/sys/fs/cgroup/memory")
+
+
+def test_v2_files_and_the_lowest_limit_up_the_tree():
+    files = _files(V2)
+    found = C.parse_v2("/kubepods.slice/pod", files, [None, 768 * MiB, None])
+    assert found.limit == 768 * MiB  # a parent's memory.max below the cgroup's own 1 GiB kills first
+    assert C.parse_v2("/p", files).limit == 1024 * MiB
+    assert (found.usage, found.peak, found.anon, found.kernel, found.sock) == (512 * MiB, 768 * MiB, 304 * MiB,
+                                                                               14 * MiB, 4096)
+    assert found.working_set == 512 * MiB - 128 * MiB
+    assert found.reclaimable == 203423744 - 8 * MiB  # page cache but shmem
+    place = C.find_memory_cgroup(files["proc_pid_cgroup"], files["mountinfo.txt"])
+    assert place.version == 2 and place.directory == ("/sys/fs/cgroup/kubepods.slice/kubepods-burstable.slice/"
+                                                      "pod1234/cri-containerd-abcd.scope")
+    # before Linux 5.18 memory.stat has no "kernel" line: its parts are summed
+    older = dict(files, **{"memory.stat": "\n".join(line for line in files["memory.stat"].splitlines()
+                                                    if not line.startswith("kernel "))})
+    assert C.parse_v2("/p", older).kernel == 1048576 + 2097152 + 262144 + 11272192
+
+
+@pytest.mark.parametrize("bad", ["anon x\n", "anon 1 2\n", "anon -5\n"])
+def test_malformed_memory_stat_is_a_clear_error(bad):
+    with pytest.raises(MalformedInput, match="memory.stat"):
+        C.parse_v1("/x", {"memory.stat": bad})
+    with pytest.raises(MalformedInput, match="memory.current"):
+        C.parse_v2("/x", {"memory.stat": "anon 1\n", "memory.current": "lots\n"})
+
+
+def test_no_memory_controller_mounted_is_none():
+    assert C.find_memory_cgroup("0::/\n", "24 1 0:5 / /proc rw - proc proc rw\n") is None
+
+
+HOLDER = r"""
+import os, sys
+anon = bytearray(os.urandom(1 << 20) * 48)         # 48 MiB of its own, written
+with open(sys.argv[1], "wb") as fh:                # 32 MiB of page cache, charged to the cgroup
+    fh.write(os.urandom(32 << 20))
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_program_in_a_limited_cgroup_is_shown_with_its_cgroup(tmp_path):
+    """A program started in a 512 MiB memory cgroup of its own: inspect shows the limit,
+    the program's anonymous memory and the file it wrote as page cache, each at least what
+    the program put there, and the cgroup's usage against its RSS."""
+    path = memory_cgroup(f"memgap-test-cgroup-{os.getpid()}", 512 * MiB)
+    if path is None:
+        pytest.skip("needs root and a writable memory cgroup (v1 or v2): see tests/README.md")
+
+    def enter():
+        with open(os.path.join(path, "cgroup.procs"), "w") as fh:
+            fh.write(str(os.getpid()))
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path / "cache.bin")], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, preexec_fn=enter)
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        proc = memgap("inspect", str(holder.pid), "--json", "-")
+        assert proc.returncode == 0, proc.stderr
+        snap = json.loads(proc.stdout)
+        text = memgap("inspect", str(holder.pid)).stdout
+    finally:
+        holder.kill()
+        holder.wait()
+        os.rmdir(path)
+    cg = snap["cgroup"]
+    assert cg["path"].endswith(f"memgap-test-cgroup-{os.getpid()}") and cg["limit"] == 512 * MiB
+    assert cg["anon"] >= 48 * MiB and cg["file"] >= 32 * MiB, cg
+    assert cg["usage"] >= cg["anon"] + 32 * MiB and cg["headroom"] == 512 * MiB - cg["usage"]
+    assert cg["usage"] - cg["inactive_file"] == cg["working_set"] >= 48 * MiB
+    assert snap["rss"] < cg["usage"]  # the page cache the program wrote is charged, not resident in it
+    flat = "".join(text.split())  # a long cgroup path may be folded across lines
+    assert f"memorycgroup{cg['path']}" in flat and "limit512.0MiB" in flat, text
