@@ -48,8 +48,21 @@ def run_and_report(cmd: list[str], interval: float, json_path: str | None, walk:
     if not cmd:
         raise UsageError("no command given: memgap run [options] -- CMD ...")
     record_dir = f"{json_path}.d" if json_path and json_path != "-" else tempfile.mkdtemp(prefix="memgap-run-")
-    code = record_run(RunOptions(cmd, record_dir, interval, walk, mark_regex=phase_regex, agent=agent,
-                                 load=load or [], rest=rest))
+    try:
+        code = record_run(RunOptions(cmd, record_dir, interval, walk, mark_regex=phase_regex, agent=agent,
+                                     load=load or [], rest=rest))
+    except KeyboardInterrupt:
+        # Ctrl-C: the recording up to it is kept. Write and show it as for a run that ended (the
+        # lab does the same), and say where it is: without --json, a temporary folder nobody was told of.
+        _write_and_show(record_dir, json_path)
+        print(f"memgap run: interrupted; the recording so far is in {record_dir} (memgap report {record_dir})",
+              file=sys.stderr)
+        raise
+    _write_and_show(record_dir, json_path)
+    return code
+
+
+def _write_and_show(record_dir: str, json_path: str | None) -> None:
     run = load_run(record_dir)
     if json_path:
         write_json(run, json_path)
@@ -57,7 +70,6 @@ def run_and_report(cmd: list[str], interval: float, json_path: str | None, walk:
         render_run(run, sys.stdout)
         if not json_path:
             print(f"recording kept in {record_dir}")
-    return code
 
 
 def main(args: argparse.Namespace) -> int:
