@@ -10,12 +10,14 @@ Prints the phase table of each process and the final breakdown.
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 import sys
 import tempfile
 
 from ..errors import UsageError
 from ..report.runs import render_run
-from ..runs import RunOptions, load_run, record_run
+from ..runs import SAMPLES_FILE, RunOptions, load_run, record_run
 from . import _args
 from ._output import write_json
 
@@ -48,6 +50,7 @@ def run_and_report(cmd: list[str], interval: float, json_path: str | None, walk:
     if not cmd:
         raise UsageError("no command given: memgap run [options] -- CMD ...")
     record_dir = f"{json_path}.d" if json_path and json_path != "-" else tempfile.mkdtemp(prefix="memgap-run-")
+    _replace_earlier(record_dir)
     try:
         code = record_run(RunOptions(cmd, record_dir, interval, walk, mark_regex=phase_regex, agent=agent,
                                      load=load or [], rest=rest))
@@ -60,6 +63,17 @@ def run_and_report(cmd: list[str], interval: float, json_path: str | None, walk:
         raise
     _write_and_show(record_dir, json_path)
     return code
+
+
+def _replace_earlier(record_dir: str) -> None:
+    """FILE.d of an earlier run with the same --json goes, as FILE does: the recorder appends, and
+    the two runs' samples and processes were read back as one run. A folder that is not a
+    recording is left alone and refused."""
+    if not os.path.isdir(record_dir) or not os.listdir(record_dir):
+        return
+    if not os.path.exists(os.path.join(record_dir, SAMPLES_FILE)):
+        raise UsageError(f"{record_dir} exists and is not a memgap recording: choose another --json")
+    shutil.rmtree(record_dir)
 
 
 def _write_and_show(record_dir: str, json_path: str | None) -> None:
