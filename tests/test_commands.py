@@ -57,7 +57,7 @@ def demos(tmp_path_factory):
 
     def demo(name):
         out = where / f"{name or 'default'}.json"
-        proc = memgap("demo", *([name] if name else []), "--interval", "0.05", "--json", str(out),
+        proc = memgap("demo", *([name] if name else []), "--interval", "0.5", "--json", str(out),
                       env=child_env(**DEMOS[name]))
         return name, (proc, json.loads(out.read_text()) if out.exists() else None)
 
@@ -270,7 +270,7 @@ def test_run_walk_counts_large_buffers_as_python_objects(tmp_path):
     docs = {}
     for walk in (True, False):
         out = tmp_path / f"walk-{walk}.json"
-        proc = memgap("run", *(["--walk"] if walk else []), "--interval", "0.05", "--json", str(out), "--",
+        proc = memgap("run", *(["--walk"] if walk else []), "--interval", "0.5", "--json", str(out), "--",
                       sys.executable, FINDINGS_PY, "phases", "held:buffers+24")
         assert proc.returncode == 0, proc.stderr[-2000:]
         witness = json.loads(next(line for line in proc.stderr.splitlines() if line.startswith("witness "))[8:])
@@ -347,7 +347,7 @@ def test_run_twice_to_the_same_json_replaces_the_recording(tmp_path, capsys):
     out = tmp_path / "run.json"
     pids = []
     for _ in range(2):
-        proc = memgap("run", "--interval", "0.05", "--json", str(out), "--", sys.executable, "-c",
+        proc = memgap("run", "--interval", "0.5", "--json", str(out), "--", sys.executable, "-c",
                       "import memgap, os; print(os.getpid()); memgap.phase('only')")
         assert proc.returncode == 0, proc.stderr
         pids.append(int(proc.stdout.splitlines()[0]))
