@@ -10,12 +10,14 @@ Prints the phase table of each process and the final breakdown.
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 import sys
 import tempfile
 
 from ..errors import UsageError
 from ..report.runs import render_run
-from ..runs import RunOptions, load_run, record_run
+from ..runs import SAMPLES_FILE, RunOptions, load_run, record_run
 from . import _args
 from ._output import write_json
 
@@ -48,8 +50,33 @@ def run_and_report(cmd: list[str], interval: float, json_path: str | None, walk:
     if not cmd:
         raise UsageError("no command given: memgap run [options] -- CMD ...")
     record_dir = f"{json_path}.d" if json_path and json_path != "-" else tempfile.mkdtemp(prefix="memgap-run-")
-    code = record_run(RunOptions(cmd, record_dir, interval, walk, mark_regex=phase_regex, agent=agent,
-                                 load=load or [], rest=rest))
+    _replace_earlier(record_dir)
+    try:
+        code = record_run(RunOptions(cmd, record_dir, interval, walk, mark_regex=phase_regex, agent=agent,
+                                     load=load or [], rest=rest))
+    except KeyboardInterrupt:
+        # Ctrl-C: the recording up to it is kept. Write and show it as for a run that ended (the
+        # lab does the same), and say where it is: without --json, a temporary folder nobody was told of.
+        _write_and_show(record_dir, json_path)
+        print(f"memgap run: interrupted; the recording so far is in {record_dir} (memgap report {record_dir})",
+              file=sys.stderr)
+        raise
+    _write_and_show(record_dir, json_path)
+    return code
+
+
+def _replace_earlier(record_dir: str) -> None:
+    """FILE.d of an earlier run with the same --json goes, as FILE does: the recorder appends, and
+    the two runs' samples and processes were read back as one run. A folder that is not a
+    recording is left alone and refused."""
+    if not os.path.isdir(record_dir) or not os.listdir(record_dir):
+        return
+    if not os.path.exists(os.path.join(record_dir, SAMPLES_FILE)):
+        raise UsageError(f"{record_dir} exists and is not a memgap recording: choose another --json")
+    shutil.rmtree(record_dir)
+
+
+def _write_and_show(record_dir: str, json_path: str | None) -> None:
     run = load_run(record_dir)
     if json_path:
         write_json(run, json_path)
@@ -57,7 +84,6 @@ def run_and_report(cmd: list[str], interval: float, json_path: str | None, walk:
         render_run(run, sys.stdout)
         if not json_path:
             print(f"recording kept in {record_dir}")
-    return code
 
 
 def main(args: argparse.Namespace) -> int:

@@ -10,7 +10,7 @@ import functools
 import os
 from dataclasses import dataclass, field
 
-from ..errors import MalformedInput, translate_os_error
+from ..errors import MalformedInput, NoSuchProcess, translate_os_error
 
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
@@ -393,6 +393,11 @@ class ProcReader:
         except OSError as exc:
             raise self._fail(exc, f"/proc/{self.pid}/pagemap") from None
         if len(data) != want:
+            # The kernel reads no pagemap of a process whose memory is gone: one that exited while
+            # memgap read it (`memgap top` on a process that ends between refreshes said "malformed
+            # pagemap" with exit code 6). Its maps are empty then, or its /proc entry gone.
+            if not self.read_text("maps").strip():
+                raise NoSuchProcess(self.numeric_pid, f"it exited while memgap read /proc/{self.pid}/pagemap")
             raise MalformedInput("pagemap", f"short read: {len(data)} of {want} bytes")
         return data
 
