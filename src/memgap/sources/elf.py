@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import os
+import stat
 import struct
 from dataclasses import dataclass
 from typing import Callable
@@ -216,10 +217,17 @@ def read_elf(path: str) -> ElfInfo:
     Raises OSError if it cannot be read, ``MalformedInput`` if it is no ELF file or a damaged one.
     """
     st = os.stat(path)
+    if not stat.S_ISREG(st.st_mode):  # a device or FIFO could block or have side effects when read
+        raise MalformedInput("ELF file", f"{path}: not a regular file")
     result = _read_elf_cached(path, (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size))
     if isinstance(result, MalformedInput):
         raise MalformedInput("ELF file", f"{path}: {str(result).removeprefix('malformed ELF file: ')}")
     return result
+
+
+def forget_elf_files() -> None:
+    """Empty the cache of files read (a process that reads them once needs not keep them)."""
+    _read_elf_cached.cache_clear()
 
 
 def read_section(path: str, info: ElfInfo, name: str, limit: int = 64 << 20) -> bytes:
