@@ -6,7 +6,8 @@ cd "$(dirname "$0")/.."
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 need=""
-for pkg in libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0 gcc musl-tools chromium; do
+# libjemalloc-dev and redis-server: the allocator-detection tests link jemalloc in statically and read Debian's redis
+for pkg in libjemalloc2 libjemalloc-dev libtcmalloc-minimal4 libmimalloc2.0 gcc musl-tools chromium redis-server; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need="$need $pkg"
 done
 python3 -c "import ensurepip" >/dev/null 2>&1 || need="$need python3-venv"

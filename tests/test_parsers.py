@@ -203,3 +203,47 @@ def test_vmstat_counts():
 
     text = "nr_free_pages 5690000\noom_kill 3\nbroken line\nthp_fault_alloc 12\n"
     assert parse_vmstat(text) == {"nr_free_pages": 5690000, "oom_kill": 3, "thp_fault_alloc": 12}
+
+
+def test_elf_reader_on_real_libraries():
+    """Each allocator's library read for its symbols: the API families and prefixes memgap tells them by."""
+    from memgap.sources.allocator import families
+    from memgap.sources.elf import read_elf
+
+    libc = read_elf("/lib/x86_64-linux-gnu/libc.so.6")
+    assert libc.soname == "libc.so.6" and libc.dynamic and "malloc" in libc.exported
+    assert [f[:2] for f in families(libc)] == [("glibc", "")]
+    for path, name in (("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2", "jemalloc"),
+                       ("/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4", "tcmalloc"),
+                       ("/usr/lib/x86_64-linux-gnu/libmimalloc.so.2", "mimalloc")):
+        if os.path.exists(path):
+            info = read_elf(path)
+            assert "malloc" in info.exported and "libc.so.6" in info.needed
+            assert [f[:2] for f in families(info)] == [(name, "")], families(info)
+
+
+def test_elf_reader_damaged_files_and_cache(tmp_path):
+    """A cut, empty or foreign file gives a clear MalformedInput naming it; a file read once is not read
+    again until it changes (inode and mtime)."""
+    import shutil
+
+    from memgap.errors import MalformedInput
+    from memgap.sources.elf import read_elf
+
+    libc = "/lib/x86_64-linux-gnu/libc.so.6"
+    data = open(libc, "rb").read()
+    for name, content in (("empty", b""), ("text", b"#!/bin/sh\necho hi\n"), ("head", data[:64]),
+                          ("cut", data[:len(data) // 2]), ("noise", b"\x7fELF\x02\x01\x01" + bytes(range(256)) * 8)):
+        path = tmp_path / name
+        path.write_bytes(content)
+        with pytest.raises(MalformedInput, match=f"malformed ELF file: {path}: "):
+            read_elf(str(path))
+    copy = tmp_path / "libc.so.6"
+    shutil.copy(libc, copy)
+    first = read_elf(str(copy))
+    assert read_elf(str(copy)) is first
+    copy.write_bytes(data[:64])  # the same path, another file: read again, and found damaged
+    with pytest.raises(MalformedInput):
+        read_elf(str(copy))
+    with pytest.raises(OSError):
+        read_elf(str(tmp_path / "missing"))
