@@ -247,3 +247,37 @@ def test_elf_reader_damaged_files_and_cache(tmp_path):
         read_elf(str(copy))
     with pytest.raises(OSError):
         read_elf(str(tmp_path / "missing"))
+
+
+def test_elf_reader_reads_32_bit_files(tmp_path):
+    """ELFCLASS32: an i386 object file compiled here (its .symtab), with a prefixed jemalloc API."""
+    import subprocess
+
+    from memgap.sources.allocator import families
+    from memgap.sources.elf import read_elf
+
+    src, obj = tmp_path / "m32.c", tmp_path / "m32.o"
+    src.write_text("int je_mallctl(void) { return 0; }\nint je_mallocx(void) { return 1; }\n"
+                   "extern int elsewhere(void);\nint use(void) { return elsewhere(); }\n")
+    if subprocess.run(["gcc", "-m32", "-c", "-o", str(obj), str(src)], capture_output=True).returncode:
+        pytest.skip("gcc cannot compile for i386 here")
+    info = read_elf(str(obj))
+    assert {"je_mallctl", "je_mallocx", "use"} <= info.defined and info.has_symtab and not info.dynamic
+    assert families(info) == [("jemalloc", "je_", ["je_mallctl", "je_mallocx"])]
+
+
+def test_classify_a_program_with_redis_bundled_jemalloc():
+    """Redis as upstream builds it: jemalloc linked in under je_ (its dynamic symbols export je_mallctl,
+    je_mallctlnametomib, je_malloc_stats_print, as reported in issue 12), malloc left to glibc.
+    The program's symbols are hand-built from that report; libc is this machine's."""
+    from memgap.sources.allocator import classify
+    from memgap.sources.elf import ElfInfo, read_elf
+
+    libc_path = "/usr/lib/x86_64-linux-gnu/libc.so.6"
+    api = frozenset({"je_mallctl", "je_mallctlnametomib", "je_malloc_stats_print", "main"})
+    redis = ElfInfo(api, frozenset({"malloc", "free"}), api, ("libm.so.6", "libc.so.6"), "", True, False, {})
+    d = classify("/usr/local/bin/redis-server", {"/usr/local/bin/redis-server": redis, libc_path: read_elf(libc_path)},
+                 [], {})
+    assert (d.name, d.library, d.is_glibc, d.others) == ("glibc", libc_path, True, ["jemalloc"])
+    assert [(f.name, f.library, f.prefix, f.serves_malloc, f.exported) for f in d.found] == [
+        ("glibc", libc_path, "", True, True), ("jemalloc", "/usr/local/bin/redis-server", "je_", False, True)]
