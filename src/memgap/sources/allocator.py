@@ -298,11 +298,11 @@ def detect_from_names(mappings: list[Mapping]) -> AllocatorDetection:
     for kind in ("jemalloc", "tcmalloc", "mimalloc", "musl"):
         if kind in seen:
             others = [k for k in seen if k not in (kind, "glibc")]
-            how = "library mapped in the process (its symbols could not be read)"
+            how = "library mapped in the process (told by its file name; symbols not read)"
             return AllocatorDetection(kind, seen[kind], how, others,
                                       [FoundAllocator(kind, seen[kind], "", how, True)])
     if "glibc" in seen:
-        how = "libc.so mapped and no other allocator library (symbols could not be read)"
+        how = "libc.so mapped and no other allocator library (told by file names; symbols not read)"
         return AllocatorDetection("glibc", seen["glibc"], how, [], [FoundAllocator("glibc", seen["glibc"], "", how,
                                                                                     True)])
     return AllocatorDetection("unknown", "", "no known allocator library mapped, and no symbols read")
