@@ -6,13 +6,18 @@ cd "$(dirname "$0")/.."
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 need=""
-for pkg in libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0 gcc gdb musl-tools chromium; do
+# libjemalloc-dev and redis-server: the allocator-detection tests link jemalloc in statically and read Debian's redis
+for pkg in libjemalloc2 libjemalloc-dev libtcmalloc-minimal4 libmimalloc2.0 gcc gdb musl-tools chromium redis-server; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need="$need $pkg"
 done
 python3 -c "import ensurepip" >/dev/null 2>&1 || need="$need python3-venv"
 if [ -n "$need" ]; then
     $SUDO apt-get update -qq
     $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $need
+    # the tests start redis-server themselves: the service Debian starts on install goes again
+    case "$need" in *redis-server*)
+        if [ -d /run/systemd/system ]; then $SUDO systemctl disable --now redis-server >/dev/null 2>&1 || true; fi ;;
+    esac
 fi
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip

@@ -57,9 +57,30 @@ def pytest_addoption(parser):
     parser.addoption("--no-skips", action="store_true",
                      help="fail the run if any test skips (scripts/test.sh, and so CI, passes it): "
                           "a skip there means setup missed something a feature needs")
+    parser.addoption("--cargo", action="store_true",
+                     help="also run the tests marked cargo, which build a Rust program with crates from "
+                          "crates.io (the first build compiles jemalloc: minutes on 2 cores)")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "cargo: builds a Rust program with cargo; left out unless --cargo")
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--cargo"):
+        return
+    left_out = [item for item in items if item.get_closest_marker("cargo")]
+    if left_out:  # deselected, said in the summary: not a skip that hides a missing install
+        config.hook.pytest_deselected(items=left_out)
+        items[:] = [item for item in items if not item.get_closest_marker("cargo")]
+        config._memgap_cargo_left_out = len(left_out)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    left_out = getattr(config, "_memgap_cargo_left_out", 0)
+    if left_out:
+        terminalreporter.write_line(f"{left_out} test(s) that build a Rust program with cargo left out: "
+                                    "pytest --cargo runs them")
     skipped = terminalreporter.stats.get("skipped", [])
     if config.getoption("--no-skips") and skipped:
         terminalreporter.write_line(f"--no-skips: {len(skipped)} test(s) skipped, so the run fails "

@@ -196,10 +196,13 @@ def _adds_up(snap):
 
 @pytest.mark.skipif(not shutil.which("gcc"), reason="no C compiler")
 def test_static_non_glibc_binary(tmp_path):
-    """A program without glibc's malloc in its maps: layers it cannot read are named, not guessed."""
+    """glibc linked into the program (no libc.so in its maps): named, found in the program, and the
+    layers the outside walk cannot read (it finds arenas through libc.so's data) are named, not guessed."""
     snap = _inspect_native(tmp_path, ["gcc", "-static", "-O1"])
-    assert snap["allocator"]["name"] == "unknown"
-    assert snap["layers"]["allocator_free"]["resident"] is None and snap["layers"]["allocator_free"]["note"]
+    assert snap["allocator"]["name"] == "glibc" and snap["allocator"]["library"] == str(tmp_path / "hold")
+    assert "static program" in snap["allocator"]["how"]
+    assert snap["layers"]["allocator_free"]["resident"] is None
+    assert "linked into the program statically" in snap["layers"]["allocator_free"]["note"]
     assert _adds_up(snap)
 
 

@@ -72,6 +72,26 @@ def test_elf_reader_never_raises(junk, cut):
         assert parse_defines(data, b"malloc") in (True, False, None)
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=600), st.integers(0, 8192), st.integers(0, 4095))
+def test_elf_symbol_reader_fails_only_with_malformed_input(junk, cut, at):
+    """Garbage, a cut libc, or libc with bytes overwritten inside its headers: an ElfInfo or
+    MalformedInput, never struct.error, IndexError, a hang or a huge allocation."""
+    from memgap.sources.elf import ElfInfo, parse_elf_bytes
+
+    with open("/lib/x86_64-linux-gnu/libc.so.6", "rb") as fh:
+        whole = fh.read()
+    shoff = int.from_bytes(whole[0x28:0x30], "little")
+    overwritten = bytearray(whole)
+    overwritten[shoff + at:shoff + at + len(junk)] = junk[:len(whole) - shoff - at]
+    for data in (junk, b"\x7fELF\x02\x01" + junk, b"\x7fELF\x01\x02" + junk, whole[:cut] + junk,
+                 whole[:64] + junk, bytes(overwritten[:len(whole)])):
+        try:
+            assert isinstance(parse_elf_bytes(data), ElfInfo)
+        except MalformedInput as exc:
+            assert str(exc).startswith("malformed ELF file: ")
+
+
 def test_unicode_digits_are_not_counts():
     """'²'.isdigit() is True, but int('²') raises: found by the fuzzing above in /proc status."""
     import re

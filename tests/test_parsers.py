@@ -203,3 +203,81 @@ def test_vmstat_counts():
 
     text = "nr_free_pages 5690000\noom_kill 3\nbroken line\nthp_fault_alloc 12\n"
     assert parse_vmstat(text) == {"nr_free_pages": 5690000, "oom_kill": 3, "thp_fault_alloc": 12}
+
+
+def test_elf_reader_on_real_libraries():
+    """Each allocator's library read for its symbols: the API families and prefixes memgap tells them by."""
+    from memgap.sources.allocator import families
+    from memgap.sources.elf import read_elf
+
+    libc = read_elf("/lib/x86_64-linux-gnu/libc.so.6")
+    assert libc.soname == "libc.so.6" and libc.dynamic and "malloc" in libc.exported
+    assert [f[:2] for f in families(libc)] == [("glibc", "")]
+    for path, name in (("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2", "jemalloc"),
+                       ("/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4", "tcmalloc"),
+                       ("/usr/lib/x86_64-linux-gnu/libmimalloc.so.2", "mimalloc")):
+        if os.path.exists(path):
+            info = read_elf(path)
+            assert "malloc" in info.exported and "libc.so.6" in info.needed
+            assert [f[:2] for f in families(info)] == [(name, "")], families(info)
+
+
+def test_elf_reader_damaged_files_and_cache(tmp_path):
+    """A cut, empty or foreign file gives a clear MalformedInput naming it; a file read once is not read
+    again until it changes (inode and mtime)."""
+    import shutil
+
+    from memgap.errors import MalformedInput
+    from memgap.sources.elf import read_elf
+
+    libc = "/lib/x86_64-linux-gnu/libc.so.6"
+    data = open(libc, "rb").read()
+    for name, content in (("empty", b""), ("text", b"#!/bin/sh\necho hi\n"), ("head", data[:64]),
+                          ("cut", data[:len(data) // 2]), ("noise", b"\x7fELF\x02\x01\x01" + bytes(range(256)) * 8)):
+        path = tmp_path / name
+        path.write_bytes(content)
+        with pytest.raises(MalformedInput, match=f"malformed ELF file: {path}: "):
+            read_elf(str(path))
+    copy = tmp_path / "libc.so.6"
+    shutil.copy(libc, copy)
+    first = read_elf(str(copy))
+    assert read_elf(str(copy)) is first
+    copy.write_bytes(data[:64])  # the same path, another file: read again, and found damaged
+    with pytest.raises(MalformedInput):
+        read_elf(str(copy))
+    with pytest.raises(OSError):
+        read_elf(str(tmp_path / "missing"))
+
+
+def test_elf_reader_reads_32_bit_files(tmp_path):
+    """ELFCLASS32: an i386 object file compiled here (its .symtab), with a prefixed jemalloc API."""
+    import subprocess
+
+    from memgap.sources.allocator import families
+    from memgap.sources.elf import read_elf
+
+    src, obj = tmp_path / "m32.c", tmp_path / "m32.o"
+    src.write_text("int je_mallctl(void) { return 0; }\nint je_mallocx(void) { return 1; }\n"
+                   "extern int elsewhere(void);\nint use(void) { return elsewhere(); }\n")
+    if subprocess.run(["gcc", "-m32", "-c", "-o", str(obj), str(src)], capture_output=True).returncode:
+        pytest.skip("gcc cannot compile for i386 here")
+    info = read_elf(str(obj))
+    assert {"je_mallctl", "je_mallocx", "use"} <= info.defined and info.has_symtab and not info.dynamic
+    assert families(info) == [("jemalloc", "je_", ["je_mallctl", "je_mallocx"])]
+
+
+def test_classify_a_program_with_redis_bundled_jemalloc():
+    """Redis as upstream builds it: jemalloc linked in under je_ (its dynamic symbols export je_mallctl,
+    je_mallctlnametomib, je_malloc_stats_print, as reported in issue 12), malloc left to glibc.
+    The program's symbols are hand-built from that report; libc is this machine's."""
+    from memgap.sources.allocator import classify
+    from memgap.sources.elf import ElfInfo, read_elf
+
+    libc_path = "/usr/lib/x86_64-linux-gnu/libc.so.6"
+    api = frozenset({"je_mallctl", "je_mallctlnametomib", "je_malloc_stats_print", "main"})
+    redis = ElfInfo(api, frozenset({"malloc", "free"}), api, ("libm.so.6", "libc.so.6"), "", True, False, {})
+    d = classify("/usr/local/bin/redis-server", {"/usr/local/bin/redis-server": redis, libc_path: read_elf(libc_path)},
+                 [], {})
+    assert (d.name, d.library, d.is_glibc, d.others) == ("glibc", libc_path, True, ["jemalloc"])
+    assert [(f.name, f.library, f.prefix, f.serves_malloc, f.exported) for f in d.found] == [
+        ("glibc", libc_path, "", True, True), ("jemalloc", "/usr/local/bin/redis-server", "je_", False, True)]

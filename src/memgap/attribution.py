@@ -33,7 +33,7 @@ class Measurements:
     jemalloc: JemallocStats | None = None
     pymalloc: PymallocStats | None = None
     python_heap: PythonHeap | None = None
-    notes: dict[str, str] = field(default_factory=dict)  # layer -> why it was not measured
+    notes: dict[str, str] = field(default_factory=dict)  # layer -> why it was not measured, or what it holds unread
     tcmalloc: dict[str, int] | None = None  # MallocExtension numeric properties (from the agent)
     pools: PoolCensus | None = None  # outside: blocks in use counted from pymalloc's pool headers
 
@@ -326,6 +326,7 @@ def attribute(m: Measurements) -> tuple[dict[str, Layer], int]:
                    "(libraries' data and relocations)",
         source="pagemap, unclaimed",
         detail={"unclaimed_anonymous": unknown_anon, "file_private_copies": owned("file-cow")},
+        note=m.notes.get("other_anon", ""),  # e.g. a second allocator's memory, not read
     )
     ordered = {name: layers[name] for name in
                ("files", "python_objects", "pymalloc_free", "allocator_in_use", "allocator_free",

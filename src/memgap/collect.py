@@ -208,6 +208,8 @@ def _snapshot_self(phase: str | None, options: Options | None) -> Snapshot:
         else:
             notes["allocator_in_use"] = notes["allocator_free"] = (
                 f"allocator {detection.name}: memgap reads glibc and jemalloc statistics only")
+        if detection.beside:
+            notes["other_anon"] = allocator_source.beside_note(detection)
         pm = pymalloc_source.parse_debugmallocstats(pymalloc_source.capture_debugmallocstats())
         # before the pagemap: parsing smaps allocates, and jemalloc may purge pages when it does
         owned = allocator_mappings(reader, maps, "jemalloc") if jemalloc is not None else None
@@ -238,7 +240,7 @@ def _snapshot_self(phase: str | None, options: Options | None) -> Snapshot:
 
 def _allocator_dict(detection, mallinfo, malloc_info, jemalloc) -> dict:  # type: ignore[no-untyped-def]
     out = {"name": detection.name, "library": detection.library, "how": detection.how,
-           "others": detection.others}
+           "others": detection.others, "found": [f.to_dict() for f in detection.found]}
     if mallinfo is not None:
         out["mallinfo2"] = mallinfo.__dict__.copy()
     if malloc_info is not None:
@@ -286,7 +288,7 @@ def snapshot_pid(pid: int, options: Options | None = None, proc_root: str = "/pr
         stat_before = reader.stat()
         report, agent_problem = _ask_agent(reader, pid, proc_root) if options.agent else (None, "")
         maps = reader.maps()
-        detection = allocator_source.detect_from_maps(maps)
+        detection = allocator_source.detect_pid(reader, maps)
         # the agent's statistics stand in for a walk; the pages come from the allocator's mappings,
         # read before the pagemap so that pagemap and VmRSS are read close together
         agent_stats = report is not None and (report.jemalloc is not None or bool(report.tcmalloc))
@@ -297,11 +299,12 @@ def snapshot_pid(pid: int, options: Options | None = None, proc_root: str = "/pr
         is_python = any("python" in os.path.basename(m.path) for m in maps if m.is_file)
         if not is_python:
             notes["python_objects"] = "not a Python process (no Python interpreter in its maps)"
-        if detection.is_glibc:  # read-only, validated walks through /proc/PID/mem
+        if detection.glibc_heaps_readable:  # read-only, validated walks through /proc/PID/mem
             layout = find_glibc_layout(reader, memmap.plain_mappings, memmap.resident)
         elif not agent_stats:
-            notes["allocator_in_use"] = notes["allocator_free"] = (
-                f"allocator {detection.name}: from outside memgap reads glibc's heaps only")
+            notes["allocator_in_use"] = notes["allocator_free"] = allocator_source.outside_note(detection)
+        if detection.beside:
+            notes["other_anon"] = allocator_source.beside_note(detection)
         sizes = (DEFAULT_ARENA_SIZE, DEFAULT_POOL_SIZE) if is_python else (None, None)
         regions = label_regions(reader, memmap, layout, *sizes, owned)
         status = _with_pss(reader)

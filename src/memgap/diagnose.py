@@ -101,11 +101,14 @@ def _unexplained(snap: Snapshot) -> list[Finding]:
 
 
 def _other_allocators(snap: Snapshot) -> list[Finding]:
-    others = snap.allocator.get("others") or []
+    from .sources.allocator import allocator_label
+
+    beside = [f for f in snap.allocator.get("found") or [] if not f.get("serves_malloc")]
+    others = [allocator_label(f) for f in beside] or snap.allocator.get("others") or []
     if not others:
         return []
     return [Finding("second-allocator", "info",
-                    f"another allocator is mapped beside {snap.allocator['name']}: {', '.join(others)}",
+                    f"another allocator beside {snap.allocator['name']}, which serves malloc: {', '.join(others)}",
                     ["its memory is under other_anon; LD_PRELOAD and malloc_trim do not reach it"])]
 
 

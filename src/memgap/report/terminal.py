@@ -106,6 +106,17 @@ def arenas_table(snap: Snapshot, limit: int = 10, width: int = 120) -> Renderabl
                      [None] * (len(table_rows) - 1) + ["bold"])
 
 
+def allocator_lines(allocator: dict) -> list[tuple[str, str]]:
+    """(which, how we know) for every allocator found: the one serving malloc, then those beside it."""
+    lines = []
+    for f in allocator.get("found") or []:
+        prefix = f.get("prefix")
+        prefix = " (symbols stripped)" if prefix == "?" else f" (prefix {prefix})" if prefix else ""
+        lines.append((f"{'malloc' if f.get('serves_malloc') else 'beside'}: {f.get('name')}{prefix} in "
+                      f"{f.get('library')}", f.get("how") or ""))
+    return lines
+
+
 def print_findings(console: Console, findings: Sequence[Finding]) -> None:
     for f in findings:
         mark = "!" if f.severity == "warning" else "-"
@@ -119,6 +130,12 @@ def print_findings(console: Console, findings: Sequence[Finding]) -> None:
 def render_snapshot(snap: Snapshot, stream: TextIO, width: int | None = None) -> None:
     console = _console(stream, width)
     console.print(layers_table(snap, console.width))
+    lines = allocator_lines(snap.allocator)
+    if lines:
+        console.print("Allocators:")
+        for which, how in lines:
+            console.print(f"- {which}")
+            console.print(f"    {how}")
     if snap.cgroup:
         for line in cgroup_lines(snap.cgroup, snap.rss, snap.status.get("Pss")):
             console.print(line, highlight=False, markup=False)

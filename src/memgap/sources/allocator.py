@@ -1,19 +1,38 @@
-"""Which malloc a process runs: glibc, jemalloc, tcmalloc, mimalloc, musl, or unknown.
+"""Which allocators a process carries, where each lives, and which one serves ``malloc``.
 
-From outside, the libraries in /proc/PID/maps tell (a preloaded allocator
-replaces glibc's malloc). In-process we ask the dynamic linker which library
-``malloc`` resolves to, which also catches an allocator linked into the program.
+From outside (read-only), from the ELF symbol tables of the program and of each
+object mapped executable in /proc/PID/maps:
+
+1. ``malloc`` is served by the first object in the dynamic linker's lookup order
+   that exports it: the program, then preloaded libraries (LD_PRELOAD in its
+   environment, /etc/ld.so.preload), then its DT_NEEDED tree breadth first. A
+   program without a dynamic section is static and serves its own.
+2. Each object's allocator families are told by their API, under any prefix:
+   jemalloc's ``mallctl``/``mallocx``... (``je_`` in Redis, ``_rjem_`` from the
+   tikv-jemallocator crate, ``je_arrow_`` in Arrow), tcmalloc's ``tc_malloc`` and
+   ``MallocExtension``, mimalloc's ``mi_*``; glibc by ``gnu_get_libc_version``;
+   musl by its path. A prefixed allocator sits beside whichever serves malloc.
+3. A stripped program that exports no allocator API (jemalloc linked in
+   statically) is told by the allocator's own messages in its ``.rodata``
+   ("<jemalloc>: ..."): the ``how`` says so.
+
+In-process, ``dladdr`` on ``malloc`` names the serving object exactly, and the
+mapped libraries' names the others: symbol tables are read from outside only, as
+their names would be allocated in the program memgap measures.
 """
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
 
-from .elf import defines_symbol
-from .procfs import Mapping
+from ..errors import MalformedInput, MemgapError
+from .elf import ElfInfo, defines_symbol, forget_elf_files, read_elf, read_section
+from .procfs import Mapping, ProcReader
 
-# basename prefix -> allocator
+# basename prefix -> allocator: the answer when the objects' symbols cannot be read
 _LIBRARIES = (
     ("libjemalloc", "jemalloc"),
     ("libtcmalloc", "tcmalloc"),
@@ -22,17 +41,95 @@ _LIBRARIES = (
     ("libc.musl", "musl"),
 )
 
+# Each family's API (its unprefixed names): two of them under one prefix tell the family.
+# mallctl alone could be a user's wrapper; two distinct entry points are the allocator's own.
+_APIS = {
+    "jemalloc": ("mallctl", "mallctlnametomib", "mallctlbymib", "malloc_stats_print", "mallocx", "rallocx",
+                 "xallocx", "sallocx", "sdallocx", "nallocx"),
+    "tcmalloc": ("tc_malloc", "tc_free", "tc_realloc", "tc_memalign", "tc_malloc_size", "tc_version"),
+    "mimalloc": ("mi_malloc", "mi_free", "mi_realloc", "mi_stats_print", "mi_collect", "mi_heap_new",
+                 "mi_malloc_aligned", "mi_zalloc_aligned", "mi_realloc_aligned", "mi_version"),
+}
+# Messages only the allocator itself prints (its .rodata), for programs stripped of its symbols.
+_MARKERS = {
+    "jemalloc": (b"<jemalloc>: ",),
+    "tcmalloc": (b"TCMALLOC_LARGE_ALLOC_REPORT_THRESHOLD", b"tcmalloc/tcmalloc.cc"),
+    "mimalloc": (b"mimalloc: ",),
+    "glibc": (b"malloc(): corrupted top size",),
+}
+
+
+@dataclass(frozen=True)
+class FoundAllocator:
+    """One allocator in a process: which, in which object, under which prefix, and how we know."""
+
+    name: str                    # jemalloc, tcmalloc, mimalloc, glibc, musl, unknown
+    library: str                 # the object it lives in (the program's path for a static one)
+    prefix: str = ""             # its API's symbol prefix ("je_", "_rjem_"); "?" when its symbols are stripped
+    how: str = ""
+    serves_malloc: bool = False  # the one ``malloc`` (and free, realloc...) resolves to
+    exported: bool = False       # its API is in .dynsym: dlsym, and so memgap's agent, can find it
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
 
 @dataclass
 class AllocatorDetection:
-    name: str                   # glibc, jemalloc, tcmalloc, mimalloc, musl, unknown
-    library: str = ""           # path of the library that provides malloc
+    name: str                   # the allocator serving malloc: glibc, jemalloc, tcmalloc, mimalloc, musl, unknown
+    library: str = ""           # path of the object that provides malloc
     how: str = ""               # how we know
-    others: list[str] = field(default_factory=list)  # further allocator libraries mapped
+    others: list[str] = field(default_factory=list)  # further allocators found (names), beside the one above
+    found: list[FoundAllocator] = field(default_factory=list)  # every allocator found, the serving one first
 
     @property
     def is_glibc(self) -> bool:
         return self.name == "glibc"
+
+    @property
+    def glibc_heaps_readable(self) -> bool:
+        """glibc's malloc from libc.so: the outside walk finds its main arena in libc's data, which a
+        program with glibc linked in statically has not."""
+        return self.is_glibc and _kind_of(self.library) == "glibc"
+
+    @property
+    def beside(self) -> list[FoundAllocator]:
+        """The allocators found that do not serve malloc (prefixed, bundled, or loaded but not bound)."""
+        return [f for f in self.found if not f.serves_malloc]
+
+
+def allocator_label(entry: dict[str, Any]) -> str:
+    """"jemalloc (_rjem_) in librjem.so": one found allocator (``FoundAllocator.to_dict()``) in a few words."""
+    prefix = entry.get("prefix") or ""
+    prefix = " (symbols stripped)" if prefix == "?" else f" ({prefix})" if prefix else ""
+    return f"{entry.get('name')}{prefix} in {os.path.basename(entry.get('library') or '?')}"
+
+
+def outside_note(detection: AllocatorDetection) -> str:
+    """Where malloc is not glibc's: what memgap cannot read of it from outside, and what would."""
+    if detection.glibc_heaps_readable:
+        return ""
+    if detection.is_glibc:
+        return ("glibc's malloc is linked into the program statically: from outside memgap finds glibc's arenas "
+                "through libc.so's data, so its memory stays under other anonymous")
+    serving = detection.found[0] if detection.found else FoundAllocator(detection.name, detection.library)
+    if serving.exported and detection.name in ("jemalloc", "tcmalloc"):  # the agent reads these two
+        return (f"{detection.name} serves malloc: from outside its memory stays under other anonymous; its own "
+                "figures need memgap's agent in the process (memgap run, or memgap agent), not --deep")
+    why = "memgap reads no mimalloc statistics" if detection.name == "mimalloc" else \
+        "it exports no statistics API that memgap's agent could call"
+    return (f"{detection.name} serves malloc: its memory stays under other anonymous ({why}; --deep reads "
+            "glibc's malloc_info only)")
+
+
+def beside_note(detection: AllocatorDetection) -> str:
+    """The allocators beside the one serving malloc, whose memory memgap does not read: "" if none."""
+    beside = detection.beside
+    if not beside:
+        return ""
+    return (", ".join(allocator_label(f.to_dict()) for f in beside) + " beside malloc's allocator: "
+            + ("their" if len(beside) > 1 else "its") + " memory is counted under other anonymous "
+            "(memgap reads no prefixed or second allocator)")
 
 
 def _kind_of(path: str) -> str | None:
@@ -47,8 +144,151 @@ def _kind_of(path: str) -> str | None:
     return None
 
 
-def detect_from_maps(mappings: list[Mapping]) -> AllocatorDetection:
-    """Guess the allocator from mapped libraries: a non-glibc allocator wins over libc."""
+def families(info: ElfInfo) -> list[tuple[str, str, list[str]]]:
+    """(family, prefix, its symbols seen) for each allocator API an object defines, unprefixed first."""
+    return _families(info.defined)
+
+
+@functools.lru_cache(maxsize=2048)  # per symbol set (its hash is kept): top asks every refresh
+def _families(defined: frozenset[str]) -> list[tuple[str, str, list[str]]]:
+    found: dict[tuple[str, str], list[str]] = {}
+    for name in defined:
+        for family, apis in _APIS.items():
+            for api in apis:
+                if name.endswith(api):
+                    found.setdefault((family, name[:-len(api)]), []).append(name)
+        if name.startswith("MallocExtension_"):  # gperftools' C API
+            found.setdefault(("tcmalloc", ""), []).append(name)
+    out = [(family, prefix, sorted(names)) for (family, prefix), names in found.items() if len(names) >= 2]
+    if "gnu_get_libc_version" in defined:
+        out.append(("glibc", "", ["gnu_get_libc_version"]))
+    return sorted(out, key=lambda f: (f[1] != "", f[0] == "glibc", f[1], f[0]))
+
+
+def marker_families(rodata: bytes) -> list[str]:
+    """The allocators whose own messages appear in ``rodata``, non-glibc ones first."""
+    return [family for family, needles in _MARKERS.items() if any(n in rodata for n in needles)]
+
+
+def lookup_order(exe: str, objects: dict[str, ElfInfo], preload: list[str]) -> list[str]:
+    """The objects in the order ld.so searches them for a symbol: program, preloads, DT_NEEDED breadth first.
+    Objects dlopen()ed later (RTLD_LOCAL) are not in it."""
+    by_name: dict[str, str] = {}
+    for path, info in objects.items():
+        by_name.setdefault(os.path.basename(path), path)
+        if info.soname:
+            by_name.setdefault(info.soname, path)
+    order = [exe] if exe in objects else []
+    for entry in preload:
+        path = entry if entry in objects else by_name.get(os.path.basename(entry))
+        if path and path not in order:
+            order.append(path)
+    i = 0
+    while i < len(order):
+        for needed in objects[order[i]].needed:
+            path = by_name.get(needed) or by_name.get(os.path.basename(needed))
+            if path and path not in order:
+                order.append(path)
+        i += 1
+    return order
+
+
+def _role(path: str, exe: str, preload: list[str], soname: str) -> str:
+    if path == exe:
+        return "the program itself defines malloc (linked in statically)"
+    if any(entry == path or os.path.basename(entry) in (os.path.basename(path), soname) for entry in preload):
+        return "preloaded (LD_PRELOAD): exports malloc ahead of libc"
+    return "the first library in the program's lookup order to export malloc"
+
+
+def classify(exe: str, objects: dict[str, ElfInfo], preload: list[str],
+             markers: dict[str, list[str]]) -> AllocatorDetection | None:
+    """Every allocator in the objects, and the one serving malloc; None when the program's ELF is unknown.
+
+    ``markers`` holds, for objects whose symbols name no allocator, the allocators whose own
+    messages their ``.rodata`` carries (``marker_families``): the fallback for stripped files.
+    """
+    if exe not in objects:
+        return None
+    if not objects[exe].dynamic:
+        server: str | None = exe
+        role = "a static program: its own malloc serves it"
+    else:
+        server = next((p for p in lookup_order(exe, objects, preload) if "malloc" in objects[p].exported), None)
+        role = _role(server, exe, preload, objects[server].soname) if server else ""
+    serving: FoundAllocator | None = None
+    found: list[FoundAllocator] = []
+    for path, info in objects.items():
+        kinds = families(info)
+        if path == server and kinds and kinds[0][1] == "":
+            family, _prefix, names = kinds[0]
+            serving = FoundAllocator(family, path, "", f"{role}; defines " + ", ".join(names[:3]), True,
+                                     any(n in info.exported for n in names))
+            kinds = kinds[1:]
+        elif path == server:
+            family = next(iter(markers.get(path, [])), None)
+            if family is not None:
+                serving = FoundAllocator(family, path, "", f"{role}; {_by_messages(info, family)}", True)
+        for family, prefix, names in kinds:
+            if family != "glibc":  # libc is in every process; its malloc counts only where it serves
+                found.append(FoundAllocator(family, path, prefix, "defines " + ", ".join(names[:3]), False,
+                                            any(n in info.exported for n in names)))
+        if path != server and not kinds:
+            for family in markers.get(path, []):
+                if family != "glibc":
+                    found.append(FoundAllocator(family, path, "?", _by_messages(info, family)))
+    if serving is None and server is not None:
+        kind = _kind_of(server) or "unknown"
+        serving = FoundAllocator(kind, server, "", f"{role}; "
+                                 + ("its name says which" if kind != "unknown" else "no known allocator's API in it"),
+                                 True)
+    if serving is None:
+        return None
+    others = list(dict.fromkeys(f.name for f in found if f.name != serving.name or f.prefix))
+    return AllocatorDetection(serving.name, serving.library, serving.how, others, [serving, *found])
+
+
+def _by_messages(info: ElfInfo, family: str) -> str:
+    return (f"no allocator API among its symbols{'' if info.has_symtab else ' (stripped)'}, but {family}'s own "
+            "messages are in its .rodata")
+
+
+def detect_from_maps(mappings: list[Mapping], exe: str | None = None, preload: list[str] | None = None,
+                     root: str = "") -> AllocatorDetection:
+    """Every allocator in a process, from its maps and the ELF files they name (read under ``root``,
+    e.g. /proc/PID/root for a process in a container). ``exe`` is the program's path (else the first
+    file mapped), ``preload`` its LD_PRELOAD entries. Without readable ELF files, the libraries'
+    names decide, as they did before memgap read symbols."""
+    inodes = {m.path: m.inode for m in mappings if m.path.startswith("/") and "x" in m.perms}
+    if exe is None:
+        exe = next((m.path for m in mappings if m.path.startswith("/") and m.offset == 0), "")
+    objects: dict[str, ElfInfo] = {}
+    markers: dict[str, list[str]] = {}
+    for path in dict.fromkeys([exe, *inodes]):
+        try:
+            if path in inodes and os.stat(root + path).st_ino != inodes[path]:
+                continue  # replaced on disk (an upgrade) since it was mapped: not the code that runs
+            objects[path] = info = read_elf(root + path)
+            if not families(info):  # the fallback reads .rodata only where the symbols leave it open
+                markers[path] = _markers(root + path)
+        except (OSError, MalformedInput):
+            continue  # deleted, unreadable, or not ELF: it tells nothing
+    detection = classify(exe, objects, preload or [], markers)
+    return detection if detection is not None else detect_from_names(mappings)
+
+
+def _markers(path: str) -> list[str]:
+    st = os.stat(path)
+    return _markers_cached(path, (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size))
+
+
+@functools.lru_cache(maxsize=2048)
+def _markers_cached(path: str, _identity: tuple[int, int, int, int]) -> list[str]:
+    return marker_families(read_section(path, read_elf(path), ".rodata"))
+
+
+def detect_from_names(mappings: list[Mapping]) -> AllocatorDetection:
+    """Guess the allocator from mapped libraries' names: a non-glibc allocator wins over libc."""
     seen: dict[str, str] = {}
     for m in mappings:
         if m.path.startswith("/"):
@@ -58,10 +298,45 @@ def detect_from_maps(mappings: list[Mapping]) -> AllocatorDetection:
     for kind in ("jemalloc", "tcmalloc", "mimalloc", "musl"):
         if kind in seen:
             others = [k for k in seen if k not in (kind, "glibc")]
-            return AllocatorDetection(kind, seen[kind], "library mapped in the process", others)
+            how = "library mapped in the process (told by its file name; symbols not read)"
+            return AllocatorDetection(kind, seen[kind], how, others,
+                                      [FoundAllocator(kind, seen[kind], "", how, True)])
     if "glibc" in seen:
-        return AllocatorDetection("glibc", seen["glibc"], "libc.so mapped and no other allocator library")
-    return AllocatorDetection("unknown", "", "no known allocator library mapped (static binary?)")
+        how = "libc.so mapped and no other allocator library (told by file names; symbols not read)"
+        return AllocatorDetection("glibc", seen["glibc"], how, [], [FoundAllocator("glibc", seen["glibc"], "", how,
+                                                                                    True)])
+    return AllocatorDetection("unknown", "", "no known allocator library mapped, and no symbols read")
+
+
+def preloaded(environ: dict[str, str], root: str = "") -> list[str]:
+    """The libraries ld.so preloads into a process: its LD_PRELOAD, then /etc/ld.so.preload (under ``root``)."""
+    entries = environ.get("LD_PRELOAD", "").replace(":", " ").split()
+    try:
+        with open(f"{root}/etc/ld.so.preload", encoding="utf-8", errors="replace") as fh:
+            entries += fh.read().replace(":", " ").split()
+    except OSError:
+        pass
+    return entries
+
+
+def detect_pid(reader: ProcReader, mappings: list[Mapping]) -> AllocatorDetection:
+    """Every allocator in the process ``reader`` reads, from outside: its program, preloads and maps."""
+    root = process_root(reader.base)
+    try:
+        exe: str | None = os.readlink(f"{reader.base}/exe")
+    except OSError:
+        exe = None
+    try:
+        environ = reader.environ()
+    except MemgapError:
+        environ = {}
+    return detect_from_maps(mappings, exe, preloaded(environ, root), root)
+
+
+def process_root(base: str) -> str:
+    """Where a process's files are seen from here (its mount namespace: /proc/PID/root), or "" where that
+    is not readable (then its paths are taken as ours)."""
+    return f"{base}/root" if os.path.isdir(f"{base}/root/") else ""
 
 
 class _DlInfo(ctypes.Structure):
@@ -74,7 +349,7 @@ _detected: dict[int, AllocatorDetection] = {}
 
 def detect_in_process(mappings: list[Mapping]) -> AllocatorDetection:
     """Which library this process's ``malloc`` symbol comes from (asked once per process:
-    the symbol cannot be rebound after start-up)."""
+    the symbol cannot be rebound after start-up), with every other allocator found."""
     pid = os.getpid()
     if pid not in _detected:
         _detected.clear()
@@ -83,30 +358,38 @@ def detect_in_process(mappings: list[Mapping]) -> AllocatorDetection:
 
 
 def _detect_in_process(mappings: list[Mapping]) -> AllocatorDetection:
-    from_maps = detect_from_maps(mappings)
+    # No symbol tables read here: their names would be allocated in the program memgap measures
+    # (and shift its layers); the mapped libraries' names stand for the allocators beside malloc's.
+    from_names = detect_from_names(mappings)
     try:
         default = ctypes.CDLL(None)
         address = ctypes.cast(default.malloc, ctypes.c_void_p).value
         info = _DlInfo()
         if not default.dladdr(ctypes.c_void_p(address), ctypes.byref(info)) or not info.dli_fname:
-            return from_maps
+            return from_names
         path = info.dli_fname.decode("utf-8", "replace")
     except (OSError, AttributeError):
-        return from_maps
+        return from_names
     # dladdr names the main program as it was started ("python3", relative): the maps give its path
     mapped = next((m.path for m in mappings if m.start <= (address or 0) < m.end and m.path.startswith("/")), None)
     if mapped is not None:
         path = mapped
-    kind = _kind_of(path)
     exe = os.path.realpath("/proc/self/exe")
-    if kind is None and os.path.realpath(path) == exe and defines_symbol(exe, "malloc") is False:
-        # the program's canonical PLT entry for an imported malloc: the maps say whose it is
-        return AllocatorDetection(from_maps.name, from_maps.library,
-                                  f"{from_maps.how} (malloc's address is the program's PLT entry: imported)",
-                                  from_maps.others)
+    if os.path.realpath(path) == exe:
+        imported = defines_symbol(exe, "malloc") is False
+        forget_elf_files()  # one file, once: not kept in the program
+        if imported:
+            # the program's canonical PLT entry for an imported malloc: the maps say whose it is
+            how = f"{from_names.how} (malloc's address is the program's PLT entry: imported)"
+            return replace(from_names, how=how, found=[replace(f, how=how) if f.serves_malloc else f
+                                                       for f in from_names.found])
+    kind = _kind_of(path)
+    how = "malloc resolves to this library (dladdr)"
     if kind is None:
         kind = "unknown"
         how = f"malloc is defined in {path}" + (" (the program itself)" if os.path.realpath(path) == exe else "")
-        return AllocatorDetection(kind, path, how, [k for k in [from_maps.name] if k != "unknown"])
-    others = [k for k in [from_maps.name, *from_maps.others] if k not in (kind, "glibc", "unknown")]
-    return AllocatorDetection(kind, path, "malloc resolves to this library (dladdr)", others)
+    others = [k for k in [from_names.name, *from_names.others] if k not in (kind, "glibc", "unknown")]
+    found = [FoundAllocator(kind, path, "", how, True),
+             *(FoundAllocator(f.name, f.library, f.prefix, "library mapped in the process")
+               for f in from_names.found if f.name in others)]
+    return AllocatorDetection(kind, path, how, others, found)

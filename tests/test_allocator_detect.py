@@ -1,0 +1,219 @@
+"""Every allocator in a real process, found from outside (issue 12): which one serves malloc,
+in which object, under which prefix, and how memgap knows, read from the ELF symbol tables
+of the program and of each object in its maps.
+
+The programs: Debian's redis-server (libjemalloc.so.2 linked), a C program with
+libjemalloc.a linked in and stripped, the same program under tcmalloc and mimalloc (linked
+and preloaded) and under plain glibc, and, where cargo can fetch tikv-jemallocator, a Rust
+program and a Rust library loaded with dlopen() whose heaps are a jemalloc under the
+``_rjem_`` prefix beside glibc's malloc (as Rust services and Polars ship).
+"""
+import json
+import os
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from conftest import HERE
+from helpers import JEMALLOC, memgap
+
+LIB = "/usr/lib/x86_64-linux-gnu"
+TCMALLOC = f"{LIB}/libtcmalloc_minimal.so.4"
+MIMALLOC = f"{LIB}/libmimalloc.so.2"
+JEMALLOC_A = f"{LIB}/libjemalloc.a"
+CC = shutil.which("gcc") or shutil.which("cc")
+PROGRAMS = os.path.join(HERE, "programs")
+RUST = os.path.join(PROGRAMS, "rjem")
+
+
+def _need(path, package):
+    if not os.path.exists(path):
+        pytest.skip(f"{package} is not installed ({path})")
+
+
+@pytest.fixture(scope="module")
+def build(tmp_path_factory):
+    """build(name, *link_args): programs/alloc_hold.c built into a temporary folder."""
+    if CC is None:
+        pytest.skip("no C compiler (gcc)")
+    where = tmp_path_factory.mktemp("alloc")
+
+    def make(name, *args):
+        exe = str(where / name)
+        subprocess.run([CC, "-O1", "-o", exe, os.path.join(PROGRAMS, "alloc_hold.c"), *args, "-ldl"], check=True)
+        return exe
+    return make
+
+
+class Held:
+    """alloc_hold (or another program printing "ready") running until the test closes its stdin."""
+
+    def __init__(self, cmd, **env):
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                     env={**os.environ, **env})
+        line = self.proc.stdout.readline()
+        assert line.startswith("ready"), (cmd, line, self.proc.poll())
+
+    def inspect(self):
+        """``memgap inspect PID --json -``'s allocator, and the same command's table."""
+        out = memgap("inspect", str(self.proc.pid), "--json", "-")
+        assert out.returncode == 0, out.stderr[-2000:]
+        text = memgap("inspect", str(self.proc.pid))
+        assert text.returncode == 0, text.stderr[-2000:]
+        return json.loads(out.stdout), text.stdout
+
+    def close(self):
+        self.proc.stdin.close()
+        assert self.proc.wait(timeout=30) == 0
+
+
+def _inspected(cmd, **env):
+    held = Held(cmd, **env)
+    try:
+        return held.inspect()
+    finally:
+        held.close()
+
+
+def _serving(doc):
+    alloc = doc["allocator"]
+    serving = [f for f in alloc["found"] if f["serves_malloc"]]
+    assert len(serving) == 1 and alloc["found"][0] == serving[0], alloc
+    assert (alloc["name"], alloc["library"]) == (serving[0]["name"], serving[0]["library"])
+    return serving[0]
+
+
+@pytest.mark.parametrize("case", ["glibc", "jemalloc-static", "jemalloc-static-stripped", "tcmalloc-linked",
+                                  "mimalloc-linked", "jemalloc-preloaded", "tcmalloc-preloaded",
+                                  "mimalloc-preloaded"])
+def test_the_allocator_serving_malloc_is_named_with_its_object(build, case):
+    """Linked in statically (stripped or not), linked as a library, or preloaded: the right allocator,
+    in the right object, and the how says which route told."""
+    env = {}
+    if case == "glibc":
+        exe, name, where, how = build("plain"), "glibc", "libc.so.6", "lookup order"
+    elif case.startswith("jemalloc-static"):
+        _need(JEMALLOC_A, "libjemalloc-dev")
+        exe = build(case, JEMALLOC_A, "-lpthread", "-lm")
+        if case.endswith("stripped"):
+            subprocess.run(["strip", exe], check=True)
+            how = "jemalloc's own messages are in its .rodata"
+        else:
+            how = "defines mallctl"
+        name, where = "jemalloc", os.path.basename(exe)
+    elif case.endswith("-linked"):
+        name = case.split("-")[0]
+        lib = TCMALLOC if name == "tcmalloc" else MIMALLOC
+        _need(lib, f"the {name} library")
+        exe, where, how = build(case, f"-l:{os.path.basename(lib)}"), os.path.basename(lib), "lookup order"
+    else:
+        name = case.split("-")[0]
+        lib = {"jemalloc": JEMALLOC, "tcmalloc": TCMALLOC, "mimalloc": MIMALLOC}[name]
+        _need(lib, f"the {name} library")
+        exe, where, how, env = build("plain"), os.path.basename(lib), "preloaded (LD_PRELOAD)", {"LD_PRELOAD": lib}
+    doc, text = _inspected([exe], **env)
+    serving = _serving(doc)
+    assert serving["name"] == name, doc["allocator"]
+    # the object as mapped: a library's real file (libmimalloc.so.2 is a link to libmimalloc.so.2.0)
+    assert os.path.basename(serving["library"]).startswith(where), serving
+    assert how in serving["how"], serving
+    if case == "jemalloc-static":
+        assert "the program itself defines malloc" in serving["how"]
+    assert f"- malloc: {name} in {serving['library']}" in " ".join(text.split())
+    assert f"allocator {name})" in text
+    if name != "glibc":  # nothing walked as if glibc's: the allocator layers say what would read them
+        for layer in ("allocator_in_use", "allocator_free"):
+            assert doc["layers"][layer]["resident"] is None
+            assert f"{name} serves malloc" in doc["layers"][layer]["note"]
+        assert not doc["layers"]["allocator_free"]["detail"].get("arenas")
+
+
+def test_debian_redis_server_runs_jemalloc_from_its_library(tmp_path):
+    """Debian's redis-server links libjemalloc.so.2 (DT_NEEDED, before libc) and imports mallctl."""
+    server = shutil.which("redis-server")
+    if server is None:
+        pytest.skip("redis-server is not installed (apt-get install redis-server)")
+    sock = tmp_path / "redis.sock"
+    proc = subprocess.Popen([server, "--port", "0", "--unixsocket", str(sock), "--save", "", "--appendonly", "no",
+                             "--daemonize", "no", "--dir", str(tmp_path)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 20
+        while not sock.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, "redis-server did not start"
+            time.sleep(0.05)
+        out = memgap("inspect", str(proc.pid), "--json", "-")
+        assert out.returncode == 0, out.stderr[-2000:]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    doc = json.loads(out.stdout)
+    serving = _serving(doc)
+    assert serving["name"] == "jemalloc" and os.path.basename(serving["library"]) == "libjemalloc.so.2", serving
+    assert "lookup order" in serving["how"] and "mallctl" in serving["how"]
+    assert doc["allocator"]["others"] == []
+    assert "agent" in doc["layers"]["allocator_free"]["note"]
+
+
+@pytest.fixture(scope="module")
+def rust_build():
+    """tests/programs/rjem built with cargo (tikv-jemallocator from crates.io): its target folder stays,
+    so that only the first run pays for building jemalloc."""
+    cargo = shutil.which("cargo") or os.path.expanduser("~/.cargo/bin/cargo")
+    if not os.path.exists(cargo):
+        pytest.skip("no cargo to build programs/rjem")
+    built = subprocess.run([cargo, "build", "--release", "--locked", "--quiet"], cwd=RUST, capture_output=True, text=True,
+                           timeout=1200)
+    if built.returncode != 0:
+        pytest.skip(f"cargo could not build programs/rjem (crates.io unreachable?): {built.stderr[-500:]}")
+    return os.path.join(RUST, "target", "release")
+
+
+@pytest.mark.cargo  # left out unless --cargo: the first build compiles jemalloc for minutes
+@pytest.mark.parametrize("stripped", [False, True], ids=["symbols", "stripped"])
+@pytest.mark.parametrize("shape", ["program", "dlopened-library"])
+def test_a_prefixed_jemalloc_beside_glibc(build, rust_build, tmp_path, shape, stripped):
+    """tikv-jemallocator's jemalloc (``_rjem_``) in a Rust program, or in a Rust library a C program
+    dlopen()s: glibc still serves malloc, and the jemalloc is named beside it, in its object."""
+    built = os.path.join(rust_build, "rjem" if shape == "program" else "librjem.so")
+    obj = str(tmp_path / os.path.basename(built))
+    shutil.copy(built, obj)
+    if stripped:
+        subprocess.run(["strip", obj], check=True)
+    cmd = [obj] if shape == "program" else [build("host"), obj]
+    doc, text = _inspected(cmd)
+    assert _serving(doc)["name"] == "glibc"
+    beside = [f for f in doc["allocator"]["found"] if not f["serves_malloc"]]
+    assert [(f["name"], f["library"]) for f in beside] == [("jemalloc", obj)], doc["allocator"]
+    assert beside[0]["prefix"] == ("?" if stripped else "_rjem_")
+    assert ("own messages" if stripped else "_rjem_mallctl") in beside[0]["how"]
+    assert doc["allocator"]["others"] == ["jemalloc"]
+    # glibc's heaps are still walked; the jemalloc's memory is said to be under other anonymous
+    assert doc["layers"]["allocator_free"]["resident"] is not None
+    assert "jemalloc" in doc["layers"]["other_anon"]["note"]
+    flat = " ".join(text.split())
+    assert f"- beside: jemalloc ({'symbols stripped' if stripped else 'prefix _rjem_'}) in {obj}" in flat
+    assert "another allocator beside glibc" in flat
+
+
+def test_in_process_detection_asks_dladdr():
+    """memgap inside a process: dladdr names the object malloc resolves to (no symbol tables read there)."""
+    import sys
+
+    from conftest import child_env
+
+    code = ("import json\nfrom memgap.sources.allocator import detect_in_process\n"
+            "from memgap.sources.procfs import ProcReader\n"
+            "d = detect_in_process(ProcReader('self').maps())\n"
+            "print(json.dumps([d.name, d.library, d.how, [f.to_dict() for f in d.found]]))\n")
+    for preload, name in ((None, "glibc"), (JEMALLOC, "jemalloc")):
+        if preload and not os.path.exists(preload):
+            continue
+        env = child_env(**({"LD_PRELOAD": preload} if preload else {}))
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+        got, library, how, found = json.loads(out.stdout)
+        assert got == name and "dladdr" in how, (got, how)
+        assert found[0] == {"name": name, "library": library, "prefix": "", "how": how, "serves_malloc": True,
+                            "exported": False}
