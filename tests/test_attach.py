@@ -247,16 +247,16 @@ def test_trim_releases_about_what_memgap_estimates(target_exe, spawn):
 
 
 def test_many_deep_attaches_to_a_busy_process(target_exe, spawn):
-    """As many --deep reads as fit in 12 s on threads that malloc and free all the
-    time (45 to 60 on the 2-core machine when idle, 20 to 25 under a parallel
-    test run): the target never dies, is never left stopped, and prints its
-    counter on, unchanged."""
+    """As many --deep reads as fit in 6 s on threads that malloc and free all the
+    time (about 25 on the 2-core machine when idle, 10 under a parallel test run;
+    benchmarks/stress_attach.py runs it for longer): the target never dies, is never
+    left stopped, and prints its counter on, unchanged."""
     from memgap.collect import Options, snapshot_pid
     from memgap.deep import GdbOptions, deep
 
     t = spawn(target_exe, "busy")
     count, started, latencies, slow = 0, time.monotonic(), [], []
-    while time.monotonic() - started < 12:
+    while time.monotonic() - started < 6:
         start_time = gdb_attach.ProcReader(t.pid).stat().start_time
         outside = snapshot_pid(t.pid, Options(regions=True))
         before = time.monotonic()
@@ -269,7 +269,7 @@ def test_many_deep_attaches_to_a_busy_process(target_exe, spawn):
         assert t.proc.poll() is None
         assert not any(s in "tT" for s in task_states(t.pid).values())
         count += 1
-    assert count >= 10
+    assert count >= 5
     print(f"{count} attaches, median {sorted(latencies)[count // 2]:.3f} s, max {max(latencies):.3f} s, slow: {slow}")
     t.check_unharmed()
 

@@ -151,7 +151,7 @@ def test_threads_allocating_meanwhile_are_unharmed():
                 n += 1
         threads = [threading.Thread(target=churn, args=(s,)) for s in range(4)]
         for t in threads: t.start()
-        released = sum(release_pymalloc().pools for _ in range(60))
+        released = sum(release_pymalloc().pools for _ in range(25))
         stop.set()
         for t in threads: t.join()
         assert not errors, errors
