@@ -34,6 +34,11 @@ class Layer:
     note: str = ""
     source: str = ""       # the same in a few words, for tables
     detail: dict[str, Any] = field(default_factory=dict)
+    # Of ``resident``: pages no other process maps (pagemap bit 56), the rest, and the layer's
+    # share of the process's PSS. None where not read (in-process: see Snapshot.pss_note).
+    private: int | None = None
+    shared: int | None = None
+    pss: int | None = None
 
     @property
     def measured(self) -> bool:
@@ -61,6 +66,8 @@ class Region:
     resident: int
     perms: str = ""
     path: str = ""
+    private: int | None = None  # of ``resident``, what no other process maps; None: not read
+    pss: int | None = None      # its share of the process's PSS
 
 
 @dataclass
@@ -85,6 +92,18 @@ class Snapshot:
     trim: dict[str, Any] | None = None  # set on the snapshot taken right after a measured trim
     quiet_since: float | None = None    # a snapshot at a quiet spell: when the spell began (memgap.idle)
     rested_since: float | None = None   # ...and when the rest began (a trim in it restarts the spell, not the rest)
+    pss_unexplained: int | None = None  # PSS (smaps_rollup) minus the layers' pss; None where they have none
+    pss_note: str = ""                  # how the layers' pss was derived, or why there is none
+
+    @property
+    def pss(self) -> int | None:
+        """The process's PSS (smaps_rollup), where it was read."""
+        return self.status.get("Pss")
+
+    @property
+    def uss(self) -> int | None:
+        """Its private bytes (USS): what its exit would free."""
+        return self.status.get("Uss")
 
     def to_dict(self, regions: bool = True) -> dict[str, Any]:
         out: dict[str, Any] = {"schema": SCHEMA}
