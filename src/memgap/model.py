@@ -122,3 +122,35 @@ class Snapshot:
         d["findings"] = [Finding(**f) for f in d.get("findings", [])]
         d["regions"] = [Region(**r) for r in d.get("regions", [])]
         return cls(**d)
+
+
+def by_pss(snaps: "list[Snapshot]") -> bool:
+    """Whether every process's layers carry their pss (outside snapshots do), so a tree can be
+    summed by PSS; else only its RSS sum can be given."""
+    return bool(snaps) and all(s.pss_unexplained is not None for s in snaps)
+
+
+def layer_figure(layer: Layer, pss: bool) -> int | None:
+    """A layer's PSS bytes where ``pss``, else its resident bytes; None where not measured."""
+    return layer.pss if pss else layer.resident
+
+
+def tree_totals(snaps: "list[Snapshot]") -> dict[str, Any]:
+    """A process tree summed: its PSS (each shared page split among its sharers: what the tree
+    costs), its USS, the RSS sum (which counts a shared page once per process that maps it),
+    and each layer summed by PSS where every process has it, else by resident bytes."""
+    pss = by_pss(snaps)
+    layers: dict[str, int | None] = {}
+    for name in snaps[0].layers if snaps else ():
+        values = [layer_figure(s.layers[name], pss) for s in snaps if name in s.layers]
+        known = [v for v in values if v is not None]
+        layers[name] = sum(known) if known else None
+    return {
+        "processes": len(snaps),
+        "pss": sum(s.pss or 0 for s in snaps) if all(s.pss is not None for s in snaps) else None,
+        "uss": sum(s.uss or 0 for s in snaps) if all(s.uss is not None for s in snaps) else None,
+        "rss_sum": sum(s.rss for s in snaps),
+        "layers_by": "pss" if pss else "resident",
+        "layers": layers,
+        "unexplained": sum((s.pss_unexplained if pss else s.unexplained) or 0 for s in snaps),
+    }
