@@ -255,7 +255,7 @@ def attribute(m: Measurements) -> tuple[dict[str, Layer], int]:
     heap_resident = owned("glibc-heap")
     mmapped_resident = owned("mmapped-chunk")
     unknown_anon = owned("anon")
-    heap_part, anon_part = owned.part("glibc-heap", "mmapped-chunk"), owned.part("anon", "file-cow")
+    heap_part, anon_part = owned.part("glibc-heap", "mmapped-chunk"), owned.part("anon")
     in_use_part = free_part = _Part()
     in_use = free = 0
     in_use_how, free_how = [], []
@@ -295,9 +295,10 @@ def attribute(m: Measurements) -> tuple[dict[str, Layer], int]:
         # heaps and chunks found in a process whose malloc is not glibc's belong to no allocator read here
         unknown_anon += heap_resident + mmapped_resident + split.unclaimed
         in_use, free = split.in_use, split.free  # type: ignore[assignment]
-        own = owned.part("jemalloc" if m.jemalloc is not None else "tcmalloc")
-        in_use_part, free_part = own.take(in_use), own.take(free or 0)
-        anon_part += heap_part + own - in_use_part - free_part
+        # in use may reach into unclaimed anonymous pages (the allocator's mappings not found)
+        pool = owned.part("jemalloc" if m.jemalloc is not None else "tcmalloc") + anon_part
+        in_use_part, free_part = pool.take(in_use), pool.take(free or 0)
+        anon_part = heap_part + pool - in_use_part - free_part
         in_use_how.append(split.in_use_how)
         free_how.append(split.free_how)
         alloc_source, free_detail, free_note = split.source, split.detail, split.note
@@ -382,7 +383,8 @@ def attribute(m: Measurements) -> tuple[dict[str, Layer], int]:
     small_part = arenas_part.take((layers["python_objects"].resident or 0) - moved)
     _set_shares(ordered, {"files": owned.part("file", "shmem"), "stacks": owned.part("stack"),
                           "python_objects": small_part + moved_part, "pymalloc_free": arenas_part - small_part,
-                          "allocator_in_use": in_use_part, "allocator_free": free_part, "other_anon": anon_part})
+                          "allocator_in_use": in_use_part, "allocator_free": free_part,
+                          "other_anon": anon_part + owned.part("file-cow")})
     total = sum(layer.resident or 0 for layer in ordered.values())
     return ordered, m.rss - total
 

@@ -54,19 +54,29 @@ def layer_columns(names: Sequence[str]) -> list[Col]:
 def layers_table(snap: Snapshot, width: int = 120) -> RenderableType:
     where = f"PID {snap.pid}" + (f" at {snap.phase}" if snap.phase else "")
     title = f"{where}: RSS {mib(snap.rss)} MiB ({snap.route}, allocator {snap.allocator.get('name')})"
+    shares = snap.pss_unexplained is not None  # outside: each layer's private pages and PSS
     cols = [Col("layer", WRAP), Col("resident MiB"), Col("of RSS"), Col("virtual MiB", optional=1),
+            *([Col("private MiB", optional=3), Col("PSS MiB", optional=4)] if shares else []),
             Col("measured from", WRAP, optional=2, most=40)]
+
+    def row(name: str, figures: list[str], private: list[str], source: str) -> list[str]:
+        return [name, *figures, *(private if shares else []), source]
+
     rows, styles = [], []
     for name, layer in snap.layers.items():
         if layer.resident is None:
-            rows.append([LAYER_TITLES.get(name, name), "-", "-", "-", f"not measured: {layer.note}"])
+            rows.append(row(LAYER_TITLES.get(name, name), ["-", "-", "-"], ["-", "-"], f"not measured: {layer.note}"))
             styles.append("dim")
             continue
-        rows.append([LAYER_TITLES.get(name, name), mib(layer.resident), pct(layer.resident, snap.rss),
-                     mib(layer.virtual), layer.source or layer.derivation])
+        rows.append(row(LAYER_TITLES.get(name, name), [mib(layer.resident), pct(layer.resident, snap.rss),
+                                                       mib(layer.virtual)], [mib(layer.private), mib(layer.pss)],
+                        layer.source or layer.derivation))
         styles.append(None)
-    rows.append(["unexplained", mib(snap.unexplained), pct(snap.unexplained, snap.rss), "", "VmRSS minus the layers"])
-    rows.append(["RSS (VmRSS)", mib(snap.rss), "100%", "", "/proc/PID/status"])
+    rows.append(row("unexplained", [mib(snap.unexplained), pct(snap.unexplained, snap.rss), ""],
+                    ["", mib(snap.pss_unexplained)], "VmRSS (and PSS) minus the layers" if shares
+                    else "VmRSS minus the layers"))
+    rows.append(row("RSS (VmRSS)", [mib(snap.rss), "100%", ""], [mib(snap.uss), mib(snap.pss)],
+                    "/proc/PID/status" + (", smaps_rollup (USS, PSS)" if shares else "")))
     return fit_table(title, cols, rows, width, [*styles, "italic", "bold"])
 
 

@@ -304,7 +304,7 @@ def parse_smaps_pss(text: str) -> list[MappingPss]:
             slot = _PSS_FIELDS.get(name)
             if slot is not None:
                 words = rest.split()
-                if len(words) != 2 or words[1] != "kB" or not words[0].isdigit():
+                if len(words) != 2 or words[1] != "kB" or not (words[0].isascii() and words[0].isdigit()):
                     raise MalformedInput("smaps", f"bad {name}: {rest.strip()[:40]!r}")
                 values[slot] += int(words[0]) * 1024
             continue
