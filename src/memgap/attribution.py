@@ -48,9 +48,9 @@ class _Part:
     pss: float | None = 0.0
 
     def __add__(self, other: "_Part") -> "_Part":
-        known = self.private is not None and other.private is not None
-        return _Part(self.resident + other.resident, self.private + other.private if known else None,  # type: ignore[operator]
-                     self.pss + other.pss if known else None)  # type: ignore[operator]
+        if self.private is None or other.private is None or self.pss is None or other.pss is None:
+            return _Part(self.resident + other.resident, None, None)
+        return _Part(self.resident + other.resident, self.private + other.private, self.pss + other.pss)
 
     def __sub__(self, other: "_Part") -> "_Part":
         return self + _Part(-other.resident, None if other.private is None else -other.private,
