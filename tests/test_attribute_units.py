@@ -285,3 +285,34 @@ def test_outside_with_no_arena_found_is_not_measured():
     layers, _ = attribute(m)
     assert layers["python_objects"].resident is None and layers["pymalloc_free"].resident is None
     assert layers["python_objects"].note == "no pymalloc arena found from outside"
+
+
+# --- shared and private pages (issue 15) -----------------------------------------------------
+
+def test_shares_follow_their_pages():
+    # every region's pages half private; each shared page counts a third (three sharers)
+    shared = [Region(r.start, r.end, r.owner, r.resident, private=r.resident // 2,
+                     pss=r.resident // 2 + r.resident // 6) for r in GLIBC_REGIONS]
+    layout = glibc_layout()
+    # of the 15 MiB the walk found free: 12 MiB private, 3 MiB shared (1 MiB of PSS)
+    layout.arenas[0].free_private, layout.arenas[0].free_pss = 4 * MiB, 5 * MiB
+    layout.arenas[1].free_private, layout.arenas[1].free_pss = 8 * MiB, 8 * MiB
+    pools = PoolCensus(in_use=3 * MiB, arenas=5)
+    layers, _ = attribute(Measurements(60 * MiB, shared, "glibc", layout, pools=pools))
+    free, in_use = layers["allocator_free"], layers["allocator_in_use"]
+    assert (free.private, free.shared, free.pss) == (12 * MiB, 3 * MiB, 13 * MiB)
+    # in use: heap 40 + chunks 6 = 46 MiB (23 private, PSS 23 + 23/3) less the free 15 (12 private, PSS 13)
+    assert (in_use.resident, in_use.private) == (31 * MiB, 11 * MiB)
+    assert in_use.pss == pytest.approx(23 * MiB + 23 * MiB / 3 - 13 * MiB, abs=2)  # floors above
+    # Python objects: 3 of the arenas' 5 MiB, in the arenas' proportions (half private, PSS 2/3)
+    objects, free_blocks = layers["python_objects"], layers["pymalloc_free"]
+    assert (objects.private, objects.pss) == (round(1.5 * MiB), round(2 * MiB))
+    assert (free_blocks.private, free_blocks.pss) == (MiB, round(4 * MiB / 3))
+    # other anonymous: the unclaimed 3 MiB plus the 256 KiB of copied file pages, exact
+    assert layers["other_anon"].private == (3 * MiB + 256 * KiB) // 2
+    assert sum(layer.pss for layer in layers.values()) == pytest.approx(sum(r.pss for r in shared), abs=8)
+
+
+def test_shares_unknown_stay_unmeasured():
+    layers, _ = attribute(Measurements(60 * MiB, GLIBC_REGIONS, "glibc", glibc_layout()))
+    assert all(layer.private is None and layer.pss is None for layer in layers.values())

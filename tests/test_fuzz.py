@@ -32,7 +32,7 @@ def _survives(parse, text):
 @settings(max_examples=150, deadline=None)
 @given(st.text())
 def test_any_text(text):
-    for parse in (*PARSERS.values(), parse_jemalloc_stats_json):
+    for parse in (*PARSERS.values(), parse_jemalloc_stats_json, procfs.parse_smaps_pss):
         _survives(parse, text)
     assert isinstance(parse_tunables(text), dict) and isinstance(procfs.parse_vmstat(text), dict)  # never raise
 
@@ -52,6 +52,8 @@ def test_damaged_captures(name, data):
         else:
             text = text[:at] + junk + text[at + len(junk):]
     _survives(PARSERS[name], text)
+    if name == "proc_self_smaps.txt":
+        _survives(procfs.parse_smaps_pss, text)
 
 
 @settings(max_examples=100, deadline=None)

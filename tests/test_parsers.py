@@ -29,6 +29,19 @@ def test_smaps_add_up_to_rollup_and_status(capture):
     assert all(e.mapping.end > e.mapping.start for e in entries)
 
 
+def test_smaps_pss_agrees_with_the_full_parser(capture):
+    """The lean reader of Rss, Pss and private bytes, against every counter parsed in full."""
+    text = read(os.path.join(capture, "proc_self_smaps.txt"))
+    lean, full = procfs.parse_smaps_pss(text), procfs.parse_smaps(text)
+    assert [(m.start, m.end) for m in lean] == [(e.mapping.start, e.mapping.end) for e in full]
+    for m, e in zip(lean, full):
+        assert (m.rss, m.pss, m.private) == (e.get("Rss"), e.get("Pss"),
+                                             e.get("Private_Clean") + e.get("Private_Dirty"))
+        assert 0.0 <= m.shared_share <= 1.0
+    with pytest.raises(MalformedInput):
+        procfs.parse_smaps_pss(text.replace("Pss:", "Pss: x", 1))
+
+
 def test_malloc_info_totals_match_mallinfo2(capture):
     info = parse_malloc_info(read(os.path.join(capture, "malloc_info.xml")))
     meta = json.loads(read(os.path.join(capture, "meta.json")))
@@ -142,6 +155,11 @@ def test_pagemap_counts():
     counts = procfs.count_pagemap(struct.pack("<6Q", *entries))
     assert (counts.present, counts.anon_present, counts.swapped) == (3, 2, 1)
     assert procfs.present_bitmap(struct.pack("<3Q", present, 0, present)) == b"\x01\x00\x01"
+    exclusive = 1 << 56  # set by the kernel only beside present; a stray one on an absent page counts nothing
+    entries = [present | exclusive, present | file_page | exclusive, present, exclusive, present | file_page]
+    counts = procfs.count_pagemap(struct.pack("<5Q", *entries))
+    assert (counts.exclusive, counts.anon_exclusive) == (2, 1)
+    assert procfs.exclusive_bitmap(struct.pack("<5Q", *entries)) == b"\x01\x01\x00\x00\x00"
     with pytest.raises(MalformedInput):
         procfs.count_pagemap(b"\x00" * 7)
 

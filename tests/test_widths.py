@@ -15,7 +15,7 @@ import pytest
 from rich.cells import cell_len
 
 from helpers import memgap, recommended
-from memgap.model import Snapshot
+from memgap.model import Snapshot, tree_totals
 from memgap.units import mib, pct
 
 WIDTHS = (50, 80, 120)
@@ -175,8 +175,24 @@ def test_tree(tree, width):
 
     assert len(tree) == 3
     text = rendered(lambda out, w: render_tree(tree, out, w), width)
-    figures = [f for s in tree for f in (str(s.pid), mib(s.rss), mib(s.status["Pss"]))]
-    check(text, width, [*figures, mib(sum(s.rss for s in tree)), "3 processes"])
+    figures = [f for s in tree for f in (str(s.pid), mib(s.rss), mib(s.status["Pss"]), mib(s.status["Uss"]))]
+    totals = tree_totals(tree)
+    assert totals["layers_by"] == "pss"
+    check(text, width, [*figures, mib(sum(s.rss for s in tree)), mib(totals["pss"]), mib(totals["uss"]),
+                        "3 processes"])
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_top_tree(tree, width):
+    """top --tree: the heading's PSS total and RSS sum, and each layer summed by PSS."""
+    from memgap.cli.top import frame
+    from memgap.report.terminal import LAYER_TITLES, _console
+
+    text = rendered(lambda out, w: _console(out, w).print(frame(deque([tree]), tree, w)), width)
+    totals = tree_totals(tree)
+    check(text, width, [mib(totals["pss"]), mib(totals["rss_sum"]),
+                        *(mib(v) for v in totals["layers"].values() if v is not None)])
+    assert "layers by PSS" in " ".join(text.split()) and LAYER_TITLES["python_objects"] in text
 
 
 @pytest.mark.parametrize("width", WIDTHS)

@@ -38,20 +38,56 @@ class Measurements:
     pools: PoolCensus | None = None  # outside: blocks in use counted from pymalloc's pool headers
 
 
+@dataclass(frozen=True)
+class _Part:
+    """Resident bytes with what of them no other process maps and their share of PSS
+    (both None where pagemap's exclusive bits were not read)."""
+
+    resident: int = 0
+    private: int | None = 0
+    pss: float | None = 0.0
+
+    def __add__(self, other: "_Part") -> "_Part":
+        if self.private is None or other.private is None or self.pss is None or other.pss is None:
+            return _Part(self.resident + other.resident, None, None)
+        return _Part(self.resident + other.resident, self.private + other.private, self.pss + other.pss)
+
+    def __sub__(self, other: "_Part") -> "_Part":
+        return self + _Part(-other.resident, None if other.private is None else -other.private,
+                            None if other.pss is None else -other.pss)
+
+    def take(self, resident: int) -> "_Part":
+        """``resident`` bytes of this part, private and shared in its own proportions: a layer
+        counted in bytes (blocks, the allocator's counters) says nothing of which pages hold them."""
+        if self.private is None or self.pss is None:
+            return _Part(resident, None, None)
+        ratio = resident / self.resident if self.resident else 0.0
+        return _Part(resident, round(self.private * ratio), self.pss * ratio)
+
+
 class _Owners:
-    """Resident bytes, virtual bytes and region counts per owner, summed once."""
+    """Resident, private and PSS bytes, virtual bytes and region counts per owner, summed once."""
 
     def __init__(self, regions: list[Region]) -> None:
         self.resident: dict[str, int] = {}
         self.virtual: dict[str, int] = {}
         self.count: dict[str, int] = {}
+        self._parts: dict[str, _Part] = {}
         for r in regions:
             self.resident[r.owner] = self.resident.get(r.owner, 0) + r.resident
             self.virtual[r.owner] = self.virtual.get(r.owner, 0) + r.end - r.start
             self.count[r.owner] = self.count.get(r.owner, 0) + 1
+            self._parts[r.owner] = self._parts.get(r.owner, _Part()) + _Part(r.resident, r.private, r.pss)
 
     def __call__(self, owner: str) -> int:
         return self.resident.get(owner, 0)
+
+    def part(self, *owners: str) -> _Part:
+        """The owners' resident bytes with their private and PSS bytes."""
+        total = _Part()
+        for owner in owners:
+            total += self._parts.get(owner, _Part())
+        return total
 
 
 def _arena_detail(m: Measurements) -> list[dict[str, Any]]:
@@ -219,6 +255,8 @@ def attribute(m: Measurements) -> tuple[dict[str, Layer], int]:
     heap_resident = owned("glibc-heap")
     mmapped_resident = owned("mmapped-chunk")
     unknown_anon = owned("anon")
+    heap_part, anon_part = owned.part("glibc-heap", "mmapped-chunk"), owned.part("anon")
+    in_use_part = free_part = _Part()
     in_use = free = 0
     in_use_how, free_how = [], []
     alloc_source = free_note = ""
@@ -226,6 +264,10 @@ def attribute(m: Measurements) -> tuple[dict[str, Layer], int]:
     if m.glibc is not None:
         alloc_source = "glibc arenas walked, pagemap"
         heap_free = sum(a.free_resident for a in m.glibc.arenas)
+        free_part = _Part(heap_free, sum(a.free_private for a in m.glibc.arenas),
+                          sum(a.free_pss for a in m.glibc.arenas)) if heap_part.private is not None else \
+            _Part(heap_free, None, None)
+        in_use_part = heap_part - free_part
         in_use += heap_resident - heap_free
         free += heap_free
         in_use_how.append("glibc heaps' resident pages minus the resident pages of their free chunks")
@@ -253,6 +295,10 @@ def attribute(m: Measurements) -> tuple[dict[str, Layer], int]:
         # heaps and chunks found in a process whose malloc is not glibc's belong to no allocator read here
         unknown_anon += heap_resident + mmapped_resident + split.unclaimed
         in_use, free = split.in_use, split.free  # type: ignore[assignment]
+        # in use may reach into unclaimed anonymous pages (the allocator's mappings not found)
+        pool = owned.part("jemalloc" if m.jemalloc is not None else "tcmalloc") + anon_part
+        in_use_part, free_part = pool.take(in_use), pool.take(free or 0)
+        anon_part = heap_part + pool - in_use_part - free_part
         in_use_how.append(split.in_use_how)
         free_how.append(split.free_how)
         alloc_source, free_detail, free_note = split.source, split.detail, split.note
@@ -260,6 +306,7 @@ def attribute(m: Measurements) -> tuple[dict[str, Layer], int]:
         # No statistics for this allocator: its memory stays under other_anon, and the two
         # allocator layers say "not measured" rather than print a zero nobody measured.
         unknown_anon += heap_resident + mmapped_resident
+        anon_part += heap_part
         in_use = free = None  # type: ignore[assignment]
 
     # Python: live small objects in pymalloc arenas, large objects in the C allocator.
@@ -281,6 +328,9 @@ def attribute(m: Measurements) -> tuple[dict[str, Layer], int]:
     moved = max(0, min(large, in_use)) if in_use is not None else 0
     if in_use is not None:
         in_use -= moved
+    moved_part = in_use_part.take(moved)
+    in_use_part -= moved_part
+    arenas_part = owned.part("pymalloc-arena")
     if m.pymalloc is not None or heap is not None:
         layers["python_objects"] = Layer(
             "python_objects", small + moved,
@@ -331,5 +381,31 @@ def attribute(m: Measurements) -> tuple[dict[str, Layer], int]:
     ordered = {name: layers[name] for name in
                ("files", "python_objects", "pymalloc_free", "allocator_in_use", "allocator_free",
                 "stacks", "other_anon")}
+    small_part = arenas_part.take((layers["python_objects"].resident or 0) - moved)
+    _set_shares(ordered, {"files": owned.part("file", "shmem"), "stacks": owned.part("stack"),
+                          "python_objects": small_part + moved_part, "pymalloc_free": arenas_part - small_part,
+                          "allocator_in_use": in_use_part, "allocator_free": free_part,
+                          "other_anon": anon_part + owned.part("file-cow")})
     total = sum(layer.resident or 0 for layer in ordered.values())
     return ordered, m.rss - total
+
+
+PSS_DERIVATION = ("private: resident pages no other process maps (pagemap bit 56), exact; pss: those plus each "
+                  "shared page at its mapping's average (smaps Pss minus the mapping's private bytes, spread "
+                  "evenly over its shared pages), so exact for private pages and pro rata within a mapping for "
+                  "shared ones")
+PRO_RATA = "; a layer counted in bytes within pages it shares with another (blocks in pymalloc arenas, an " \
+           "allocator's counters) takes those pages' private and shared parts in proportion"
+
+
+def _set_shares(layers: dict[str, Layer], parts: dict[str, _Part]) -> None:
+    """Each measured layer's private, shared and PSS bytes, from the part of the pages it holds."""
+    for name, layer in layers.items():
+        part = parts[name]
+        if layer.resident is None or part.private is None or part.pss is None:
+            continue
+        layer.private = min(layer.resident, max(0, part.private))
+        layer.shared = layer.resident - layer.private
+        layer.pss = max(0, round(part.pss))
+        pro_rata = PRO_RATA if name in ("python_objects", "pymalloc_free", "allocator_in_use") else ""
+        layer.derivation = "; ".join(filter(None, [layer.derivation, PSS_DERIVATION + pro_rata]))

@@ -13,14 +13,14 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from .attribution import Measurements, attribute
+from .attribution import PSS_DERIVATION, Measurements, attribute
 from .errors import MemgapError, PidReused, Unsupported
 from .memory_map import MemoryMap, read_memory_map
-from .model import Region, Snapshot
+from .model import Layer, Region, Snapshot
 from .sources import allocator as allocator_source
 from .sources.anon_objects import find_anon_objects
 from .sources.glibc import glibc_malloc
-from .sources.glibc_heaps import GlibcLayout, find_glibc_layout
+from .sources.glibc_heaps import GlibcLayout, ResidentMap, find_glibc_layout
 from .sources.jemalloc import noreserve_flags
 from .sources.cgroup import read_memory_cgroup
 from .sources.procfs import Mapping, ProcReader, status_int
@@ -112,40 +112,65 @@ def label_regions(reader: ProcReader, memmap: MemoryMap, glibc: GlibcLayout | No
     for mp in memmap.mappings:
         m = mp.mapping
         if m.is_file:
+            share = res.share_at(m.start)
             if mp.file_resident:
-                regions.append(Region(m.start, m.end, "file", mp.file_resident, m.perms, m.path))
+                regions.append(Region(m.start, m.end, "file", mp.file_resident, m.perms, m.path,
+                                      *_whole(res, mp.file_resident, mp.file_private, share)))
             if mp.anon_resident:
-                regions.append(Region(m.start, m.end, "file-cow", mp.anon_resident, m.perms, m.path))
+                regions.append(Region(m.start, m.end, "file-cow", mp.anon_resident, m.perms, m.path,
+                                      *_whole(res, mp.anon_resident, mp.anon_private, share)))
             continue
         if mp.file_resident:  # shared anonymous memory (memfd-less MAP_SHARED, SysV shm)
-            regions.append(Region(m.start, m.end, "shmem", mp.file_resident, m.perms, m.path))
+            regions.append(Region(m.start, m.end, "shmem", mp.file_resident, m.perms, m.path,
+                                  *_whole(res, mp.file_resident, mp.file_private, res.share_at(m.start))))
         claimed: list[tuple[int, int]] = []
         # heaps and stacks are disjoint and sorted: only those starting before m.end can overlap it
         for start, end, owner, label in owners[max(0, bisect.bisect_right(owner_starts, m.start) - 1):
                                                 bisect.bisect_left(owner_starts, m.end)]:
             lo, hi = max(start, m.start), min(end, m.end)
             if lo < hi:
-                regions.append(Region(lo, hi, owner, _anon_in(res, mp, lo, hi), m.perms, label))
+                regions.append(Region(lo, hi, owner, _anon_in(res, mp, lo, hi), m.perms, label,
+                                      *_shares(res, [(lo, hi)])))
                 claimed.append((lo, hi))
         rest = _subtract(m.start, m.end, claimed)
         if rest and _in_ranges(alloc_ranges, m.start):  # kept when nothing is resident: its size counts
             regions.append(Region(rest[0][0], rest[-1][1], alloc_owner, sum(res.resident(lo, hi) for lo, hi in rest)
-                                  if claimed else mp.anon_resident, m.perms, m.path or "[anon]"))
+                                  if claimed else mp.anon_resident, m.perms, m.path or "[anon]", *_shares(res, rest)))
             continue
         if not mp.anon_resident:
             continue
         objects, unclaimed = find_anon_objects(reader, rest, res, arena_size, pool_size)
-        for obj in objects:
-            regions.append(Region(obj.start, obj.end, obj.kind, obj.resident, m.perms, m.path))
+        found = [Region(o.start, o.end, o.kind, o.resident, m.perms, m.path, *_shares(res, [(o.start, o.end)]))
+                 for o in objects]
+        regions.extend(found)
         if unclaimed:
             lo, hi = rest[0][0], rest[-1][1]
-            regions.append(Region(lo, hi, "anon", unclaimed, m.perms, m.path or "[anon]"))
+            private, pss = _shares(res, rest)  # the unclaimed pages: the rest less the objects found in it
+            if private is not None and pss is not None:
+                private -= sum(r.private or 0 for r in found)
+                pss -= sum(r.pss or 0 for r in found)
+            regions.append(Region(lo, hi, "anon", unclaimed, m.perms, m.path or "[anon]", private, pss))
     return regions
 
 
 def _anon_in(res, mp, lo: int, hi: int) -> int:  # type: ignore[no-untyped-def]
     """Resident bytes of [lo, hi) inside an anonymous mapping."""
     return res.resident(lo, hi) if (lo, hi) != (mp.mapping.start, mp.mapping.end) else mp.anon_resident
+
+
+def _shares(res: ResidentMap, ranges: list[tuple[int, int]]) -> tuple[int | None, int | None]:
+    """Private bytes and PSS bytes of the ranges' resident pages; None, None where the
+    exclusive bits were not read (in-process: mincore tells residency only)."""
+    if not res.knows_private:
+        return None, None
+    return sum(res.private(lo, hi) for lo, hi in ranges), round(sum(res.pss(lo, hi) for lo, hi in ranges))
+
+
+def _whole(res: ResidentMap, resident: int, private: int, share: float) -> tuple[int | None, int | None]:
+    """Private and PSS bytes of a whole mapping's pages of one kind, from its page counts."""
+    if not res.knows_private:
+        return None, None
+    return private, round(private + (resident - private) * share)
 
 
 def _with_pss(reader: ProcReader) -> dict[str, int | str]:
@@ -157,6 +182,14 @@ def _with_pss(reader: ProcReader) -> dict[str, int | str]:
         status["Pss"] = rollup.get("Pss")
         status["Uss"] = rollup.get("Private_Clean") + rollup.get("Private_Dirty")
     return status
+
+
+def _pss_unexplained(layers: dict[str, Layer], status: dict[str, int | str]) -> int | None:
+    """The process's PSS minus its measured layers' pss, or None where a measured layer has none."""
+    measured = [layer for layer in layers.values() if layer.resident is not None]
+    if "Pss" not in status or any(layer.pss is None for layer in measured):
+        return None
+    return status_int(status, "Pss") - sum(layer.pss or 0 for layer in measured)
 
 
 def _status_subset(status: dict[str, int | str]) -> dict[str, int]:
@@ -234,6 +267,8 @@ def _snapshot_self(phase: str | None, options: Options | None) -> Snapshot:
         pymalloc=pm.__dict__.copy() if pm else None,
         python_heap=heap.__dict__.copy() if heap else None,
         regions=regions if options.regions else [],
+        pss_note="not split by layer in-process: the anonymous pages' residency comes from mincore(2), which "
+                 "does not tell pages shared with another process (an outside snapshot reads pagemap's bit 56)",
     )
     return _finish(snap, started)
 
@@ -295,6 +330,7 @@ def snapshot_pid(pid: int, options: Options | None = None, proc_root: str = "/pr
         owned = None if detection.is_glibc or not agent_stats else \
             allocator_mappings(reader, maps, "jemalloc" if report.jemalloc is not None else "tcmalloc")
         memmap = read_memory_map(reader)
+        memmap.resident.set_shares(reader.smaps_pss())  # beside the pagemap: each mapping's PSS
         layout = None
         is_python = any("python" in os.path.basename(m.path) for m in maps if m.is_file)
         if not is_python:
@@ -330,6 +366,7 @@ def snapshot_pid(pid: int, options: Options | None = None, proc_root: str = "/pr
         pid=pid, time=time.time(), rss=rss, layers=layers, unexplained=unexplained,
         allocator=allocator, route="outside, with the agent" if report is not None else "outside",
         status=_status_subset(status), regions=regions if options.regions else [], cmd=cmd,
+        pss_unexplained=_pss_unexplained(layers, status), pss_note=PSS_DERIVATION,
     )
     return _finish(snap, started, proc_root)
 

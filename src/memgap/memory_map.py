@@ -12,7 +12,8 @@ import struct
 from dataclasses import dataclass, field
 
 from .sources.glibc_heaps import ResidentMap
-from .sources.procfs import PAGE_SIZE, Mapping, PageCounts, ProcReader, count_pagemap, present_bitmap
+from .sources.procfs import (PAGE_SIZE, Mapping, PageCounts, ProcReader, count_pagemap, exclusive_bitmap,
+                             present_bitmap)
 
 DEFAULT_STACK = 8 << 20
 TCB_PAGES = 2  # glibc puts a thread's struct pthread at the top of its stack block (2368 bytes below here)
@@ -37,6 +38,16 @@ class MappedPages:
     def file_resident(self) -> int:
         """File pages and shared memory (pagemap bit 61)."""
         return (self.counts.present - self.counts.anon_present) * PAGE_SIZE
+
+    @property
+    def anon_private(self) -> int:
+        """Of ``anon_resident``, the pages no other process maps (pagemap bit 56)."""
+        return self.counts.anon_exclusive * PAGE_SIZE
+
+    @property
+    def file_private(self) -> int:
+        """Of ``file_resident``, the pages no other process maps (pagemap bit 56)."""
+        return (self.counts.exclusive - self.counts.anon_exclusive) * PAGE_SIZE
 
 
 @dataclass
@@ -74,15 +85,15 @@ def read_memory_map(reader: ProcReader, extra_stack_addresses: tuple[int, ...] =
     for group in _contiguous_file_groups(readable):
         if len(group) == 1 or not group[0].is_file:
             for m in group:
-                bitmap, counts = reader.resident_pages(m)
-                resident.add(m.start, m.end, bitmap)
+                bitmap, exclusive, counts = reader.resident_pages(m)
+                resident.add(m.start, m.end, bitmap, exclusive)
                 mapped.append(MappedPages(m, counts))
             continue
         # one pagemap read for a library's adjacent mappings: the read count, not the bytes, costs
         raw = reader.pagemap(group[0].start, group[-1].end)
         for m in group:
             part = raw[(m.start - group[0].start) // PAGE_SIZE * 8:(m.end - group[0].start) // PAGE_SIZE * 8]
-            resident.add(m.start, m.end, present_bitmap(part))
+            resident.add(m.start, m.end, present_bitmap(part), exclusive_bitmap(part))
             mapped.append(MappedPages(m, count_pagemap(part)))
     memmap = MemoryMap(mapped, resident)
     memmap.stacks = find_stacks(maps, reader, extra_stack_addresses, known_tids, resident)

@@ -34,6 +34,11 @@ class Layer:
     note: str = ""
     source: str = ""       # the same in a few words, for tables
     detail: dict[str, Any] = field(default_factory=dict)
+    # Of ``resident``: pages no other process maps (pagemap bit 56), the rest, and the layer's
+    # share of the process's PSS. None where not read (in-process: see Snapshot.pss_note).
+    private: int | None = None
+    shared: int | None = None
+    pss: int | None = None
 
     @property
     def measured(self) -> bool:
@@ -61,6 +66,8 @@ class Region:
     resident: int
     perms: str = ""
     path: str = ""
+    private: int | None = None  # of ``resident``, what no other process maps; None: not read
+    pss: int | None = None      # its share of the process's PSS
 
 
 @dataclass
@@ -86,6 +93,18 @@ class Snapshot:
     quiet_since: float | None = None    # a snapshot at a quiet spell: when the spell began (memgap.idle)
     rested_since: float | None = None   # ...and when the rest began (a trim in it restarts the spell, not the rest)
     cgroup: dict[str, Any] | None = None  # the memory cgroup it runs in (memgap.sources.cgroup), where readable
+    pss_unexplained: int | None = None  # PSS (smaps_rollup) minus the layers' pss; None where they have none
+    pss_note: str = ""                  # how the layers' pss was derived, or why there is none
+
+    @property
+    def pss(self) -> int | None:
+        """The process's PSS (smaps_rollup), where it was read."""
+        return self.status.get("Pss")
+
+    @property
+    def uss(self) -> int | None:
+        """Its private bytes (USS): what its exit would free."""
+        return self.status.get("Uss")
 
     def to_dict(self, regions: bool = True) -> dict[str, Any]:
         out: dict[str, Any] = {"schema": SCHEMA}
@@ -104,3 +123,35 @@ class Snapshot:
         d["findings"] = [Finding(**f) for f in d.get("findings", [])]
         d["regions"] = [Region(**r) for r in d.get("regions", [])]
         return cls(**d)
+
+
+def by_pss(snaps: "list[Snapshot]") -> bool:
+    """Whether every process's layers carry their pss (outside snapshots do), so a tree can be
+    summed by PSS; else only its RSS sum can be given."""
+    return bool(snaps) and all(s.pss_unexplained is not None for s in snaps)
+
+
+def layer_figure(layer: Layer, pss: bool) -> int | None:
+    """A layer's PSS bytes where ``pss``, else its resident bytes; None where not measured."""
+    return layer.pss if pss else layer.resident
+
+
+def tree_totals(snaps: "list[Snapshot]") -> dict[str, Any]:
+    """A process tree summed: its PSS (each shared page split among its sharers: what the tree
+    costs), its USS, the RSS sum (which counts a shared page once per process that maps it),
+    and each layer summed by PSS where every process has it, else by resident bytes."""
+    pss = by_pss(snaps)
+    layers: dict[str, int | None] = {}
+    for name in snaps[0].layers if snaps else ():
+        values = [layer_figure(s.layers[name], pss) for s in snaps if name in s.layers]
+        known = [v for v in values if v is not None]
+        layers[name] = sum(known) if known else None
+    return {
+        "processes": len(snaps),
+        "pss": sum(s.pss or 0 for s in snaps) if all(s.pss is not None for s in snaps) else None,
+        "uss": sum(s.uss or 0 for s in snaps) if all(s.uss is not None for s in snaps) else None,
+        "rss_sum": sum(s.rss for s in snaps),
+        "layers_by": "pss" if pss else "resident",
+        "layers": layers,
+        "unexplained": sum((s.pss_unexplained if pss else s.unexplained) or 0 for s in snaps),
+    }

@@ -20,7 +20,7 @@ import psutil
 
 from ..collect import Options, snapshot_pid
 from ..errors import NoSuchProcess, PidReused, UsageError
-from ..model import Snapshot
+from ..model import Snapshot, tree_totals
 from ..report.terminal import render_snapshot, render_tree
 from ..sources.gdb_attach import DEFAULT_TIMEOUT
 from ..sources.procfs import ProcReader
@@ -122,9 +122,11 @@ def _tree(args: argparse.Namespace) -> int:
         except NoSuchProcess:
             continue  # exited while we read the tree
     if args.json:
+        totals = tree_totals(snaps)
         write_json({"schema": "memgap.tree/1", "pid": args.pid,
                     "processes": [s.to_dict(regions=False) for s in snaps],
-                    "total_rss": sum(s.rss for s in snaps)}, args.json)
+                    # total_rss counts a shared page once per process; total_pss is what the tree costs
+                    "total_rss": totals["rss_sum"], "total_pss": totals["pss"], "totals": totals}, args.json)
     if args.json != "-":
         render_tree(snaps, sys.stdout)
     return 0

@@ -15,10 +15,10 @@ from rich.console import Group, RenderableType
 
 from ..collect import Options, snapshot_pid
 from ..errors import NoSuchProcess, PidReused
-from ..model import Snapshot
+from ..model import Snapshot, by_pss, layer_figure, tree_totals
 from ..report.fit import CUT, WRAP, Col, fit_table
 from ..report.runs import sparkline, squeeze
-from ..report.terminal import LAYER_TITLES, _console, arenas_table, layers_table
+from ..report.terminal import LAYER_TITLES, _console, arenas_table, layers_table, tree_title
 from ..units import mib, pct
 from . import _args
 from .inspect import descendants, start_time
@@ -52,12 +52,18 @@ def _snapshots(pid: int, tree: bool, started: int | None) -> tuple[list[Snapshot
 
 
 def _trend_table(history: deque, snaps: list[Snapshot], width: int) -> RenderableType:  # type: ignore[type-arg]
-    total = sum(s.rss for s in snaps)
-    title = f"{len(snaps)} process{'es' if len(snaps) > 1 else ''}: RSS {mib(total)} MiB, last {len(history)} refreshes"
-    cols = [Col("layer", WRAP), Col("MiB"), Col("of RSS"), Col("trend", CUT, optional=1, shorten=squeeze)]
+    """Each layer now and over the refreshes; a tree's summed by PSS, a shared page split among its sharers."""
+    tree = len(snaps) > 1
+    pss = tree and all(by_pss(frame) for frame in history)
+    totals = tree_totals(snaps)
+    total = totals["pss"] if pss else totals["rss_sum"]
+    whole = tree_title(totals) if tree else f"1 process: RSS {mib(total)} MiB"
+    title = f"{whole}, last {len(history)} refreshes" + ("; layers by PSS" if pss else "")
+    cols = [Col("layer", WRAP), Col("MiB"), Col("of PSS" if pss else "of RSS"),
+            Col("trend", CUT, optional=1, shorten=squeeze)]
     rows = []
     for name in snaps[0].layers:
-        values = [sum(s.layers[name].resident or 0 for s in frame) for frame in history]
+        values = [sum(layer_figure(s.layers[name], pss) or 0 for s in frame) for frame in history]
         now = values[-1]
         measured = any(s.layers[name].resident is not None for s in snaps)
         rows.append([LAYER_TITLES.get(name, name), mib(now) if measured else "-",

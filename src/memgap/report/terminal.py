@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import io
 import os
-from typing import Sequence, TextIO
+from typing import Any, Sequence, TextIO
 
 from rich.console import Console, RenderableType
 
-from ..model import Finding, Snapshot
+from ..model import Finding, Snapshot, layer_figure, tree_totals
 from ..units import mib, pct
 from .cgroup import cgroup_lines
 from .fit import CUT, WRAP, Col, fit_table
@@ -55,19 +55,29 @@ def layer_columns(names: Sequence[str]) -> list[Col]:
 def layers_table(snap: Snapshot, width: int = 120) -> RenderableType:
     where = f"PID {snap.pid}" + (f" at {snap.phase}" if snap.phase else "")
     title = f"{where}: RSS {mib(snap.rss)} MiB ({snap.route}, allocator {snap.allocator.get('name')})"
+    shares = snap.pss_unexplained is not None  # outside: each layer's private pages and PSS
     cols = [Col("layer", WRAP), Col("resident MiB"), Col("of RSS"), Col("virtual MiB", optional=1),
+            *([Col("private MiB", optional=3), Col("PSS MiB", optional=4)] if shares else []),
             Col("measured from", WRAP, optional=2, most=40)]
+
+    def row(name: str, figures: list[str], private: list[str], source: str) -> list[str]:
+        return [name, *figures, *(private if shares else []), source]
+
     rows, styles = [], []
     for name, layer in snap.layers.items():
         if layer.resident is None:
-            rows.append([LAYER_TITLES.get(name, name), "-", "-", "-", f"not measured: {layer.note}"])
+            rows.append(row(LAYER_TITLES.get(name, name), ["-", "-", "-"], ["-", "-"], f"not measured: {layer.note}"))
             styles.append("dim")
             continue
-        rows.append([LAYER_TITLES.get(name, name), mib(layer.resident), pct(layer.resident, snap.rss),
-                     mib(layer.virtual), layer.source or layer.derivation])
+        rows.append(row(LAYER_TITLES.get(name, name), [mib(layer.resident), pct(layer.resident, snap.rss),
+                                                       mib(layer.virtual)], [mib(layer.private), mib(layer.pss)],
+                        layer.source or layer.derivation))
         styles.append(None)
-    rows.append(["unexplained", mib(snap.unexplained), pct(snap.unexplained, snap.rss), "", "VmRSS minus the layers"])
-    rows.append(["RSS (VmRSS)", mib(snap.rss), "100%", "", "/proc/PID/status"])
+    rows.append(row("unexplained", [mib(snap.unexplained), pct(snap.unexplained, snap.rss), ""],
+                    ["", mib(snap.pss_unexplained)], "VmRSS (and PSS) minus the layers" if shares
+                    else "VmRSS minus the layers"))
+    rows.append(row("RSS (VmRSS)", [mib(snap.rss), "100%", ""], [mib(snap.uss), mib(snap.pss)],
+                    "/proc/PID/status" + (", smaps_rollup (USS, PSS)" if shares else "")))
     return fit_table(title, cols, rows, width, [*styles, "italic", "bold"])
 
 
@@ -153,26 +163,35 @@ def render_text(snap: Snapshot, width: int | None = None) -> str:
     return buf.getvalue()
 
 
-def _layer_total(snaps: Sequence[Snapshot], name: str) -> str:
-    """A layer summed over processes; '-' where no process measured it (not 0.0)."""
-    values = [s.layers[name].resident for s in snaps if s.layers[name].resident is not None]
-    return mib(sum(values)) if values else "-"
+def tree_title(totals: dict[str, Any]) -> str:
+    """A tree's heading: its PSS first (what it costs), the RSS sum labelled for what it is."""
+    n = totals["processes"]
+    head = f"{n} process{'es' if n != 1 else ''}"
+    rss = f"RSS sum {mib(totals['rss_sum'])} MiB"
+    if totals["pss"] is None:
+        return f"{head}: {rss} (counts shared pages once per process)"
+    return f"{head}: PSS {mib(totals['pss'])} MiB ({rss} counts shared pages once per process)"
 
 
 def render_tree(snaps: Sequence[Snapshot], stream: TextIO, width: int | None = None) -> None:
-    """One row per process and a total (RSS summed, which counts shared pages once per process)."""
+    """One row per process (RSS, PSS, USS, then its layers) and the tree's total. Layers are
+    summed by PSS, each shared page split among its sharers; by resident bytes where a
+    process's layers have no pss (an in-process snapshot)."""
     console = _console(stream, width)
     names = list(snaps[0].layers) if snaps else []
-    total = f"{len(snaps)} processes"
-    cols = [Col("PID"), Col("command", CUT, least=max(16, len(total)), most=40), Col("RSS"), Col("PSS"),
-            *layer_columns(names)]
+    totals = tree_totals(list(snaps))
+    pss = totals["layers_by"] == "pss"
+    label = f"{len(snaps)} processes"
+    cols = [Col("PID"), Col("command", CUT, least=max(16, len(label)), most=40), Col("RSS"), Col("PSS"),
+            Col("USS"), *layer_columns(names)]
     rows = []
     for s in snaps:
         cmd = " ".join([os.path.basename(s.cmd[0]), *s.cmd[1:]]) if s.cmd else ""
-        rows.append([str(s.pid), cmd, mib(s.rss), mib(s.status.get("Pss")),
-                     *(mib(s.layers[n].resident) for n in names), mib(s.unexplained)])
-    rows.append(["total", total, mib(sum(s.rss for s in snaps)), mib(sum(s.status.get("Pss", 0) for s in snaps)),
-                 *(_layer_total(snaps, n) for n in names),
-                 mib(sum(s.unexplained for s in snaps))])
-    console.print(fit_table("process tree (MiB); PSS splits shared pages among their sharers", cols, rows,
+        rows.append([str(s.pid), cmd, mib(s.rss), mib(s.pss), mib(s.uss),
+                     *(mib(layer_figure(s.layers[n], pss)) for n in names),
+                     mib(s.pss_unexplained if pss else s.unexplained)])
+    rows.append(["total", label, mib(totals["rss_sum"]), mib(totals["pss"]), mib(totals["uss"]),
+                 *(mib(totals["layers"][n]) for n in names), mib(totals["unexplained"])])
+    layers_by = "layers by PSS (shared pages split among their sharers)" if pss else "layers by resident bytes"
+    console.print(fit_table(f"{tree_title(totals)}. In MiB; USS: private pages; {layers_by}", cols, rows,
                             console.width, [None] * len(snaps) + ["bold"]))

@@ -23,7 +23,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from .procfs import PAGE_SIZE, Mapping
+from .procfs import PAGE_SIZE, Mapping, MappingPss
 
 HEAP_MAX = 64 << 20
 OFF_FASTBINS = 16
@@ -46,34 +46,86 @@ class MemoryReader(Protocol):
 
 
 class ResidentMap:
-    """Present bits of a set of non-overlapping address ranges, read once from pagemap."""
+    """Present bits of a set of non-overlapping address ranges, read once from pagemap;
+    where pagemap gave them, exclusive bits too (pages mapped by this process alone), and
+    after ``set_shares`` what a shared page of each range counts in the process's PSS."""
 
     def __init__(self, reader: MemoryReader) -> None:
         self.reader = reader
         self.ranges: list[tuple[int, int, bytes]] = []  # start, end, one byte per page; sorted by start
         self._starts: list[int] = []
+        self._exclusive: list[bytes | None] = []  # beside each range: 1 per exclusive page
+        self._share: list[float] = []  # beside each range: PSS bytes per shared resident byte
+        self.knows_private = True  # every range came with its exclusive bits
 
-    def add(self, start: int, end: int, bitmap: bytes) -> None:
+    def add(self, start: int, end: int, bitmap: bytes, exclusive: bytes | None = None) -> None:
         at = bisect.bisect(self._starts, start)
         self._starts.insert(at, start)
         self.ranges.insert(at, (start, end, bitmap))
+        self._exclusive.insert(at, exclusive)
+        self._share.insert(at, 0.0)
+        self.knows_private = self.knows_private and exclusive is not None
 
     def resident(self, start: int, end: int) -> int:
         """Resident bytes of whole pages in [start, end) (partial pages excluded)."""
+        return self._count(start, end, None)
+
+    def private(self, start: int, end: int) -> int:
+        """Resident bytes of whole pages in [start, end) that no other process maps
+        (0 where the exclusive bits were not read: see ``knows_private``)."""
+        return self._count(start, end, self._exclusive)
+
+    def pss(self, start: int, end: int) -> float:
+        """[start, end)'s share of the process's PSS: its private bytes, plus each shared
+        page at its range's share (set_shares). Exact for private pages; a shared page
+        counts what its mapping's shared pages count on average."""
+        total = 0.0
+        i, first, last = self._first(start, end)
+        while i < len(self.ranges) and self._starts[i] < last:
+            r_start, r_end, bitmap = self.ranges[i]
+            exclusive = self._exclusive[i]
+            lo, hi = (max(first, r_start) - r_start) // PAGE_SIZE, (min(last, r_end) - r_start) // PAGE_SIZE
+            if lo < hi and exclusive is not None:
+                private = exclusive.count(1, lo, hi)
+                total += (private + (bitmap.count(1, lo, hi) - private) * self._share[i]) * PAGE_SIZE
+            i += 1
+        return total
+
+    def set_shares(self, mappings: "list[MappingPss]") -> None:
+        """Each range's PSS bytes per shared resident byte, from the smaps mapping that holds
+        its start (smaps read apart from pagemap may show a mapping grown or split since)."""
+        starts = [m.start for m in mappings]
+        for i, r_start in enumerate(self._starts):
+            at = bisect.bisect_right(starts, r_start) - 1
+            found = mappings[at] if at >= 0 and r_start < mappings[at].end else None
+            self._share[i] = found.shared_share if found is not None else 0.0
+
+    def share_at(self, address: int) -> float:
+        """PSS bytes per shared resident byte of the range holding ``address`` (0 outside them)."""
+        i = bisect.bisect_right(self._starts, address) - 1
+        return self._share[i] if i >= 0 and address < self.ranges[i][1] else 0.0
+
+    def _first(self, start: int, end: int) -> tuple[int, int, int]:
+        """The index of the first range that may hold [start, end)'s whole pages, and their bounds."""
         first = -(-start // PAGE_SIZE) * PAGE_SIZE
         last = end // PAGE_SIZE * PAGE_SIZE
+        return max(0, bisect.bisect_right(self._starts, first) - 1), first, last
+
+    def _count(self, start: int, end: int, bitmaps: list[bytes | None] | None) -> int:
+        """Pages set in the ranges' bitmaps (or in ``bitmaps``, beside them) over [start, end), in bytes."""
+        i, first, last = self._first(start, end)
         if last <= first:
             return 0
         total = 0
-        i = max(0, bisect.bisect_right(self._starts, first) - 1)
         while i < len(self.ranges):
             r_start, r_end, bitmap = self.ranges[i]
             if r_start >= last:
                 break
             lo, hi = max(first, r_start), min(last, r_end)
-            if lo < hi:
+            counted = bitmap if bitmaps is None else bitmaps[i]
+            if lo < hi and counted is not None:
                 # count() with bounds: no slice, so no allocation inside the arenas being read
-                total += bitmap.count(1, (lo - r_start) // PAGE_SIZE, (hi - r_start) // PAGE_SIZE)
+                total += counted.count(1, (lo - r_start) // PAGE_SIZE, (hi - r_start) // PAGE_SIZE)
             i += 1
         return total * PAGE_SIZE
 
@@ -116,6 +168,10 @@ class ArenaLayout:
     bins_free_resident: int = 0  # resident whole pages inside free chunks in bins (mtrim takes these)
     bins_free_bytes: int = 0
     bins_free_count: int = 0
+    # of the free pages above, those no other process maps, and their share of PSS
+    # (outside only, where pagemap's exclusive bits were read: see ResidentMap.knows_private)
+    free_private: int = 0
+    free_pss: float = 0.0
     walk_complete: bool = False
     walk_problem: str = ""
     # free chunks in the bins with resident whole pages: (address, size, resident)
@@ -198,6 +254,12 @@ def _chunk_size(raw: int) -> int:
     return raw & ~SIZE_BITS
 
 
+def _add_shares(arena: ArenaLayout, resident: ResidentMap, start: int, end: int) -> None:
+    """Add the private bytes and the PSS share of a free range's whole pages to the arena's."""
+    arena.free_private += resident.private(start, end)
+    arena.free_pss += resident.pss(start, end)
+
+
 def _walk_bins(reader: MemoryReader, arena: ArenaLayout, resident: ResidentMap) -> None:
     """Sum the free chunks in the unsorted and large bins (what mtrim visits)."""
     psindex = 99  # bin_index(4096) on 64-bit: smaller bins hold no whole free page
@@ -232,6 +294,8 @@ def _walk_bins(reader: MemoryReader, arena: ArenaLayout, resident: ResidentMap) 
             arena.bins_free_resident += pages
             if pages:
                 arena.bin_chunks.append((p, size, pages))
+                if resident.knows_private:
+                    _add_shares(arena, resident, p + CHUNK_HEADER, p + size)
             prev_seen, p = p, bk
     arena.walk_complete = True
 
@@ -277,12 +341,17 @@ def _measure_arena(reader: MemoryReader, arena: ArenaLayout, resident: ResidentM
         if head is not None:
             arena.top_size = _chunk_size(_u64s(head)[0])
             arena.top_resident = resident.resident(arena.top + CHUNK_HEADER, arena.top + arena.top_size)
+    top_shares = (0, 0.0)
+    if arena.top_resident and resident.knows_private:
+        _add_shares(arena, resident, arena.top + CHUNK_HEADER, arena.top + arena.top_size)
+        top_shares = (arena.free_private, arena.free_pss)
     for heap in arena.heaps:
         heap.resident = resident.resident(heap.start, heap.start + max(heap.size, heap.mprotect_size))
     arena.resident = sum(h.resident for h in arena.heaps)
     for _attempt in range(3):  # the owner may change its bins while we read: retry
         arena.bins_free_bytes = arena.bins_free_count = arena.bins_free_resident = 0
         arena.bin_chunks = []
+        arena.free_private, arena.free_pss = top_shares
         arena.walk_problem = ""
         _walk_bins(reader, arena, resident)
         if arena.walk_complete:
