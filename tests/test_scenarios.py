@@ -318,14 +318,16 @@ def test_multiproc_workers_retain_memory():
         idles = [rss for name, rss in run.phases if name == "idle"]
         return sum(idles[:-1])  # the last idle is the parent's
 
-    default = ok(run_scenario("multiproc", "--rest", "0"))
-    assert [n for n in default.phase_names if n.startswith("post-import-")].count(
-        "post-import-files") == 3
-    fixed = ok(run_scenario(
-        "multiproc", "--rest", "0", env={"MALLOC_MMAP_THRESHOLD_": "131072"}
-    ))
-    assert worker_idle_sum(default) > worker_idle_sum(fixed) + 25 * MIB, (
-        default.phases, fixed.phases)
+    # Two runs of each, interleaved, compared by their means: one run's sum moves by 20 MiB
+    # on a loaded machine (76 against 58 once, where the means above differ by 72).
+    default, fixed = [], []
+    for _ in range(2):
+        default.append(ok(run_scenario("multiproc", "--rest", "0")))
+        fixed.append(ok(run_scenario("multiproc", "--rest", "0", env={"MALLOC_MMAP_THRESHOLD_": "131072"})))
+    assert [n for n in default[0].phase_names if n.startswith("post-import-")].count("post-import-files") == 3
+    def mean(runs: list[Run]) -> float:
+        return sum(map(worker_idle_sum, runs)) / len(runs)
+    assert mean(default) > mean(fixed) + 25 * MIB, ([r.phases for r in default], [r.phases for r in fixed])
 
 
 # ------------------------------------------------------------------ blockingpool

@@ -250,12 +250,14 @@ def _snapshot_self(phase: str | None, options: Options | None) -> Snapshot:
         py_threads = [t for t in threading.enumerate() if t is not threading.main_thread() and t.ident]
         memmap = read_memory_map(reader, tuple(t.ident for t in py_threads), maps,  # type: ignore[misc]
                                  frozenset(t.native_id for t in py_threads if t.native_id))
+        # VmRSS beside the residency it is compared with: the walks below allocate, and an
+        # allocation may let jemalloc purge decayed pages (5 MiB once, on a loaded machine)
+        status = _with_pss(reader)
         layout = None
         if detection.is_glibc and mallinfo is not None and malloc_info is not None:
             layout = find_glibc_layout(reader, memmap.plain_mappings, memmap.resident)
         regions = label_regions(reader, memmap, layout, pm.arena_size if pm else None,
                                 pm.pool_size if pm else None, owned)
-        status = _with_pss(reader)
     rss = status_int(status, "VmRSS")
     measured = Measurements(rss, regions, detection.name, layout, mallinfo=mallinfo, malloc_info=malloc_info,
                             jemalloc=jemalloc, pymalloc=pm, python_heap=heap, notes=notes)
