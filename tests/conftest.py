@@ -1,5 +1,7 @@
 import glob
 import os
+import shutil
+import subprocess
 import sys
 
 import pytest
@@ -32,6 +34,17 @@ def child_env(**extra: str) -> dict:
     env["PYTHONPATH"] = SRC + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.update(extra)
     return env
+
+
+@pytest.fixture(scope="session")
+def witness_exe(tmp_path_factory):
+    """programs/witness.c built: a C program that holds and frees what it is told, and says so."""
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        pytest.skip("no C compiler (gcc) to build programs/witness.c")
+    exe = tmp_path_factory.mktemp("witness") / "witness"
+    subprocess.run([cc, "-O1", "-pthread", "-o", str(exe), os.path.join(HERE, "programs", "witness.c")], check=True)
+    return str(exe)
 
 
 @pytest.fixture(scope="session")

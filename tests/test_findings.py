@@ -11,7 +11,6 @@ programs/findings.py (arenas, PROT_NONE pages, pymalloc, a second allocator, pha
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -31,7 +30,6 @@ FLOOR = 16 * MiB   # bytes, every rule
 SHARE = 0.20       # of RSS: glibc-retention and pymalloc-fragmentation (thread-stacks 10%, unexplained 5%)
 PROGRAMS = os.path.join(HERE, "programs")
 FINDINGS_PY = os.path.join(PROGRAMS, "findings.py")
-CC = shutil.which("gcc") or shutil.which("cc")
 FIGURES = re.compile(r"(-?\d+(?:\.\d+)?)")
 
 
@@ -61,15 +59,6 @@ def outside(pid):
 
 
 # --- programs/witness.c: the C heap and thread stacks ----------------------------------------
-
-@pytest.fixture(scope="module")
-def witness_exe(tmp_path_factory):
-    if CC is None:
-        pytest.skip("no C compiler (gcc) to build programs/witness.c")
-    exe = tmp_path_factory.mktemp("witness") / "witness"
-    subprocess.run([CC, "-O1", "-pthread", "-o", str(exe), os.path.join(PROGRAMS, "witness.c")], check=True)
-    return str(exe)
-
 
 class Witness:
     def __init__(self, exe):

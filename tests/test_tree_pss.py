@@ -1,6 +1,6 @@
 """A tree summed by PSS, and shared vs private per layer (issue 15, items 1-2).
 
-The target (programs/forked_hold.py) does not import memgap: a master holds about 50 MiB
+The target (programs/forked_tree.py, in its hold mode) does not import memgap: a master holds about 50 MiB
 of small Python objects, two forked workers keep them copy-on-write and each fill 24 MiB
 of their own. Each process writes its own VmRSS and smaps_rollup Pss (read from
 /proc/self) when sent SIGUSR1: the witness is the kernel's figure as the process reads it,
@@ -19,14 +19,14 @@ from conftest import HERE, child_env
 from helpers import MiB, memgap
 from memgap.collect import Options, snapshot_pid
 
-PROGRAM = os.path.join(HERE, "programs", "forked_hold.py")
+PROGRAM = os.path.join(HERE, "programs", "forked_tree.py")
 
 
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory):
     """(master pid, [master, worker, worker] pids, readings file) of a resting forked tree."""
     readings = tmp_path_factory.mktemp("tree") / "readings.txt"
-    proc = subprocess.Popen([sys.executable, PROGRAM, str(readings)], stdout=subprocess.PIPE, text=True,
+    proc = subprocess.Popen([sys.executable, PROGRAM, str(readings), "hold"], stdout=subprocess.PIPE, text=True,
                             env=child_env(), start_new_session=True)
     pids = [int(proc.stdout.readline().split()[1]) for _ in range(3)]
     assert proc.pid in pids, pids

@@ -222,7 +222,8 @@ def test_lab_ranks_a_preforked_tree_on_its_pss_total(tmp_path):
     readings = tmp_path / "readings.txt"
     out = tmp_path / "lab.json"
     proc = memgap("lab", "--reps", "1", "--variant", "glibc", "--json", str(out), "--dir", str(tmp_path / "runs"),
-                  "--", sys.executable, os.path.join(PROGRAMS, "forked_rest.py"), str(readings), timeout=120)
+                  "--", sys.executable, os.path.join(PROGRAMS, "forked_tree.py"), str(readings), "rest",
+                  timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     run = json.loads(out.read_text())["runs"][0]
     rows = [list(map(int, line.split())) for line in readings.read_text().splitlines()]

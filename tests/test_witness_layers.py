@@ -11,7 +11,6 @@ machine, and the tolerances say what may honestly differ.
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -23,21 +22,11 @@ from helpers import JEMALLOC, MiB
 
 KiB = 1 << 10
 TCMALLOC = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4"
-CC = shutil.which("gcc") or shutil.which("cc")
 PROGRAMS = os.path.join(HERE, "programs")
 
 # Which package to install when an allocator is missing; glibc's malloc needs no preload.
 ALLOCATOR_LIBS = {"glibc": (None, ""), "jemalloc": (JEMALLOC, "libjemalloc2"),
                   "tcmalloc": (TCMALLOC, "libtcmalloc-minimal4")}
-
-
-@pytest.fixture(scope="module")
-def witness_exe(tmp_path_factory):
-    if CC is None:
-        pytest.skip("no C compiler (gcc) to build programs/witness.c")
-    exe = tmp_path_factory.mktemp("witness") / "witness"
-    subprocess.run([CC, "-O1", "-pthread", "-o", str(exe), os.path.join(PROGRAMS, "witness.c")], check=True)
-    return str(exe)
 
 
 class Witness:
