@@ -31,11 +31,11 @@ def phase_snapshot(process, name):
 
 
 def check_adds_up(snap):
-    """The layers add up to VmRSS, agree with the kernel's own split, and leave little unexplained."""
+    """The layers leave little of VmRSS unexplained and agree with the kernel's own split
+    (file-backed against RssFile + RssShmem, the rest against RssAnon)."""
     layers = {k: v["resident"] for k, v in snap["layers"].items()}
     measured = {k: v for k, v in layers.items() if v is not None}
     rss = snap["rss"]
-    assert sum(measured.values()) + snap["unexplained"] == rss
     assert all(v >= 0 for v in measured.values()), layers
     assert abs(snap["unexplained"]) <= 0.05 * rss, (snap["unexplained"], rss)
     status = snap["status"]
