@@ -130,6 +130,8 @@ def test_forked_tree_python_objects_match_each_process_witness(start):
     assert 0.95 * low <= free.resident <= 1.05 * high, (free.resident, f)
     assert free.resident < 0.2 * py.resident, (free.resident, py.resident)
     assert "pool header" in py.derivation and "allocator_in_use" in py.derivation
+    # objects alive in their pools: no fragmentation to report (the old reading would have had 92 MiB "free")
+    assert not [f for f in snap.findings if f.code == "pymalloc-fragmentation"], snap.findings
 
 
 def test_tree_views_read_the_pool_headers(start):
@@ -152,8 +154,15 @@ def test_tree_views_read_the_pool_headers(start):
     assert got_mib * MiB < 0.5 * total, (row, total / MiB)
 
 
-def test_fragmented_arenas_are_mostly_pymalloc_free(start):
-    _, witnesses = start(FRAGMENTED)
+# The running interpreter always, and each other CPython pyenv has here (none on a stock Debian):
+# the pool header layout read from outside, checked on every version found.
+PYTHONS = [sys.executable] + sorted(p for v in ("3.10", "3.12", "3.13")
+                                    for p in glob.glob(os.path.expanduser(f"~/.pyenv/versions/{v}*/bin/python{v}")))
+
+
+@pytest.mark.parametrize("python", PYTHONS, ids=lambda p: os.path.basename(p))
+def test_fragmented_arenas_are_mostly_pymalloc_free(start, python):
+    _, witnesses = start(FRAGMENTED, python=python)
     (pid, figures), = witnesses.items()
     snap = outside(pid)
     py, free = snap.layers["python_objects"].resident, snap.layers["pymalloc_free"].resident
@@ -163,19 +172,11 @@ def test_fragmented_arenas_are_mostly_pymalloc_free(start):
     assert low * 0.95 <= free <= (low + figures["unused_pools"]) * 1.05, (free, figures)
     assert free > 24 * MiB and py < 0.25 * free, (py, free)
     assert abs(snap.unexplained) <= 0.05 * snap.rss
-
-
-OTHER_PYTHONS = sorted(p for v in ("3.10", "3.12", "3.13")
-                       for p in glob.glob(os.path.expanduser(f"~/.pyenv/versions/{v}*/bin/python{v}")))
-
-
-@pytest.mark.skipif(not OTHER_PYTHONS, reason="no other CPython versions here (pyenv)")
-@pytest.mark.parametrize("python", OTHER_PYTHONS, ids=lambda p: os.path.basename(p))
-def test_pool_headers_on_other_cpython_versions(start, python):
-    _, witnesses = start(FRAGMENTED, python=python)
-    (pid, figures), = witnesses.items()
-    got = outside(pid).layers["python_objects"].resident
-    assert within(got, figures["allocated"], 0.05, 64 << 10), (got, figures)
+    # the finding, read from outside: its live figure is the interpreter's own allocated bytes
+    found = [f for f in snap.findings if f.code == "pymalloc-fragmentation"]
+    assert found and "from outside" in found[0].summary, snap.findings
+    live = float(re.search(r"around ([\d.]+) MiB", found[0].summary).group(1))
+    assert within(live * MiB, figures["allocated"], 0.05, 0.06 * MiB), (found[0].summary, figures)
 
 
 # --- garbage headers -----------------------------------------------------------------------------

@@ -55,8 +55,10 @@ def _glibc_retention(snap: Snapshot) -> list[Finding]:
 def _pymalloc_fragmentation(snap: Snapshot) -> list[Finding]:
     free = _resident(snap, "pymalloc_free")
     pm = snap.pymalloc
-    if not pm or free < FLOOR or free < SHARE * snap.rss:
+    if free < FLOOR or free < SHARE * snap.rss:
         return []
+    if not pm:
+        return _pymalloc_fragmentation_outside(snap, free)
     used = pm["allocated_blocks_bytes"]
     arenas = pm["arenas_current"]
     return [Finding(
@@ -71,6 +73,26 @@ def _pymalloc_fragmentation(snap: Snapshot) -> list[Finding]:
         f"{mib(pm['unused_pools'] * pm['pool_size'])} MiB, less what is not resident); the free blocks "
         "in used pools only come back when their objects go: free objects in allocation order, or "
         "rebuild the structure into a fresh container",
+    )]
+
+
+def _pymalloc_fragmentation_outside(snap: Snapshot, free: int) -> list[Finding]:
+    """The same finding read from outside, where pool headers are all there is to go by."""
+    census = snap.layers["python_objects"].detail if "python_objects" in snap.layers else {}
+    if "pools_read" not in census:
+        return []
+    used = _resident(snap, "python_objects")
+    empty = census["pools_read"] - census["pools_in_use"] - census["pools_rejected"]
+    return [Finding(
+        "pymalloc-fragmentation", "warning",
+        f"pymalloc holds {mib(free)} MiB free in {census['arenas']} arenas around {mib(used)} MiB of live "
+        "small objects (read from outside)",
+        [f"pool headers read from outside: {census['pools_read']} pools resident, {census['pools_in_use']} with "
+         f"live blocks, {empty} empty; live blocks {mib(used)} MiB",
+         "an arena returns to the OS only when every object in it is gone"],
+        "memgap.release_pymalloc() in the process gives back the pages of its empty pools; the free blocks in "
+        "used pools only come back when their objects go: free objects in allocation order, or rebuild the "
+        "structure into a fresh container",
     )]
 
 
