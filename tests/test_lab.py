@@ -480,3 +480,24 @@ def test_a_trimmer_variant_is_measured_by_its_own_trims(tmp_path):
     assert quiet["status"] == "ok" and quiet["after_trim"] is None, quiet  # no trim by the lab
     assert "after-trim" not in [p for p, _ in quiet["phases"]]
     assert quiet["idle"] < base["idle"] - (16 << 20), (quiet["idle"], base["idle"])  # the trimmer's release
+
+
+def test_a_lab_folder_given_again_holds_the_new_lab_only(tmp_path):
+    """--dir of an earlier lab: its recordings go (they would be read back mixed with the new
+    runs); a folder holding anything else is refused and left as it was."""
+    folder = tmp_path / "lab"
+    args = ["lab", "--reps", "1", "--variant", "glibc", "--phase-regex", r"phase: (\S+)", "--dir", str(folder)]
+    work = ["--", "/bin/sh", "-c", "echo 'phase: idle'; sleep 0.3"]
+    for _ in range(2):
+        proc = memgap(*args, "--json", str(tmp_path / "lab.json"), *work, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+    assert "replacing the earlier lab" in proc.stderr
+    assert sorted(p.name for p in folder.iterdir() if p.name.startswith("run-")) == ["run-001-glibc"]
+    events = [json.loads(line) for line in (folder / "lab.jsonl").read_text().splitlines()]
+    assert [e["variant"] for e in events if e.get("type") == "run"] == ["glibc"], events
+    other = tmp_path / "mine"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    proc = memgap(*args[:-1], str(other), *work)
+    assert proc.returncode == 2 and "not a memgap lab's" in proc.stderr, proc.stderr
+    assert [p.name for p in other.iterdir()] == ["notes.txt"]

@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import sys
 import tempfile
 
@@ -131,9 +132,19 @@ def _parse_param(text: str) -> tuple[str, list[str]]:
 
 
 def _lab_dir(path: str | None) -> str:
-    """The folder for the recordings, made before the first run so a bad --dir is a usage error."""
+    """The folder for the recordings, made before the first run so a bad --dir is a usage error.
+    An earlier lab's recordings there go (its runs would be read back mixed with this one's, as
+    `run --json FILE` replaces FILE.d); a folder holding anything else is refused, untouched."""
     if not path:
         return tempfile.mkdtemp(prefix="memgap-lab-")
+    if os.path.isdir(path) and os.listdir(path):
+        names = os.listdir(path)
+        if "lab.jsonl" not in names or any(n != "lab.jsonl" and not n.startswith("run-") for n in names):
+            raise UsageError(f"--dir {path} holds files that are not a memgap lab's: choose an empty or new folder")
+        for name in names:
+            full = os.path.join(path, name)
+            shutil.rmtree(full) if os.path.isdir(full) else os.remove(full)
+        print(f"memgap lab: replacing the earlier lab's recordings in {path}", file=sys.stderr)
     try:
         os.makedirs(path, exist_ok=True)
     except OSError as exc:
