@@ -336,7 +336,9 @@ def test_ctrl_c_on_run_keeps_the_recording_and_ends_the_child(tmp_path, capsys, 
     run = json.loads((tmp_path / "again.json").read_text())
     assert not run["complete"] and run["timeline"]
     phases = [s["phase"] for p in run["processes"] for s in p["snapshots"]]
-    assert phases[:3] == ["step-0", "step-1", "step-2"], phases  # then the command's own exit, if it had time
+    assert phases[:3] == ["step-0", "step-1", "step-2"], phases
+    if how != "memgap-only":  # the command got the Ctrl-C too, and had the time to write its own exit
+        assert phases[3:] and phases[-1] in ("exit", "before-exit"), phases
     assert {t["pid"] for t in run["timeline"]} == {child}
     assert "recording cut short" in stdout  # the run as far as it went, shown
     if json_args:  # and the JSON asked for, written
@@ -414,3 +416,30 @@ def test_a_process_that_exits_mid_read_is_gone_not_malformed(reaped):
             reader.pagemap(stack.start, stack.end)
     finally:
         proc.wait()
+
+
+def test_ctrl_c_to_memgap_alone_ends_the_commands_children_too(tmp_path):
+    """`kill -INT` to memgap only: the command's own children, in its process group, are
+    stopped with it, not left running."""
+    proc = subprocess.Popen([sys.executable, "-m", "memgap", "run", "--interval", "0.05", "--json",
+                             str(tmp_path / "run.json"), "--", "/bin/sh", "-c", "sleep 60 & echo $!; wait"],
+                            env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        grandchild = int(proc.stdout.readline())
+        time.sleep(0.2)
+        os.kill(proc.pid, signal.SIGINT)
+        proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130
+    deadline = time.time() + 5  # the kernel reaps an orphan through init: give it a moment
+    while os.path.exists(f"/proc/{grandchild}") and time.time() < deadline:
+        if open(f"/proc/{grandchild}/stat").read().split(")")[1].split()[0] == "Z":
+            break
+        time.sleep(0.05)
+    alive = os.path.exists(f"/proc/{grandchild}") and \
+        open(f"/proc/{grandchild}/stat").read().split(")")[1].split()[0] != "Z"
+    assert not alive, f"sleep {grandchild} outlived memgap"

@@ -139,8 +139,20 @@ class OutsideQuiet:
             writer.write({"type": "quiet-end", "pid": pid, "time": time.time()})
 
 
-def _stop(proc: subprocess.Popen, own_group: bool) -> None:  # type: ignore[type-arg]
-    """Terminate the command (its whole process group when it has one), then kill it."""
+def _stop(proc: subprocess.Popen, own_group: bool, grace: float = 0.0) -> None:  # type: ignore[type-arg]
+    """Terminate the command (its whole process group when it has one, else it and its
+    descendants), then kill it. ``grace``: seconds it may take to end by itself first (a
+    terminal's Ctrl-C reaches it too, and a Python program then writes its exit snapshot)."""
+    try:  # its descendants first: once it ends, they are no longer found under it
+        tree = [] if own_group else psutil.Process(proc.pid).children(recursive=True)
+    except psutil.Error:
+        tree = []
+    if grace:
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            pass
+
     def signal_all(sig: int) -> None:
         try:
             if own_group:
@@ -149,6 +161,11 @@ def _stop(proc: subprocess.Popen, own_group: bool) -> None:  # type: ignore[type
                 proc.send_signal(sig)
         except ProcessLookupError:
             pass
+        for child in tree:  # not in a group of their own: each is told
+            try:
+                child.send_signal(sig)
+            except psutil.Error:
+                pass
 
     signal_all(signal.SIGTERM)
     try:
@@ -317,7 +334,7 @@ class _Recording:
                            "time": time.time()})
 
     def interrupted(self) -> None:
-        _stop(self.proc, self.own_group)
+        _stop(self.proc, self.own_group, grace=1.0)
         if self.load is not None:
             self.load.stop()
         self.writer.write({"type": "end", "t": round(time.time() - self.start, 4),
