@@ -336,6 +336,8 @@ PHASE_RUNS = {
     "small-leak": "p0: p1:objects+2 p2:objects+2 p3:objects+2 idle:objects+2",
     # 20 MiB loaded once and held, then nothing: a cache, not a leak
     "load-once": "p0: p1:objects+20 p2: p3: p4: idle:",
+    # 8 MiB of 64 KiB buffers held at each of 4 phases: large objects, malloc's, not pymalloc's
+    "buffer-leak": "p0: p1:buffers+8 p2:buffers+8 p3:buffers+8 idle:buffers+8",
     # 40 MiB of 64 KiB buffers, all freed but the last, which pins the heap's top
     "retention": "p0: burst:buffers+40 after:buffers-all idle:",
     # the same with 8 MiB: under the floor
@@ -430,3 +432,17 @@ def test_retention_not_leak_needs_the_floor_and_a_small_share_of_objects(phase_r
     rss_growth = witness["idle"]["rss"] - witness["p0"]["rss"]
     assert rss_growth >= FLOOR and witness["idle"]["objects"] >= 0.25 * rss_growth, witness
     assert not codes(grown["findings"]) & {"retention-not-leak", "python-growth"}, grown["findings"]
+
+
+def test_in_use_growth_where_the_program_holds_large_objects(phase_runs):
+    """32 MiB of 64 KiB buffers held: RSS grows but not Python's small objects; the memory is
+    in use in the C allocator, held by the program, so it is not called retention."""
+    run, witness = phase_runs["buffer-leak"]
+    assert "retention-not-leak" not in codes(run["findings"]), run["findings"]
+    f = the_finding(run["findings"], "in-use-growth")
+    grown, in_use = figures(f["summary"])[:2]
+    held = 32 * MiB  # the program's buffers, as it allocated them
+    assert abs(in_use * MiB - held) <= 0.1 * held, (f, witness)
+    assert abs(grown * MiB - (witness["idle"]["rss"] - witness["p0"]["rss"])) <= MiB, (f, witness)
+    # and where the buffers were freed (retention), the C allocator's in use did not grow: no such finding
+    assert "in-use-growth" not in codes(phase_runs["retention"][0]["findings"])

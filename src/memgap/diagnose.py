@@ -159,8 +159,20 @@ def diagnose_series(snaps: Sequence[Snapshot]) -> list[Finding]:
                         f"Python objects grew by {mib(per)} MiB per phase ({mib(growth_py)} MiB in all): "
                         "a leak, not retention", evidence,
                         "find the growing objects with tracemalloc snapshots compared between phases")]
-    if growth_rss >= FLOOR and growth_py < growth_rss * 0.25:
-        return [Finding("retention-not-leak", "info",
-                        f"RSS grew by {mib(growth_rss)} MiB while Python objects changed by {mib(growth_py)} MiB: "
-                        "the allocator retains memory, the program does not hold it", evidence)]
-    return []
+    if growth_rss < FLOOR or growth_py >= growth_rss * 0.25:
+        return []
+    # Not Python's small objects: free memory the allocators keep, or memory in use that the
+    # program holds (large Python objects go to malloc; a C extension's too)
+    in_use = _resident(snaps[-1], "allocator_in_use") - _resident(snaps[0], "allocator_in_use")
+    if in_use >= growth_rss / 2:
+        return [Finding("in-use-growth", "warning",
+                        f"RSS grew by {mib(growth_rss)} MiB, {mib(in_use)} MiB of it memory the C allocator has "
+                        "handed out and not had back: the program holds it (Python objects over 512 bytes, "
+                        "such as bytes and arrays, come from malloc, not pymalloc; or a C extension's)",
+                        [*evidence, f"C allocator in use: {mib(_resident(snaps[0], 'allocator_in_use'))} -> "
+                                    f"{mib(_resident(snaps[-1], 'allocator_in_use'))} MiB"],
+                        "run it under `memgap run --walk` to count Python's large objects, or compare tracemalloc "
+                        "snapshots between phases")]
+    return [Finding("retention-not-leak", "info",
+                    f"RSS grew by {mib(growth_rss)} MiB while Python objects changed by {mib(growth_py)} MiB: "
+                    "the allocator retains memory, the program does not hold it", evidence)]
