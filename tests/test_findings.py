@@ -384,6 +384,7 @@ def test_python_growth_follows_the_objects_the_program_holds(phase_runs):
     # the program's own count: 32 MiB of 64-byte objects held from p0 to the end
     held = witness["idle"]["objects"] - witness["p0"]["objects"]
     assert abs(total * MiB - held) <= 0.25 * MiB, (f, witness)
+    assert abs(per_phase * MiB - held / 4) <= 0.25 * MiB, (f, witness)  # four phases grew, by 8 MiB each
     lines = phase_lines(f)
     assert list(lines) == ["p0", "p1", "p2", "p3", "idle", "exit"], f
     for before, after in zip(["p0", "p1", "p2", "p3"], ["p1", "p2", "p3", "idle"]):

@@ -154,7 +154,9 @@ def diagnose_series(snaps: Sequence[Snapshot]) -> list[Finding]:
     # A phase grew when it added a real share of the average step: memgap's own phase records
     # add a few KiB of Python objects at every phase, and counted as growth they made a load
     # done once, then flat phases, read as a leak.
-    if growth_py >= FLOOR and sum(1 for s in steps if s > per / 4) >= len(steps) - 1:
+    growing = [s for s in steps if s > per / 4]
+    if growth_py >= FLOOR and len(growing) >= len(steps) - 1:
+        per = sum(growing) / len(growing)  # per phase that grew: an exit right after the last is no phase of work
         return [Finding("python-growth", "warning",
                         f"Python objects grew by {mib(per)} MiB per phase ({mib(growth_py)} MiB in all): "
                         "a leak, not retention", evidence,
