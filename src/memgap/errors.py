@@ -1,4 +1,5 @@
-"""memgap's own errors. OS errors are translated here and nowhere else.
+"""memgap's own errors, and `translate_os_error`, which turns an OSError met while reading
+a process into one of them (the readers of /proc and of process memory call it).
 
 Each error carries the exit code the CLI returns for it, so scripts can tell
 "the process is gone" from "you may not read it" without parsing text.
