@@ -19,9 +19,9 @@ import os
 import re
 import sys
 import time
-from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Mapping, Optional, Sequence, Tuple
 
-from . import SCENARIOS, KnobValue, flag
+from . import SCENARIOS, KnobValue, ScenarioInfo, flag
 
 __all__ = [
     "PHASE_NAME",
@@ -75,56 +75,56 @@ def parse_knobs(
     """
     info = SCENARIOS[scenario]
     env = os.environ if environ is None else environ
-    bounds = dict(bounds or {})
+    parser = _knob_parser(info)
+    args = parser.parse_args(argv)
+    for knob, (var, default, _help) in info.knobs.items():
+        value, source = _resolve(parser, getattr(args, knob), var, default, env)
+        _check_range(parser, knob, value, source, (bounds or {}).get(knob, (1 if isinstance(default, int) else 0,
+                                                                              None)))
+        setattr(args, knob, value)
+    if announce:
+        knobs = " ".join(f"{k}={getattr(args, k)}" for k in info.knobs)
+        _emit(f"memgap-scenario: {scenario} pid={os.getpid()} {knobs}")
+    return args
+
+
+def _knob_parser(info: ScenarioInfo) -> argparse.ArgumentParser:
+    """A flag per knob (``--payload-kib``, and ``--payload_kib`` too), none with a default:
+    a flag left out falls through to the environment."""
     parser = argparse.ArgumentParser(
         prog=f"python -m {info.module}",
         description=f"{info.summary} (seed {info.seed}). Every knob can also be set "
         "through its MEMGAP_<KNOB> environment variable; a flag wins.",
     )
-    converters: Dict[str, Callable[[str], KnobValue]] = {}
     for knob, (var, default, help_) in info.knobs.items():
-        conv = converters[knob] = _converter(default)
-        names = [flag(knob)]
-        if "_" in knob:
-            names.append("--" + knob)  # --payload_kib too
-        parser.add_argument(
-            *names,
-            dest=knob,
-            type=conv,
-            default=None,
-            metavar=type(default).__name__.upper(),
-            help=f"{help_} (env {var}, default {default})",
-        )
-    args = parser.parse_args(argv)
+        names = [flag(knob)] + (["--" + knob] if "_" in knob else [])
+        parser.add_argument(*names, dest=knob, type=_converter(default), default=None,
+                            metavar=type(default).__name__.upper(), help=f"{help_} (env {var}, default {default})")
+    return parser
 
-    for knob, (var, default, _help) in info.knobs.items():
-        value = getattr(args, knob)
-        source = flag(knob)
-        if value is None:
-            raw = env.get(var)
-            if raw is not None and raw.strip() != "":
-                source = var
-                try:
-                    value = converters[knob](raw)
-                except ValueError:
-                    parser.error(f"{var}={raw!r}: expected {type(default).__name__}")
-            else:
-                value = default
-                source = "default"
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            low, high = bounds.get(knob, (1 if isinstance(default, int) else 0, None))
-            if (low is not None and value < low) or (high is not None and value > high):
-                where = f"{source}={value}" if source != "default" else f"default {value}"
-                parser.error(
-                    f"{knob}: {where} is out of range "
-                    f"[{'' if low is None else low}, {'' if high is None else high}]"
-                )
-        setattr(args, knob, value)
 
-    if announce:
-        knobs = " ".join(f"{k}={getattr(args, k)}" for k in info.knobs)
-        _emit(f"memgap-scenario: {scenario} pid={os.getpid()} {knobs}")
-    return args
+def _resolve(parser: argparse.ArgumentParser, value: Optional[KnobValue], var: str, default: KnobValue,
+             env: Mapping[str, str]) -> Tuple[KnobValue, str]:
+    """A knob's value and where it came from: its flag, its environment variable, or the default."""
+    if value is not None:
+        return value, "flag"
+    raw = env.get(var)
+    if raw is None or raw.strip() == "":
+        return default, "default"
+    try:
+        return _converter(default)(raw), var
+    except ValueError:
+        parser.error(f"{var}={raw!r}: expected {type(default).__name__}")
+
+
+def _check_range(parser: argparse.ArgumentParser, knob: str, value: KnobValue, source: str,
+                 bound: Tuple[Optional[float], Optional[float]]) -> None:
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return
+    low, high = bound
+    if (low is not None and value < low) or (high is not None and value > high):
+        where = f"default {value}" if source == "default" else f"{flag(knob) if source == 'flag' else source}={value}"
+        parser.error(f"{knob}: {where} is out of range [{'' if low is None else low}, {'' if high is None else high}]")
 
 
 # --------------------------------------------------------------------- marks
