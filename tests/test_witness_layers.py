@@ -331,3 +331,38 @@ def test_python_files_agree_with_smaps(python_witness):
     files = out["steps"]["anon"]["files"]
     # read after the program printed its JSON: 128 KiB for code first run by that print
     assert abs(files - smaps) <= 128 * KiB, (files, smaps)
+
+
+FORKED_HEAP = r"""
+import os, sys, time
+warm = [bytearray(64 * 1024) for _ in range(40)]     # the parent's heap: 2.5 MiB of brk
+pid = os.fork()
+if pid == 0:
+    mine = [bytearray(64 * 1024) for _ in range(240)]  # the child's own 15 MiB, extending the brk heap
+    print(os.getpid(), flush=True)
+    time.sleep(30)
+    os._exit(0)
+os.waitpid(pid, 0)
+"""
+
+
+def test_a_forked_childs_heap_is_walked_across_its_split_mappings():
+    """A child that grows the brk heap it inherited: the kernel shows the heap as two [heap]
+    lines (the shared part and the child's own), and the child's 15 MiB are the C allocator's
+    in use, not other anonymous memory."""
+    from memgap.collect import Options, snapshot_pid
+
+    parent = subprocess.Popen([sys.executable, "-c", FORKED_HEAP], stdout=subprocess.PIPE, text=True,
+                              env=child_env())
+    try:
+        child = int(parent.stdout.readline())
+        with open(f"/proc/{child}/maps") as fh:
+            heaps = [line for line in fh if line.rstrip().endswith("[heap]")]
+        snap = snapshot_pid(child, Options(regions=False, agent=False))
+    finally:
+        os.kill(child, 9)
+        parent.wait()
+    held = 240 * 64 * 1024
+    assert len(heaps) >= 2, heaps  # the split this test is about (a kernel that merged them would fail here)
+    assert snap.layers["allocator_in_use"].resident >= held, snap.layers["allocator_in_use"]
+    assert snap.layers["other_anon"].resident < 4 * MiB, snap.layers["other_anon"]
