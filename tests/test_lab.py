@@ -454,7 +454,7 @@ def test_pymalloc_variants_are_skipped_for_a_program_that_is_not_python(tmp_path
     lab = json.loads(out.read_text())
     assert [r["variant"] for r in lab["runs"]] == ["glibc", "glibc"] and lab["complete"]
     assert lab["skipped"] == ["glibc:pymalloc=off: the workload is not a Python program memgap can see inside; "
-                              "pymalloc settings do not apply"]
+                              "Python's settings (pymalloc, the collector) do not apply"]
     assert "skipped glibc:pymalloc=off" in proc.stdout
 
 

@@ -40,11 +40,13 @@ def test_trim_and_pymalloc_options():
     assert V.parse_variant("glibc:trim=idle").cost == V.COST_TRIMMER
     assert V.parse_variant("tcmalloc:release_rate=10").env()["TCMALLOC_RELEASE_RATE"] == "10"
     assert V.parse_variant("mimalloc:purge_delay=0").env()["MIMALLOC_PURGE_DELAY"] == "0"
+    frozen = V.parse_variant("jemalloc:gc=freeze-at-fork")  # Python's collector, under any allocator
+    assert frozen.env()["MEMGAP_GC_FREEZE_AT_FORK"] == "1" and frozen.python_only and not frozen.is_baseline
 
 
 @pytest.mark.parametrize("spec", ["nosuch", "glibc:arena_max", "glibc:arenas=2", "glibc:arena_max=two",
                                   "glibc:trim=sometimes", "glibc:trim=every:0", "jemalloc:trim=idle",
-                                  "glibc:pymalloc=maybe", "glibc:=3"])
+                                  "glibc:pymalloc=maybe", "glibc:=3", "glibc:gc=off"])
 def test_bad_specs_are_usage_errors(spec):
     with pytest.raises(UsageError):
         V.parse_variant(spec)

@@ -234,3 +234,32 @@ def test_lab_ranks_a_preforked_tree_on_its_pss_total(tmp_path):
     largest = max(r[1] for r in rows)  # the largest process on its own: its RSS
     assert abs(run["process_idle"] - largest) <= 0.1 * largest, (run["process_idle"], rows)
     assert "Idle is the tree's total" in " ".join(proc.stdout.split())
+
+
+def test_lab_measures_freezing_the_collector_at_fork_on_a_preforked_tree(tmp_path):
+    """A master that loads tracked objects and forks workers whose collections copy them (the
+    preforked server's way): the freeze-at-fork variant, applied through the bootstrap to the
+    unmodified program, halves the tree's PSS at idle, each variant's figure as the processes
+    read their own PSS; the lab recommends it with lines that apply it."""
+    readings = tmp_path / "readings.txt"
+    out = tmp_path / "lab.json"
+    proc = memgap("lab", "--reps", "1", "--variant", "glibc", "--variant", "glibc:gc=freeze-at-fork",
+                  "--json", str(out), "--dir", str(tmp_path / "runs"),
+                  "--", sys.executable, os.path.join(PROGRAMS, "prefork_gc.py"), str(readings), timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lab = json.loads(out.read_text())
+    runs = {r["variant"]: r for r in lab["runs"]}
+    rows = [list(map(int, line.split())) for line in readings.read_text().splitlines()]
+    assert len(rows) == 8, rows  # four processes per run, the baseline's run first
+    for variant, own in (("glibc", rows[:4]), ("glibc:gc=freeze-at-fork", rows[4:])):
+        r = runs[variant]
+        pss = sum(row[2] for row in own)
+        assert r["status"] == "ok" and r["tree_how"], r
+        assert abs(r["idle"] - pss) <= 0.1 * pss, (variant, r["idle"], pss)
+    # the workers' collections copied the master's objects; frozen, they did not
+    assert runs["glibc:gc=freeze-at-fork"]["idle"] <= 0.6 * runs["glibc"]["idle"], runs
+    assert max(row[3] for row in rows[4:]) < 0.25 * min(row[3] for row in rows[1:4]), rows  # workers' USS
+    assert recommended(lab) == "glibc:gc=freeze-at-fork", lab["verdict"]
+    rec = lab["recommendation"]
+    assert rec["env"] == {"MEMGAP_GC_FREEZE_AT_FORK": "1"} and "gc.freeze" in rec["python_plain"]
+    assert "pre_fork" in " ".join(rec["notes"])

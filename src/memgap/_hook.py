@@ -5,7 +5,7 @@ import atexit
 import os
 import threading
 
-from .envnames import RECORD_DIR_ENV, TRIM_AFTER_ENV, TRIM_EVERY_ENV, TRIMMER_ENV
+from .envnames import GC_FREEZE_ENV, RECORD_DIR_ENV, TRIM_AFTER_ENV, TRIM_EVERY_ENV, TRIMMER_ENV
 
 _installed = False  # the bootstrap's sitecustomize and memgap's .pth file may both ask
 _events = None  # this process's file for its trimmers' events (a recording.ProcessFile)
@@ -97,11 +97,24 @@ def _trimmer_started(mode: str) -> None:
     _write_event({"type": "trimmer-start", "pid": os.getpid(), "mode": mode})
 
 
+def freeze_at_fork() -> None:
+    """The recipe of gc.freeze's documentation, for a program that forks workers: no
+    collections in the parent (they leave holes in pages its children will share), every
+    tracked object moved out of the collector's reach right before each fork, collections
+    back on in the child, where they no longer write into (and so copy) the shared pages."""
+    import gc
+
+    gc.disable()
+    os.register_at_fork(before=gc.freeze, after_in_child=gc.enable)
+
+
 def install() -> None:
     global _installed
     if _installed:
         return
     _installed = True
+    if os.environ.get(GC_FREEZE_ENV) == "1":
+        freeze_at_fork()
     if os.environ.get(RECORD_DIR_ENV):
         atexit.register(_at_exit)
         _snapshot_before_exit()

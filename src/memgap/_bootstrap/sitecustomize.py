@@ -5,14 +5,16 @@ Under a recording it records an ``exit`` snapshot when the interpreter exits, so
 memgap.phase() calls and the final state of an unmodified program reach the
 run's recording; with MEMGAP_TRIM_EVERY=SECONDS it starts a periodic
 malloc_trim(0), with MEMGAP_TRIMMER=1 memgap.Trimmer (a trim when the process
-goes quiet after a burst). Then it hands over to any sitecustomize the user already had.
+goes quiet after a burst), with MEMGAP_GC_FREEZE_AT_FORK=1 the collector frozen at
+each fork. Then it hands over to any sitecustomize the user already had.
 """
 
 
 def _install() -> None:
     import os
 
-    if not any(os.environ.get(v) for v in ("MEMGAP_RECORD_DIR", "MEMGAP_TRIM_EVERY", "MEMGAP_TRIMMER")):
+    if not any(os.environ.get(v) for v in ("MEMGAP_RECORD_DIR", "MEMGAP_TRIM_EVERY", "MEMGAP_TRIMMER",
+                                           "MEMGAP_GC_FREEZE_AT_FORK")):
         return
     try:
         from memgap._hook import install

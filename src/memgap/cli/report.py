@@ -94,7 +94,7 @@ def _swept(runs: list[RunMetrics]) -> list[tuple[str, list[str]]]:
 def _planned(options: LabOptions, runs: list[RunMetrics]) -> int:
     """How many runs a finished lab has: pymalloc variants are skipped for a program that is not Python."""
     not_python = any(r.layers for r in runs) and not any(r.python for r in runs)
-    variants = [v for v in options.variants if not (not_python and (v.pymalloc_off or v.pymalloc_release))]
+    variants = [v for v in options.variants if not (not_python and v.python_only)]
     return len(variants) * options.reps * len(options.cells())
 
 

@@ -230,8 +230,8 @@ def _check_applied(m: RunMetrics, variant: Variant, proc: dict[str, Any]) -> Non
     elif variant.arena_max and arenas > variant.arena_max and (seen or "glibc") == "glibc":
         m.note = (f"glibc ran {arenas} arenas, more than arena_max={variant.arena_max}: the setting did not take "
                   "(a setuid program ignores it, and a program may call mallopt itself)")
-    elif (variant.pymalloc_off or variant.pymalloc_release) and not m.python:
-        m.note = "a pymalloc setting, and the process measured is not a Python one memgap could see inside"
+    elif variant.python_only and not m.python:
+        m.note = "a Python setting, and the process measured is not a Python one memgap could see inside"
     elif variant.trim and not _trimmer_reached(proc):
         m.note = ("a trimmer needs memgap's bootstrap (Python) or its native agent in the process; "
                   "this one had neither")

@@ -31,13 +31,27 @@ def _trim_every(seconds):  # glibc's malloc_trim(0) every few seconds, from a da
 threading.Thread(target=_trim_every, args=({seconds},), daemon=True).start()"""
 
 
+PLAIN_GC_FREEZE = (
+    "import gc, os\n"
+    "# early in the parent, before it builds what its workers will share: no collections there\n"
+    "gc.disable()\n"
+    "# right before each fork, every tracked object leaves the collector's reach; the child collects again\n"
+    "os.register_at_fork(before=gc.freeze, after_in_child=gc.enable)")
+GUNICORN_GC_FREEZE = ("gunicorn (with --preload): in gunicorn.conf.py, `import gc; gc.disable()` at the top, "
+                      "`def pre_fork(server, worker): gc.freeze()` and `def post_fork(server, worker): gc.enable()`; "
+                      "uWSGI and Celery prefork: the same three calls at start, before each fork and in each worker")
+
+
 def _plain_python(variant: Variant) -> str:
     """The same remedy in plain Python, where one exists (not for pymalloc's pool release)."""
-    if not variant.trim or variant.pymalloc_release:
+    if variant.pymalloc_release or not (variant.trim or variant.gc_freeze):
         return ""
+    trim = ""
     if variant.trim.startswith("every:"):
-        return PLAIN_TRIM_EVERY.replace("{seconds}", variant.trim[len("every:"):])
-    return PLAIN_TRIM
+        trim = PLAIN_TRIM_EVERY.replace("{seconds}", variant.trim[len("every:"):])
+    elif variant.trim:
+        trim = PLAIN_TRIM
+    return "\n".join(filter(None, [PLAIN_GC_FREEZE if variant.gc_freeze else "", trim]))
 
 
 def recommendation_lines(variant: Variant, python: bool = True) -> dict[str, Any]:
@@ -60,11 +74,15 @@ def recommendation_lines(variant: Variant, python: bool = True) -> dict[str, Any
     if variant.trim == "quiet":
         notes.append("what was measured is memgap's idle trimmer (MEMGAP_TRIMMER=1); the plain-Python lines were "
                      "not measured: they do one such trim where you call them")
-    if variant.trim and python:
+    if variant.gc_freeze:
+        notes.append("what was measured is memgap's bootstrap freezing the collector at each fork "
+                     "(MEMGAP_GC_FREEZE_AT_FORK=1); the plain-Python lines do the same in the program; "
+                     + GUNICORN_GC_FREEZE)
+    if (variant.trim or variant.gc_freeze) and python:
         setup.append("pip install memgap   # into the program's own environment")
-        notes.append("memgap's memgap-activate.pth (installed with it) starts the trimmer in any Python of that "
-                     "environment when MEMGAP_TRIMMER, MEMGAP_TRIM_EVERY or MEMGAP_RECORD_DIR is set, and does "
-                     "nothing otherwise")
+        notes.append("memgap's memgap-activate.pth (installed with it) acts in any Python of that environment "
+                     "where MEMGAP_TRIMMER, MEMGAP_TRIM_EVERY, MEMGAP_GC_FREEZE_AT_FORK or MEMGAP_RECORD_DIR is "
+                     "set, and does nothing otherwise")
     elif variant.trim:
         from ..agent import AGENT_ENV
 

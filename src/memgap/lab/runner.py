@@ -158,15 +158,16 @@ def _baseline_unusable(variant: Variant, result: RunMetrics) -> str:
 
 
 def _pointless(variant: Variant, results: list[RunMetrics]) -> bool:
-    """A pymalloc setting, once the runs so far have shown the workload is not a Python program."""
-    if not (variant.pymalloc_off or variant.pymalloc_release):
+    """A Python setting, once the runs so far have shown the workload is not a Python program."""
+    if not variant.python_only:
         return False
     seen = [r for r in results if r.layers or r.idle is not None]  # runs that saw their main process
     return bool(seen) and not any(r.python for r in seen)
 
 
 def _skip_for_not_python(options: LabOptions, variant: Variant, progress: Callable[[str], None]) -> None:
-    line = f"{variant.spec}: the workload is not a Python program memgap can see inside; pymalloc settings do not apply"
+    line = (f"{variant.spec}: the workload is not a Python program memgap can see inside; Python's settings "
+            "(pymalloc, the collector) do not apply")
     if line not in options.skipped:
         options.skipped.append(line)
     progress(f"skipped {line}")

@@ -17,7 +17,11 @@ A spec is ``NAME[:key=value,...]``:
   ``trim=every:SECONDS`` (a periodic trim), injected without changing the
   program: through memgap's bootstrap in Python, its native agent elsewhere;
   ``pymalloc=off`` (``PYTHONMALLOC=malloc``), and ``pymalloc=release`` (the
-  variant's trims also give back the pages of pymalloc's empty pools).
+  variant's trims also give back the pages of pymalloc's empty pools);
+- with any allocator, ``gc=freeze-at-fork`` for a Python program that forks workers
+  (the recipe of gc.freeze's documentation, through memgap's bootstrap: collections
+  off in the parent, ``gc.freeze()`` right before each fork, back on in the child, so
+  the child's collections do not write into, and copy, the pages it shares).
 """
 from __future__ import annotations
 
@@ -25,7 +29,8 @@ import os
 import subprocess
 from dataclasses import dataclass, field
 
-from ..envnames import ALLOCATOR_DIRS_ENV, PYMALLOC_RELEASE_ENV, TRIM_AFTER_ENV, TRIM_EVERY_ENV, TRIMMER_ENV
+from ..envnames import (ALLOCATOR_DIRS_ENV, GC_FREEZE_ENV, PYMALLOC_RELEASE_ENV, TRIM_AFTER_ENV, TRIM_EVERY_ENV,
+                        TRIMMER_ENV)
 from ..errors import UsageError
 
 ALLOCATORS = ("glibc", "jemalloc", "tcmalloc", "mimalloc")
@@ -48,7 +53,7 @@ LIBRARY_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr
 
 # What a remedy costs to apply, cheapest first: the lab prefers the cheapest that works.
 COST_ENV, COST_TRIMMER, COST_PRELOAD = 0, 1, 2
-COST_WORDS = {COST_ENV: "environment only", COST_TRIMMER: "a trimmer in the process",
+COST_WORDS = {COST_ENV: "environment only", COST_TRIMMER: "memgap in the process (a trimmer, or the collector frozen at fork)",
               COST_PRELOAD: "another allocator preloaded"}
 
 DEFAULT_SPECS = (
@@ -80,24 +85,29 @@ class Variant:
     trim: str = ""             # "", "idle", "quiet" or "every:SECONDS"
     pymalloc_off: bool = False
     pymalloc_release: bool = False  # the variant's trims also give back pymalloc's empty pools
+    gc_freeze: bool = False    # gc=freeze-at-fork: a forking Python program's children copy fewer pages
     library: str = ""          # the preloaded allocator's path, once found
 
     @property
     def cost(self) -> int:
         if self.allocator != "glibc":
             return COST_PRELOAD
-        return COST_TRIMMER if self.trim else COST_ENV
+        return COST_TRIMMER if self.trim or self.gc_freeze else COST_ENV
 
     @property
     def settings(self) -> int:
         """How many things a user must change to apply it (a tie-break between equal costs)."""
-        return (len(self.options) + bool(self.trim) + self.pymalloc_off + self.pymalloc_release
+        return (len(self.options) + bool(self.trim) + self.pymalloc_off + self.pymalloc_release + self.gc_freeze
                 + (self.allocator != "glibc"))
 
     @property
     def is_baseline(self) -> bool:
-        return (self.allocator == "glibc" and not self.options and not self.trim and not self.pymalloc_off
-                and not self.pymalloc_release)
+        return self.allocator == "glibc" and not (self.options or self.trim or self.python_only)
+
+    @property
+    def python_only(self) -> bool:
+        """It sets something only a Python interpreter reads (pymalloc, the collector)."""
+        return self.pymalloc_off or self.pymalloc_release or self.gc_freeze
 
     @property
     def arena_max(self) -> int:
@@ -136,6 +146,8 @@ class Variant:
             env[PYMALLOC_RELEASE_ENV] = "1"
         if self.pymalloc_off:
             env["PYTHONMALLOC"] = "malloc"
+        if self.gc_freeze:
+            env[GC_FREEZE_ENV] = "1"
         return env
 
 
@@ -155,6 +167,10 @@ def parse_variant(spec: str) -> Variant:
             if name != "glibc":
                 raise UsageError(f"variant {spec!r}: trim applies to glibc only")
             variant.trim = value
+        elif key == "gc":
+            if value != "freeze-at-fork":
+                raise UsageError(f"variant {spec!r}: gc is 'freeze-at-fork', not {value!r}")
+            variant.gc_freeze = True
         elif key == "pymalloc":
             if value not in ("off", "on", "release"):
                 raise UsageError(f"variant {spec!r}: pymalloc is 'off', 'on' or 'release'")
