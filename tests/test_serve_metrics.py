@@ -334,3 +334,27 @@ def test_label_values_are_escaped_and_read_back():
     assert command_name(["python3", "-m", "uvicorn", "app:app"]) == "uvicorn"
     assert command_name(["/usr/sbin/nginx", "-g", "daemon off;"]) == "nginx"
     assert command_name(["python3", "-c", "pass"]) == "python3"
+
+
+def test_the_docs_name_only_metrics_the_exporter_serves():
+    """The README's section, the Grafana dashboard and the alert rules against the families
+    memgap renders: a renamed metric would leave a dashboard empty without a word."""
+    from memgap.metrics_export import process_families, scrape_families
+
+    served = {f.name for f in [*process_families([]), *scrape_families(0, 0.0, 0)]}
+    root = os.path.dirname(HERE)
+    with open(os.path.join(root, "docs", "grafana-memgap.json")) as fh:
+        dashboard = json.load(fh)
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    assert len(exprs) >= 6 and all(p["datasource"] for p in dashboard["panels"])
+    with open(os.path.join(root, "docs", "alerts.yml")) as fh:
+        alerts = fh.read()
+    rules = re.findall(r"^ +- alert: (\w+)\n +expr: .+?\n +for: \d+m\n +labels:", alerts, re.M | re.S)
+    assert len(rules) == 3 == alerts.count("- alert:"), rules
+    with open(os.path.join(root, "README.md")) as fh:
+        readme = fh.read()
+    section = readme[readme.index("### Prometheus"):readme.index("### The native agent")]
+    named = set(re.findall(r"memgap_\w+", " ".join([*exprs, alerts, section])))
+    # the README names the cgroup family's members by their suffix after the first
+    named |= {f"memgap_cgroup{s}" for s in re.findall(r"`(_\w+_bytes)`", section)}
+    assert named - served == set() and served - named == set(), (named - served, served - named)
