@@ -358,3 +358,48 @@ def test_the_docs_name_only_metrics_the_exporter_serves():
     # the README names the cgroup family's members by their suffix after the first
     named |= {f"memgap_cgroup{s}" for s in re.findall(r"`(_\w+_bytes)`", section)}
     assert named - served == set() and served - named == set(), (named - served, served - named)
+
+
+# --- memgap.prometheus: the same families from inside a process, through prometheus_client ----
+
+def test_the_collector_in_a_process_serves_the_same_families(tmp_path):
+    proc, _ = target("collector")
+    try:
+        said = json.loads(read_line(proc))
+        pid, freed = said["pid"], said["freed"]
+        url = f"http://127.0.0.1:{said['port']}/metrics"
+        began = time.perf_counter()
+        with urllib.request.urlopen(url, timeout=60) as resp:
+            families = parse(resp.read().decode())
+        took = time.perf_counter() - began
+        rss_now = vmrss(pid)
+        key = ("metrics_targets.py", 0)
+        rss = by_role(families, "memgap_rss_bytes")
+        assert list(rss) == [key] and near(rss[key], rss_now), (rss, rss_now)
+        # prometheus_client's own process collector, read from /proc/self/stat in the same request
+        (_, client_rss), = samples(families, "process_resident_memory_bytes")
+        assert near(rss[key], client_rss), (rss, client_rss)
+        layers = {lab["layer"]: v for lab, v in samples(families, "memgap_memory_bytes")}
+        assert set(layers) == LAYERS, layers  # in-process: every layer, Python's objects whole
+        assert not samples(families, "memgap_layer_pss_bytes")  # in-process: no PSS per layer (said in docs)
+        (releasable,) = by_role(families, "memgap_allocator_free_releasable_bytes").values()
+        assert 0.9 * freed <= releasable <= freed + 4 * MiB, (releasable, freed)
+        assert layers["allocator_free"] >= releasable + 0.9 * said["thread_top"]
+        check_scrape_cost(families, took)
+        proc.stdin.write("trim\n")
+        proc.stdin.flush()
+        trimmed = json.loads(read_line(proc))
+        drop = trimmed["before"] - trimmed["after"]
+        assert abs(drop - releasable) <= 0.05 * releasable + MiB, (drop, releasable)
+    finally:
+        stop(proc)
+
+
+def test_the_collector_without_prometheus_client_says_how_to_get_it():
+    code = ("import sys; import memgap; assert 'prometheus_client' not in sys.modules\n"
+            "sys.modules['prometheus_client'] = None  # as if not installed\n"
+            "try:\n    import memgap.prometheus\nexcept ImportError as exc:\n    print(exc)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=child_env(), timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == ("memgap.prometheus needs prometheus_client, which is not installed: "
+                                  "pip install prometheus-client (or memgap[prometheus])")

@@ -7,6 +7,9 @@ Nothing imports memgap.
                                   free, not releasable); prints {"pid", "freed", "thread_top"}, then
                                   on each stdin line: "trim" -> malloc_trim(0), prints
                                   {"before", "after"} (VmRSS bytes); anything else -> exit
+  metrics_targets.py collector MARK  the same, with memgap.prometheus.MemgapCollector registered
+                                  and prometheus_client's server on a free port of 127.0.0.1
+                                  ({"port"} joins the JSON)
   metrics_targets.py tree MARK    a master holding 8 MiB forks 2 workers; worker number n
                                   (0, 1, 2, ... over the run) writes 8 * (n + 2) MiB of its own.
                                   Prints "workers PID PID" (oldest first) once they hold it; on
@@ -14,7 +17,7 @@ Nothing imports memgap.
                                   one starts (printed again); anything else -> all exit
   metrics_targets.py sleep MARK   prints "ready PID" and sleeps 60 s
 
-MARK is not read: it makes the command line unique for --match.
+MARK is not read: it makes the command line unique for --match. Only "collector" imports memgap.
 """
 import ctypes
 import json
@@ -33,12 +36,19 @@ def vmrss():
         return next(int(line.split()[1]) * KiB for line in fh if line.startswith("VmRSS:"))
 
 
-def glibc():
+def glibc(serve=False):
     libc = ctypes.CDLL(None)
     libc.malloc.restype = ctypes.c_void_p
     libc.malloc.argtypes = [ctypes.c_size_t]
     libc.free.argtypes = [ctypes.c_void_p]
     libc.mallopt(-1, 256 * MiB)  # M_TRIM_THRESHOLD: no trim of a top chunk on free()
+    if serve:  # before the blocks: an import after would take some of the freed ones
+        from prometheus_client import start_http_server
+
+        from memgap.prometheus import MemgapCollector
+
+        MemgapCollector()
+        server, _ = start_http_server(0, addr="127.0.0.1")
 
     def thread_heap():
         held = [libc.malloc(BLOCK) for _ in range(8 * MiB // BLOCK)]
@@ -57,7 +67,10 @@ def glibc():
     # last block, next to the top chunk, is kept)
     for p in blocks[0::2]:
         libc.free(p)
-    print(json.dumps({"pid": os.getpid(), "freed": len(blocks[0::2]) * BLOCK, "thread_top": 8 * MiB}), flush=True)
+    said = {"pid": os.getpid(), "freed": len(blocks[0::2]) * BLOCK, "thread_top": 8 * MiB}
+    if serve:
+        said["port"] = server.server_port
+    print(json.dumps(said), flush=True)
     for line in sys.stdin:
         if line.strip() != "trim":
             return
@@ -114,4 +127,4 @@ def sleep():
     time.sleep(60)
 
 
-{"glibc": glibc, "tree": tree, "sleep": sleep}[sys.argv[1]]()
+{"glibc": glibc, "collector": lambda: glibc(serve=True), "tree": tree, "sleep": sleep}[sys.argv[1]]()
