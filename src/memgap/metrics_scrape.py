@@ -38,15 +38,20 @@ class Selection:
         return f"the tree of PID {self.pid}" if self.tree else f"PID {self.pid}"
 
 
-def _process(pid: int, root: bool = False) -> Process | None:
-    """The process's identity for labels, or None where it is gone or a zombie (nothing to read)."""
+def _process(pid: int, root: bool = False, match: re.Pattern[str] | None = None) -> Process | None:
+    """The process's identity for labels, or None where it is gone, a zombie (nothing to read)
+    or, given ``match``, its command line does not match (the stat is then not read)."""
     try:
         reader = ProcReader(pid)
+        cmdline = tuple(reader.cmdline())
+        # kernel threads have no command line; an unreadable one (another user's) is not a match
+        if match is not None and not (cmdline and match.search(" ".join(cmdline))):
+            return None
         stat = reader.stat()
         if stat.state in ("Z", "X"):
             return None
-        return Process(pid, stat.start_time, tuple(reader.cmdline()), root)
-    except NoSuchProcess:
+        return Process(pid, stat.start_time, cmdline, root)
+    except MemgapError:  # gone, or not ours to read: not a target
         return None
 
 
@@ -73,15 +78,8 @@ def find_processes(selection: Selection, exclude: set[int] | None = None) -> lis
             return []
         return [root, *(p for p in map(_process, children) if p is not None)]
     exclude = exclude if exclude is not None else _own_lineage()
-    found = []
-    for pid in psutil.pids():
-        if pid in exclude:
-            continue
-        p = _process(pid)
-        # kernel threads have no command line; an unreadable one (another user's) is not a match
-        if p is not None and p.cmdline and selection.match.search(" ".join(p.cmdline)):
-            found.append(p)
-    return found
+    found = (_process(pid, match=selection.match) for pid in psutil.pids() if pid not in exclude)
+    return [p for p in found if p is not None]
 
 
 class Scraper:

@@ -98,6 +98,7 @@ def main(args: argparse.Namespace) -> int:
             raise scraper.last_errors[0]
         server.scraper = scraper
         host, port = server.server_address[:2]
+        host = f"[{host}]" if ":" in host else host  # an IPv6 address in a URL
         print(f"memgap: serving http://{host}:{port}/metrics ({chosen.describe()}, "
               f"{scraper.last_processes} now)", flush=True)
         server.serve_forever()
