@@ -31,6 +31,16 @@ class NoSuchProcess(MemgapError):
         super().__init__(f"{msg} ({detail})" if detail else msg)
 
 
+class NoMatchingProcess(MemgapError):
+    """No process's command line matches the pattern asked for (exit code 3, as no process)."""
+
+    exit_code = 3
+
+    def __init__(self, pattern: str) -> None:
+        self.pattern = pattern
+        super().__init__(f"no process matches {pattern!r} (memgap's own command line is not matched)")
+
+
 class AccessDenied(MemgapError):
     """The kernel refused to show us this process's memory."""
 

@@ -6,10 +6,10 @@ import sys
 from typing import NoReturn, Sequence
 
 from ..errors import MemgapError, UsageError
-from . import agent, demo, inspect, lab, report, run, snapshot, top
+from . import agent, demo, inspect, lab, report, run, serve_metrics, snapshot, top
 
 COMMANDS = {"inspect": inspect, "top": top, "run": run, "lab": lab, "report": report, "demo": demo,
-            "snapshot": snapshot, "agent": agent}
+            "snapshot": snapshot, "agent": agent, "serve-metrics": serve_metrics}
 
 
 class _Parser(argparse.ArgumentParser):

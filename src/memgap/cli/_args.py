@@ -40,6 +40,7 @@ seconds = _bounded(float, lambda v: v > 0, "a valid number of seconds (more than
 seconds_or_zero = _bounded(float, lambda v: v >= 0, "a valid number of seconds (0 or more)")
 share = _bounded(float, lambda v: v >= 0, "a valid share (0 or more: 0.05 is 5%)")
 count = _bounded(int, lambda v: v >= 1, "a valid count (a whole number from 1 up)")
+port = _bounded(int, lambda v: 0 <= v <= 65535, "a valid port (0 to 65535; 0: any free one)")
 count_or_zero = _bounded(int, lambda v: v >= 0, "a valid count (a whole number, 0 or more)")
 
 

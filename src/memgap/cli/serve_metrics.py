@@ -1,0 +1,107 @@
+"""Serve Prometheus metrics of a process, a tree or every matching process, read from outside.
+
+  memgap serve-metrics [--port N] [--address A] (PID | --tree PID | --match REGEX)
+
+Each scrape of /metrics reads the processes afresh (never stopping or changing them):
+a worker that exited drops out, a new worker or a new match appears. Series carry
+`role` (master/worker in a tree, else the command's name), `index` (by start time)
+and `allocator`, never the PID: a restarted worker would make new series.
+--port 0 takes a free port; the address served is printed on stdout.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import socket
+import sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from ..errors import MemgapError, NoMatchingProcess, NoSuchProcess, UsageError
+from ..metrics_export import CONTENT_TYPE
+from ..metrics_scrape import Scraper, Selection, find_processes
+from . import _args
+
+DEFAULT_PORT = 9555
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("pid", type=_args.pid, nargs="?", help="process ID (with --tree: the tree's root)")
+    p.add_argument("--tree", action="store_true", help="the process and all its descendants (master and workers)")
+    p.add_argument("--match", metavar="REGEX", help="every process whose command line matches (re.search)")
+    p.add_argument("--port", type=_args.port, default=DEFAULT_PORT, metavar="N", help=f"port to listen on ({DEFAULT_PORT})")
+    p.add_argument("--address", default="0.0.0.0", metavar="A",
+                   help="address to listen on (0.0.0.0: every interface; 127.0.0.1: this machine only)")
+
+
+def selection(args: argparse.Namespace) -> Selection:
+    """The targets asked for, checked: exactly one of PID and --match."""
+    if (args.pid is None) == (args.match is None):
+        raise UsageError("serve-metrics: give a PID, --tree PID or --match REGEX (one of them)")
+    if args.match is None:
+        return Selection(pid=args.pid, tree=args.tree)
+    if args.tree:
+        raise UsageError("serve-metrics: --tree takes a PID, not --match")
+    try:
+        return Selection(match=re.compile(args.match))
+    except re.error as exc:
+        raise UsageError(f"serve-metrics: --match {args.match!r} is not a regular expression: {exc}") from None
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True  # a scrape in flight does not hold up Ctrl-C
+    scraper: Scraper
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+
+    def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
+        path = self.path.split("?", 1)[0]
+        if path == "/metrics":
+            try:
+                body, status, ctype = self.server.scraper.scrape().encode(), 200, CONTENT_TYPE
+            except Exception as exc:  # a bug must not end the server: Prometheus sees the scrape fail
+                body, status, ctype = f"memgap: scrape failed: {exc}\n".encode(), 500, "text/plain; charset=utf-8"
+        elif path == "/":
+            body, status, ctype = b"memgap serve-metrics: see /metrics\n", 200, "text/plain; charset=utf-8"
+        else:
+            body, status, ctype = b"not found: see /metrics\n", 404, "text/plain; charset=utf-8"
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+        pass  # one line per scrape would fill a journal; errors are logged by the scraper
+
+
+def listen(address: str, port: int) -> _Server:
+    """The HTTP server, bound (not yet serving); a port in use or an address not ours is a MemgapError."""
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    server_class = type("_Server", (_Server,), {"address_family": family})
+    try:
+        return server_class((address, port), _Handler)
+    except OSError as exc:
+        raise MemgapError(f"serve-metrics: cannot listen on {address}:{port}: {exc.strerror or exc}") from None
+
+
+def main(args: argparse.Namespace) -> int:
+    chosen = selection(args)
+    if not find_processes(chosen):
+        raise NoSuchProcess(chosen.pid) if chosen.match is None else NoMatchingProcess(chosen.match.pattern)
+    server = listen(args.address, args.port)
+    try:
+        scraper = Scraper(chosen)
+        scraper.targets()  # a first read: what cannot be read at all is said now, not at every scrape
+        if not scraper.last_processes and scraper.last_errors:
+            raise scraper.last_errors[0]
+        server.scraper = scraper
+        host, port = server.server_address[:2]
+        host = f"[{host}]" if ":" in host else host  # an IPv6 address in a URL
+        print(f"memgap: serving http://{host}:{port}/metrics ({chosen.describe()}, "
+              f"{scraper.last_processes} now)", flush=True)
+        server.serve_forever()
+    finally:
+        server.server_close()
+    return 0

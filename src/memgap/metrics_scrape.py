@@ -1,0 +1,133 @@
+"""One scrape: find the processes asked for, read each from outside, render the metrics.
+
+Targets are found afresh at every scrape (a worker that exited drops out, a new one or a new
+match appears); each is read with ``snapshot_pid``, which never stops or changes it. A process
+that exits while it is read is left out silently: in a fleet that is a restart, not an error.
+"""
+from __future__ import annotations
+
+import os
+import re
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import TextIO
+
+import psutil
+
+from .collect import Options, snapshot_pid
+from .errors import MemgapError, NoSuchProcess
+from .metrics_export import Process, Target, label_by_command, label_tree, process_families, render, \
+    scrape_families
+from .sources.procfs import ProcReader
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What to read at each scrape: one PID, a tree under a PID, or every process whose
+    command line matches a pattern (``re.search`` over its arguments joined by spaces)."""
+
+    pid: int | None = None
+    tree: bool = False
+    match: re.Pattern[str] | None = None
+
+    def describe(self) -> str:
+        if self.match is not None:
+            return f"processes matching {self.match.pattern!r}"
+        return f"the tree of PID {self.pid}" if self.tree else f"PID {self.pid}"
+
+
+def _process(pid: int, root: bool = False, match: re.Pattern[str] | None = None) -> Process | None:
+    """The process's identity for labels, or None where it is gone, a zombie (nothing to read)
+    or, given ``match``, its command line does not match (the stat is then not read)."""
+    try:
+        reader = ProcReader(pid)
+        cmdline = tuple(reader.cmdline())
+        # kernel threads have no command line; an unreadable one (another user's) is not a match
+        if match is not None and not (cmdline and match.search(" ".join(cmdline))):
+            return None
+        stat = reader.stat()
+        if stat.state in ("Z", "X"):
+            return None
+        return Process(pid, stat.start_time, cmdline, root)
+    except MemgapError:  # gone, or not ours to read: not a target
+        return None
+
+
+def _own_lineage() -> set[int]:
+    """This process and its ancestors: their command lines hold the pattern too."""
+    out = {os.getpid()}
+    try:
+        out.update(p.pid for p in psutil.Process().parents())
+    except psutil.Error:
+        pass
+    return out
+
+
+def find_processes(selection: Selection, exclude: set[int] | None = None) -> list[Process]:
+    """The processes of ``selection`` now (an empty list where all are gone)."""
+    if selection.match is None:
+        assert selection.pid is not None
+        root = _process(selection.pid, root=selection.tree)
+        if root is None or not selection.tree:
+            return [root] if root is not None else []
+        try:
+            children = [c.pid for c in psutil.Process(selection.pid).children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return []
+        return [root, *(p for p in map(_process, children) if p is not None)]
+    exclude = exclude if exclude is not None else _own_lineage()
+    found = (_process(pid, match=selection.match) for pid in psutil.pids() if pid not in exclude)
+    return [p for p in found if p is not None]
+
+
+class Scraper:
+    """Reads the selection on each call of ``scrape`` and keeps the error count across calls.
+    Scrapes run one at a time (two Prometheus servers scraping at once wait for each other)."""
+
+    def __init__(self, selection: Selection, log: TextIO | None = None) -> None:
+        self.selection = selection
+        self.errors_total = 0
+        self.last_errors: list[MemgapError] = []
+        self.last_processes = 0
+        self._log = log if log is not None else sys.stderr
+        self._lock = threading.Lock()
+        self._exclude = _own_lineage() if selection.match is not None else set()
+
+    def _read(self, proc: Process) -> Target | None:
+        snap = snapshot_pid(proc.pid, Options(regions=False))
+        # a PID reused since it was found names another process: it is found afresh next scrape
+        if ProcReader(proc.pid).stat().start_time != proc.start:
+            return None
+        return Target(snap, "", 0)
+
+    def targets(self) -> list[Target]:
+        """Every process of the selection read now, labelled; errors counted and logged."""
+        errors: list[MemgapError] = []
+        read: list[tuple[Process, Target]] = []
+        for proc in find_processes(self.selection, self._exclude):
+            try:
+                target = self._read(proc)
+            except NoSuchProcess:  # PidReused included: it exited, or its PID names another now
+                continue
+            except MemgapError as exc:
+                errors.append(exc)
+                print(f"memgap: serve-metrics: {exc}", file=self._log, flush=True)
+                continue
+            if target is not None:
+                read.append((proc, target))
+        procs = [p for p, _ in read]
+        labels = label_tree(procs) if self.selection.tree else label_by_command(procs)
+        self.errors_total += len(errors)
+        self.last_errors = errors
+        self.last_processes = len(read)
+        return [Target(t.snapshot, *labels[p.pid]) for p, t in read]
+
+    def scrape(self) -> str:
+        """The /metrics page: fresh snapshots of every target, and the scrape's own figures."""
+        with self._lock:
+            started = time.perf_counter()
+            targets = self.targets()
+            took = time.perf_counter() - started
+            return render([*process_families(targets), *scrape_families(len(targets), took, self.errors_total)])
