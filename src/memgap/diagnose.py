@@ -178,3 +178,35 @@ def diagnose_series(snaps: Sequence[Snapshot]) -> list[Finding]:
     return [Finding("retention-not-leak", "info",
                     f"RSS grew by {mib(growth_rss)} MiB while Python objects changed by {mib(growth_py)} MiB: "
                     "the allocator retains memory, the program does not hold it", evidence)]
+
+
+def diagnose_tree(snaps: Sequence[Snapshot]) -> list[Finding]:
+    """Findings over a process tree: forked workers that copied their parent's pages."""
+    forked = [s for s in snaps if s.copied_from_parent]
+    copied = sum(s.copied_from_parent["copied"] for s in forked)  # type: ignore[index]
+    private = sum(s.uss or 0 for s in forked)
+    if copied < FLOOR or not private or copied < SHARE * private:
+        return []
+    groups: dict[str, int] = {}
+    for s in forked:
+        for group, n in s.copied_from_parent["by_group"].items():  # type: ignore[index]
+            groups[group] = groups.get(group, 0) + n
+    python = groups.get("Python objects (pymalloc arenas)", 0)
+    evidence = [f"PID {s.pid}: copied {mib(s.copied_from_parent['copied'])} MiB of its parent's pages, "  # type: ignore[index]
+                f"its own {mib(s.copied_from_parent['own'])} MiB; USS {mib(s.uss)} MiB" for s in forked]
+    evidence.append("copied, by where: " + ", ".join(f"{g} {mib(n)} MiB" for g, n in sorted(groups.items(),
+                                                                                         key=lambda kv: -kv[1])))
+    evidence.append("method: private pages (pagemap bit 56) at addresses where the parent has a page of its own; "
+                    "either side's write makes the copy")
+    cause = ("reference counts and collections write into objects the parent built before the fork (a full "
+             "collection touches every tracked one)" if python >= copied / 2 else
+             "writes after the fork into memory the parent filled before it")
+    return [Finding(
+        "copied-from-parent", "warning",
+        f"{len(forked)} forked processes copied {mib(copied)} MiB of their parent's pages ({pct(copied, private)} "
+        f"of their private memory), {mib(python)} MiB of it Python's objects: likely {cause}",
+        evidence,
+        "freeze the collector at fork (gc.disable() early in the parent, gc.freeze() before each fork, "
+        "gc.enable() in the child; `memgap lab --variant glibc:gc=freeze-at-fork` measures it on your tree), "
+        "or build the data after the fork",
+    )]

@@ -94,6 +94,7 @@ class Snapshot:
     quiet_since: float | None = None    # a snapshot at a quiet spell: when the spell began (memgap.idle)
     rested_since: float | None = None   # ...and when the rest began (a trim in it restarts the spell, not the rest)
     cgroup: dict[str, Any] | None = None  # the memory cgroup it runs in (memgap.sources.cgroup), where readable
+    copied_from_parent: dict[str, Any] | None = None  # a forked process in a tree: memgap.cow.CowSplit
     pss_unexplained: int | None = None  # PSS (smaps_rollup) minus the layers' pss; None where they have none
     pss_note: str = ""                  # how the layers' pss was derived, or why there is none
 
@@ -155,4 +156,6 @@ def tree_totals(snaps: "list[Snapshot]") -> dict[str, Any]:
         "layers_by": "pss" if pss else "resident",
         "layers": layers,
         "unexplained": sum((s.pss_unexplained if pss else s.unexplained) or 0 for s in snaps),
+        # forked processes: their private pages the parent has its own copy of (memgap.cow)
+        "copied_from_parent": sum(s.copied_from_parent["copied"] for s in snaps if s.copied_from_parent),
     }

@@ -4,7 +4,9 @@ worker serves "requests" that run a full collection, as a busy worker eventually
 all rest at once. Nothing imports memgap. Each process appends "PID RSS PSS USS" (bytes,
 from its own /proc/self) to argv[1] during the rest.
 
-    python prefork_gc.py READINGS_FILE
+    python prefork_gc.py READINGS_FILE          # all rest 2.5 s, then exit
+    python prefork_gc.py READINGS_FILE hold     # each says "ready PID" once it rests, and rests
+                                                # until killed (60 s at most)
 """
 import gc
 import os
@@ -12,6 +14,19 @@ import sys
 import time
 
 REST = 2.5
+
+
+HOLD = sys.argv[2:] == ["hold"]
+
+
+def rest() -> None:
+    if HOLD:
+        os.write(1, f"ready {os.getpid()}\n".encode())  # one write: four processes share the pipe
+        time.sleep(60)
+        return
+    time.sleep(REST * 0.7)
+    reading()
+    time.sleep(REST * 0.3)
 
 
 def reading() -> None:
@@ -33,12 +48,13 @@ for _ in range(3):
     if pid == 0:
         for _request in range(3):
             gc.collect()  # a full collection walks every tracked object: it writes into each one's header
-        time.sleep(REST * 0.7)
-        reading()
-        time.sleep(REST * 0.3)
+        rest()
         os._exit(0)
     workers.append(pid)
-time.sleep(REST * 0.7)
-reading()
+if HOLD:
+    rest()
+else:
+    time.sleep(REST * 0.7)
+    reading()
 for pid in workers:
     os.waitpid(pid, 0)

@@ -15,10 +15,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import asdict
 
 import psutil
 
 from ..collect import Options, snapshot_pid
+from ..cow import add_copied_from_parent
+from ..diagnose import diagnose_tree
 from ..errors import NoSuchProcess, PidReused, UsageError
 from ..model import Snapshot, tree_totals
 from ..report.terminal import render_snapshot, render_tree
@@ -115,18 +118,20 @@ def _inside(args: argparse.Namespace) -> int:
 
 
 def _tree(args: argparse.Namespace) -> int:
-    snaps = [snapshot_pid(args.pid, Options(regions=False), args.proc_root)]
+    snaps = [snapshot_pid(args.pid, Options(regions=True), args.proc_root)]
     for child in descendants(args.pid):
         try:
-            snaps.append(snapshot_pid(child, Options(regions=False), args.proc_root))
+            snaps.append(snapshot_pid(child, Options(regions=True), args.proc_root))
         except NoSuchProcess:
             continue  # exited while we read the tree
+    add_copied_from_parent(snaps, args.proc_root)
     if args.json:
         totals = tree_totals(snaps)
         write_json({"schema": "memgap.tree/1", "pid": args.pid,
                     "processes": [s.to_dict(regions=False) for s in snaps],
                     # total_rss counts a shared page once per process; total_pss is what the tree costs
-                    "total_rss": totals["rss_sum"], "total_pss": totals["pss"], "totals": totals}, args.json)
+                    "total_rss": totals["rss_sum"], "total_pss": totals["pss"], "totals": totals,
+                    "findings": [asdict(f) for f in diagnose_tree(snaps)]}, args.json)
     if args.json != "-":
         render_tree(snaps, sys.stdout)
     return 0

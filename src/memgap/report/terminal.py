@@ -7,6 +7,8 @@ from typing import Any, Sequence, TextIO
 
 from rich.console import Console, RenderableType
 
+from ..diagnose import diagnose_tree
+from ..diagnose import diagnose_tree
 from ..model import Finding, Snapshot, layer_figure, tree_totals
 from ..units import mib, pct
 from .cgroup import cgroup_lines
@@ -182,16 +184,23 @@ def render_tree(snaps: Sequence[Snapshot], stream: TextIO, width: int | None = N
     totals = tree_totals(list(snaps))
     pss = totals["layers_by"] == "pss"
     label = f"{len(snaps)} processes"
+    copies = any(s.copied_from_parent for s in snaps)
     cols = [Col("PID"), Col("command", CUT, least=max(16, len(label)), most=40), Col("RSS"), Col("PSS"),
-            Col("USS"), *layer_columns(names)]
+            Col("USS"), *([Col("copied from parent")] if copies else []), *layer_columns(names)]
     rows = []
     for s in snaps:
         cmd = " ".join([os.path.basename(s.cmd[0]), *s.cmd[1:]]) if s.cmd else ""
-        rows.append([str(s.pid), cmd, mib(s.rss), mib(s.pss), mib(s.uss),
+        copied = [mib((s.copied_from_parent or {}).get("copied"))] if copies else []
+        rows.append([str(s.pid), cmd, mib(s.rss), mib(s.pss), mib(s.uss), *copied,
                      *(mib(layer_figure(s.layers[n], pss)) for n in names),
                      mib(s.pss_unexplained if pss else s.unexplained)])
     rows.append(["total", label, mib(totals["rss_sum"]), mib(totals["pss"]), mib(totals["uss"]),
+                 *([mib(totals["copied_from_parent"])] if copies else []),
                  *(mib(totals["layers"][n]) for n in names), mib(totals["unexplained"])])
     layers_by = "layers by PSS (shared pages split among their sharers)" if pss else "layers by resident bytes"
     console.print(fit_table(f"{tree_title(totals)}. In MiB; USS: private pages; {layers_by}", cols, rows,
                             console.width, [None] * len(snaps) + ["bold"]))
+    findings = diagnose_tree(list(snaps))
+    if findings:
+        console.print("Findings:")
+        print_findings(console, findings)

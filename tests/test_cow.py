@@ -1,0 +1,101 @@
+"""What a forked worker copied from its parent (issue 15, item 2's second half), read from
+outside on unmodified preforked trees, against each worker's own smaps: the private dirty
+pages in the mappings its parent maps too."""
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from helpers import MiB, memgap
+from memgap.cow import inherited_ranges, split_pages
+from memgap.sources.procfs import Mapping
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PREFORK_GC = os.path.join(HERE, "programs", "prefork_gc.py")
+FORKED_TREE = os.path.join(HERE, "programs", "forked_tree.py")
+
+
+@pytest.fixture
+def tree(tmp_path):
+    """Start a program whose processes each say "ready PID"; returns {pid: ppid}; all killed after."""
+    started = []
+
+    def start(program, processes, *args):
+        proc = subprocess.Popen([sys.executable, program, str(tmp_path / "readings.txt"), *args],
+                                stdout=subprocess.PIPE, text=True, start_new_session=True)
+        started.append(proc)
+        pids = [int(proc.stdout.readline().split()[1]) for _ in range(processes)]
+        return proc.pid, pids
+
+    yield start
+    for proc in started:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def private_dirty_in_inherited(pid, parent):
+    """The witness: Private_Dirty of the worker's mappings that its parent maps at the same
+    addresses, summed from smaps in the test (memgap reads pagemap's bits instead)."""
+    with open(f"/proc/{parent}/maps") as fh:
+        theirs = [tuple(int(x, 16) for x in line.split()[0].split("-")) for line in fh
+                  if line.split()[1][1] == "w" and line.split()[1][3] == "p"]
+    total, inherited = 0, False
+    with open(f"/proc/{pid}/smaps") as fh:
+        for line in fh:
+            fields = line.split()
+            if "-" in fields[0] and len(fields) >= 5:
+                lo, hi = (int(x, 16) for x in fields[0].split("-"))
+                inherited = fields[1][1] == "w" and fields[1][3] == "p" and any(a < hi and lo < b for a, b in theirs)
+            elif fields[0] == "Private_Dirty:" and inherited:
+                total += int(fields[1]) * 1024
+    return total
+
+
+def test_workers_whose_collections_copied_the_masters_objects(tree):
+    master, workers = tree(PREFORK_GC, 4, "hold")
+    proc = memgap("inspect", "--tree", str(master), "--json", "-")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    by_pid = {p["pid"]: p for p in doc["processes"]}
+    for pid in (p for p in workers if p != master):
+        split = by_pid[pid]["copied_from_parent"]
+        witness = private_dirty_in_inherited(pid, master)
+        assert split["parent"] == master and witness > 20 * MiB, (split, witness)
+        assert abs(split["copied"] - witness) <= 0.1 * witness, (pid, split, witness)
+        # the copies are the master's objects, written by the workers' full collections
+        assert split["by_group"]["Python objects (pymalloc arenas)"] >= 0.9 * split["copied"], split
+    assert doc["totals"]["copied_from_parent"] >= 3 * 20 * MiB
+    assert [f["code"] for f in doc["findings"]] == ["copied-from-parent"]
+    text = " ".join(memgap("inspect", "--tree", str(master)).stdout.split())
+    assert "3 forked processes copied" in text and "Python's objects" in text and "gc.freeze()" in text, text
+
+
+def test_workers_that_filled_memory_of_their_own_copied_little(tree):
+    """forked_tree.py's workers keep the master's objects untouched and fill 24 MiB of their
+    own: private, but not copied; no finding."""
+    master, _ = tree(FORKED_TREE, 3, "hold")
+    doc = json.loads(memgap("inspect", "--tree", str(master), "--json", "-").stdout)
+    workers = [p for p in doc["processes"] if p["pid"] != master]
+    for p in workers:
+        assert p["status"]["Uss"] >= 24 * MiB and p["copied_from_parent"]["copied"] < 4 * MiB, p["copied_from_parent"]
+    assert "copied-from-parent" not in memgap("inspect", "--tree", str(master)).stdout
+
+
+def page(*entries):
+    """Raw pagemap bytes for these entries."""
+    return b"".join(e.to_bytes(8, "little") for e in entries)
+
+
+def test_split_pages_and_inherited_ranges_by_hand():
+    present, exclusive = 1 << 63, (1 << 63) | (1 << 56)
+    # child pages: private, private, shared, private; parent pages: present, absent, present, present
+    copied, own, bitmap = split_pages(page(exclusive, exclusive, present, exclusive),
+                                      page(present, 0, present, present))
+    assert (copied, own, bitmap) == (2, 1, bytes([1, 0, 0, 1]))
+    rw, ro = "rw-p", "r--p"
+    child = [Mapping(0x1000, 0x5000, rw, 0, "", 0, ""), Mapping(0x8000, 0x9000, ro, 0, "", 0, "/lib")]
+    parent = [Mapping(0x3000, 0x7000, rw, 0, "", 0, ""), Mapping(0x8000, 0x9000, ro, 0, "", 0, "/lib")]
+    assert inherited_ranges(child, parent) == [(0x3000, 0x5000)]  # read-only pages are never copied
