@@ -267,12 +267,14 @@ def test_layers_add_up_within_one_percent_with_the_agent(tmp_path):
     assert with_agent.route == "outside, with the agent" and outside.route == "outside"
     assert abs(with_agent.unexplained) <= 0.01 * with_agent.rss, (with_agent.unexplained, with_agent.rss)
     rows = with_agent.layers["allocator_free"].detail["arenas"]
-    assert len(rows) == 16 and all(r["walk_complete"] for r in rows)
+    # as many arenas as glibc itself lists (malloc_info, through the agent): 16 threads make up to 16,
+    # fewer when a loaded machine runs them one after another
+    assert len(rows) == with_agent.allocator["arenas"] >= 4 and all(r["walk_complete"] for r in rows)
     walked, counted = sum(r["free_walked"] for r in rows), sum(r["free"] for r in rows)
     assert 0.9 * counted <= walked <= 1.02 * counted, (walked, counted)
     # and the outside walk alone classified every resident page of the arenas it found
     detail = outside.layers["allocator_free"].detail
-    assert detail["arena_count"] == 16 and not detail["problems"]
+    assert detail["arena_count"] == len(rows) and not detail["problems"]
 
 
 @needs_cc
