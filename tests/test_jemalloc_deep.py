@@ -152,16 +152,16 @@ def test_deep_reads_redis_jemalloc_as_redis_does(redis):
     # what only the process knows: the decay its environment set, and the pages the deletes left dirty
     assert j["dirty_decay_ms"] == 60000 and all(a["dirty_decay_ms"] == 60000 for a in j["arenas"])
     assert j["dirty_bytes"] >= 10 * MiB, j
-    assert j["all_pdirty"] * j["page"] == j["dirty_bytes"] or abs(j["all_pdirty"] * j["page"] - j["dirty_bytes"]) \
-        <= 16 * j["page"]
     # from outside jemalloc's pages are other_anon; with its counters, named layers hold >= 90% of RSS
     outside = doc["layers"]
     assert outside["other_anon"]["resident"] >= 0.5 * doc["rss"], outside["other_anon"]
     layers = deep["with_allocator"]["layers"]
     assert layers["allocator_in_use"]["source"] == "gdb mallctl"
     assert layers["other_anon"]["resident"] <= 0.10 * doc["rss"], {k: v["resident"] for k, v in layers.items()}
-    free = layers["allocator_free"]["detail"]
-    assert free["purgeable"] == j["dirty_bytes"] + j["muzzy_bytes"] and free["retained_virtual"] == j["retained"]
+    # the dirty pages memgap counted per arena lie within what Redis counts resident beyond active, less
+    # at most jemalloc's metadata
+    beyond_active = after["allocator_resident"] - after["allocator_active"]
+    assert 0.95 * (beyond_active - j["metadata"]) <= j["dirty_bytes"] <= 1.05 * beyond_active, (j, after)
     # gdb held Redis briefly
     assert deep["gdb_seconds"]["held"] < 2.0, deep["gdb_seconds"]
     print(f"memgap vs INFO: allocated {j['allocated']} / {after['allocator_allocated']}, active {j['active']} / "
@@ -250,15 +250,19 @@ def test_deep_calls_the_mallctl_a_static_program_links_in(je_stats):
     for name in ("allocated", "active", "resident", "mapped", "metadata"):
         for figures in (program.first, later):
             assert abs(j[name] - figures[name]) <= 128 * 1024, (name, j[name], program.first, later)
-    assert abs(j["all_pdirty"] - program.first["pdirty"]) <= 16, (j, program.first)
-    assert j["dirty_bytes"] == j["all_pdirty"] * j["page"] and j["dirty_bytes"] >= 2 * MiB
+    # the arenas' pages, summed by memgap, against the program's merged count (stats.arenas.4096)
+    assert abs(j["dirty_bytes"] // j["page"] - program.first["pdirty"]) <= 16, (j, program.first)
+    assert j["dirty_bytes"] >= 2 * MiB
     # what the program set for itself (its malloc_conf, and the arena it created) and nobody else knows
     assert j["narenas"] == program.first["narenas"] == 6 and j["dirty_decay_ms"] == 30000
     assert j["background_thread_on"] is False
     assert len(j["arenas"]) >= 2  # the main thread's arena and the thread's own
     layers = doc["deep"]["with_allocator"]["layers"]
     assert layers["allocator_in_use"]["resident"] == j["allocated"]  # not clamped: the pages are there
-    assert layers["allocator_free"]["detail"]["purgeable"] == j["dirty_bytes"]
+    # free holds at least the program's own dirty pages and slack (active - allocated), less a few pages
+    first = program.first
+    assert layers["allocator_free"]["resident"] >= first["pdirty"] * 4096 + first["active"] - first["allocated"] \
+        - 64 * 1024, (layers["allocator_free"], first)
     assert layers["other_anon"]["resident"] <= 0.10 * doc["rss"]
 
 
@@ -274,3 +278,23 @@ def test_deep_and_trim_refuse_a_stripped_static_jemalloc(je_stats):
     finally:
         program.close()
     assert later["pdirty"] == program.first["pdirty"]  # nothing ran in it
+
+
+def test_tiny_gdb_timeouts_leave_the_static_program_as_it_was(je_stats):
+    """Timeouts that cut gdb short before, around and during the mallctl batches: the program answers
+    after each, and what it holds is what it held (memgap's blocks freed, or said to stay)."""
+    program = JeStats(je_stats[0])
+    cut = []
+    try:
+        # on the idle 2-core machine gdb is set up by 0.08 s and done by 0.15 s: these cut it at each step
+        for limit in ("0.05", "0.09", "0.1", "0.11", "0.13", "0.2"):
+            proc = memgap("inspect", str(program.proc.pid), "--deep", "--gdb-timeout", limit)
+            if proc.returncode:
+                assert proc.returncode == 1 and "did not finish" in proc.stderr, (proc.returncode, proc.stderr)
+                cut.append(proc.stderr.split("did not finish ")[1].split(" in PID")[0])
+            figures = program.figures()
+            assert abs(figures["allocated"] - program.first["allocated"]) <= 128 * 1024, (limit, figures)
+            assert abs(figures["pdirty"] - program.first["pdirty"]) <= 16, (limit, figures)
+    finally:
+        program.close()
+    print(f"gdb cut short at: {cut}")

@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # attribution imports the figures in-process too: no gdb mach
 ROUTE = "gdb mallctl"
 MALLCTL_ARENAS_ALL = 4096   # "all arenas" in stats.arenas.<i> and arena.<i>.purge (jemalloc 5)
 SLOT = 24                   # value (8), length (8), return code (4), padding (4)
+PER_EXPRESSION = 64         # calls in one gdb expression (a process may have hundreds of arenas)
 NOT_RUN = -1                # a return code slot the call never wrote
 TOTALS = ("allocated", "active", "resident", "retained", "mapped", "metadata")
 
@@ -54,12 +55,17 @@ def totals_batch() -> list[Ctl]:
 
 
 def arenas_batch(narenas: int) -> list[Ctl]:
-    """Per arena: its dirty and muzzy pages and its decay times. An arena never used answers
-    ENOENT (or EFAULT) and is left out."""
+    """Each arena's dirty pages: an arena never used answers ENOENT and is left out. (jemalloc
+    makes 4 arenas per CPU, most never used: the rest is asked of the used ones only.)"""
+    return [Ctl(f"stats.arenas.{i}.pdirty") for i in range(narenas)]
+
+
+def arena_detail_batch(used: list[int]) -> list[Ctl]:
+    """The used arenas' muzzy pages and decay times."""
     out = []
-    for i in range(narenas):
-        out += [Ctl(f"stats.arenas.{i}.pdirty"), Ctl(f"stats.arenas.{i}.pmuzzy"),
-                Ctl(f"arena.{i}.dirty_decay_ms", signed=True), Ctl(f"arena.{i}.muzzy_decay_ms", signed=True)]
+    for i in used:
+        out += [Ctl(f"stats.arenas.{i}.pmuzzy"), Ctl(f"arena.{i}.dirty_decay_ms", signed=True),
+                Ctl(f"arena.{i}.muzzy_decay_ms", signed=True)]
     return out
 
 
@@ -210,7 +216,9 @@ def _run_batch(session: GdbSession, symbol: str, ctls: list[Ctl], what: str) -> 
     block = session.alloc(SLOT * len(ctls))
     session.write_memory(block, encode_slots(ctls))
     try:
-        session.call(batch_expression(symbol, ctls, names, block), what)
+        for i in range(0, len(ctls), PER_EXPRESSION):
+            part = slice(i, i + PER_EXPRESSION)
+            session.call(batch_expression(symbol, ctls[part], names[part], block + SLOT * i), what)
     except CallFailed as exc:
         if "No symbol" in exc.gdb_message:
             raise Unsupported(f"gdb finds no {symbol} in the process: {exc.gdb_message.strip()[:80]}") from None
@@ -219,12 +227,15 @@ def _run_batch(session: GdbSession, symbol: str, ctls: list[Ctl], what: str) -> 
 
 
 def read_jemalloc(session: GdbSession, symbol: str) -> JemallocDeep:
-    """Refresh jemalloc's counters (``epoch``) and read them, then each arena's pages and decay."""
+    """Refresh jemalloc's counters (``epoch``) and read them, then each used arena's pages and decay."""
     totals = _run_batch(session, symbol, totals_batch(), "mallctl totals")
     if totals.get("epoch") is None and totals.get("stats.allocated") is None:
         raise Unsupported(f"jemalloc's {symbol} answered none of the names asked (not jemalloc 5?)")
     narenas = int(totals.get("arenas.narenas") or 0)
     arenas = _run_batch(session, symbol, arenas_batch(narenas), "mallctl arenas") if narenas else {}
+    used = [i for i in range(narenas) if arenas.get(f"stats.arenas.{i}.pdirty") is not None]
+    if used:
+        arenas.update(_run_batch(session, symbol, arena_detail_batch(used), "mallctl arena detail"))
     return figures(symbol, totals, arenas)
 
 
