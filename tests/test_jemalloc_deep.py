@@ -19,11 +19,8 @@ import time
 
 import pytest
 
-from conftest import HERE, child_env
 from helpers import MiB, memgap
 
-JEMALLOC_A = "/usr/lib/x86_64-linux-gnu/libjemalloc.a"
-CC = shutil.which("gcc") or shutil.which("cc")
 KEYS, DELETED = 200_000, 150_000
 VALUE = b"v" * 100
 
@@ -198,17 +195,12 @@ def test_trim_purges_redis_jemalloc_and_measures_it(redis):
 # --- jemalloc linked in statically -----------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def je_stats(tmp_path_factory):
-    """programs/je_stats.c built with Debian's libjemalloc.a, and a stripped copy."""
-    if CC is None or not os.path.exists(JEMALLOC_A):
-        pytest.skip("needs gcc and libjemalloc-dev (libjemalloc.a)")
-    where = tmp_path_factory.mktemp("je_stats")
-    exe, stripped = str(where / "je_stats"), str(where / "je_stats-stripped")
-    subprocess.run([CC, "-O1", "-o", exe, os.path.join(HERE, "programs", "je_stats.c"), JEMALLOC_A,
-                    "-lpthread", "-lm", "-ldl"], check=True)
-    shutil.copy(exe, stripped)
+def je_stats(je_stats_exe, tmp_path_factory):
+    """programs/je_stats.c built with Debian's libjemalloc.a (conftest), and a stripped copy."""
+    stripped = str(tmp_path_factory.mktemp("je_stats_stripped") / "je_stats-stripped")
+    shutil.copy(je_stats_exe, stripped)
     subprocess.run(["strip", stripped], check=True)
-    return exe, stripped
+    return je_stats_exe, stripped
 
 
 class JeStats:

@@ -15,7 +15,7 @@ from ..deep import ROUTE_MALLCTL, ROUTE_MALLOC_INFO, ROUTE_OUTSIDE, DeepResult
 from ..model import Snapshot
 from ..sources.jemalloc_gdb import JemallocDeep
 from ..units import mib
-from .fit import Col, fit_table
+from .fit import WRAP, Col, fit_table
 from .terminal import _console, layers_table
 
 
@@ -62,19 +62,19 @@ def _decay(ms: int | None) -> str:
 
 def jemalloc_table(j: JemallocDeep, width: int = 120) -> RenderableType:
     """jemalloc's own figures, each with the mallctl name it came from and what it means here."""
-    rows = [["allocated", mib(j.allocated), "stats.allocated", "handed to the program: allocator_in_use"],
-            ["active", mib(j.active), "stats.active", f"pages holding allocations; {mib(j.page_slack)} MiB of "
-                                                      "slack within them (active - allocated): allocator_free"],
-            ["dirty + muzzy", mib(j.purgeable), "stats.arenas.<i>.pdirty, .pmuzzy x arenas.page",
-             f"{mib(j.dirty_bytes)} + {mib(j.muzzy_bytes)} MiB freed pages, resident: a purge returns them now "
-             "(allocator_free)"],
-            ["metadata", mib(j.metadata), "stats.metadata", f"{mib(j.metadata_resident)} MiB resident (resident - "
-                                                            "active - dirty): allocator_free"],
-            ["resident", mib(j.resident), "stats.resident", "active + dirty + metadata pages, as jemalloc counts"],
-            ["retained", mib(j.retained), "stats.retained", "address space kept, given back: virtual only"],
-            ["mapped", mib(j.mapped), "stats.mapped", ""]]
+    rows = [["allocated", mib(j.allocated), "stats.allocated", "handed out: allocator_in_use"],
+            ["active", mib(j.active), "stats.active",
+             f"pages holding them; the {mib(j.page_slack)} MiB slack in them is allocator_free"],
+            ["dirty + muzzy", mib(j.purgeable), "stats.arenas.<i>.pdirty, pmuzzy",
+             f"{mib(j.dirty_bytes)} + {mib(j.muzzy_bytes)} MiB of freed pages a purge returns: allocator_free"],
+            ["metadata", mib(j.metadata), "stats.metadata",
+             f"{mib(j.metadata_resident)} MiB resident (resident - active - dirty): allocator_free"],
+            ["resident", mib(j.resident), "stats.resident", "active + dirty + metadata pages"],
+            ["retained", mib(j.retained), "stats.retained", "given back, still mapped: virtual only"],
+            ["mapped", mib(j.mapped), "stats.mapped", "mapped in active extents"]]
+    # what each figure means here goes before the mallctl name it came from when columns run short
     return fit_table(f"jemalloc ({j.symbol}, {ROUTE_MALLCTL}), {len(j.arenas)} of {j.narenas} arenas in use, MiB",
-                     [Col("figure"), Col("MiB"), Col("mallctl", optional=1), Col("meaning here", optional=2)],
+                     [Col("figure"), Col("MiB"), Col("mallctl", optional=2), Col("meaning here", WRAP, optional=1)],
                      rows, width)
 
 
