@@ -311,18 +311,10 @@ def python_snapshot_via_gdb(session: GdbSession, here: str, there: str, notes: l
 
 def deep(pid: int, outside: Snapshot, start_time: int | None, options: GdbOptions) -> DeepResult:
     """malloc_info (glibc) and, for Python, an in-process snapshot, through one gdb attach."""
-    maps = ProcReader(pid, options.proc_root).maps()
     glibc = outside.allocator.get("name") == "glibc"
-    python = is_python(maps)
-    mallctl, why_not = jemalloc_symbol(pid, outside, options.proc_root)
-    if not glibc and not python and mallctl is None:
-        raise Unsupported(why_not or f"--deep reads glibc's malloc_info, jemalloc's mallctl or a Python process's "
-                          f"own snapshot; PID {pid} runs {outside.allocator.get('name')} malloc and no Python")
-    result = DeepResult(pid)
-    if not glibc and mallctl is None:
-        result.notes.append(f"malloc_info: the process runs {outside.allocator.get('name')}, not glibc's malloc")
-    if why_not:
-        result.notes.append(why_not)
+    python = is_python(ProcReader(pid, options.proc_root).maps())
+    mallctl, notes = _allocator_plan(pid, outside, python, options.proc_root)
+    result = DeepResult(pid, notes=notes)
     session = GdbSession(pid, timeout=options.timeout, gdb=options.gdb, proc_root=options.proc_root,
                          expected_start_time=start_time)
     try:
@@ -357,6 +349,18 @@ def deep(pid: int, outside: Snapshot, start_time: int | None, options: GdbOption
     if result.jemalloc is not None:
         result.with_allocator = with_jemalloc_layers(outside, result.jemalloc)
     return result
+
+
+def _allocator_plan(pid: int, outside: Snapshot, python: bool, proc_root: str) -> tuple[str | None, list[str]]:
+    """The mallctl to call where malloc is jemalloc, and notes on what --deep cannot read;
+    Unsupported where it can read nothing (as before jemalloc: the same message for tcmalloc...)."""
+    name = outside.allocator.get("name")
+    mallctl, why_not = jemalloc_symbol(pid, outside, proc_root)
+    if name != "glibc" and not python and mallctl is None:
+        raise Unsupported(why_not or f"--deep reads glibc's malloc_info, jemalloc's mallctl or a Python process's "
+                          f"own snapshot; PID {pid} runs {name} malloc and no Python")
+    notes = [f"malloc_info: the process runs {name}, not glibc's malloc"] if name != "glibc" and not mallctl else []
+    return mallctl, notes + ([why_not] if why_not else [])
 
 
 def jemalloc_symbol(pid: int, outside: Snapshot, proc_root: str = "/proc") -> tuple[str | None, str]:
