@@ -440,12 +440,12 @@ def jemalloc_gdb_layers(layers: dict[str, Layer], rss: int, j: JemallocDeep) -> 
     out = {name: layer for name, layer in layers.items()}
     out["allocator_in_use"] = Layer(
         "allocator_in_use", parts["allocated"], virtual=j.allocated, source=MALLCTL_ROUTE, note=note,
-        derivation=f"jemalloc stats.allocated ({MALLCTL_ROUTE}, after an epoch refresh), within the anonymous pages the "
-                   "outside walk left unclaimed")
+        derivation=f"jemalloc stats.allocated ({MALLCTL_ROUTE}, after an epoch refresh), within the anonymous "
+                   "pages the outside walk left unclaimed")
     out["allocator_free"] = Layer(
         "allocator_free", free, virtual=free + j.retained, source=MALLCTL_ROUTE, note=note,
-        derivation=f"jemalloc's counters ({MALLCTL_ROUTE}): slack within active pages (stats.active - stats.allocated), "
-                   "plus dirty and muzzy pages ((pdirty + pmuzzy) x arenas.page, summed over the arenas: what "
+        derivation=f"jemalloc's counters ({MALLCTL_ROUTE}): slack within active pages (stats.active - "
+                   "stats.allocated), plus dirty and muzzy pages ((pdirty + pmuzzy) x arenas.page, summed over the arenas: what "
                    "arena.<ALL>.purge returns now), plus metadata pages (stats.resident - stats.active - dirty "
                    "pages, at most stats.metadata); virtual adds stats.retained (address space kept, not resident)",
         detail={"route": MALLCTL_ROUTE, "page_slack": parts["page_slack"], "purgeable": parts["purgeable"],

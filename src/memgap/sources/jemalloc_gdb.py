@@ -173,10 +173,12 @@ def figures(symbol: str, totals: dict[str, int | None], arenas: dict[str, int | 
         raise Unsupported(f"jemalloc's {symbol} answered no {', '.join(missing)} "
                           "(a jemalloc built without --enable-stats?)")
     narenas = int(totals["arenas.narenas"] or 0)
-    used = tuple(ArenaPages(i, int(arenas[f"stats.arenas.{i}.pdirty"] or 0), int(arenas.get(f"stats.arenas.{i}.pmuzzy") or 0),
+    used = tuple(ArenaPages(i, int(arenas[f"stats.arenas.{i}.pdirty"] or 0),
+                            int(arenas.get(f"stats.arenas.{i}.pmuzzy") or 0),
                             arenas.get(f"arena.{i}.dirty_decay_ms"), arenas.get(f"arena.{i}.muzzy_decay_ms"))
                  for i in range(narenas) if arenas.get(f"stats.arenas.{i}.pdirty") is not None)
-    flag = {k: None if totals.get(k) is None else bool(totals[k]) for k in ("opt.background_thread", "background_thread")}
+    flag = {k: None if totals.get(k) is None else bool(totals[k])
+            for k in ("opt.background_thread", "background_thread")}
     return JemallocDeep(
         symbol, *(int(totals[f"stats.{t}"] or 0) for t in TOTALS), page=int(totals["arenas.page"] or 0),
         narenas=narenas, arenas=used,
