@@ -48,6 +48,20 @@ def witness_exe(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def je_stats_exe(tmp_path_factory):
+    """programs/je_stats.c built with Debian's libjemalloc.a linked in: a program whose malloc is
+    jemalloc and that prints its own mallctl figures."""
+    cc = shutil.which("gcc") or shutil.which("cc")
+    archive = "/usr/lib/x86_64-linux-gnu/libjemalloc.a"
+    if cc is None or not os.path.exists(archive):
+        pytest.skip("needs gcc and libjemalloc-dev (libjemalloc.a)")
+    exe = tmp_path_factory.mktemp("je_stats") / "je_stats"
+    subprocess.run([cc, "-O1", "-o", str(exe), os.path.join(HERE, "programs", "je_stats.c"), archive,
+                    "-lpthread", "-lm", "-ldl"], check=True)
+    return str(exe)
+
+
+@pytest.fixture(scope="session")
 def wheel_venv(tmp_path_factory):
     """A new virtual environment with memgap installed from a wheel built from this tree
     (not editable: as users install it), and uvicorn for the server tests."""

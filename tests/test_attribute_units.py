@@ -316,3 +316,57 @@ def test_shares_follow_their_pages():
 def test_shares_unknown_stay_unmeasured():
     layers, _ = attribute(Measurements(60 * MiB, GLIBC_REGIONS, "glibc", glibc_layout()))
     assert all(layer.private is None and layer.pss is None for layer in layers.values())
+
+
+# --- jemalloc's counters read through gdb (inspect --deep) ------------------------------------
+
+def _jemalloc_deep(allocated, active, resident, pdirty, pmuzzy, metadata, retained=5 * MiB):
+    from memgap.sources.jemalloc_gdb import ArenaPages, JemallocDeep
+
+    # two arenas, the pages split between them
+    arenas = (ArenaPages(0, pdirty - 10, pmuzzy, 10000, 0), ArenaPages(3, 10, 0, 10000, 0))
+    return JemallocDeep("mallctl", allocated, active, resident, retained, mapped=active + 4 * MiB,
+                        metadata=metadata, page=4 * KiB, narenas=8, arenas=arenas)
+
+
+def _outside_jemalloc_snapshot():
+    # an outside read of a jemalloc process: no allocator layers, its pages unclaimed anonymous
+    m = Measurements(rss=60 * MiB, regions=regions(("file", 8 * MiB), ("stack", 1 * MiB), ("anon", 50 * MiB),
+                                                     ("file-cow", 1 * MiB)), allocator="jemalloc")
+    return attribute(m)[0]
+
+
+def test_jemalloc_counters_read_through_gdb_move_pages_out_of_other_anon():
+    from memgap.attribution import jemalloc_gdb_layers
+
+    outside = _outside_jemalloc_snapshot()
+    assert outside["other_anon"].resident == 51 * MiB  # 50 unclaimed + 1 file-cow
+    # 12 MiB allocated in 13 MiB of active pages; 6000 dirty + 400 muzzy pages (25 MiB); resident
+    # 13 + 6000 pages (23.4375 MiB) + 3 MiB metadata pages = 39.4375 MiB; stats.metadata 5 MiB
+    j = _jemalloc_deep(12 * MiB, 13 * MiB, 13 * MiB + 6000 * 4 * KiB + 3 * MiB, 6000, 400, 5 * MiB)
+    layers, _ = jemalloc_gdb_layers(outside, 60 * MiB, j)
+    assert layers["allocator_in_use"].resident == 12 * MiB
+    # free: 1 MiB slack + 6400 pages (25 MiB) + 3 MiB metadata = 29 MiB
+    assert layers["allocator_free"].resident == 29 * MiB
+    assert layers["allocator_free"].virtual == 29 * MiB + 5 * MiB  # plus retained
+    assert layers["allocator_free"].detail["purgeable"] == 25 * MiB
+    # other_anon: 51 - 12 - 29 = 10 MiB, its unclaimed anonymous part 50 - 41 = 9 MiB
+    assert layers["other_anon"].resident == 10 * MiB
+    assert layers["other_anon"].detail["unclaimed_anonymous"] == 9 * MiB
+    assert not layers["allocator_free"].note
+    assert layers["files"] is outside["files"] and layers["stacks"] is outside["stacks"]
+
+
+def test_jemalloc_counters_beyond_the_unclaimed_pages_are_clamped_and_said():
+    from memgap.attribution import jemalloc_gdb_layers
+
+    outside = _outside_jemalloc_snapshot()
+    # 40 MiB allocated, 2 MiB slack, 2000 pages (7.8125 MiB) dirty, 2 MiB of metadata pages: 51.8 MiB wanted
+    # of 50 MiB unclaimed: in use 40, slack 2, dirty 7.8125, metadata what is left, 0.1875 MiB
+    j = _jemalloc_deep(40 * MiB, 42 * MiB, 42 * MiB + 2000 * 4 * KiB + 2 * MiB, 2000, 0, 4 * MiB)
+    layers, _ = jemalloc_gdb_layers(outside, 60 * MiB, j)
+    assert layers["allocator_in_use"].resident == 40 * MiB
+    assert layers["allocator_free"].resident == 2 * MiB + 2000 * 4 * KiB + 192 * KiB
+    assert layers["allocator_free"].detail["metadata"] == 192 * KiB
+    assert layers["other_anon"].resident == 1 * MiB  # the file-cow pages only
+    assert "metadata 1900544 bytes" in layers["allocator_free"].note  # 2 MiB - 192 KiB not moved

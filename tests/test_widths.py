@@ -303,3 +303,43 @@ def test_wrap_breaks_between_parts_and_folds_only_what_has_none():
         "jemalloc:", "background_thread=true,", "dirty_decay_ms=1000"]
     assert wrap("C allocator free (retained)", 12) == ["C allocator", "free", "(retained)"]
     assert wrap("abcdefghij", 4) == ["abcd", "efgh", "ij"]
+
+
+@pytest.fixture(scope="module")
+def inside_jemalloc(je_stats_exe):
+    """--deep and --trim through gdb on a program with jemalloc linked in (its mallctl)."""
+    from memgap.cli.inspect import snapshot_checked
+    from memgap.collect import Options, snapshot_pid
+    from memgap.deep import GdbOptions, deep, trim
+
+    proc = subprocess.Popen([je_stats_exe], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        proc.stdout.readline()
+        assert proc.stdout.readline() == "ready\n"
+        snap, started = snapshot_checked(proc.pid, Options(regions=True), "/proc")
+        found = deep(proc.pid, snap, started, GdbOptions())
+        trimmed = trim(proc.pid, snap, started, GdbOptions())
+        after = snapshot_pid(proc.pid, Options(regions=False))
+        after.phase = "after-trim"
+        yield proc.pid, found, trimmed, after
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=30)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_deep_and_trim_of_jemalloc(inside_jemalloc, width):
+    from memgap.report.attach import render_after_trim, render_deep, render_trim
+
+    pid, found, trimmed, after = inside_jemalloc
+
+    def render(out, w):
+        render_deep(found, out, w)
+        render_trim(pid, trimmed, out, w)
+        render_after_trim(after, out, w)
+
+    text = rendered(render, width)
+    j = found.jemalloc
+    figures = [mib(v) for v in (j.allocated, j.active, j.purgeable, j.metadata, j.resident, j.retained, j.mapped)]
+    figures += [mib(trimmed["rss_before"]), mib(trimmed["rss_after"]), mib(trimmed["released"])]
+    check(text, width, figures + snapshot_figures(found.with_allocator, arenas=False) + [mib(after.rss)])

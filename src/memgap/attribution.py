@@ -13,6 +13,7 @@ from .model import Layer, Region
 from .sources.glibc import Mallinfo2, MallocInfo
 from .sources.glibc_heaps import GlibcLayout
 from .sources.jemalloc import JemallocStats
+from .sources.jemalloc_gdb import ROUTE as MALLCTL_ROUTE, JemallocDeep
 from .sources.pymalloc import PymallocStats
 from .sources.pymalloc_pools import PoolCensus
 from .sources.pyheap import PythonHeap
@@ -409,3 +410,52 @@ def _set_shares(layers: dict[str, Layer], parts: dict[str, _Part]) -> None:
         layer.pss = max(0, round(part.pss))
         pro_rata = PRO_RATA if name in ("python_objects", "pymalloc_free", "allocator_in_use") else ""
         layer.derivation = "; ".join(filter(None, [layer.derivation, PSS_DERIVATION + pro_rata]))
+
+
+def jemalloc_gdb_layers(layers: dict[str, Layer], rss: int, j: JemallocDeep) -> tuple[dict[str, Layer], int]:
+    """An outside snapshot's layers, with its allocator layers from jemalloc's own counters
+    read through gdb (``inspect --deep``); and the new unexplained remainder.
+
+    From outside, jemalloc's pages are unclaimed anonymous memory (other_anon). Its
+    counters move them, in this order, each within what is left: the allocated bytes to
+    allocator_in_use; then, to allocator_free, the slack within active pages (active -
+    allocated), the dirty and muzzy pages a purge returns now, and the metadata's pages
+    (resident - active - dirty: jemalloc's bookkeeping is memory it holds and the program
+    cannot use, so it goes with the free bytes). Retained address space is given back
+    already: virtual only. Counted in bytes, not page by page, so the moved layers carry
+    no private or PSS split.
+    """
+    other = layers["other_anon"]
+    pool = int(other.detail.get("unclaimed_anonymous", other.resident or 0))
+    wanted = {"allocated": j.allocated, "page_slack": j.page_slack, "purgeable": j.purgeable,
+              "metadata": j.metadata_resident}
+    parts, left = {}, pool
+    for name, want in wanted.items():
+        parts[name] = min(want, left)
+        left -= parts[name]
+    clamped = [f"{name} {wanted[name] - parts[name]} bytes" for name in wanted if parts[name] < wanted[name]]
+    note = ("jemalloc counts more than the unclaimed anonymous pages hold (pages it counts but never touched, "
+            "or freed since the outside read): not moved: " + ", ".join(clamped)) if clamped else ""
+    free = parts["page_slack"] + parts["purgeable"] + parts["metadata"]
+    out = {name: layer for name, layer in layers.items()}
+    out["allocator_in_use"] = Layer(
+        "allocator_in_use", parts["allocated"], virtual=j.allocated, source=MALLCTL_ROUTE, note=note,
+        derivation=f"jemalloc stats.allocated ({MALLCTL_ROUTE}, after an epoch refresh), within the anonymous "
+                   "pages the outside walk left unclaimed")
+    out["allocator_free"] = Layer(
+        "allocator_free", free, virtual=free + j.retained, source=MALLCTL_ROUTE, note=note,
+        derivation=f"jemalloc's counters ({MALLCTL_ROUTE}): slack within active pages (stats.active - "
+                   "stats.allocated), plus dirty and muzzy pages ((pdirty + pmuzzy) x arenas.page, summed over the arenas: what "
+                   "arena.<ALL>.purge returns now), plus metadata pages (stats.resident - stats.active - dirty "
+                   "pages, at most stats.metadata); virtual adds stats.retained (address space kept, not resident)",
+        detail={"route": MALLCTL_ROUTE, "page_slack": parts["page_slack"], "purgeable": parts["purgeable"],
+                "dirty": j.dirty_bytes, "muzzy": j.muzzy_bytes, "metadata": parts["metadata"],
+                "retained_virtual": j.retained, "trim_releasable": j.purgeable, "trim_estimate_complete": True,
+                "jemalloc": j.to_dict()})
+    moved = parts["allocated"] + free
+    out["other_anon"] = Layer(
+        "other_anon", (other.resident or 0) - moved, derivation=other.derivation + "; less the jemalloc memory "
+        f"its counters ({MALLCTL_ROUTE}) account for", source=other.source + f", less {MALLCTL_ROUTE}", note=other.note,
+        detail={**other.detail, "unclaimed_anonymous": pool - moved, "moved_to_allocator_layers": moved})
+    total = sum(layer.resident or 0 for layer in out.values())
+    return out, rss - total

@@ -1,12 +1,13 @@
-"""Inside a running process, through gdb: glibc's malloc_info, an in-process
-snapshot of a Python process, and malloc_trim(0).
+"""Inside a running process, through gdb: glibc's malloc_info, jemalloc's
+mallctl, an in-process snapshot of a Python process, and a trim (glibc's
+malloc_trim(0), jemalloc's arena.<ALL>.purge).
 
 Only on request (``memgap inspect --deep`` or ``--trim``); everything else memgap
 reads from outside. ``sources/gdb_attach.py`` attaches, runs the calls with
 timeouts and always lets go; this module picks the calls, reads what they wrote
 (into a private directory memgap makes), and compares it with the outside walk
 (pure functions). Every figure carries its route: ``outside``, ``gdb
-malloc_info`` or ``gdb in-process``.
+malloc_info``, ``gdb mallctl`` (``sources/jemalloc_gdb``) or ``gdb in-process``.
 """
 from __future__ import annotations
 
@@ -18,18 +19,23 @@ import shutil
 import stat as stat_module
 import tempfile
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterator
 
+from .attribution import jemalloc_gdb_layers
 from .errors import MalformedInput, Unsupported
 from .model import Snapshot
+from .sources import jemalloc_gdb
+from .sources.allocator import process_root
 from .sources.gdb_attach import DEFAULT_TIMEOUT, CallFailed, GdbSession, GdbTimeout
 from .sources.glibc import MallocInfo, parse_malloc_info
+from .sources.jemalloc_gdb import JemallocDeep
 from .sources.procfs import Mapping, ProcReader, status_int
 
 ROUTE_OUTSIDE = "outside"
 ROUTE_MALLOC_INFO = "gdb malloc_info"
 ROUTE_IN_PROCESS = "gdb in-process"
+ROUTE_MALLCTL = jemalloc_gdb.ROUTE
 MAX_RESULT = 64 << 20  # bytes read back from a file the process wrote
 MAX_GIL_PROBES = 16    # threads asked whether they hold the GIL
 
@@ -54,6 +60,8 @@ class DeepResult:
     arenas: list[dict[str, Any]] = field(default_factory=list)   # compare_arenas rows
     mmapped: dict[str, Any] = field(default_factory=dict)
     in_process: Snapshot | None = None
+    jemalloc: JemallocDeep | None = None
+    with_allocator: Snapshot | None = None  # the outside snapshot, its allocator layers from jemalloc's counters
     notes: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
 
@@ -61,6 +69,7 @@ class DeepResult:
         info = self.malloc_info
         return {
             "routes": [ROUTE_OUTSIDE, *([ROUTE_MALLOC_INFO] if info else []),
+                       *([ROUTE_MALLCTL] if self.jemalloc else []),
                        *([ROUTE_IN_PROCESS] if self.in_process else [])],
             "malloc_info": None if info is None else {
                 "route": ROUTE_MALLOC_INFO, "arenas": len(info.arenas), "system": info.system,
@@ -69,6 +78,8 @@ class DeepResult:
             "arenas": self.arenas,
             "mmapped": self.mmapped,
             "in_process": self.in_process.to_dict(regions=False) if self.in_process else None,
+            "jemalloc": self.jemalloc.to_dict() if self.jemalloc else None,
+            "with_allocator": self.with_allocator.to_dict(regions=False) if self.with_allocator else None,
             "notes": self.notes,
             "gdb_seconds": {k: round(v, 4) for k, v in self.timings.items() if k in ("attach", "held")},
         }
@@ -300,15 +311,10 @@ def python_snapshot_via_gdb(session: GdbSession, here: str, there: str, notes: l
 
 def deep(pid: int, outside: Snapshot, start_time: int | None, options: GdbOptions) -> DeepResult:
     """malloc_info (glibc) and, for Python, an in-process snapshot, through one gdb attach."""
-    maps = ProcReader(pid, options.proc_root).maps()
     glibc = outside.allocator.get("name") == "glibc"
-    python = is_python(maps)
-    if not glibc and not python:
-        raise Unsupported(f"--deep reads glibc's malloc_info or a Python process's own snapshot; PID {pid} runs "
-                          f"{outside.allocator.get('name')} malloc and no Python")
-    result = DeepResult(pid)
-    if not glibc:
-        result.notes.append(f"malloc_info: the process runs {outside.allocator.get('name')}, not glibc's malloc")
+    python = is_python(ProcReader(pid, options.proc_root).maps())
+    mallctl, notes = _allocator_plan(pid, outside, python, options.proc_root)
+    result = DeepResult(pid, notes=notes)
     session = GdbSession(pid, timeout=options.timeout, gdb=options.gdb, proc_root=options.proc_root,
                          expected_start_time=start_time)
     try:
@@ -320,13 +326,15 @@ def deep(pid: int, outside: Snapshot, start_time: int | None, options: GdbOption
                     result.malloc_info = malloc_info_via_gdb(session, here, there)
                 except (CallFailed, MalformedInput) as exc:
                     result.notes.append(f"malloc_info: {exc}")
+            if mallctl is not None:
+                result.jemalloc = _jemalloc_via_gdb(session, mallctl, result.notes, required=not python)
             if python and session.usable:
                 try:
                     result.in_process = python_snapshot_via_gdb(session, here, there, result.notes)
                 except (CallFailed, MalformedInput) as exc:
                     result.notes.append(f"in-process snapshot: {exc}")
                 except GdbTimeout as exc:
-                    if result.malloc_info is None:
+                    if result.malloc_info is None and result.jemalloc is None:
                         raise
                     result.notes.append(f"in-process snapshot: {exc}")
     finally:
@@ -338,7 +346,54 @@ def deep(pid: int, outside: Snapshot, start_time: int | None, options: GdbOption
         result.mmapped = {"gdb": {"route": ROUTE_MALLOC_INFO, "count": result.malloc_info.mmap_count,
                                   "bytes": result.malloc_info.mmap_bytes},
                           "outside": {"route": ROUTE_OUTSIDE, **outside_mmapped(outside)}}
+    if result.jemalloc is not None:
+        result.with_allocator = with_jemalloc_layers(outside, result.jemalloc)
     return result
+
+
+def _allocator_plan(pid: int, outside: Snapshot, python: bool, proc_root: str) -> tuple[str | None, list[str]]:
+    """The mallctl to call where malloc is jemalloc, and notes on what --deep cannot read;
+    Unsupported where it can read nothing (as before jemalloc: the same message for tcmalloc...)."""
+    name = outside.allocator.get("name")
+    mallctl, why_not = jemalloc_symbol(pid, outside, proc_root)
+    if name != "glibc" and not python and mallctl is None:
+        raise Unsupported(why_not or f"--deep reads glibc's malloc_info, jemalloc's mallctl or a Python process's "
+                          f"own snapshot; PID {pid} runs {name} malloc and no Python")
+    notes = [f"malloc_info: the process runs {name}, not glibc's malloc"] if name != "glibc" and not mallctl else []
+    return mallctl, notes + ([why_not] if why_not else [])
+
+
+def jemalloc_symbol(pid: int, outside: Snapshot, proc_root: str = "/proc") -> tuple[str | None, str]:
+    """The mallctl to call where jemalloc serves malloc (None elsewhere), and, where it cannot be
+    called, the one-line reason."""
+    serving = next((f for f in outside.allocator.get("found", []) if f.get("serves_malloc")), None)
+    if serving is None or serving.get("name") != "jemalloc":
+        return None, ""
+    try:
+        return jemalloc_gdb.mallctl_symbol(serving, process_root(f"{proc_root}/{pid}")), ""
+    except Unsupported as exc:
+        return None, f"--deep reads jemalloc's statistics by calling its mallctl in PID {pid}: {exc}"
+
+
+def _jemalloc_via_gdb(session: GdbSession, symbol: str, notes: list[str], required: bool) -> JemallocDeep | None:
+    """jemalloc's figures; a failure is the command's error where they are all --deep reads (``required``),
+    else a note."""
+    try:
+        return jemalloc_gdb.read_jemalloc(session, symbol)
+    except (CallFailed, MalformedInput, Unsupported) as exc:
+        if required:
+            raise
+        notes.append(f"mallctl: {exc}")
+        return None
+
+
+def with_jemalloc_layers(outside: Snapshot, figures: JemallocDeep) -> Snapshot:
+    """The outside snapshot with its allocator layers from jemalloc's counters (attribution's
+    jemalloc_gdb_layers); the moved layers have no PSS split, so none is shown."""
+    layers, unexplained = jemalloc_gdb_layers(outside.layers, outside.rss, figures)
+    return replace(outside, layers=layers, unexplained=unexplained, regions=[], findings=[],
+                   route=f"{ROUTE_OUTSIDE}, allocator layers from {ROUTE_MALLCTL}", pss_unexplained=None,
+                   allocator={**outside.allocator, "jemalloc_gdb": figures.to_dict()})
 
 
 def trim(pid: int, before: Snapshot, start_time: int | None, options: GdbOptions) -> dict[str, Any]:
@@ -353,6 +408,8 @@ def trim(pid: int, before: Snapshot, start_time: int | None, options: GdbOptions
                 "estimate_route": ROUTE_OUTSIDE, "estimate_rss": before.rss}
     if "agent" in before.allocator:
         return {**_trim_via_agent(pid, options.proc_root), **estimate}
+    if name == "jemalloc":
+        return _purge_jemalloc(pid, before, start_time, options)
     if name != "glibc":
         raise Unsupported(f"malloc_trim is glibc's: PID {pid} runs {name} malloc"
                           + (f" ({before.allocator.get('library')})" if before.allocator.get("library") else ""))
@@ -380,3 +437,28 @@ def _trim_via_agent(pid: int, proc_root: str) -> dict[str, Any]:
     return {"performed": True, "route": "agent", "returned": None, "rss_before": result.rss_before,
             "rss_after": result.rss_after, "released": max(0, result.rss_before - result.rss_after),
             "seconds": result.seconds, "reason": "", "notes": []}
+
+
+def _purge_jemalloc(pid: int, before: Snapshot, start_time: int | None, options: GdbOptions) -> dict[str, Any]:
+    """jemalloc's trim: ``arena.<ALL>.purge`` through its mallctl (the call memgap's native agent makes),
+    VmRSS around it, beside the dirty and muzzy pages jemalloc counted just before (the estimate)."""
+    symbol, why_not = jemalloc_symbol(pid, before, options.proc_root)
+    if symbol is None:
+        raise Unsupported(why_not.replace("--deep reads jemalloc's statistics", "--trim purges jemalloc's pages"))
+    reader = ProcReader(pid, options.proc_root)
+    session = GdbSession(pid, timeout=options.timeout, gdb=options.gdb, proc_root=options.proc_root,
+                         expected_start_time=start_time)
+    with session:
+        figures = jemalloc_gdb.read_jemalloc(session, symbol)
+        rss_before = status_int(reader.status(), "VmRSS")
+        returned = jemalloc_gdb.purge(session, symbol)
+        rss_after = status_int(reader.status(), "VmRSS")
+    return {
+        "performed": True, "route": "gdb", "call": f"{symbol}(\"arena.{jemalloc_gdb.MALLCTL_ARENAS_ALL}.purge\")",
+        "returned": returned, "rss_before": rss_before, "rss_after": rss_after,
+        "released": max(0, rss_before - rss_after), "seconds": session.timings.get("mallctl purge", 0.0),
+        "reason": "", "estimate": figures.purgeable, "estimate_complete": True, "estimate_route": ROUTE_MALLCTL,
+        "estimate_rss": before.rss, "estimate_parts": {"dirty": figures.dirty_bytes, "muzzy": figures.muzzy_bytes},
+        "gdb_seconds": {k: round(v, 4) for k, v in session.timings.items() if k in ("attach", "held")},
+        "notes": list(session.notes),
+    }

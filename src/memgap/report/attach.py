@@ -1,8 +1,9 @@
 """Terminal output for what memgap read inside a process through gdb (--deep, --trim).
 
 Every figure says its route in its column or title: ``outside`` (read from
-/proc), ``gdb malloc_info`` (glibc's own report, written inside the process)
-or ``gdb in-process`` (memgap.snapshot() run inside it).
+/proc), ``gdb malloc_info`` (glibc's own report, written inside the process),
+``gdb mallctl`` (jemalloc's counters, read by calling its mallctl) or ``gdb
+in-process`` (memgap.snapshot() run inside it).
 """
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ from typing import Any, TextIO
 
 from rich.console import RenderableType
 
-from ..deep import ROUTE_MALLOC_INFO, ROUTE_OUTSIDE, DeepResult
+from ..deep import ROUTE_MALLCTL, ROUTE_MALLOC_INFO, ROUTE_OUTSIDE, DeepResult
 from ..model import Snapshot
+from ..sources.jemalloc_gdb import JemallocDeep
 from ..units import mib
-from .fit import Col, fit_table
+from .fit import WRAP, Col, fit_table
 from .terminal import _console, layers_table
 
 
@@ -54,6 +56,41 @@ def arenas_comparison_table(deep: DeepResult, limit: int = 12, width: int = 120)
                      [None] * (len(cells) - 1) + ["bold"])
 
 
+def _decay(ms: int | None) -> str:
+    return "?" if ms is None else "never" if ms < 0 else f"{ms} ms"
+
+
+def jemalloc_table(j: JemallocDeep, width: int = 120) -> RenderableType:
+    """jemalloc's own figures, each with the mallctl name it came from and what it means here."""
+    rows = [["allocated", mib(j.allocated), "stats.allocated", "handed out: allocator_in_use"],
+            ["active", mib(j.active), "stats.active",
+             f"pages holding them; the {mib(j.page_slack)} MiB slack in them is allocator_free"],
+            ["dirty + muzzy", mib(j.purgeable), "stats.arenas.<i>.pdirty, pmuzzy",
+             f"{mib(j.dirty_bytes)} + {mib(j.muzzy_bytes)} MiB of freed pages a purge returns: allocator_free"],
+            ["metadata", mib(j.metadata), "stats.metadata",
+             f"{mib(j.metadata_resident)} MiB resident (resident - active - dirty): allocator_free"],
+            ["resident", mib(j.resident), "stats.resident", "active + dirty + metadata pages"],
+            ["retained", mib(j.retained), "stats.retained", "given back, still mapped: virtual only"],
+            ["mapped", mib(j.mapped), "stats.mapped", "mapped in active extents"]]
+    # what each figure means here goes before the mallctl name it came from when columns run short
+    return fit_table(f"jemalloc ({j.symbol}, {ROUTE_MALLCTL}), {len(j.arenas)} of {j.narenas} arenas in use, MiB",
+                     [Col("figure"), Col("MiB"), Col("mallctl", optional=2), Col("meaning here", WRAP, optional=1)],
+                     rows, width)
+
+
+def _jemalloc_lines(j: JemallocDeep) -> list[str]:
+    background = {None: "?", True: "on", False: "off"}
+    lines = [f"decay: dirty pages purged over {_decay(j.dirty_decay_ms)}, muzzy over {_decay(j.muzzy_decay_ms)} "
+             f"(opt.*); background thread {background[j.background_thread_on]} "
+             f"(opt.background_thread {background[j.background_thread]})"]
+    for a in sorted(j.arenas, key=lambda a: -(a.pdirty + a.pmuzzy))[:8]:
+        if a.pdirty or a.pmuzzy:
+            lines.append(f"  arena {a.index}: {mib((a.pdirty + a.pmuzzy) * j.page)} MiB dirty+muzzy "
+                         f"({a.pdirty} + {a.pmuzzy} pages), decay {_decay(a.dirty_decay_ms)} / "
+                         f"{_decay(a.muzzy_decay_ms)}")
+    return lines
+
+
 def render_deep(deep: DeepResult, stream: TextIO, width: int | None = None) -> None:
     console = _console(stream, width)
     timing = _gdb_timing(deep.timings)
@@ -66,6 +103,12 @@ def render_deep(deep: DeepResult, stream: TextIO, width: int | None = None) -> N
                       f"{mib(out.get('resident'))} resident ({ROUTE_OUTSIDE})")
         console.print("  free (malloc_info) counts every free byte, touched or not; free resident (outside) only "
                       "the whole resident pages inside free chunks")
+    if deep.jemalloc is not None:
+        console.print(jemalloc_table(deep.jemalloc, console.width))
+        for line in _jemalloc_lines(deep.jemalloc):
+            console.print(line)
+    if deep.with_allocator is not None:
+        console.print(layers_table(deep.with_allocator, console.width))
     if deep.in_process is not None:
         console.print(layers_table(deep.in_process, console.width))
     for note in deep.notes:
@@ -76,14 +119,16 @@ def render_trim(pid: int, trim: dict[str, Any], stream: TextIO, width: int | Non
     console = _console(stream, width)
     estimate = trim.get("estimate")
     timing = _gdb_timing(trim.get("gdb_seconds", {}))
-    returned = f" (malloc_trim returned {trim['returned']})" if trim.get("returned") is not None else ""
+    call = trim.get("call", "malloc_trim")
+    returned = f" ({call} returned {trim['returned']})" if trim.get("returned") is not None else ""
     how = "memgap's agent in the process" if trim.get("route") == "agent" else "gdb"
     console.print(f"a trim in PID {pid} through {how}" + (f" ({timing})" if timing else "") + ": "
                   f"VmRSS {mib(trim['rss_before'])} -> {mib(trim['rss_after'])} MiB, "
                   f"released {mib(trim['released'])} MiB in {trim['seconds'] * 1000:.0f} ms{returned}")
     if estimate is not None:
         complete = "" if trim.get("estimate_complete", True) else ", some arenas not walked"
-        console.print(f"memgap's estimate beforehand ({ROUTE_OUTSIDE}): {mib(estimate)} MiB{complete}; "
+        console.print(f"memgap's estimate beforehand ({trim.get('estimate_route', ROUTE_OUTSIDE)}): "
+                      f"{mib(estimate)} MiB{complete}; "
                       f"actual: {mib(trim['released'])} MiB")
     for note in trim.get("notes", []):
         console.print(f"note: {note}")

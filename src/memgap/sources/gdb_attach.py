@@ -49,7 +49,7 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from ..errors import MalformedInput, MemgapError, NoSuchProcess, PidReused, PtraceDisallowed, ToolMissing
-from .gdb_mi import MiRecord, mi_quote, parse_int, parse_mi_line, parse_threads
+from .gdb_mi import MiRecord, mi_quote, parse_int, parse_memory, parse_mi_line, parse_threads
 from .procfs import ProcReader, parse_stat, status_int
 from .ptrace_access import has_cap_sys_ptrace, ptrace_refusal, read_yama_scope
 
@@ -420,19 +420,34 @@ class GdbSession:
         malloc it never frees; this block is freed before detaching.
         """
         data = [t.encode("utf-8") + b"\0" for t in texts]
-        size = sum(len(d) for d in data)
-        block = self.call_int(f"(unsigned long) malloc({size})", "malloc")
-        if not block:
-            raise CallFailed(f"malloc({size})", "returned NULL")
-        self._blocks.append(block)
-        rec = self._command(f"-data-write-memory-bytes {block} {b''.join(data).hex()}", "writing memory")
-        if rec.cls == "error":
-            raise CallFailed("writing memory", str(rec.results.get("msg", "")))
+        block = self.alloc(sum(len(d) for d in data))
+        self.write_memory(block, b"".join(data))
         addresses, offset = [], 0
         for d in data:
             addresses.append(block + offset)
             offset += len(d)
         return addresses
+
+    def alloc(self, size: int) -> int:
+        """A block of ``size`` bytes malloc'ed in the process (by its own malloc), freed before detaching."""
+        block = self.call_int(f"(unsigned long) malloc({size})", "malloc")
+        if not block:
+            raise CallFailed(f"malloc({size})", "returned NULL")
+        self._blocks.append(block)
+        return block
+
+    def write_memory(self, address: int, data: bytes) -> None:
+        """Write ``data`` into the process at ``address`` (a block from ``alloc``): no call runs."""
+        rec = self._command(f"-data-write-memory-bytes {address} {data.hex()}", "writing memory")
+        if rec.cls == "error":
+            raise CallFailed("writing memory", str(rec.results.get("msg", "")))
+
+    def read_memory(self, address: int, size: int) -> bytes:
+        """``size`` bytes of the process at ``address``: no call runs."""
+        rec = self._command(f"-data-read-memory-bytes {address} {size}", "reading memory")
+        if rec.cls == "error":
+            raise CallFailed("reading memory", str(rec.results.get("msg", "")))
+        return parse_memory(rec.results, size)
 
     @property
     def usable(self) -> bool:

@@ -141,3 +141,17 @@ def parse_threads(results: dict[str, Any]) -> list[tuple[str, int]]:
         if m:
             out.append((t["id"], int(m.group(1))))
     return out
+
+
+def parse_memory(results: dict[str, Any], size: int) -> bytes:
+    """The bytes of a ``-data-read-memory-bytes`` result (one contiguous block of ``size`` bytes)."""
+    blocks = results.get("memory", [])
+    if len(blocks) != 1 or not isinstance(blocks[0], dict):
+        raise MalformedInput("gdb memory", f"expected one block, got {len(blocks)}")
+    try:
+        data = bytes.fromhex(str(blocks[0].get("contents", "")))
+    except ValueError:
+        raise MalformedInput("gdb memory", "contents are not hex") from None
+    if len(data) != size:
+        raise MalformedInput("gdb memory", f"{len(data)} bytes read of {size}")
+    return data
