@@ -99,3 +99,18 @@ def test_split_pages_and_inherited_ranges_by_hand():
     child = [Mapping(0x1000, 0x5000, rw, 0, "", 0, ""), Mapping(0x8000, 0x9000, ro, 0, "", 0, "/lib")]
     parent = [Mapping(0x3000, 0x7000, rw, 0, "", 0, ""), Mapping(0x8000, 0x9000, ro, 0, "", 0, "/lib")]
     assert inherited_ranges(child, parent) == [(0x3000, 0x5000)]  # read-only pages are never copied
+
+
+def test_top_tree_shows_each_workers_copies_as_they_are(tree):
+    master, workers = tree(PREFORK_GC, 4, "hold")
+    proc = memgap("top", "--tree", str(master), "--iterations", "2", "--interval", "0.2")
+    assert proc.returncode == 0, proc.stderr
+    text = proc.stdout.split("--- ")[-1]  # the last refresh
+    table = text.split("each process's private memory")[1].split("└")[0]
+    cells = ([c.strip() for c in line.split("│")[1:-1]] for line in table.splitlines() if line.startswith("│"))
+    rows = {int(c[0]): c[1:4] for c in cells}
+    for pid in (p for p in workers if p != master):
+        private, copied, own = (float(x) for x in rows[pid])
+        witness = private_dirty_in_inherited(pid, master) / MiB
+        assert abs(copied - witness) <= 0.1 * witness and copied <= private, (pid, rows[pid], witness)
+    assert "3 forked processes copied" in " ".join(text.split()), text

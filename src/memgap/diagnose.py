@@ -182,7 +182,7 @@ def diagnose_series(snaps: Sequence[Snapshot]) -> list[Finding]:
 
 def diagnose_tree(snaps: Sequence[Snapshot]) -> list[Finding]:
     """Findings over a process tree: forked workers that copied their parent's pages."""
-    forked = [s for s in snaps if s.copied_from_parent]
+    forked = [s for s in snaps if s.copied_from_parent and s.copied_from_parent["copied"]]
     copied = sum(s.copied_from_parent["copied"] for s in forked)  # type: ignore[index]
     private = sum(s.uss or 0 for s in forked)
     if copied < FLOOR or not private or copied < SHARE * private:

@@ -1,6 +1,8 @@
 """Watch a process (or a tree) from outside, live.
 
-Layers over time, the largest arenas and the findings, refreshed in place.
+Layers over time, the largest arenas and the findings, refreshed in place; for a
+tree, each process's private memory over time and what it copied from its parent,
+so that copy-on-write growth in forked workers is seen as it happens.
 
   memgap top PID [--interval S] [--tree] [--iterations N]
 """
@@ -14,6 +16,8 @@ from collections import deque
 from rich.console import Group, RenderableType
 
 from ..collect import Options, snapshot_pid
+from ..cow import add_copied_from_parent
+from ..diagnose import diagnose_tree
 from ..errors import NoSuchProcess, PidReused
 from ..model import Snapshot, by_pss, layer_figure, tree_totals
 from ..report.fit import CUT, WRAP, Col, fit_table
@@ -44,11 +48,30 @@ def _snapshots(pid: int, tree: bool, started: int | None) -> tuple[list[Snapshot
     if start_time(pid) != before:
         raise PidReused(pid, "its start time changed while memgap read it")
     for child in descendants(pid) if tree else []:
-        try:
-            snaps.append(snapshot_pid(child, Options(regions=False)))
+        try:  # with regions: what a child copied is told apart by where it falls, then they go
+            snaps.append(snapshot_pid(child, Options(regions=True)))
         except NoSuchProcess:
             continue
+    if tree:
+        add_copied_from_parent(snaps)
+        for s in snaps:
+            s.regions = []
     return snaps, before
+
+
+def _private_table(history: deque, snaps: list[Snapshot], width: int) -> RenderableType:  # type: ignore[type-arg]
+    """A tree's processes: private memory (USS) now and over the refreshes, and how much of it
+    is pages copied from the parent (a worker's collections writing into shared objects grow
+    this; a leak grows its own)."""
+    cols = [Col("PID"), Col("private MiB"), Col("copied from parent"), Col("its own"),
+            Col("private, trend", CUT, optional=1, shorten=squeeze)]
+    rows = []
+    for s in snaps:
+        split = s.copied_from_parent or {}
+        values = [next((p.uss or 0 for p in frame if p.pid == s.pid), 0) for frame in history]
+        rows.append([str(s.pid), mib(s.uss), mib(split.get("copied")), mib(split.get("own")),
+                     sparkline(values, 40)])
+    return fit_table(f"each process's private memory, last {len(history)} refreshes", cols, rows, width)
 
 
 def _trend_table(history: deque, snaps: list[Snapshot], width: int) -> RenderableType:  # type: ignore[type-arg]
@@ -76,10 +99,12 @@ def frame(history: deque, snaps: list[Snapshot], width: int = 120) -> Group:  # 
     main = snaps[0]
     if len(snaps) == 1:
         parts.append(layers_table(main, width))
+    else:
+        parts.append(_private_table(history, snaps, width))
     arenas = arenas_table(main, limit=5, width=width)
     if arenas is not None:
         parts.append(arenas)
-    for f in (f for s in snaps for f in s.findings):
+    for f in [*(f for s in snaps for f in s.findings), *(diagnose_tree(snaps) if len(snaps) > 1 else [])]:
         parts.append(f"{'!' if f.severity == 'warning' else '-'} {f.summary}")
     return Group(*parts)
 
