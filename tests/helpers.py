@@ -45,7 +45,10 @@ def check_adds_up(snap):
     assert abs(anon - status["RssAnon"]) <= 0.03 * rss + MiB
     if snap.get("pymalloc"):
         detail = snap["layers"]["pymalloc_free"]["detail"]
-        assert detail["arenas_found"] == detail["arenas"]
+        # in-process, memgap's own reading allocates in the process it reads: pymalloc may map an
+        # arena for it, or unmap one it emptied, between the statistics and the memory map
+        # (11 of 12 once: an arena of the capture's short-lived objects)
+        assert abs(detail["arenas_found"] - detail["arenas"]) <= 1, detail
     return layers
 
 
