@@ -85,6 +85,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "is better (default: the workload's wall time)")
     p.add_argument("--metric-regex", metavar="REGEX", default="",
                    help="read --metric from the workload's stdout instead: group 1 of the last matching line")
+    p.add_argument("--memory-limit", type=_args.size, default=None, metavar="SIZE",
+                   help="run each run in a memory cgroup of its own capped at SIZE (512M, 1G, 1.5GiB: powers of "
+                        "1024; swap capped too), to see which variants that limit OOM-kills; needs root and a "
+                        "writable memory cgroup (v1, or v2 with the controller delegated). Without it, runs "
+                        "still get an uncapped cgroup each where one can be made, for their peak")
     p.add_argument("--json", metavar="FILE", help="write the lab's results as JSON")
     p.add_argument("--markdown", metavar="FILE", help="also write the variants table as Markdown")
     p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report with charts")
@@ -179,7 +184,7 @@ def main(args: argparse.Namespace) -> int:
                          quiet_workload=not args.show_output, skipped=skipped, metric=args.metric,
                          params=params, phase_regex=args.phase_regex, idle_after=args.idle_after,
                          metric_regex=args.metric_regex, agent=not args.no_agent, process=args.process,
-                         load=args.load, rest=args.rest)
+                         load=args.load, rest=args.rest, memory_limit=args.memory_limit)
     total = len(options.variants) * options.reps * len(options.cells())
     try:
         with _Progress(total) as progress:
