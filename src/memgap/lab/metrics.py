@@ -50,7 +50,7 @@ class RunMetrics:
     tree: list[dict[str, Any]] = field(default_factory=list)  # every process's idle: cmd, rss, pss, rule
     process_idle: int | None = None  # the measured process's own idle figure, where idle is the tree's total
     tree_how: str = ""             # how the tree's total was summed, where idle is the tree's total
-    cgroup_peak: int | None = None   # the highest charge of the run's own memory cgroup (the tree's, page cache it read included)
+    cgroup_peak: int | None = None   # the run's own memory cgroup's highest charge (its tree's, page cache included)
     cgroup_limit: int | None = None  # that cgroup's limit (memgap lab --memory-limit)
 
 

@@ -161,7 +161,8 @@ def _within_the_limit(summaries: list[VariantSummary], base: VariantSummary) -> 
     standing = [s for s in fit if not any(clearly_lower(t, s) for t in fit)]
     choice = min(standing, key=lambda s: (s.cost, s.settings, s.idle[0]))
     peak = f", cgroup peak {choice.cgroup_peak[2] / 2**20:.0f} MiB at most" if choice.cgroup_peak else ""
-    return Verdict(ranked, base, choice, f"{killed}; {choice.spec} ran within it in each of its {choice.runs} run{"s" * (choice.runs != 1)} (idle RSS "
+    runs = f"{choice.runs} run{'s' * (choice.runs != 1)}"
+    return Verdict(ranked, base, choice, f"{killed}; {choice.spec} ran within it in each of its {runs} (idle RSS "
                                          f"{choice.idle[0] / 2**20:.0f} MiB{peak}); {COST_WORDS[choice.cost]}; "
                                          "its cost in time is not measured: the baseline did not finish")
 
