@@ -78,7 +78,7 @@ def cgroup_lines(lab: dict[str, Any]) -> list[str]:
         if r["status"] == "oom-killed":
             killed[r["variant"]] = killed.get(r["variant"], 0) + 1
     runs = {v["spec"]: v["runs"] for v in lab["variants"]}
-    limit = f"Each run in a memory cgroup of its own limited to {mib(cgroup["limit"], 0)} MiB"
+    limit = f"Each run in a memory cgroup of its own limited to {mib(cgroup['limit'], 0)} MiB"
     if not killed:
         return [f"{limit}: no run was OOM-killed"]
     names = ", ".join(f"{spec} ({n} of {runs.get(spec, n)} run{'s' * (runs.get(spec, n) != 1)})"
