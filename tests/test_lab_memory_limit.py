@@ -91,18 +91,15 @@ def test_each_run_gets_its_own_cgroup_and_its_peak_matches_the_programs_vmhwm(un
     assert not _run_cgroups_left()
 
 
-def test_a_limit_between_the_peaks_kills_the_higher_variant_only(unlimited, tmp_path):
-    _, free, _ = unlimited
-    peaks = {r["variant"]: r["cgroup_peak"] for r in free["runs"]}
-    limit = (peaks["glibc"] + peaks["glibc:arena_max=1"]) // 2
-    proc, lab, hwm = _burst_lab(tmp_path / "limited", "--memory-limit", str(limit))
+def test_a_limit_between_the_peaks_kills_the_higher_variant_only(limited):
+    limit, proc, lab, hwm = limited
     runs = {r["variant"]: r for r in lab["runs"]}
     page = 4096  # the kernel keeps the limit in pages
     assert lab["cgroup"]["limit"] == limit and all(r["cgroup_limit"] == limit for r in runs.values())
     killed, fits = runs["glibc"], runs["glibc:arena_max=1"]
     assert killed["status"] == "oom-killed" and killed["note"].startswith("at the limit"), killed
     assert limit - page <= killed["cgroup_peak"] <= limit  # it was charged up to the limit, not beyond
-    assert "hwm-default" not in os.listdir(tmp_path / "limited")  # it never reached its end
+    assert "glibc" not in hwm  # it never reached its end
     assert fits["status"] == "ok" and abs(fits["cgroup_peak"] - hwm["glibc:arena_max=1"]) <= 0.10 * fits["cgroup_peak"]
     # a variant killed in any run is never the remedy; here the one that fits is
     assert recommended(lab) == "glibc:arena_max=1", lab["verdict"]
@@ -129,3 +126,24 @@ def test_where_no_cgroup_can_be_made_the_lab_refuses_before_any_run(tmp_path):
     assert proc.returncode == 5 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert "--memory-limit: cannot make a memory cgroup" in proc.stderr and "root" in proc.stderr, proc.stderr
     assert not os.path.exists(marker) and proc.stdout == ""
+
+
+@pytest.fixture(scope="module")
+def limited(unlimited, tmp_path_factory):
+    """The lab with a limit between the two variants' peaks (measured by the unlimited lab)."""
+    peaks = {r["variant"]: r["cgroup_peak"] for r in unlimited[1]["runs"]}
+    limit = (peaks["glibc"] + peaks["glibc:arena_max=1"]) // 2
+    return (limit, *_burst_lab(tmp_path_factory.mktemp("memlimit") / "limited", "--memory-limit", str(limit)))
+
+
+@pytest.mark.parametrize("width", (50, 80, 120))
+def test_the_limited_lab_keeps_every_figure_whole(limited, width):
+    from test_widths import _lab_figures, check, copy_lines, rendered
+    from memgap.report.lab import cgroup_lines, render_lab
+
+    lab = limited[2]
+    figures = _lab_figures(lab)
+    assert len(figures) == 8  # idle, cgroup peak, slowdown and verdict of the two variants
+    text = rendered(lambda out, w: render_lab(lab, out, w), width)
+    check(text, width, figures, copy_lines(lab["recommendation"]))
+    assert " ".join(cgroup_lines(lab)[0].split()) in " ".join(text.split())
