@@ -2,8 +2,10 @@
 the variants the limit OOM-kills told apart; on a real program whose variants differ in peak."""
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -147,3 +149,38 @@ def test_the_limited_lab_keeps_every_figure_whole(limited, width):
     text = rendered(lambda out, w: render_lab(lab, out, w), width)
     check(text, width, figures, copy_lines(lab["recommendation"]))
     assert " ".join(cgroup_lines(lab)[0].split()) in " ".join(text.split())
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_lab_stopped_midway_leaves_no_cgroup_nor_process(tmp_path, sig):
+    """Ctrl-C (or a SIGTERM) while a run is under way: the run's tree is stopped and its cgroup
+    removed before memgap exits."""
+    lab = subprocess.Popen([sys.executable, "-m", "memgap", "lab", "--memory-limit", "1G", "--reps", "1",
+                            "--variant", "glibc", "--dir", str(tmp_path / "runs"), "--", sys.executable, "-c",
+                            "import time; time.sleep(60)"], env=child_env(), stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not _run_cgroups_left() or not _pids_in(_run_cgroups_left()[0]):
+            assert time.monotonic() < deadline and lab.poll() is None, lab.communicate()
+            time.sleep(0.05)
+        workload = _pids_in(_run_cgroups_left()[0])
+        lab.send_signal(sig)
+        _, err = lab.communicate(timeout=30)
+    finally:
+        lab.kill()
+    assert lab.returncode == 130 and "interrupted" in err, err
+    assert not _run_cgroups_left()
+    assert not [pid for pid in workload if os.path.exists(f"/proc/{pid}")]
+
+
+def _pids_in(name):
+    with open(os.path.join(_own_memory_cgroup(), name, "cgroup.procs")) as fh:
+        return [int(line) for line in fh if line.strip()]
+
+
+def test_a_run_that_cannot_start_leaves_no_cgroup(tmp_path):
+    proc = memgap("lab", "--memory-limit", "1G", "--reps", "1", "--variant", "glibc", "--dir", str(tmp_path),
+                  "--", "/nonexistent/program")
+    assert proc.returncode == 1 and "cannot run '/nonexistent/program'" in proc.stderr, proc.stderr
+    assert not _run_cgroups_left()

@@ -34,6 +34,7 @@ import argparse
 import os
 import re
 import shutil
+import signal
 import sys
 import tempfile
 
@@ -186,6 +187,7 @@ def main(args: argparse.Namespace) -> int:
                          metric_regex=args.metric_regex, agent=not args.no_agent, process=args.process,
                          load=args.load, rest=args.rest, memory_limit=args.memory_limit)
     total = len(options.variants) * options.reps * len(options.cells())
+    signal.signal(signal.SIGTERM, _interrupt)  # like Ctrl-C: the run stopped, its cgroup removed, the rest kept
     try:
         with _Progress(total) as progress:
             lab = run_lab(options, progress=progress)
@@ -197,6 +199,10 @@ def main(args: argparse.Namespace) -> int:
         print(f"memgap lab: {lab['stopped']}", file=sys.stderr)
         return 1
     return 0
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def write_lab(lab: dict, json_path: str | None, html: str | None, markdown: str | None) -> None:  # type: ignore[type-arg]
