@@ -57,15 +57,15 @@ class CgroupMemory:
                 "headroom": self.headroom}
 
 
-def parse_stat(text: str) -> dict[str, int]:
-    """memory.stat: one "key value" per line."""
+def parse_stat(text: str, name: str = "memory.stat") -> dict[str, int]:
+    """memory.stat, or another file of "key value" lines (``name``: the file, for the error)."""
     out: dict[str, int] = {}
     for n, line in enumerate(text.splitlines(), 1):
         parts = line.split()
         if not parts:
             continue
         if len(parts) != 2 or not parts[1].isdigit():
-            raise MalformedInput("memory.stat", f"line {n}: {line[:80]!r}")
+            raise MalformedInput(name, f"line {n}: {line[:80]!r}")
         out[parts[0]] = int(parts[1])
     return out
 
@@ -210,10 +210,10 @@ def parse_run_charge(version: int, files: Mapping[str, str]) -> RunCharge:
     """A run cgroup's peak and OOM figures from its files' text (any of them may be absent).
     A fresh cgroup per run makes them the run's own: no earlier figure to subtract."""
     if version == 1:
-        oom = parse_stat(files["memory.oom_control"]) if "memory.oom_control" in files else {}
+        oom = parse_stat(files["memory.oom_control"], "memory.oom_control") if "memory.oom_control" in files else {}
         return RunCharge(_number("memory.max_usage_in_bytes", files.get("memory.max_usage_in_bytes")),
                          oom.get("oom_kill"), _number("memory.failcnt", files.get("memory.failcnt")))
-    events = parse_stat(files["memory.events"]) if "memory.events" in files else {}
+    events = parse_stat(files["memory.events"], "memory.events") if "memory.events" in files else {}
     return RunCharge(_number("memory.peak", files.get("memory.peak")), events.get("oom_kill"), events.get("max"))
 
 
