@@ -184,3 +184,11 @@ def test_a_run_that_cannot_start_leaves_no_cgroup(tmp_path):
                   "--", "/nonexistent/program")
     assert proc.returncode == 1 and "cannot run '/nonexistent/program'" in proc.stderr, proc.stderr
     assert not _run_cgroups_left()
+
+
+def test_the_lab_folder_alone_tells_the_limit_and_the_kills_again(limited):
+    limit, _, lab, _ = limited
+    proc = memgap("report", lab["lab_dir"])
+    assert proc.returncode == 0, proc.stderr
+    text = " ".join(proc.stdout.split())
+    assert f"limited to {round(limit / MiB)} MiB. OOM-killed at the limit: glibc (1 of 1 run)" in text, proc.stdout

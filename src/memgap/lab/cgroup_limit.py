@@ -22,7 +22,7 @@ import signal
 import time
 from dataclasses import dataclass
 
-from ..errors import Unsupported
+from ..errors import MemgapError, Unsupported
 from ..sources.cgroup import RunCharge, find_memory_cgroup, read_run_charge, read_usage
 
 PREFIX = "memgap-run-"  # run cgroups are named PREFIX + memgap's PID + the run's order
@@ -129,7 +129,8 @@ class RunCgroup:
                 return
             except OSError as exc:  # EBUSY while a killed process is still exiting
                 if exc.errno != errno.EBUSY or time.monotonic() > deadline:
-                    raise
+                    raise MemgapError(f"cannot remove the run's memory cgroup {self.directory}: "
+                                      f"{exc.strerror or exc} (processes left in it: {pids or 'none'})") from None
             time.sleep(0.02)
 
 

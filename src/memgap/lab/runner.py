@@ -76,7 +76,7 @@ def run_lab(options: LabOptions, progress: Callable[[str], None] = lambda line: 
     events = RecordingWriter(os.path.join(options.lab_dir, "lab.jsonl"))
     events.write({"type": "header", "schema": LAB_SCHEMA, "cmd": options.cmd, "reps": options.reps,
                   "variants": [v.spec for v in options.variants], "skipped": options.skipped,
-                  "machine": machine_info()})
+                  "machine": machine_info(), "memory_limit": options.memory_limit})
     results: list[RunMetrics] = []
     started = time.monotonic()
     cells = options.cells()
@@ -364,6 +364,6 @@ def lab_document(options: LabOptions, results: list[RunMetrics], seconds: float,
         "complete": not interrupted and not stopped,  # every run made, or skipped with its reason in "skipped"
         "lab_dir": options.lab_dir,
         # each run's own memory cgroup: its limit, and why runs have none where memgap is in a limited one
-        "cgroup": {"limit": options.memory_limit, "per_run": options.cgroup_parent is not None,
-                   "note": options.cgroup_note},
+        "cgroup": {"limit": options.memory_limit, "note": options.cgroup_note,
+                   "per_run": options.cgroup_parent is not None or any(r.cgroup_peak is not None for r in results)},
     }
