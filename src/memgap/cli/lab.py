@@ -16,7 +16,8 @@ range clears the baseline's and its median is at least 5% and 2 MiB lower
 (where none is: keep the defaults); too slow means beyond the budget plus the
 baseline's own spread between its runs. The recommendation is the cheapest
 remedy that no other one clearly undercuts (its whole idle range below, and by
-more than 5%).
+more than 5%). --memory-limit SIZE runs each run in a memory cgroup of its own
+capped at SIZE: a variant the kernel OOM-kills there is never recommended.
 
   memgap lab --reps 3 -- python -m memgap.scenarios.threadpool
   memgap lab --variant glibc --variant glibc:arena_max=2,trim=idle \\
