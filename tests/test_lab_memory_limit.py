@@ -10,7 +10,7 @@ import time
 import pytest
 
 from conftest import child_env
-from helpers import memgap, recommended
+from helpers import memgap, memory_cgroup, recommended
 
 MiB = 1 << 20
 
@@ -48,10 +48,21 @@ HWM_FILE = {"glibc": "hwm-default", "glibc:arena_max=1": "hwm-1"}
 
 
 def _own_memory_cgroup():
-    """This process's v1 memory cgroup folder (memgap's children make theirs there)."""
+    """This process's memory cgroup folder, v1 or v2 (memgap's children make theirs there)."""
     with open("/proc/self/cgroup") as fh:
-        path = next(line.rstrip("\n").split(":", 2)[2] for line in fh if "memory" in line.split(":")[1].split(","))
-    return f"/sys/fs/cgroup/memory{path}"
+        lines = [line.rstrip("\n").split(":", 2) for line in fh]
+    v1 = next((path for _, ctrl, path in lines if "memory" in ctrl.split(",")), None)
+    return f"/sys/fs/cgroup/memory{v1}" if v1 is not None else f"/sys/fs/cgroup{lines[-1][2]}"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def writable_cgroup():
+    """Each test makes memory cgroups (through memgap, or refused as another user): root and a
+    writable memory controller, checked by making one here as the other cgroup tests do."""
+    probe = memory_cgroup(f"memgap-test-memlimit-{os.getpid()}", 1 << 30) if os.geteuid() == 0 else None
+    if probe is None:
+        pytest.skip("needs root and a writable memory cgroup (v1 or v2): see tests/README.md")
+    os.rmdir(probe)
 
 
 def _run_cgroups_left():
