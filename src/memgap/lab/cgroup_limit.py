@@ -54,12 +54,7 @@ def find_parent(proc_root: str = "/proc") -> CgroupParent:
     if parent.version == 2:
         _enable_memory_v2(parent.directory)
     _remove_stale(parent)
-    try:
-        make_run_cgroup(parent, "probe", 1 << 30).remove()
-    except OSError as exc:
-        hint = " (run memgap as root)" if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS) else ""
-        raise Unsupported(f"cannot make a memory cgroup under {parent.directory}: "
-                          f"{exc.strerror or exc}{hint}") from None
+    make_run_cgroup(parent, "probe", 1 << 30).remove()
     return parent
 
 
@@ -144,16 +139,21 @@ def _pids(directory: str) -> list[int]:
 
 def make_run_cgroup(parent: CgroupParent, name: str, limit: int | None) -> RunCgroup:
     """A new cgroup under ``parent`` capped at ``limit`` bytes (None: no cap, for its peak alone);
-    removed again if a limit cannot be written. Raises OSError."""
+    removed again if a limit cannot be written. Raises Unsupported with the reason."""
     directory = os.path.join(parent.directory, f"{PREFIX}{os.getpid()}-{name}")
-    os.mkdir(directory)
     try:
-        if limit is not None:
-            _write_limit(parent.version, directory, limit)
-        return RunCgroup(parent, directory, limit)
-    except OSError:
-        os.rmdir(directory)
-        raise
+        os.mkdir(directory)
+        try:
+            if limit is not None:
+                _write_limit(parent.version, directory, limit)
+            return RunCgroup(parent, directory, limit)
+        except OSError:
+            os.rmdir(directory)
+            raise
+    except OSError as exc:
+        hint = " (run memgap as root)" if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS) else ""
+        raise Unsupported(f"cannot make a memory cgroup under {parent.directory}: "
+                          f"{exc.strerror or exc}{hint}") from None
 
 
 def _write_limit(version: int, directory: str, limit: int) -> None:
