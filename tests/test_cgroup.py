@@ -109,3 +109,17 @@ def test_a_program_in_a_limited_cgroup_is_shown_with_its_cgroup(tmp_path):
     assert snap["rss"] < cg["usage"]  # the page cache the program wrote is charged, not resident in it
     flat = "".join(text.split())  # a long cgroup path may be folded across lines
     assert f"memorycgroup{cg['path']}" in flat and "limit512.0MiB" in flat, text
+
+
+def test_a_run_cgroup_oom_killed_at_its_limit_v1_captured():
+    found = C.parse_run_charge(1, _files(os.path.join(FIXTURES, "cgroup", "v1-run-oom-killed")))
+    assert found == C.RunCharge(peak=32 * MiB, oom_kills=1, limit_hits=0)  # failcnt stays 0 on this kernel
+
+
+def test_a_run_cgroup_v2_and_the_files_a_kernel_lacks():
+    assert C.parse_run_charge(2, _files(V2)) == C.RunCharge(peak=768 * MiB, oom_kills=1, limit_hits=57)
+    # before Linux 5.19 v2 has no memory.peak, and before 4.13 v1 counts no OOM kill: unknown, not 0
+    assert C.parse_run_charge(2, {"memory.events": "oom_kill 0\n"}) == C.RunCharge(None, 0, None)
+    assert C.parse_run_charge(1, {"memory.oom_control": "oom_kill_disable 0\nunder_oom 0\n"}).oom_kills is None
+    with pytest.raises(MalformedInput, match="memory.oom_control"):
+        C.parse_run_charge(1, {"memory.oom_control": "oom_kill one\n"})

@@ -400,3 +400,29 @@ def test_a_costlier_choice_over_a_simpler_winner_waits_for_every_repetition():
     summaries = [summarize(V.parse_variant(s), _fixed_runs(s, i), base_runs) for s, i in specs.items()]
     verdict = decide(summaries, "glibc", 0.05)
     assert verdict.recommended.spec == "glibc:trim=idle" and not needs_every_rep(verdict)
+
+
+def _limited(spec, statuses, idle):
+    """Runs under a 200 MiB --memory-limit: an OOM-killed one has no idle, and its cgroup peak is the limit."""
+    return [RunMetrics(spec, rep, 0, status, wall=1.0, idle=idle * MiB if status == "ok" else None,
+                       cgroup_peak=(idle + 20) * MiB if status == "ok" else 200 * MiB, cgroup_limit=200 * MiB)
+            for rep, status in enumerate(statuses, 1)]
+
+
+def test_a_variant_oom_killed_in_any_run_is_never_recommended():
+    killed_once = _limited("glibc:arena_max=1", ["ok", "oom-killed"], 60)  # the lowest idle, but killed once
+    fits = _limited("glibc:arena_max=2", ["ok", "ok"], 90)
+    for base_statuses in (["oom-killed", "ok"], ["ok", "ok"]):
+        base = _limited("glibc", base_statuses, 150)
+        summaries = [summarize(V.parse_variant(spec), runs, base) for spec, runs in
+                     (("glibc", base), ("glibc:arena_max=1", killed_once), ("glibc:arena_max=2", fits))]
+        verdict = decide(summaries, "glibc", 0.05)
+        assert verdict.recommended is not None and verdict.recommended.spec == "glibc:arena_max=2", verdict.reason
+        lowest = next(s for s in verdict.summaries if s.spec == "glibc:arena_max=1")
+        assert not lowest.better and lowest.reason == "1 oom-killed" and lowest.cgroup_peak[2] == 200 * MiB
+    # the baseline killed at the limit: the variant that ran within it wins on that alone
+    base = _limited("glibc", ["oom-killed", "ok"], 150)
+    verdict = decide([summarize(V.parse_variant("glibc"), base, base), summarize(V.parse_variant("glibc:arena_max=2"),
+                                                                                  fits, base)], "glibc", 0.05)
+    assert verdict.reason.startswith("the baseline (glibc) was OOM-killed at the memory limit in 1 of 2 runs; "
+                                     "glibc:arena_max=2 ran within it in each of its 2 runs"), verdict.reason

@@ -14,8 +14,8 @@ import platform
 import signal
 import subprocess
 import time
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import psutil
 
@@ -28,6 +28,9 @@ from .load import LoadDriver
 from .idle import QUIET_PHASE, QuietSpell, idle_of_process, quiet_after
 from .recording import RecordingWriter, child_recording_path, read_events
 from .sources.procfs import ProcReader, oom_kills, status_int
+
+if TYPE_CHECKING:
+    from .lab.cgroup_limit import RunCgroup
 
 BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_bootstrap")
 SAMPLES_FILE = "samples.jsonl"
@@ -69,6 +72,7 @@ class RunOptions:
     agent: bool = True       # preload the native agent (it stays dormant in Python interpreters)
     load: list[str] = field(default_factory=list)  # a load command to run against the service (memgap.load)
     rest: float = 3.0        # with a load: seconds of the service's quiet after it, before it is stopped
+    cgroup: RunCgroup | None = None  # a memory cgroup the command enters before it execs (the lab's)
 
 
 def tree_pids(root: int) -> list[int]:
@@ -272,7 +276,8 @@ class _Recording:
         try:
             stdout = subprocess.PIPE if options.mark_regex or service_metric else options.stdout
             self.proc = subprocess.Popen(options.cmd, env=env, start_new_session=self.own_group,
-                                         stdout=stdout, stderr=options.stderr)
+                                         stdout=stdout, stderr=options.stderr,
+                                         preexec_fn=options.cgroup.enter if options.cgroup else None)
         except OSError as exc:
             self.writer.close()
             raise MemgapError(f"cannot run {options.cmd[0]!r}: {exc.strerror or exc}") from None
@@ -293,6 +298,8 @@ class _Recording:
         deadline = None if options.timeout is None else time.monotonic() + options.timeout
         while True:
             _sample(self.writer, proc.pid, self.known, self.start, self.quiet)
+            if options.cgroup is not None:
+                options.cgroup.sample()
             self._read_marks()
             busy = self.activity.busy(tree_pids(proc.pid)) if options.idle_after or self.load else False
             if (options.idle_after and self._quiet_long_enough(busy)) or (self.load and self.load.step(busy)):
@@ -362,6 +369,9 @@ class _Recording:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        if self.options.cgroup is not None:  # the run's own cgroup: its peak, and the OOM killer's acts in it
+            self.writer.write({"type": "cgroup", "limit": self.options.cgroup.limit,
+                               **asdict(self.options.cgroup.charge())})
         self.writer.write({"type": "end", "t": round(time.time() - self.start, 4), "exit_code": code,
                            "timed_out": self.timed_out, "stopped_at_idle": self.stopped_at_idle,
                            "load_seconds": round(self.load.load_seconds, 4) if self.load is not None else None,
@@ -435,6 +445,7 @@ def load_run(record_dir: str) -> dict[str, Any]:
     timeline: list[dict[str, Any]] = []
     errors: list[dict[str, Any]] = []
     metrics: dict[str, float] = {}  # the last value reported under each name, any process
+    cgroup: dict[str, Any] | None = None  # the run's own memory cgroup, where it ran in one
     samples_path = os.path.join(record_dir, SAMPLES_FILE)
     for event in read_events(samples_path) if os.path.exists(samples_path) else []:
         kind = event.get("type")
@@ -447,6 +458,8 @@ def load_run(record_dir: str) -> dict[str, Any]:
             timeline.append({k: v for k, v in event.items() if k != "type"})
         elif kind == "end":
             end = event
+        elif kind == "cgroup":
+            cgroup = {k: v for k, v in event.items() if k != "type"}
         else:  # snapshots read from outside, errors, metrics, quiet spells' ends
             _add_event(processes, errors, metrics, event)
     for path in sorted(glob.glob(os.path.join(record_dir, "process-*.jsonl"))):
@@ -476,6 +489,7 @@ def load_run(record_dir: str) -> dict[str, Any]:
         "stopped_at_idle": bool(end.get("stopped_at_idle")),
         "load_seconds": end.get("load_seconds"),  # with --load: how long the load ran (the work)
         "oom_kills": end.get("oom_kills"),  # the kernel's OOM kills, machine-wide, while it ran
+        "cgroup": cgroup,  # limit, peak, oom_kills, limit_hits of the run's own memory cgroup
         "env": header.get("env", {}),
         "agent": header.get("agent", {}),
         "duration": end.get("t", timeline[-1]["t"] if timeline else 0.0),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 from typing import Callable, TypeVar
 
 N = TypeVar("N", int, float)
@@ -42,6 +43,20 @@ share = _bounded(float, lambda v: v >= 0, "a valid share (0 or more: 0.05 is 5%)
 count = _bounded(int, lambda v: v >= 1, "a valid count (a whole number from 1 up)")
 port = _bounded(int, lambda v: 0 <= v <= 65535, "a valid port (0 to 65535; 0: any free one)")
 count_or_zero = _bounded(int, lambda v: v >= 0, "a valid count (a whole number, 0 or more)")
+
+
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*(?:([kmgt])(?:i?b)?|b)?", re.IGNORECASE)
+
+
+def size(text: str) -> int:
+    """Bytes, or a number with K, M, G or T (powers of 1024, as Docker and systemd read them;
+    an optional "iB" or "B": 512M, 1G, 1.5GiB), more than 0."""
+    found = _SIZE.fullmatch(text.strip())
+    value = float(found[1]) * 1024 ** ("kmgt".index(found[2].lower()) + 1 if found[2] else 0) if found else 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size (bytes, or a number with K, M, G or T: "
+                                         "512M, 1G, 1.5GiB; more than 0)")
+    return int(value)
 
 
 def command(text: str) -> list[str]:

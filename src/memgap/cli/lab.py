@@ -16,7 +16,8 @@ range clears the baseline's and its median is at least 5% and 2 MiB lower
 (where none is: keep the defaults); too slow means beyond the budget plus the
 baseline's own spread between its runs. The recommendation is the cheapest
 remedy that no other one clearly undercuts (its whole idle range below, and by
-more than 5%).
+more than 5%). --memory-limit SIZE runs each run in a memory cgroup of its own
+capped at SIZE: a variant the kernel OOM-kills there is never recommended.
 
   memgap lab --reps 3 -- python -m memgap.scenarios.threadpool
   memgap lab --variant glibc --variant glibc:arena_max=2,trim=idle \\
@@ -34,6 +35,7 @@ import argparse
 import os
 import re
 import shutil
+import signal
 import sys
 import tempfile
 
@@ -85,6 +87,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "is better (default: the workload's wall time)")
     p.add_argument("--metric-regex", metavar="REGEX", default="",
                    help="read --metric from the workload's stdout instead: group 1 of the last matching line")
+    p.add_argument("--memory-limit", type=_args.size, default=None, metavar="SIZE",
+                   help="run each run in a memory cgroup of its own capped at SIZE (512M, 1G, 1.5GiB: powers of "
+                        "1024; swap capped too), to see which variants that limit OOM-kills; needs root and a "
+                        "writable memory cgroup (v1, or v2 with the controller delegated). Without it, runs "
+                        "still get an uncapped cgroup each where one can be made, for their peak")
     p.add_argument("--json", metavar="FILE", help="write the lab's results as JSON")
     p.add_argument("--markdown", metavar="FILE", help="also write the variants table as Markdown")
     p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report with charts")
@@ -179,8 +186,9 @@ def main(args: argparse.Namespace) -> int:
                          quiet_workload=not args.show_output, skipped=skipped, metric=args.metric,
                          params=params, phase_regex=args.phase_regex, idle_after=args.idle_after,
                          metric_regex=args.metric_regex, agent=not args.no_agent, process=args.process,
-                         load=args.load, rest=args.rest)
+                         load=args.load, rest=args.rest, memory_limit=args.memory_limit)
     total = len(options.variants) * options.reps * len(options.cells())
+    signal.signal(signal.SIGTERM, _interrupt)  # like Ctrl-C: the run stopped, its cgroup removed, the rest kept
     try:
         with _Progress(total) as progress:
             lab = run_lab(options, progress=progress)
@@ -192,6 +200,10 @@ def main(args: argparse.Namespace) -> int:
         print(f"memgap lab: {lab['stopped']}", file=sys.stderr)
         return 1
     return 0
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def write_lab(lab: dict, json_path: str | None, html: str | None, markdown: str | None) -> None:  # type: ignore[type-arg]

@@ -71,7 +71,8 @@ def _lab_from_folder(path: str) -> dict:  # type: ignore[type-arg]
         if v.allocator in LIBRARIES:
             v.library = find_library(v.allocator) or LIBRARIES[v.allocator][0]
     options = LabOptions(cmd, variants, reps, lab_dir=path,
-                         skipped=list(header.get("skipped", [])), params=_swept(runs))
+                         skipped=list(header.get("skipped", [])), params=_swept(runs),
+                         memory_limit=header.get("memory_limit"))
     missing = len(runs) < _planned(options, runs)
     lab = lab_document(options, runs, sum(r.duration for r in runs), interrupted=missing)
     lab["machine"] = header.get("machine", lab["machine"])

@@ -22,7 +22,7 @@ class RunMetrics:
     variant: str
     rep: int
     order: int                 # position in the interleaved sequence
-    status: str                # ok, crashed, timeout, killed, no-idle
+    status: str                # ok, crashed, timeout, killed, oom-killed, no-idle
     exit_code: int | None = None
     wall: float = 0.0          # seconds of work: start to exit, or to the last phase before idle
     duration: float = 0.0      # seconds the lab spent on the run (start to exit or stop)
@@ -50,6 +50,8 @@ class RunMetrics:
     tree: list[dict[str, Any]] = field(default_factory=list)  # every process's idle: cmd, rss, pss, rule
     process_idle: int | None = None  # the measured process's own idle figure, where idle is the tree's total
     tree_how: str = ""             # how the tree's total was summed, where idle is the tree's total
+    cgroup_peak: int | None = None   # the run's own memory cgroup's highest charge (its tree's, page cache included)
+    cgroup_limit: int | None = None  # that cgroup's limit (memgap lab --memory-limit)
 
 
 def _main_process(run: dict[str, Any], process: str = "") -> dict[str, Any] | None:
@@ -182,10 +184,25 @@ def _ending(m: RunMetrics, run: dict[str, Any], metric: str) -> None:
     elif code:
         m.status = "crashed"
         m.note = f"exit code {code}"
+    _in_cgroup(m, run.get("cgroup"), code)
     if metric:
         m.throughput = run.get("metrics", {}).get(metric)
         if m.throughput is None and m.status == "ok":
             m.status, m.note = "no-metric", f"the workload reported no metric {metric!r}"
+
+
+def _in_cgroup(m: RunMetrics, cgroup: dict[str, Any] | None, code: int | None) -> None:
+    """The run's own memory cgroup: its peak, and whether the kernel OOM-killed in it (its
+    oom_kill count; a kernel before 4.13 has none: a SIGKILL after the charge hit the limit)."""
+    if not cgroup:
+        return
+    m.cgroup_peak, m.cgroup_limit = cgroup.get("peak"), cgroup.get("limit")
+    kills = cgroup.get("oom_kills")
+    if kills or (kills is None and cgroup.get("limit_hits") and code == -9):
+        where = f"at the limit ({m.cgroup_limit / MiB:.0f} MiB)" if m.cgroup_limit else "in the run's cgroup"
+        m.status = "oom-killed"
+        m.note = (f"{where}: the kernel's OOM killer killed "
+                  + (f"{kills} process{'es' * (kills > 1)} of the run" if kills else "it"))
 
 
 def _process_figures(m: RunMetrics, run: dict[str, Any], proc: dict[str, Any]) -> None:

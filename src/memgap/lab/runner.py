@@ -10,9 +10,12 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
+from ..errors import Unsupported
 from ..recording import RecordingWriter
+from ..sources.cgroup import read_memory_cgroup
 from ..runs import RunOptions, load_run, machine_info, record_run
 from .adaptive import cannot_win, needs_every_rep
+from .cgroup_limit import CgroupParent, find_parent, make_run_cgroup
 from .metrics import RunMetrics, run_metrics
 from .remedy_lines import recommendation_lines
 from ..envnames import TRIM_AFTER_ENV
@@ -47,6 +50,9 @@ class LabOptions:
     process: str = ""        # a regular expression: the process of the tree the figures describe
     load: list[str] = field(default_factory=list)  # a load command against a service (see memgap.load)
     rest: float = 3.0        # with a load: the service's quiet after it, before it is measured and stopped
+    memory_limit: int | None = None  # bytes: each run in a memory cgroup of its own capped there
+    cgroup_parent: CgroupParent | None = None  # where run cgroups are made (found by run_lab)
+    cgroup_note: str = ""    # why runs have no cgroup peak, where memgap itself runs in a limited cgroup
 
     def cells(self) -> list[dict[str, str]]:
         """Every combination of the swept parameters (one empty cell without any)."""
@@ -65,11 +71,12 @@ def run_lab(options: LabOptions, progress: Callable[[str], None] = lambda line: 
     Each finished run is appended to ``lab.jsonl`` in the lab folder at once,
     so an interrupted lab keeps every run recorded so far.
     """
+    _find_cgroup_parent(options)  # with --memory-limit: refused here, before any run, where none can be made
     os.makedirs(options.lab_dir, exist_ok=True)
     events = RecordingWriter(os.path.join(options.lab_dir, "lab.jsonl"))
     events.write({"type": "header", "schema": LAB_SCHEMA, "cmd": options.cmd, "reps": options.reps,
                   "variants": [v.spec for v in options.variants], "skipped": options.skipped,
-                  "machine": machine_info()})
+                  "machine": machine_info(), "memory_limit": options.memory_limit})
     results: list[RunMetrics] = []
     started = time.monotonic()
     cells = options.cells()
@@ -98,6 +105,23 @@ def run_lab(options: LabOptions, progress: Callable[[str], None] = lambda line: 
     if interrupted:
         raise LabInterrupted(doc)
     return doc
+
+
+def _find_cgroup_parent(options: LabOptions) -> None:
+    """Where each run's own memory cgroup is made: one per run, capped at --memory-limit, or
+    uncapped to measure the run's peak. Without a limit, where none can be made, runs go
+    without (their peak cannot be read from memgap's own cgroup, which they share)."""
+    if options.cgroup_parent is not None:
+        return
+    try:
+        options.cgroup_parent = find_parent()
+    except Unsupported as exc:
+        if options.memory_limit is not None:
+            raise Unsupported(f"--memory-limit: {exc}") from None
+        own = read_memory_cgroup("self")
+        if own is not None and own.limit is not None:
+            options.cgroup_note = (f"no cgroup peak per run: {exc}; memgap's own memory cgroup is shared by every "
+                                   "run and memgap itself, so no run's peak can be read from it")
 
 
 def _schedule(options: LabOptions, cells: list[dict[str, str]], results: list[RunMetrics],
@@ -148,6 +172,8 @@ def _baseline_unusable(variant: Variant, result: RunMetrics) -> str:
     to compare against (every other run would be compared with nothing)."""
     if not variant.is_baseline or result.rep != 1 or (result.status == "ok" and result.idle is not None):
         return ""
+    if result.status == "oom-killed" and result.cgroup_limit:  # what --memory-limit asks: the others may fit
+        return ""
     why = f"{result.status}: {result.note}" if result.note else result.status
     if result.status in ("ok", "no-idle"):
         advice = ("mark idle in the program (memgap.phase('idle')), print a line for --phase-regex, or give "
@@ -189,10 +215,17 @@ def _run_one(options: LabOptions, variant: Variant, rep: int, order: int, cell: 
         env.setdefault(TRIM_AFTER_ENV, "idle")  # every other run measures what one trim at idle releases
     sink = subprocess.DEVNULL if options.quiet_workload else None
     cpu_before = _cpu_of_children()
-    record_run(RunOptions(options.cmd, record_dir, options.interval, env=env, timeout=options.timeout,
-                          stdout=sink, stderr=sink, mark_regex=options.phase_regex,
-                          idle_after=options.idle_after, metric_regex=options.metric_regex,
-                          metric_name=options.metric, agent=options.agent, load=options.load, rest=options.rest))
+    cgroup = (make_run_cgroup(options.cgroup_parent, str(order), options.memory_limit)
+              if options.cgroup_parent else None)
+    try:
+        record_run(RunOptions(options.cmd, record_dir, options.interval, env=env, timeout=options.timeout,
+                              stdout=sink, stderr=sink, mark_regex=options.phase_regex,
+                              idle_after=options.idle_after, metric_regex=options.metric_regex,
+                              metric_name=options.metric, agent=options.agent, load=options.load,
+                              rest=options.rest, cgroup=cgroup))
+    finally:  # Ctrl-C or a crash of the run included: no cgroup is left behind
+        if cgroup is not None:
+            cgroup.remove()
     cpu = _cpu_of_children() - cpu_before
     run = load_run(record_dir)
     result = run_metrics(run, variant, rep, order, cpu, metric=options.metric, process=options.process)
@@ -330,4 +363,7 @@ def lab_document(options: LabOptions, results: list[RunMetrics], seconds: float,
         "workload_seconds": round(workload_seconds, 3),
         "complete": not interrupted and not stopped,  # every run made, or skipped with its reason in "skipped"
         "lab_dir": options.lab_dir,
+        # each run's own memory cgroup: its limit, and why runs have none where memgap is in a limited one
+        "cgroup": {"limit": options.memory_limit, "note": options.cgroup_note,
+                   "per_run": options.cgroup_parent is not None or any(r.cgroup_peak is not None for r in results)},
     }

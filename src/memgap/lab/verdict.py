@@ -52,6 +52,7 @@ class VariantSummary:
     idle: tuple[int, int, int] | None = None        # median, min, max
     after_trim: tuple[int, int, int] | None = None
     peak: tuple[int, int, int] | None = None
+    cgroup_peak: tuple[int, int, int] | None = None  # the run cgroup's peak, OOM-killed runs included (the limit)
     baseline: tuple[int, int, int] | None = None    # post-import RSS
     wall: tuple[float, float, float] | None = None
     throughput: tuple[float, float, float] | None = None
@@ -76,6 +77,8 @@ def summarize(variant: Variant, runs: list[RunMetrics], baseline_runs: list[RunM
     s.idle = _spread([r.idle for r in ok if r.idle is not None])
     s.after_trim = _spread([r.after_trim for r in ok if r.after_trim is not None])
     s.peak = _spread([r.peak for r in ok if r.peak is not None])
+    s.cgroup_peak = _spread([r.cgroup_peak for r in runs if r.cgroup_peak is not None
+                             and r.status in ("ok", "oom-killed")])
     s.baseline = _spread([r.baseline for r in ok if r.baseline is not None])
     s.wall = _spread([r.wall for r in ok])
     s.throughput = _spread([r.throughput for r in ok if r.throughput is not None])
@@ -122,6 +125,8 @@ def decide(summaries: list[VariantSummary], baseline_spec: str, max_slowdown: fl
     eligible = sorted((s for s in summaries if s.better and s.within_budget), key=lambda s: s.idle[0])
     ranked = eligible + sorted(
         [s for s in summaries if s not in eligible], key=lambda s: (s.idle is None, s.idle[0] if s.idle else 0))
+    if base is not None and base.statuses.get("oom-killed"):
+        return _within_the_limit(summaries, base)
     if base is None or not base.idle:
         return Verdict(ranked, base, None, "the baseline variant (glibc) did not reach idle: nothing to compare")
     if not eligible:
@@ -139,6 +144,27 @@ def decide(summaries: list[VariantSummary], baseline_spec: str, max_slowdown: fl
         reason += (f"; chosen over {eligible[0].spec} ({eligible[0].idle[0] / 2**20:.0f} MiB) "
                    f"as the simpler remedy: that one's range does not clear it by {MATERIAL_SHARE:.0%}")
     return Verdict(ranked, base, choice, reason)
+
+
+def _within_the_limit(summaries: list[VariantSummary], base: VariantSummary) -> Verdict:
+    """The baseline was OOM-killed at the lab's memory limit: a variant that ran within it in
+    every run is a fix by itself (the cheapest one no other clearly undercuts). Its cost in
+    time cannot be measured against a baseline that did not finish."""
+    fit = sorted((s for s in summaries if s is not base and s.idle and s.ok == s.runs), key=lambda s: s.idle[0])
+    for s in fit:
+        s.better = True
+    ranked = fit + [s for s in summaries if s not in fit]
+    killed = (f"the baseline ({base.spec}) was OOM-killed at the memory limit in {base.statuses['oom-killed']} "
+              f"of {base.runs} runs")
+    if not fit:
+        return Verdict(ranked, base, None, f"{killed}, and no variant ran within it in every run")
+    standing = [s for s in fit if not any(clearly_lower(t, s) for t in fit)]
+    choice = min(standing, key=lambda s: (s.cost, s.settings, s.idle[0]))
+    peak = f", cgroup peak {choice.cgroup_peak[2] / 2**20:.0f} MiB at most" if choice.cgroup_peak else ""
+    runs = f"{choice.runs} run{'s' * (choice.runs != 1)}"
+    return Verdict(ranked, base, choice, f"{killed}; {choice.spec} ran within it in each of its {runs} (idle RSS "
+                                         f"{choice.idle[0] / 2**20:.0f} MiB{peak}); {COST_WORDS[choice.cost]}; "
+                                         "its cost in time is not measured: the baseline did not finish")
 
 
 def materially_lower(idle: tuple[int, int, int], base: tuple[int, int, int]) -> bool:

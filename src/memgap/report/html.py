@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .lab import COLUMNS, across_line, apply_lines, pattern_evidence, table_rows, too_slow_line
+from .lab import across_line, apply_lines, cgroup_lines, pattern_evidence, table_rows, too_slow_line, variant_columns
 
 LAYER_COLORS = {
     "files": "#9e9e9e", "python_objects": "#3f51b5", "pymalloc_free": "#9fa8da",
@@ -34,8 +34,9 @@ def _chart_data(lab: dict[str, Any]) -> dict[str, Any]:
              "timeline": r.get("timeline", []), "layers": r.get("layers", [])} for r in lab["runs"]]
     rec = lab.get("recommendation")
     return {"cmd": lab["cmd"], "machine": lab["machine"], "reps": lab["reps"], "verdict": lab["verdict"],
-            "columns": COLUMNS, "rows": table_rows(lab), "too_slow": too_slow_line(lab),
-            "warnings": lab.get("warnings", []), "apply": apply_lines(rec) if rec else [],
+            "columns": [c.header for c in variant_columns(lab)], "rows": table_rows(lab),
+            "too_slow": too_slow_line(lab), "warnings": cgroup_lines(lab) + lab.get("warnings", []),
+            "apply": apply_lines(rec) if rec else [],
             "across": across_line(lab),
             "evidence": {v["spec"]: pattern_evidence(lab, v["spec"]) for v in lab["variants"]},
             "recommendation": (lab.get("recommendation") or {}).get("variant"), "cell": lab.get("cell", {}),

@@ -30,14 +30,22 @@ def _pattern(v: dict[str, Any]) -> str:
 
 
 def table_rows(lab: dict[str, Any]) -> list[list[str]]:
-    """The variants table's cells, as text (the terminal, Markdown and HTML reports share them)."""
+    """The variants table's cells, as text (the terminal, Markdown and HTML reports share them),
+    in the order of ``variant_columns(lab)``."""
     rows = []
+    cgroup = _cgroup_peaks(lab)
     for v in lab["variants"]:
         wall = f"{v['wall'][0]:.2f}" if v["wall"] else "-"
         slow = f"x{v['slowdown']:.2f}" if v["slowdown"] else "-"
-        rows.append([v["spec"], _spread(v["baseline"]), _spread(v["peak"]), _spread(v["idle"]),
+        peaks = [_spread(v["peak"])] + ([_spread(v.get("cgroup_peak"))] if cgroup else [])
+        rows.append([v["spec"], _spread(v["baseline"]), *peaks, _spread(v["idle"]),
                      _spread(v["after_trim"]), wall, slow, _pattern(v), _verdict_word(lab, v)])
     return rows
+
+
+def _cgroup_peaks(lab: dict[str, Any]) -> bool:
+    """Whether any run had a memory cgroup of its own, whose peak the table then shows."""
+    return any(r.get("cgroup_peak") is not None for r in lab["runs"])
 
 
 # The variants table's columns (the terminal's, Markdown's and HTML's): where a terminal is
@@ -47,6 +55,35 @@ VARIANT_COLUMNS = (Col("variant", WRAP), Col("first phase", optional=5), Col("pe
                    Col("after trim", optional=1), Col("wall s", optional=4), Col("slowdown"),
                    Col("pattern", WRAP, optional=3), Col("verdict", justify="left"))
 COLUMNS = tuple(c.header for c in VARIANT_COLUMNS)
+
+
+def variant_columns(lab: dict[str, Any]) -> tuple[Col, ...]:
+    """The columns of this lab's table: the run cgroups' peak after the RSS peak where runs had
+    cgroups of their own; under --memory-limit it is what the limit met, so it always stays."""
+    if not _cgroup_peaks(lab):
+        return VARIANT_COLUMNS
+    limited = bool((lab.get("cgroup") or {}).get("limit"))
+    return VARIANT_COLUMNS[:3] + (Col("cgroup peak", optional=0 if limited else 6),) + VARIANT_COLUMNS[3:]
+
+
+def cgroup_lines(lab: dict[str, Any]) -> list[str]:
+    """The memory limit each run had and the variants it OOM-killed; or why runs had no cgroup peak."""
+    cgroup = lab.get("cgroup") or {}
+    if cgroup.get("note"):
+        return [f"cgroup peak: {cgroup['note']}"]
+    if not cgroup.get("limit"):
+        return []
+    killed: dict[str, int] = {}
+    for r in lab["runs"]:
+        if r["status"] == "oom-killed":
+            killed[r["variant"]] = killed.get(r["variant"], 0) + 1
+    runs = {v["spec"]: v["runs"] for v in lab["variants"]}
+    limit = f"Each run in a memory cgroup of its own limited to {mib(cgroup['limit'], 0)} MiB"
+    if not killed:
+        return [f"{limit}: no run was OOM-killed"]
+    names = ", ".join(f"{spec} ({n} of {runs.get(spec, n)} run{'s' * (runs.get(spec, n) != 1)})"
+                      for spec, n in killed.items())
+    return [f"{limit}. OOM-killed at the limit: {names}; a variant killed in any run is not recommended"]
 
 
 def pattern_evidence(lab: dict[str, Any], spec: str) -> list[str]:
@@ -112,7 +149,8 @@ def across_line(lab: dict[str, Any]) -> str:
 
 def markdown_table(lab: dict[str, Any]) -> str:
     """The variants as a Markdown table (MiB, median and min-max)."""
-    rows = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    headers = [c.header for c in variant_columns(lab)]
+    rows = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     for spec, *cells in table_rows(lab):
         rows.append(f"| `{spec}` | " + " | ".join(cells) + " |")
     return "\n".join(rows) + "\n"
@@ -122,7 +160,7 @@ def variants_table(lab: dict[str, Any], width: int = 170) -> RenderableType:
     reps = f"up to {lab['reps']} (adaptive)" if lab.get("adaptive") else str(lab["reps"])
     recommended = (lab.get("recommendation") or {}).get("variant")
     rows = table_rows(lab)
-    return fit_table(f"{reps} interleaved repetitions per variant, MiB: median (min-max)", VARIANT_COLUMNS, rows,
+    return fit_table(f"{reps} interleaved repetitions per variant, MiB: median (min-max)", variant_columns(lab), rows,
                      width, ["bold" if row[0] == recommended else None for row in rows])
 
 
@@ -219,6 +257,8 @@ def render_lab(lab: dict[str, Any], stream: TextIO, width: int | None = None) ->
         console.print(f"Variants at {cell}, where the baseline idles highest:")
     console.print(variants_table(lab, console.width))
     console.print(too_slow_line(lab))
+    for line in cgroup_lines(lab):
+        console.print(line, highlight=False, markup=False)
     if better_line(lab):
         console.print(better_line(lab))
     for warning in lab.get("warnings", []):

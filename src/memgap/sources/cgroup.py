@@ -57,15 +57,15 @@ class CgroupMemory:
                 "headroom": self.headroom}
 
 
-def parse_stat(text: str) -> dict[str, int]:
-    """memory.stat: one "key value" per line."""
+def parse_stat(text: str, name: str = "memory.stat") -> dict[str, int]:
+    """memory.stat, or another file of "key value" lines (``name``: the file, for the error)."""
     out: dict[str, int] = {}
     for n, line in enumerate(text.splitlines(), 1):
         parts = line.split()
         if not parts:
             continue
         if len(parts) != 2 or not parts[1].isdigit():
-            raise MalformedInput("memory.stat", f"line {n}: {line[:80]!r}")
+            raise MalformedInput(name, f"line {n}: {line[:80]!r}")
         out[parts[0]] = int(parts[1])
     return out
 
@@ -195,3 +195,41 @@ def read_memory_cgroup(pid: int | str, proc_root: str = "/proc") -> CgroupMemory
         limits.append(_number("memory.max", _read_files(parent, ("memory.max",)).get("memory.max")))
         parent = os.path.dirname(parent)
     return parse_v2(place.path, files, limits)
+
+
+@dataclass(frozen=True)
+class RunCharge:
+    """What a memory cgroup made for one run saw: its highest charge and the kernel's OOM kills."""
+
+    peak: int | None        # v1 memory.max_usage_in_bytes, v2 memory.peak; None where not kept
+    oom_kills: int | None   # v1 memory.oom_control oom_kill (4.13+), v2 memory.events oom_kill
+    limit_hits: int | None  # times the charge reached the limit: v1 memory.failcnt, v2 memory.events max
+
+
+def parse_run_charge(version: int, files: Mapping[str, str]) -> RunCharge:
+    """A run cgroup's peak and OOM figures from its files' text (any of them may be absent).
+    A fresh cgroup per run makes them the run's own: no earlier figure to subtract."""
+    if version == 1:
+        oom = parse_stat(files["memory.oom_control"], "memory.oom_control") if "memory.oom_control" in files else {}
+        return RunCharge(_number("memory.max_usage_in_bytes", files.get("memory.max_usage_in_bytes")),
+                         oom.get("oom_kill"), _number("memory.failcnt", files.get("memory.failcnt")))
+    events = parse_stat(files["memory.events"], "memory.events") if "memory.events" in files else {}
+    return RunCharge(_number("memory.peak", files.get("memory.peak")), events.get("oom_kill"), events.get("max"))
+
+
+RUN_FILES = {1: ("memory.max_usage_in_bytes", "memory.oom_control", "memory.failcnt"),
+             2: ("memory.peak", "memory.events")}
+
+
+def read_run_charge(directory: str, version: int) -> RunCharge:
+    """The figures of the run cgroup at ``directory`` (see parse_run_charge)."""
+    return parse_run_charge(version, _read_files(directory, RUN_FILES[version]))
+
+
+def read_usage(directory: str, version: int) -> int | None:
+    """The cgroup's charge now (v1 memory.usage_in_bytes, v2 memory.current); None if unreadable."""
+    name = "memory.usage_in_bytes" if version == 1 else "memory.current"
+    try:
+        return _number(name, _read_files(directory, (name,)).get(name))
+    except MalformedInput:
+        return None
