@@ -65,8 +65,13 @@ def writable_cgroup():
     os.rmdir(probe)
 
 
-def _run_cgroups_left():
-    return [name for name in os.listdir(_own_memory_cgroup()) if name.startswith("memgap-run-")]
+def _run_cgroups_left(pid=None):
+    """Run cgroups (memgap-run-PID-ORDER) of the lab ``pid``, else those whose lab has ended:
+    left behind. Other tests' labs, running alongside, have theirs while they run."""
+    names = [n for n in os.listdir(_own_memory_cgroup()) if n.startswith("memgap-run-")]
+    if pid is not None:
+        return [n for n in names if n.startswith(f"memgap-run-{pid}-")]
+    return [n for n in names if not os.path.exists(f"/proc/{n.split('-')[2]}")]
 
 
 def _burst_lab(folder, *args):
@@ -172,16 +177,16 @@ def test_a_lab_stopped_midway_leaves_no_cgroup_nor_process(tmp_path, sig):
                            stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 30
-        while not _run_cgroups_left() or not _pids_in(_run_cgroups_left()[0]):
+        while not _run_cgroups_left(lab.pid) or not _pids_in(_run_cgroups_left(lab.pid)[0]):
             assert time.monotonic() < deadline and lab.poll() is None, lab.communicate()
             time.sleep(0.05)
-        workload = _pids_in(_run_cgroups_left()[0])
+        workload = _pids_in(_run_cgroups_left(lab.pid)[0])
         lab.send_signal(sig)
         _, err = lab.communicate(timeout=30)
     finally:
         lab.kill()
     assert lab.returncode == 130 and "interrupted" in err, err
-    assert not _run_cgroups_left()
+    assert not _run_cgroups_left(lab.pid)
     assert not [pid for pid in workload if os.path.exists(f"/proc/{pid}")]
 
 
