@@ -136,6 +136,14 @@ class Server:
         for name, fam in families.items():
             for labels, _ in fam["samples"]:
                 assert "pid" not in labels, (name, labels)
+        # prometheus_client's own parser reads the same samples (the format, as Prometheus reads it)
+        from prometheus_client.parser import text_string_to_metric_families
+
+        theirs = sorted((s.name, tuple(sorted(s.labels.items())), s.value)
+                        for fam in text_string_to_metric_families(body) for s in fam.samples)
+        ours = sorted((name, tuple(sorted(labels.items())), value)
+                      for name, fam in families.items() for labels, value in fam["samples"])
+        assert theirs == ours
         return families, took
 
     def close(self):
@@ -189,6 +197,9 @@ def test_one_process_its_rss_and_what_a_trim_would_release(servers):
         assert set(labels) == PROCESS_LABELS and labels["allocator"] == "glibc"
         layers = {lab["layer"]: v for lab, v in samples(families, "memgap_memory_bytes")}
         assert set(layers) <= LAYERS and {"files", "allocator_in_use", "allocator_free"} <= set(layers)
+        # the layer gauges and the unexplained one add up to the RSS gauge of the same scrape (as the docs say)
+        (unexplained,) = by_role(families, "memgap_unexplained_bytes").values()
+        assert abs(sum(layers.values()) + unexplained - rss) <= 0.01 * rss
         assert {lab["layer"] for lab, _ in samples(families, "memgap_layer_pss_bytes")} == set(layers)
         for name in ("memgap_pss_bytes", "memgap_uss_bytes"):
             (value,) = by_role(families, name).values()
