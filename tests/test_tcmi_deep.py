@@ -200,3 +200,23 @@ def test_trim_collects_mimalloc_and_measures_it(started):
     assert drop >= trim["released"] - MiB, (drop, trim)
     print(f"mimalloc trim: released {trim['released']} (VmRSS by the test {rss_before} -> {rss_after}), "
           f"committed fell {drop}; gdb {trim['gdb_seconds']}")
+
+
+def test_tiny_gdb_timeouts_leave_the_tcmalloc_program_as_it_was(started):
+    """Timeouts that cut gdb short before, around and during the calls: the program answers after
+    each, and what it holds is what it held (memgap's page unmapped, or said to stay)."""
+    program = started("tcmalloc", TCMALLOC_RELEASE_RATE="0")
+    before = program.figures()  # after its first print (which allocates stdout's buffer)
+    cut, maps, stays = [], [], False
+    # on the 2-core machine, shared, gdb is set up by 0.1-0.2 s and done by 0.2-0.35 s: these cut it at each step
+    for limit in ("0.1", "0.15", "0.2", "0.25", "0.3", "0.35"):
+        proc = memgap("inspect", str(program.proc.pid), "--deep", "--gdb-timeout", limit)
+        if proc.returncode:
+            assert proc.returncode == 1 and "did not finish" in proc.stderr, (proc.returncode, proc.stderr)
+            cut.append(proc.stderr.split("did not finish ")[1].split(" in PID")[0])
+        stays = stays or "stays mapped" in proc.stdout + proc.stderr
+        assert program.figures() == before, limit
+        with open(f"/proc/{program.proc.pid}/maps") as fh:
+            maps.append(sum(1 for _ in fh))
+    assert len(set(maps)) == 1 or stays, maps  # memgap's page went again each time, or it said so
+    print(f"gdb cut short at: {cut}")
