@@ -209,7 +209,7 @@ def test_tiny_gdb_timeouts_leave_the_tcmalloc_program_as_it_was(started):
     before = program.figures()  # after its first print (which allocates stdout's buffer)
     cut, maps, stays = [], [], False
     # on the 2-core machine, shared, gdb is set up by 0.1-0.2 s and done by 0.2-0.35 s: these cut it at each step
-    for limit in ("0.1", "0.15", "0.2", "0.25", "0.3", "0.35"):
+    for limit in ("0.12", "0.18", "0.25", "0.32"):
         proc = memgap("inspect", str(program.proc.pid), "--deep", "--gdb-timeout", limit)
         if proc.returncode:
             assert proc.returncode == 1 and "did not finish" in proc.stderr, (proc.returncode, proc.stderr)
