@@ -7,7 +7,8 @@ SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 need=""
 # libjemalloc-dev and redis-server: the allocator-detection tests link jemalloc in statically and read Debian's redis
-for pkg in libjemalloc2 libjemalloc-dev libtcmalloc-minimal4 libmimalloc2.0 gcc gdb musl-tools chromium redis-server; do
+# libgoogle-perftools-dev: test_tcmi_deep links tcmalloc in statically (libtcmalloc_minimal.a)
+for pkg in libjemalloc2 libjemalloc-dev libtcmalloc-minimal4 libgoogle-perftools-dev libmimalloc2.0 gcc gdb musl-tools chromium redis-server; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need="$need $pkg"
 done
 python3 -c "import ensurepip" >/dev/null 2>&1 || need="$need python3-venv"

@@ -62,6 +62,36 @@ def je_stats_exe(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def own_stats_exe(tmp_path_factory):
+    """own_stats_exe(kind): programs/own_stats.c built for "tcmalloc" (Debian's libtcmalloc_minimal.so.4),
+    "mimalloc" (libmimalloc.so.2) or "tcmalloc-static" (libtcmalloc_minimal.a linked in): a program that
+    holds and frees known amounts and prints its allocator's own figures."""
+    cc = shutil.which("gcc") or shutil.which("cc")
+    lib = "/usr/lib/x86_64-linux-gnu/"
+    needs = {"tcmalloc": (lib + "libtcmalloc_minimal.so.4", "libtcmalloc-minimal4"),
+             "mimalloc": (lib + "libmimalloc.so.2", "libmimalloc2.0"),
+             "tcmalloc-static": (lib + "libtcmalloc_minimal.a", "libgoogle-perftools-dev")}
+    where = tmp_path_factory.mktemp("own_stats")
+    built = {}
+
+    def build(kind):
+        path, package = needs[kind]
+        if cc is None or not os.path.exists(path):
+            pytest.skip(f"needs gcc and {package} ({path})")
+        if kind not in built:
+            exe = str(where / kind)
+            define = "-DMIMALLOC" if kind == "mimalloc" else "-DTCMALLOC"
+            # tcmalloc is C++: linked in, it needs the C++ runtime (the library itself, not its dev package)
+            link = [path, "-l:libstdc++.so.6", "-lpthread", "-lm"] if kind.endswith("static") \
+                else [f"-l:{os.path.basename(path)}"]
+            subprocess.run([cc, "-O1", define, "-o", exe, os.path.join(HERE, "programs", "own_stats.c"), *link],
+                           check=True)
+            built[kind] = exe
+        return built[kind]
+    return build
+
+
+@pytest.fixture(scope="session")
 def wheel_venv(tmp_path_factory):
     """A new virtual environment with memgap installed from a wheel built from this tree
     (not editable: as users install it), and uvicorn for the server tests."""

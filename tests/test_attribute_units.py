@@ -370,3 +370,75 @@ def test_jemalloc_counters_beyond_the_unclaimed_pages_are_clamped_and_said():
     assert layers["allocator_free"].detail["metadata"] == 192 * KiB
     assert layers["other_anon"].resident == 1 * MiB  # the file-cow pages only
     assert "metadata 1900544 bytes" in layers["allocator_free"].note  # 2 MiB - 192 KiB not moved
+
+
+# --- tcmalloc's properties and mimalloc's figures read through gdb (inspect --deep) ----------
+
+def test_tcmalloc_properties_read_through_gdb_move_pages_out_of_other_anon():
+    from memgap.attribution import tcmalloc_gdb_layers
+    from memgap.sources.tcmalloc_gdb import TcmallocDeep
+
+    outside = _outside_jemalloc_snapshot()  # 50 MiB unclaimed anonymous, 1 MiB file-cow
+    # 20 MiB allocated; 16 MiB free spans; caches 1 + 0.5 + 2 MiB; 8 MiB unmapped; heap_size the sum, 47.5 MiB;
+    # total_physical = 47.5 - 8 + 1.5 MiB metadata = 41 MiB
+    t = TcmallocDeep(20 * MiB, 47 * MiB + 512 * KiB, 16 * MiB, 8 * MiB, 1 * MiB, 512 * KiB, 2 * MiB,
+                     total_physical=41 * MiB)
+    assert t.metadata == 1 * MiB + 512 * KiB and t.caches == 3 * MiB + 512 * KiB
+    layers, unexplained = tcmalloc_gdb_layers(outside, 60 * MiB, t)
+    assert layers["allocator_in_use"].resident == 20 * MiB
+    # free: 16 + 3.5 + 1.5 = 21 MiB; virtual adds the 8 MiB unmapped
+    assert layers["allocator_free"].resident == 21 * MiB and layers["allocator_free"].virtual == 29 * MiB
+    assert layers["allocator_free"].detail["releasable"] == 16 * MiB
+    # other_anon: 51 - 20 - 21 = 10 MiB; nothing else moved, so unexplained is what it was (0)
+    assert layers["other_anon"].resident == 10 * MiB and unexplained == 0
+    assert not layers["allocator_free"].note
+
+
+def test_tcmalloc_properties_beyond_the_unclaimed_pages_are_clamped_and_said():
+    from memgap.attribution import tcmalloc_gdb_layers
+    from memgap.sources.tcmalloc_gdb import TcmallocDeep
+
+    outside = _outside_jemalloc_snapshot()
+    # 30 MiB allocated, 30 MiB free spans (some never touched): of 50 MiB unclaimed, free spans get 20, caches 0
+    t = TcmallocDeep(30 * MiB, 61 * MiB, 30 * MiB, 0, 1 * MiB, 0, 0, total_physical=61 * MiB)
+    layers, _ = tcmalloc_gdb_layers(outside, 60 * MiB, t)
+    assert layers["allocator_in_use"].resident == 30 * MiB
+    assert layers["allocator_free"].resident == 20 * MiB
+    assert layers["other_anon"].resident == 1 * MiB
+    assert "pageheap_free 10485760 bytes" in layers["allocator_free"].note and "caches 1048576" in \
+        layers["allocator_free"].note
+
+
+def test_mimalloc_committed_bytes_go_to_a_layer_of_their_own():
+    from memgap.attribution import mimalloc_gdb_layers
+    from memgap.sources.mimalloc_gdb import MimallocDeep
+
+    outside = _outside_jemalloc_snapshot()
+    # 36 MiB committed, within the 50 MiB unclaimed
+    mi = MimallocDeep(10, 1, 1, 36 * MiB, 40 * MiB, 36 * MiB, 64 * MiB, 0)
+    layers, unexplained = mimalloc_gdb_layers(outside, 60 * MiB, mi)
+    assert list(layers).index("allocator_held") == list(layers).index("allocator_free") + 1
+    assert layers["allocator_held"].resident == 36 * MiB and layers["allocator_held"].virtual == 36 * MiB
+    for name in ("allocator_in_use", "allocator_free"):
+        assert layers[name].resident is None and "counts no allocated bytes" in layers[name].note
+    assert layers["other_anon"].resident == 15 * MiB and unexplained == 0
+    # 64 MiB committed (some never touched): held takes the 50 MiB unclaimed, and says what it left
+    layers, _ = mimalloc_gdb_layers(outside, 60 * MiB, MimallocDeep(10, 1, 1, 64 * MiB, 0, 64 * MiB, 64 * MiB, 0))
+    assert layers["allocator_held"].resident == 50 * MiB and "committed 14680064 bytes" in layers["allocator_held"].note
+
+
+def test_tcmalloc_and_mimalloc_results_decode_from_the_bytes_the_process_wrote():
+    from memgap.sources import mimalloc_gdb, tcmalloc_gdb
+
+    names = [name for name, _ in tcmalloc_gdb.PROPERTIES]
+    data, offsets = tcmalloc_gdb.encode_page(names)
+    assert data[offsets[0]:].startswith(b"generic.current_allocated_bytes\0")
+    assert tcmalloc_gdb.decode_slots(data[:16 * len(names)], names) == dict.fromkeys(names)  # never ran
+    # the first call answered true with 4096, the second false (an unknown property)
+    raw = (4096).to_bytes(8, "little") + (1).to_bytes(4, "little") + bytes(4) + bytes(16)
+    assert tcmalloc_gdb.decode_slots(raw, names[:2]) == {names[0]: 4096, names[1]: None}
+    expr = tcmalloc_gdb.batch_expression([0x2000], 0x1000)
+    assert expr == "(*(int *) 4104 = (int) MallocExtension_GetNumericProperty((char *) 8192, (unsigned long *) 4096))"
+    raw = b"".join(v.to_bytes(8, "little") for v in range(1, 9))
+    assert mimalloc_gdb.decode_info(raw) == mimalloc_gdb.MimallocDeep(1, 2, 3, 4, 5, 6, 7, 8)
+    assert mimalloc_gdb.info_expression(0).count("(unsigned long *)") == 8

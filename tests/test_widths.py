@@ -345,3 +345,50 @@ def test_deep_and_trim_of_jemalloc(inside_jemalloc, width):
     figures = [mib(v) for v in (j.allocated, j.active, j.purgeable, j.metadata, j.resident, j.retained, j.mapped)]
     figures += [mib(trimmed["rss_before"]), mib(trimmed["rss_after"]), mib(trimmed["released"])]
     check(text, width, figures + snapshot_figures(found.with_allocator, arenas=False) + [mib(after.rss)])
+
+
+@pytest.fixture(scope="module", params=["tcmalloc", "mimalloc"])
+def inside_tcmi(request, own_stats_exe):
+    """--deep and --trim through gdb on a program under Debian's tcmalloc or mimalloc (their own C API)."""
+    from memgap.cli.inspect import snapshot_checked
+    from memgap.collect import Options, snapshot_pid
+    from memgap.deep import GdbOptions, deep, trim
+
+    proc = subprocess.Popen([own_stats_exe(request.param)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True, env={**os.environ, "TCMALLOC_RELEASE_RATE": "0"})
+    try:
+        proc.stdout.readline()
+        assert proc.stdout.readline() == "ready\n"
+        snap, started = snapshot_checked(proc.pid, Options(regions=True), "/proc")
+        found = deep(proc.pid, snap, started, GdbOptions())
+        trimmed = trim(proc.pid, snap, started, GdbOptions())
+        after = snapshot_pid(proc.pid, Options(regions=False))
+        after.phase = "after-trim"
+        yield proc.pid, found, trimmed, after
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=30)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_deep_and_trim_of_tcmalloc_and_mimalloc(inside_tcmi, width):
+    from memgap.report.attach import render_after_trim, render_deep, render_trim
+
+    pid, found, trimmed, after = inside_tcmi
+
+    def render(out, w):
+        render_deep(found, out, w)
+        render_trim(pid, trimmed, out, w)
+        render_after_trim(after, out, w)
+
+    text = rendered(render, width)
+    if found.tcmalloc is not None:
+        t = found.tcmalloc
+        figures = [mib(v) for v in (t.allocated, t.pageheap_free, t.caches, t.metadata, t.pageheap_unmapped,
+                                    t.heap_size, trimmed["estimate"])]
+    else:
+        m = found.mimalloc
+        figures = [mib(v) for v in (m.current_commit, m.peak_commit, m.current_rss, m.peak_rss,
+                                    trimmed["own_after"]["current_commit"])]
+    figures += [mib(trimmed["rss_before"]), mib(trimmed["rss_after"]), mib(trimmed["released"])]
+    check(text, width, figures + snapshot_figures(found.with_allocator, arenas=False) + [mib(after.rss)])

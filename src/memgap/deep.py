@@ -1,13 +1,16 @@
 """Inside a running process, through gdb: glibc's malloc_info, jemalloc's
-mallctl, an in-process snapshot of a Python process, and a trim (glibc's
-malloc_trim(0), jemalloc's arena.<ALL>.purge).
+mallctl, tcmalloc's MallocExtension properties, mimalloc's mi_process_info, an
+in-process snapshot of a Python process, and a trim (glibc's malloc_trim(0),
+jemalloc's arena.<ALL>.purge, tcmalloc's ReleaseFreeMemory, mimalloc's mi_collect).
 
 Only on request (``memgap inspect --deep`` or ``--trim``); everything else memgap
 reads from outside. ``sources/gdb_attach.py`` attaches, runs the calls with
 timeouts and always lets go; this module picks the calls, reads what they wrote
 (into a private directory memgap makes), and compares it with the outside walk
 (pure functions). Every figure carries its route: ``outside``, ``gdb
-malloc_info``, ``gdb mallctl`` (``sources/jemalloc_gdb``) or ``gdb in-process``.
+malloc_info``, ``gdb mallctl`` (``sources/jemalloc_gdb``), ``gdb MallocExtension``
+(``sources/tcmalloc_gdb``), ``gdb mi_process_info`` (``sources/mimalloc_gdb``) or
+``gdb in-process``.
 """
 from __future__ import annotations
 
@@ -22,20 +25,33 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterator
 
-from .attribution import jemalloc_gdb_layers
+from .attribution import jemalloc_gdb_layers, mimalloc_gdb_layers, tcmalloc_gdb_layers
 from .errors import MalformedInput, Unsupported
 from .model import Snapshot
-from .sources import jemalloc_gdb
+from .sources import jemalloc_gdb, mimalloc_gdb, tcmalloc_gdb
 from .sources.allocator import process_root
 from .sources.gdb_attach import DEFAULT_TIMEOUT, CallFailed, GdbSession, GdbTimeout
 from .sources.glibc import MallocInfo, parse_malloc_info
 from .sources.jemalloc_gdb import JemallocDeep
+from .sources.mimalloc_gdb import MimallocDeep
+from .sources.tcmalloc_gdb import TcmallocDeep
 from .sources.procfs import Mapping, ProcReader, status_int
 
 ROUTE_OUTSIDE = "outside"
 ROUTE_MALLOC_INFO = "gdb malloc_info"
 ROUTE_IN_PROCESS = "gdb in-process"
 ROUTE_MALLCTL = jemalloc_gdb.ROUTE
+ROUTE_TCMALLOC = tcmalloc_gdb.ROUTE
+ROUTE_MIMALLOC = mimalloc_gdb.ROUTE
+# The allocators whose own figures gdb reads beside jemalloc, each through one module with the
+# same few names (ROUTE, CALL, check_callable, read_figures, release); and, for messages, what
+# --deep and --trim call in each.
+READERS = {"tcmalloc": tcmalloc_gdb, "mimalloc": mimalloc_gdb}
+CALLS = {"jemalloc": ("reads jemalloc's statistics by calling its mallctl", "purges jemalloc's pages"),
+         "tcmalloc": (f"reads tcmalloc's properties by calling {tcmalloc_gdb.GET}",
+                      f"releases tcmalloc's free pages by calling {tcmalloc_gdb.RELEASE}"),
+         "mimalloc": (f"reads mimalloc's figures by calling {mimalloc_gdb.INFO}",
+                      f"collects mimalloc's free memory by calling {mimalloc_gdb.COLLECT}")}
 MAX_RESULT = 64 << 20  # bytes read back from a file the process wrote
 MAX_GIL_PROBES = 16    # threads asked whether they hold the GIL
 
@@ -61,7 +77,9 @@ class DeepResult:
     mmapped: dict[str, Any] = field(default_factory=dict)
     in_process: Snapshot | None = None
     jemalloc: JemallocDeep | None = None
-    with_allocator: Snapshot | None = None  # the outside snapshot, its allocator layers from jemalloc's counters
+    tcmalloc: TcmallocDeep | None = None
+    mimalloc: MimallocDeep | None = None
+    with_allocator: Snapshot | None = None  # the outside snapshot, allocator layers from the allocator's figures
     notes: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
 
@@ -70,6 +88,7 @@ class DeepResult:
         return {
             "routes": [ROUTE_OUTSIDE, *([ROUTE_MALLOC_INFO] if info else []),
                        *([ROUTE_MALLCTL] if self.jemalloc else []),
+                       *([ROUTE_TCMALLOC] if self.tcmalloc else []), *([ROUTE_MIMALLOC] if self.mimalloc else []),
                        *([ROUTE_IN_PROCESS] if self.in_process else [])],
             "malloc_info": None if info is None else {
                 "route": ROUTE_MALLOC_INFO, "arenas": len(info.arenas), "system": info.system,
@@ -79,10 +98,17 @@ class DeepResult:
             "mmapped": self.mmapped,
             "in_process": self.in_process.to_dict(regions=False) if self.in_process else None,
             "jemalloc": self.jemalloc.to_dict() if self.jemalloc else None,
+            "tcmalloc": self.tcmalloc.to_dict() if self.tcmalloc else None,
+            "mimalloc": self.mimalloc.to_dict() if self.mimalloc else None,
             "with_allocator": self.with_allocator.to_dict(regions=False) if self.with_allocator else None,
             "notes": self.notes,
             "gdb_seconds": {k: round(v, 4) for k, v in self.timings.items() if k in ("attach", "held")},
         }
+
+    @property
+    def allocator_figures(self) -> JemallocDeep | TcmallocDeep | MimallocDeep | None:
+        """The serving allocator's own figures, read through gdb (None where none were)."""
+        return self.jemalloc or self.tcmalloc or self.mimalloc
 
 
 # --- comparisons (pure) --------------------------------------------------------
@@ -310,10 +336,11 @@ def python_snapshot_via_gdb(session: GdbSession, here: str, there: str, notes: l
 
 
 def deep(pid: int, outside: Snapshot, start_time: int | None, options: GdbOptions) -> DeepResult:
-    """malloc_info (glibc) and, for Python, an in-process snapshot, through one gdb attach."""
+    """malloc_info (glibc) or another allocator's own figures and, for Python, an in-process
+    snapshot, through one gdb attach."""
     glibc = outside.allocator.get("name") == "glibc"
     python = is_python(ProcReader(pid, options.proc_root).maps())
-    mallctl, notes = _allocator_plan(pid, outside, python, options.proc_root)
+    plan, notes = _allocator_plan(pid, outside, python, options.proc_root)
     result = DeepResult(pid, notes=notes)
     session = GdbSession(pid, timeout=options.timeout, gdb=options.gdb, proc_root=options.proc_root,
                          expected_start_time=start_time)
@@ -326,15 +353,15 @@ def deep(pid: int, outside: Snapshot, start_time: int | None, options: GdbOption
                     result.malloc_info = malloc_info_via_gdb(session, here, there)
                 except (CallFailed, MalformedInput) as exc:
                     result.notes.append(f"malloc_info: {exc}")
-            if mallctl is not None:
-                result.jemalloc = _jemalloc_via_gdb(session, mallctl, result.notes, required=not python)
+            if plan is not None:
+                _allocator_via_gdb(session, plan, result, required=not python)
             if python and session.usable:
                 try:
                     result.in_process = python_snapshot_via_gdb(session, here, there, result.notes)
                 except (CallFailed, MalformedInput) as exc:
                     result.notes.append(f"in-process snapshot: {exc}")
                 except GdbTimeout as exc:
-                    if result.malloc_info is None and result.jemalloc is None:
+                    if result.malloc_info is None and result.allocator_figures is None:
                         raise
                     result.notes.append(f"in-process snapshot: {exc}")
     finally:
@@ -346,54 +373,80 @@ def deep(pid: int, outside: Snapshot, start_time: int | None, options: GdbOption
         result.mmapped = {"gdb": {"route": ROUTE_MALLOC_INFO, "count": result.malloc_info.mmap_count,
                                   "bytes": result.malloc_info.mmap_bytes},
                           "outside": {"route": ROUTE_OUTSIDE, **outside_mmapped(outside)}}
-    if result.jemalloc is not None:
-        result.with_allocator = with_jemalloc_layers(outside, result.jemalloc)
+    if result.allocator_figures is not None:
+        result.with_allocator = with_allocator_layers(outside, result.allocator_figures)
     return result
 
 
-def _allocator_plan(pid: int, outside: Snapshot, python: bool, proc_root: str) -> tuple[str | None, list[str]]:
-    """The mallctl to call where malloc is jemalloc, and notes on what --deep cannot read;
-    Unsupported where it can read nothing (as before jemalloc: the same message for tcmalloc...)."""
+@dataclass(frozen=True)
+class GdbPlan:
+    """Whose own figures gdb reads in the process: the allocator serving malloc, and for jemalloc its mallctl."""
+
+    allocator: str   # jemalloc, tcmalloc, mimalloc
+    symbol: str = ""
+
+
+def _allocator_plan(pid: int, outside: Snapshot, python: bool, proc_root: str) -> tuple[GdbPlan | None, list[str]]:
+    """What to read of the allocator serving malloc where it is not glibc's, and notes on what
+    --deep cannot read; Unsupported where it can read nothing."""
     name = outside.allocator.get("name")
-    mallctl, why_not = jemalloc_symbol(pid, outside, proc_root)
-    if name != "glibc" and not python and mallctl is None:
-        raise Unsupported(why_not or f"--deep reads glibc's malloc_info, jemalloc's mallctl or a Python process's "
-                          f"own snapshot; PID {pid} runs {name} malloc and no Python")
-    notes = [f"malloc_info: the process runs {name}, not glibc's malloc"] if name != "glibc" and not mallctl else []
-    return mallctl, notes + ([why_not] if why_not else [])
+    plan, why_not = gdb_plan(pid, outside, proc_root)
+    if name != "glibc" and not python and plan is None:
+        raise Unsupported(why_not or f"--deep reads glibc's malloc_info, jemalloc's mallctl, tcmalloc's and "
+                          f"mimalloc's own figures or a Python process's own snapshot; PID {pid} runs {name} malloc "
+                          "and no Python")
+    notes = [f"malloc_info: the process runs {name}, not glibc's malloc"] if name != "glibc" and not plan else []
+    return plan, notes + ([why_not] if why_not else [])
 
 
-def jemalloc_symbol(pid: int, outside: Snapshot, proc_root: str = "/proc") -> tuple[str | None, str]:
-    """The mallctl to call where jemalloc serves malloc (None elsewhere), and, where it cannot be
-    called, the one-line reason."""
+def gdb_plan(pid: int, outside: Snapshot, proc_root: str = "/proc",
+             option: str = "--deep") -> tuple[GdbPlan | None, str]:
+    """What gdb calls where jemalloc, tcmalloc or mimalloc serves malloc (None elsewhere), and,
+    where it cannot be called, the one-line reason."""
     serving = next((f for f in outside.allocator.get("found", []) if f.get("serves_malloc")), None)
-    if serving is None or serving.get("name") != "jemalloc":
+    name = serving.get("name") if serving else None
+    if serving is None or name not in CALLS:
         return None, ""
+    root = process_root(f"{proc_root}/{pid}")
     try:
-        return jemalloc_gdb.mallctl_symbol(serving, process_root(f"{proc_root}/{pid}")), ""
+        if name == "jemalloc":
+            return GdbPlan(name, jemalloc_gdb.mallctl_symbol(serving, root)), ""
+        READERS[name].check_callable(serving, root)
+        return GdbPlan(name), ""
     except Unsupported as exc:
-        return None, f"--deep reads jemalloc's statistics by calling its mallctl in PID {pid}: {exc}"
+        return None, f"{option} {CALLS[name][option == '--trim']} in PID {pid}: {exc}"
 
 
-def _jemalloc_via_gdb(session: GdbSession, symbol: str, notes: list[str], required: bool) -> JemallocDeep | None:
-    """jemalloc's figures; a failure is the command's error where they are all --deep reads (``required``),
-    else a note."""
+def _allocator_via_gdb(session: GdbSession, plan: GdbPlan, result: DeepResult, required: bool) -> None:
+    """The allocator's own figures into ``result``; a failure is the command's error where they are all
+    --deep reads (``required``), else a note."""
     try:
-        return jemalloc_gdb.read_jemalloc(session, symbol)
+        if plan.allocator == "jemalloc":
+            result.jemalloc = jemalloc_gdb.read_jemalloc(session, plan.symbol)
+        else:
+            setattr(result, plan.allocator, READERS[plan.allocator].read_figures(session))
     except (CallFailed, MalformedInput, Unsupported) as exc:
         if required:
             raise
-        notes.append(f"mallctl: {exc}")
-        return None
+        result.notes.append(f"{'mallctl' if plan.allocator == 'jemalloc' else plan.allocator}: {exc}")
 
 
-def with_jemalloc_layers(outside: Snapshot, figures: JemallocDeep) -> Snapshot:
-    """The outside snapshot with its allocator layers from jemalloc's counters (attribution's
-    jemalloc_gdb_layers); the moved layers have no PSS split, so none is shown."""
-    layers, unexplained = jemalloc_gdb_layers(outside.layers, outside.rss, figures)
+def with_allocator_layers(outside: Snapshot, figures: JemallocDeep | TcmallocDeep | MimallocDeep) -> Snapshot:
+    """The outside snapshot with its allocator layers from the allocator's own figures (attribution's
+    jemalloc_gdb_layers, tcmalloc_gdb_layers, mimalloc_gdb_layers); the moved layers have no PSS
+    split, so none is shown."""
+    if isinstance(figures, JemallocDeep):
+        layers, unexplained = jemalloc_gdb_layers(outside.layers, outside.rss, figures)
+        key, route = "jemalloc_gdb", ROUTE_MALLCTL
+    elif isinstance(figures, TcmallocDeep):
+        layers, unexplained = tcmalloc_gdb_layers(outside.layers, outside.rss, figures)
+        key, route = "tcmalloc_gdb", ROUTE_TCMALLOC
+    else:
+        layers, unexplained = mimalloc_gdb_layers(outside.layers, outside.rss, figures)
+        key, route = "mimalloc_gdb", ROUTE_MIMALLOC
     return replace(outside, layers=layers, unexplained=unexplained, regions=[], findings=[],
-                   route=f"{ROUTE_OUTSIDE}, allocator layers from {ROUTE_MALLCTL}", pss_unexplained=None,
-                   allocator={**outside.allocator, "jemalloc_gdb": figures.to_dict()})
+                   route=f"{ROUTE_OUTSIDE}, allocator layers from {route}", pss_unexplained=None,
+                   allocator={**outside.allocator, key: figures.to_dict()})
 
 
 def trim(pid: int, before: Snapshot, start_time: int | None, options: GdbOptions) -> dict[str, Any]:
@@ -410,6 +463,8 @@ def trim(pid: int, before: Snapshot, start_time: int | None, options: GdbOptions
         return {**_trim_via_agent(pid, options.proc_root), **estimate}
     if name == "jemalloc":
         return _purge_jemalloc(pid, before, start_time, options)
+    if name in READERS:
+        return _release_via_gdb(pid, before, start_time, options)
     if name != "glibc":
         raise Unsupported(f"malloc_trim is glibc's: PID {pid} runs {name} malloc"
                           + (f" ({before.allocator.get('library')})" if before.allocator.get("library") else ""))
@@ -442,9 +497,10 @@ def _trim_via_agent(pid: int, proc_root: str) -> dict[str, Any]:
 def _purge_jemalloc(pid: int, before: Snapshot, start_time: int | None, options: GdbOptions) -> dict[str, Any]:
     """jemalloc's trim: ``arena.<ALL>.purge`` through its mallctl (the call memgap's native agent makes),
     VmRSS around it, beside the dirty and muzzy pages jemalloc counted just before (the estimate)."""
-    symbol, why_not = jemalloc_symbol(pid, before, options.proc_root)
-    if symbol is None:
-        raise Unsupported(why_not.replace("--deep reads jemalloc's statistics", "--trim purges jemalloc's pages"))
+    plan, why_not = gdb_plan(pid, before, options.proc_root, "--trim")
+    if plan is None:
+        raise Unsupported(why_not)
+    symbol = plan.symbol
     reader = ProcReader(pid, options.proc_root)
     session = GdbSession(pid, timeout=options.timeout, gdb=options.gdb, proc_root=options.proc_root,
                          expected_start_time=start_time)
@@ -461,4 +517,35 @@ def _purge_jemalloc(pid: int, before: Snapshot, start_time: int | None, options:
         "estimate_rss": before.rss, "estimate_parts": {"dirty": figures.dirty_bytes, "muzzy": figures.muzzy_bytes},
         "gdb_seconds": {k: round(v, 4) for k, v in session.timings.items() if k in ("attach", "held")},
         "notes": list(session.notes),
+    }
+
+
+def _release_via_gdb(pid: int, before: Snapshot, start_time: int | None, options: GdbOptions) -> dict[str, Any]:
+    """tcmalloc's or mimalloc's own release call (the one memgap's native agent makes), VmRSS around
+    it, and the allocator's figures just before (the estimate, where it counts one) and just after."""
+    plan, why_not = gdb_plan(pid, before, options.proc_root, "--trim")
+    if plan is None:
+        raise Unsupported(why_not)
+    reader, module, notes = ProcReader(pid, options.proc_root), READERS[plan.allocator], []
+    session = GdbSession(pid, timeout=options.timeout, gdb=options.gdb, proc_root=options.proc_root,
+                         expected_start_time=start_time)
+    own_after = None
+    with session:
+        own_before = module.read_figures(session)
+        rss_before = status_int(reader.status(), "VmRSS")
+        module.release(session)
+        rss_after = status_int(reader.status(), "VmRSS")
+        try:
+            own_after = module.read_figures(session)
+        except (CallFailed, MalformedInput, Unsupported) as exc:  # the release happened: report it all the same
+            notes.append(f"{plan.allocator} after the release: {exc}")
+    return {
+        "performed": True, "route": "gdb", "call": module.CALL, "returned": None,
+        "rss_before": rss_before, "rss_after": rss_after, "released": max(0, rss_before - rss_after),
+        "seconds": session.timings.get(module.CALL, 0.0), "reason": "",
+        "estimate": own_before.releasable, "estimate_complete": own_before.releasable is not None,
+        "estimate_route": module.ROUTE, "estimate_rss": before.rss,
+        "own_before": own_before.to_dict(), "own_after": own_after.to_dict() if own_after else None,
+        "gdb_seconds": {k: round(v, 4) for k, v in session.timings.items() if k in ("attach", "held")},
+        "notes": notes + list(session.notes),
     }

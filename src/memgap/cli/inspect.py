@@ -7,11 +7,14 @@ object counts need the process's own statistics: run it under `memgap run`.
 Only when asked, memgap goes inside through gdb (it pauses the process for a
 fraction of a second, with a timeout, and always detaches):
   --deep  glibc's malloc_info beside the outside walk; where malloc is
-          jemalloc, its own counters (mallctl) and the allocator layers
-          built from them; for a Python process memgap.snapshot() run inside it
-  --trim  malloc_trim(0) (glibc) or arena.<ALL>.purge (jemalloc) in the
-          process: VmRSS before and after, beside memgap's estimate of what
-          a trim releases
+          jemalloc, tcmalloc or mimalloc, its own figures (mallctl,
+          MallocExtension properties, mi_process_info) and the allocator
+          layers built from them; for a Python process memgap.snapshot()
+          run inside it
+  --trim  malloc_trim(0) (glibc), arena.<ALL>.purge (jemalloc),
+          MallocExtension_ReleaseFreeMemory() (tcmalloc) or mi_collect(true)
+          (mimalloc) in the process: VmRSS before and after, beside memgap's
+          estimate of what a trim releases
 """
 from __future__ import annotations
 
@@ -41,10 +44,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--proc-root", type=_args.folder, default="/proc", metavar="DIR",
                    help="where procfs is mounted (a host's /proc seen from a container, or test files)")
     p.add_argument("--deep", action="store_true",
-                   help="also ask the process itself through gdb: glibc's malloc_info or jemalloc's mallctl, "
+                   help="also ask the process itself through gdb: glibc's malloc_info, jemalloc's mallctl, "
+                        "tcmalloc's properties or mimalloc's mi_process_info, "
                         "and for Python an in-process snapshot (pauses it briefly)")
     p.add_argument("--trim", action="store_true",
-                   help="call malloc_trim(0) (glibc) or purge every arena (jemalloc) in the process through gdb "
+                   help="call malloc_trim(0) (glibc), purge every arena (jemalloc), ReleaseFreeMemory (tcmalloc) or "
+                        "mi_collect (mimalloc) in the process through gdb "
                         "and measure what it released")
     p.add_argument("--gdb-timeout", type=_args.seconds, default=DEFAULT_TIMEOUT, metavar="S",
                    help=f"limit for everything gdb does, attach to last call ({DEFAULT_TIMEOUT:g})")

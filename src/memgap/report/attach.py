@@ -2,8 +2,9 @@
 
 Every figure says its route in its column or title: ``outside`` (read from
 /proc), ``gdb malloc_info`` (glibc's own report, written inside the process),
-``gdb mallctl`` (jemalloc's counters, read by calling its mallctl) or ``gdb
-in-process`` (memgap.snapshot() run inside it).
+``gdb mallctl`` (jemalloc's counters, read by calling its mallctl), ``gdb
+MallocExtension`` (tcmalloc's properties), ``gdb mi_process_info`` (mimalloc's
+figures) or ``gdb in-process`` (memgap.snapshot() run inside it).
 """
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ from typing import Any, TextIO
 
 from rich.console import RenderableType
 
-from ..deep import ROUTE_MALLCTL, ROUTE_MALLOC_INFO, ROUTE_OUTSIDE, DeepResult
+from ..deep import ROUTE_MALLCTL, ROUTE_MALLOC_INFO, ROUTE_MIMALLOC, ROUTE_OUTSIDE, ROUTE_TCMALLOC, DeepResult
 from ..model import Snapshot
 from ..sources.jemalloc_gdb import JemallocDeep
+from ..sources.mimalloc_gdb import MimallocDeep
+from ..sources.tcmalloc_gdb import TcmallocDeep
 from ..units import mib
 from .fit import WRAP, Col, fit_table
 from .terminal import _console, layers_table
@@ -78,6 +81,39 @@ def jemalloc_table(j: JemallocDeep, width: int = 120) -> RenderableType:
                      rows, width)
 
 
+def tcmalloc_table(t: TcmallocDeep, width: int = 120) -> RenderableType:
+    """tcmalloc's own figures, each with the property it came from and what it means here."""
+    rows = [["allocated", mib(t.allocated), "generic.current_allocated_bytes", "handed out: allocator_in_use"],
+            ["page heap free", mib(t.pageheap_free), "tcmalloc.pageheap_free_bytes",
+             "free spans ReleaseFreeMemory returns now: allocator_free"],
+            ["caches", mib(t.caches), "tcmalloc.{central,transfer,thread}_cache_free_bytes",
+             f"free objects kept for reuse ({mib(t.central_cache_free)} central, {mib(t.transfer_cache_free)} "
+             f"transfer, {mib(t.thread_cache_free)} thread): allocator_free"],
+            ["metadata", mib(t.metadata), "generic.total_physical_bytes - mapped",
+             "tcmalloc's bookkeeping: allocator_free"],
+            ["unmapped", mib(t.pageheap_unmapped), "tcmalloc.pageheap_unmapped_bytes",
+             "given back, still mapped: virtual only"],
+            ["heap size", mib(t.heap_size), "generic.heap_size", "all of the above but metadata"]]
+    return fit_table(f"tcmalloc ({ROUTE_TCMALLOC}), MiB",
+                     [Col("figure"), Col("MiB"), Col("property", optional=2), Col("meaning here", WRAP, optional=1)],
+                     rows, width)
+
+
+def mimalloc_table(m: MimallocDeep, rss: int, width: int = 120) -> RenderableType:
+    """mimalloc's own figures beside VmRSS: what mi_process_info can say (committed, not allocated)."""
+    rss_meaning = "the committed bytes again (mimalloc 2.0's estimate on Linux)" if m.rss_is_commit \
+        else "mimalloc's own reading of the resident set"
+    rows = [["committed", mib(m.current_commit), "current_commit",
+             "memory mimalloc holds: in use and free together (allocator_held)"],
+            ["peak committed", mib(m.peak_commit), "peak_commit", "the most it held"],
+            ["rss", mib(m.current_rss), "current_rss", rss_meaning],
+            ["peak rss", mib(m.peak_rss), "peak_rss", "the process's peak resident set (getrusage)"],
+            ["VmRSS", mib(rss), ROUTE_OUTSIDE, "the process's resident set now"]]
+    return fit_table(f"mimalloc ({ROUTE_MIMALLOC}), MiB; it counts no allocated bytes",
+                     [Col("figure"), Col("MiB"), Col("from", optional=2), Col("meaning here", WRAP, optional=1)],
+                     rows, width)
+
+
 def _jemalloc_lines(j: JemallocDeep) -> list[str]:
     background = {None: "?", True: "on", False: "off"}
     lines = [f"decay: dirty pages purged over {_decay(j.dirty_decay_ms)}, muzzy over {_decay(j.muzzy_decay_ms)} "
@@ -107,6 +143,11 @@ def render_deep(deep: DeepResult, stream: TextIO, width: int | None = None) -> N
         console.print(jemalloc_table(deep.jemalloc, console.width))
         for line in _jemalloc_lines(deep.jemalloc):
             console.print(line)
+    if deep.tcmalloc is not None:
+        console.print(tcmalloc_table(deep.tcmalloc, console.width))
+    if deep.mimalloc is not None:
+        rss = deep.with_allocator.rss if deep.with_allocator is not None else 0
+        console.print(mimalloc_table(deep.mimalloc, rss, console.width))
     if deep.with_allocator is not None:
         console.print(layers_table(deep.with_allocator, console.width))
     if deep.in_process is not None:
@@ -130,8 +171,25 @@ def render_trim(pid: int, trim: dict[str, Any], stream: TextIO, width: int | Non
         console.print(f"memgap's estimate beforehand ({trim.get('estimate_route', ROUTE_OUTSIDE)}): "
                       f"{mib(estimate)} MiB{complete}; "
                       f"actual: {mib(trim['released'])} MiB")
+    elif trim.get("own_before"):
+        console.print(f"no estimate beforehand: the allocator counts no free bytes ({trim.get('estimate_route')})")
+    for line in _own_change(trim.get("own_before"), trim.get("own_after")):
+        console.print(line)
     for note in trim.get("notes", []):
         console.print(f"note: {note}")
+
+
+def _own_change(before: dict[str, Any] | None, after: dict[str, Any] | None) -> list[str]:
+    """What the allocator's own figures say the release did (tcmalloc's and mimalloc's)."""
+    if not before or not after:
+        return []
+    route = before.get("route", "")
+    if "pageheap_free" in before:
+        return [f"tcmalloc's own figures ({route}): page heap free {mib(before['pageheap_free'])} -> "
+                f"{mib(after['pageheap_free'])} MiB, unmapped {mib(before['pageheap_unmapped'])} -> "
+                f"{mib(after['pageheap_unmapped'])} MiB; caches kept: {mib(after['caches'])} MiB"]
+    return [f"mimalloc's own figures ({route}): committed {mib(before['current_commit'])} -> "
+            f"{mib(after['current_commit'])} MiB"]
 
 
 def render_after_trim(after: Snapshot, stream: TextIO, width: int | None = None) -> None:

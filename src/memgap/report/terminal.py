@@ -20,6 +20,7 @@ LAYER_TITLES = {
     "pymalloc_free": "pymalloc free",
     "allocator_in_use": "C allocator in use",
     "allocator_free": "C allocator free (retained)",
+    "allocator_held": "C allocator held (in use + free)",
     "stacks": "thread stacks",
     "other_anon": "other anonymous",
 }
@@ -28,7 +29,8 @@ LAYER_TITLES = {
 # Short column names for tables with one column per layer.
 LAYER_SHORT = {
     "files": "files", "python_objects": "py objs", "pymalloc_free": "pymalloc free",
-    "allocator_in_use": "alloc used", "allocator_free": "alloc free", "stacks": "stacks",
+    "allocator_in_use": "alloc used", "allocator_free": "alloc free", "allocator_held": "alloc held",
+    "stacks": "stacks",
     "other_anon": "other anon",
 }
 

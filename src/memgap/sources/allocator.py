@@ -113,18 +113,20 @@ def outside_note(detection: AllocatorDetection) -> str:
         return ("glibc's malloc is linked into the program statically: from outside memgap finds glibc's arenas "
                 "through libc.so's data, so its memory stays under other anonymous")
     serving = detection.found[0] if detection.found else FoundAllocator(detection.name, detection.library)
-    # gdb calls a function it finds in .dynsym or .symtab: jemalloc's mallctl unless the program is stripped
-    callable_by_gdb = detection.name == "jemalloc" and "own messages" not in serving.how
-    deep = "`inspect --deep` (gdb calls its mallctl)" if callable_by_gdb else ""
+    # gdb calls a function it finds in .dynsym or .symtab: the allocator's own API unless the program is stripped
+    api = {"jemalloc": "its mallctl", "tcmalloc": "MallocExtension_GetNumericProperty",
+           "mimalloc": "mi_process_info"}.get(detection.name)
+    callable_by_gdb = api is not None and "own messages" not in serving.how
+    deep = f"`inspect --deep` (gdb calls {api})" if callable_by_gdb else ""
     if serving.exported and detection.name in ("jemalloc", "tcmalloc"):  # the agent reads these two
         return (f"{detection.name} serves malloc: from outside its memory stays under other anonymous; its own "
                 "figures come from memgap's agent in the process (memgap run, or memgap agent)"
                 + (f" or {deep}" if deep else ", not --deep"))
-    why = "memgap reads no mimalloc statistics" if detection.name == "mimalloc" else \
+    why = "memgap's agent reads no mimalloc statistics" if detection.name == "mimalloc" else \
         "it exports no statistics API that memgap's agent could call"
     return (f"{detection.name} serves malloc: its memory stays under other anonymous ({why}; "
-            + (f"its own figures: {deep})" if deep else "--deep reads glibc's malloc_info, and jemalloc's mallctl "
-               "where its symbols are left)"))
+            + (f"its own figures: {deep})" if deep else "--deep reads glibc's malloc_info, and the mallctl, "
+               "MallocExtension or mi_process_info of jemalloc, tcmalloc or mimalloc where their symbols are left)"))
 
 
 def beside_note(detection: AllocatorDetection) -> str:

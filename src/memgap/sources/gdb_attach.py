@@ -172,6 +172,7 @@ class GdbSession:
         self._signaled: set[int] = set()           # threads memgap sent SIGINT
         self._errno: dict[int, tuple[int, int] | None] = {}  # LWP -> (errno address, value before our calls)
         self._blocks: list[int] = []               # malloc'ed in the process by us, freed before detaching
+        self._pages: list[tuple[int, int]] = []    # (address, size) mmap'ed by us, unmapped before detaching
         self._states_before: dict[int, str] = {}
         self._started = self._attached_at = 0.0
         self.deadline = 0.0
@@ -254,6 +255,12 @@ class GdbSession:
                             f"-data-evaluate-expression {mi_quote(f'(void) free((void *) {block})')}")
                 elif self._blocks:
                     self.notes.append("a block of a few bytes memgap allocated in the process stays allocated")
+                if not self._broken:
+                    for address, size in self._pages:
+                        self._cleanup_command(f"-data-evaluate-expression "
+                                              f"{mi_quote(f'(int) munmap((void *) {address}, {size})')}")
+                elif self._pages:
+                    self.notes.append("a page memgap mapped in the process stays mapped")
             if self._attach_sent:
                 if self._cleanup_command("-target-detach") is None:
                     self.notes.append("gdb did not answer the detach; it was ended (the kernel then detaches)")
@@ -435,6 +442,20 @@ class GdbSession:
             raise CallFailed(f"malloc({size})", "returned NULL")
         self._blocks.append(block)
         return block
+
+    def alloc_pages(self, size: int) -> int:
+        """``size`` bytes (rounded up to pages) mmap'ed in the process, unmapped before detaching.
+
+        For an allocator whose malloc does more than hand out a block: mimalloc runs its delayed
+        decommits when a malloc takes a fresh page, so a malloc of memgap's would change what
+        memgap came to read. mmap and munmap are system calls: no allocator runs.
+        """
+        size = -(-size // 4096) * 4096
+        address = self.call_int(f"(unsigned long) mmap((void *) 0, {size}, 3, 0x22, -1, 0)", "mmap")  # RW, private anon
+        if address in (0, (1 << 64) - 1):  # NULL, or MAP_FAILED ((void *) -1)
+            raise CallFailed(f"mmap({size})", "failed")
+        self._pages.append((address, size))
+        return address
 
     def write_memory(self, address: int, data: bytes) -> None:
         """Write ``data`` into the process at ``address`` (a block from ``alloc``): no call runs."""
