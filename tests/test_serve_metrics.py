@@ -97,8 +97,9 @@ def read_line(proc, timeout=30.0):
 
 
 def start(*args):
+    """In a session of its own: stop() ends the whole group, forked workers included."""
     return subprocess.Popen([sys.executable, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=child_env())
+                            stderr=subprocess.PIPE, text=True, env=child_env(), start_new_session=True)
 
 
 def target(mode):
@@ -107,8 +108,10 @@ def target(mode):
 
 
 def stop(proc):
-    if proc.poll() is None:
-        proc.kill()
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
     proc.wait(timeout=10)
     for stream in (proc.stdin, proc.stdout, proc.stderr):
         stream.close()

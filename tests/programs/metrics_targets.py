@@ -81,6 +81,7 @@ def glibc(serve=False):
 
 def worker(n, ready):
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: a worker never outlives its master
     own = b"\x01" * (8 * (n + 2) * MiB)  # written: every page resident
     os.write(ready, b"x")
     while own:
