@@ -109,6 +109,8 @@ def test_permission_denied(target):
     """memgap as another user (nobody) may not read the target's memory: exit 4, one line."""
     import memgap.cli  # imported before the fork: the child cannot read root's site-packages
 
+    memgap.cli.command_module("inspect")  # nor the command's module, imported when it runs
+
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:  # child: become nobody, run the CLI, report its exit code
@@ -356,3 +358,20 @@ def test_report_on_a_folder_that_is_neither_says_what_it_wanted(tmp_path):
     proc = memgap("report", str(tmp_path))
     _one_line_error(proc, 2)
     assert "neither a memgap run recording (no samples.jsonl) nor a lab's folder (no lab.jsonl)" in proc.stderr
+
+
+def test_each_commands_summary_is_its_modules_own_first_line():
+    """The command list is written once per command in cli/__init__.py (so that a command
+    imports only its own module); it must say what the module's docstring says."""
+    from memgap.cli import COMMANDS, command_module
+
+    for name, summary in COMMANDS.items():
+        doc = " ".join((command_module(name).__doc__ or "").strip().split("\n\n")[0].split())
+        assert doc.startswith(summary), (name, summary, doc)
+
+
+def test_a_command_imports_only_its_own_module():
+    code = ("import sys\nfrom memgap.cli import build_parser\nbuild_parser('inspect')\n"
+            "print(sorted(m for m in sys.modules if m.startswith('memgap.cli.') and not m.startswith('memgap.cli._')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=child_env())
+    assert out.stdout.strip() == "['memgap.cli.inspect']", out.stdout + out.stderr
