@@ -307,14 +307,14 @@ def test_wrap_breaks_between_parts_and_folds_only_what_has_none():
     assert wrap("abcdefghij", 4) == ["abcd", "efgh", "ij"]
 
 
-@pytest.fixture(scope="module")
-def inside_jemalloc(je_stats_exe):
-    """--deep and --trim through gdb on a program with jemalloc linked in (its mallctl)."""
+def _inside(cmd, env=None):
+    """--deep and --trim through gdb on a program that says "ready" on its second line; yields
+    (pid, deep result, trim record, the snapshot after the trim)."""
     from memgap.cli.inspect import snapshot_checked
     from memgap.collect import Options, snapshot_pid
     from memgap.deep import GdbOptions, deep, trim
 
-    proc = subprocess.Popen([je_stats_exe], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
     try:
         proc.stdout.readline()
         assert proc.stdout.readline() == "ready\n"
@@ -329,18 +329,28 @@ def inside_jemalloc(je_stats_exe):
         proc.wait(timeout=30)
 
 
-@pytest.mark.parametrize("width", WIDTHS)
-def test_deep_and_trim_of_jemalloc(inside_jemalloc, width):
+def _rendered_inside(inside, width):
     from memgap.report.attach import render_after_trim, render_deep, render_trim
 
-    pid, found, trimmed, after = inside_jemalloc
+    pid, found, trimmed, after = inside
 
     def render(out, w):
         render_deep(found, out, w)
         render_trim(pid, trimmed, out, w)
         render_after_trim(after, out, w)
+    return rendered(render, width)
 
-    text = rendered(render, width)
+
+@pytest.fixture(scope="module")
+def inside_jemalloc(je_stats_exe):
+    """A program with jemalloc linked in (its mallctl)."""
+    yield from _inside([je_stats_exe])
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_deep_and_trim_of_jemalloc(inside_jemalloc, width):
+    text = _rendered_inside(inside_jemalloc, width)
+    _, found, trimmed, after = inside_jemalloc
     j = found.jemalloc
     figures = [mib(v) for v in (j.allocated, j.active, j.purgeable, j.metadata, j.resident, j.retained, j.mapped)]
     figures += [mib(trimmed["rss_before"]), mib(trimmed["rss_after"]), mib(trimmed["released"])]
@@ -349,39 +359,14 @@ def test_deep_and_trim_of_jemalloc(inside_jemalloc, width):
 
 @pytest.fixture(scope="module", params=["tcmalloc", "mimalloc"])
 def inside_tcmi(request, own_stats_exe):
-    """--deep and --trim through gdb on a program under Debian's tcmalloc or mimalloc (their own C API)."""
-    from memgap.cli.inspect import snapshot_checked
-    from memgap.collect import Options, snapshot_pid
-    from memgap.deep import GdbOptions, deep, trim
-
-    proc = subprocess.Popen([own_stats_exe(request.param)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            text=True, env={**os.environ, "TCMALLOC_RELEASE_RATE": "0"})
-    try:
-        proc.stdout.readline()
-        assert proc.stdout.readline() == "ready\n"
-        snap, started = snapshot_checked(proc.pid, Options(regions=True), "/proc")
-        found = deep(proc.pid, snap, started, GdbOptions())
-        trimmed = trim(proc.pid, snap, started, GdbOptions())
-        after = snapshot_pid(proc.pid, Options(regions=False))
-        after.phase = "after-trim"
-        yield proc.pid, found, trimmed, after
-    finally:
-        proc.stdin.close()
-        proc.wait(timeout=30)
+    """A program under Debian's tcmalloc or mimalloc (their own C API)."""
+    yield from _inside([own_stats_exe(request.param)], {**os.environ, "TCMALLOC_RELEASE_RATE": "0"})
 
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_deep_and_trim_of_tcmalloc_and_mimalloc(inside_tcmi, width):
-    from memgap.report.attach import render_after_trim, render_deep, render_trim
-
-    pid, found, trimmed, after = inside_tcmi
-
-    def render(out, w):
-        render_deep(found, out, w)
-        render_trim(pid, trimmed, out, w)
-        render_after_trim(after, out, w)
-
-    text = rendered(render, width)
+    text = _rendered_inside(inside_tcmi, width)
+    _, found, trimmed, after = inside_tcmi
     if found.tcmalloc is not None:
         t = found.tcmalloc
         figures = [mib(v) for v in (t.allocated, t.pageheap_free, t.caches, t.metadata, t.pageheap_unmapped,

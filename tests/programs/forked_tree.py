@@ -13,19 +13,13 @@ import signal
 import sys
 import time
 
+from own_figures import write_own_figures  # beside this script
+
 REST = 2.5
 
 
 def reading(*_: object) -> None:
-    fields = {}
-    for name in ("status", "smaps_rollup"):
-        with open(f"/proc/self/{name}") as fh:
-            for line in fh:
-                key, _, value = line.partition(":")
-                fields[key] = int(value.split()[0]) * 1024 if value.split()[1:] == ["kB"] else 0
-    uss = fields["Private_Clean"] + fields["Private_Dirty"]
-    with open(sys.argv[1], "a") as out:
-        out.write(f"{os.getpid()} {fields['VmRSS']} {fields['Pss']} {uss}\n")
+    write_own_figures(sys.argv[1])
 
 
 def rest() -> None:
