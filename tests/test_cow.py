@@ -114,3 +114,42 @@ def test_top_tree_shows_each_workers_copies_as_they_are(tree):
         witness = private_dirty_in_inherited(pid, master) / MiB
         assert abs(copied - witness) <= 0.1 * witness and copied <= private, (pid, rows[pid], witness)
     assert "3 forked processes copied" in " ".join(text.split()), text
+
+
+POOL = r"""
+import gc, multiprocessing as mp, os, sys, time
+table = [{"id": i, "tags": [i]} for i in range(200_000)]   # tracked objects, built before the pool forks
+
+def work(_):
+    gc.collect()                                   # a task that runs a full collection
+    return os.getpid()
+
+if __name__ == "__main__":
+    pool = mp.get_context("fork").Pool(3)
+    pids = set(pool.map(work, range(30), chunksize=1))
+    print("workers", *sorted(pids), flush=True)
+    time.sleep(60)
+"""
+
+
+def test_a_multiprocessing_pool_with_fork_gets_the_same_explanation(tmp_path):
+    script = tmp_path / "pool.py"
+    script.write_text(POOL)
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        workers = [int(p) for p in proc.stdout.readline().split()[1:]]
+        doc = json.loads(memgap("inspect", "--tree", str(proc.pid), "--json", "-").stdout)
+        witness = {pid: private_dirty_in_inherited(pid, proc.pid) for pid in workers}
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    by_pid = {p["pid"]: p for p in doc["processes"]}
+    busy = [pid for pid in workers if (by_pid[pid]["copied_from_parent"] or {}).get("copied", 0) > 10 * MiB]
+    assert busy, {pid: by_pid[pid]["copied_from_parent"] for pid in workers}  # at least one ran a collection
+    for pid in busy:
+        split = by_pid[pid]["copied_from_parent"]
+        assert split["parent"] == proc.pid
+        assert split["by_group"]["Python objects (pymalloc arenas)"] >= 0.8 * split["copied"], split
+        # what it copied, and what it wrote first itself, are its private dirty pages in what it inherited
+        assert abs(split["copied"] + split["own"] - witness[pid]) <= 0.1 * witness[pid], (split, witness[pid])
+    assert [f["code"] for f in doc["findings"]] == ["copied-from-parent"]
