@@ -1,8 +1,9 @@
 #!/bin/sh
 # Set up (see setup.sh) and run the whole test suite: every test (--no-skips), in four
-# pytest-xdist workers (most tests wait on the programs they start), a module whose tests
-# share a costly fixture kept on one worker (tests/conftest.py: SHARED_FIXTURES).
+# pytest-xdist workers (most tests wait on the programs they start), a file's tests on one
+# worker (--dist loadfile: module fixtures that run labs and builds run once, not per worker;
+# xdist 3.8's loadgroup did not group here).
 set -eu
 cd "$(dirname "$0")/.."
 sh scripts/setup.sh
-exec .venv/bin/python -m pytest -q --no-skips -n 4 --dist loadgroup "$@"
+exec .venv/bin/python -m pytest -q --no-skips -n 4 --dist loadfile "$@"

@@ -123,19 +123,7 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "cargo: builds a Rust program with cargo; left out unless --cargo")
 
 
-# Modules whose tests share module- or session-scoped fixtures that run real workloads (labs,
-# builds, a wheel in a fresh venv): under pytest-xdist (scripts/test.sh runs --dist loadgroup)
-# each stays on one worker, so the fixture runs once, not once per worker.
-SHARED_FIXTURES = {"test_agent", "test_allocator_detect", "test_attach", "test_commands", "test_findings",
-                   "test_jemalloc_deep", "test_lab_memory_limit", "test_remedy_ships", "test_tree_pss",
-                   "test_unmodified", "test_widths", "test_witness_layers", "test_tcmi_deep"}
-
-
 def pytest_collection_modifyitems(config, items):
-    for item in items:
-        module = item.module.__name__ if getattr(item, "module", None) else ""
-        if module in SHARED_FIXTURES:
-            item.add_marker(pytest.mark.xdist_group(module))
     if config.getoption("--cargo"):
         return
     left_out = [item for item in items if item.get_closest_marker("cargo")]
