@@ -52,12 +52,16 @@ class Redis:
             env=dict(os.environ, MALLOC_CONF="dirty_decay_ms:60000"),
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 20
-        while not os.path.exists(self.path):
+        while True:  # the socket's file appears when redis binds it, before it listens
             assert self.proc.poll() is None and time.monotonic() < deadline, "redis-server did not start"
-            time.sleep(0.02)
-        self.sock = socket.socket(socket.AF_UNIX)
-        self.sock.settimeout(20)
-        self.sock.connect(self.path)
+            self.sock = socket.socket(socket.AF_UNIX)
+            self.sock.settimeout(20)
+            try:
+                self.sock.connect(self.path)
+                break
+            except (FileNotFoundError, ConnectionRefusedError):
+                self.sock.close()
+                time.sleep(0.02)
         self.buffer = b""
 
     def _reply(self):
