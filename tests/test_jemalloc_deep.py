@@ -53,7 +53,10 @@ class Redis:
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 20
         while True:  # the socket's file appears when redis binds it, before it listens
-            assert self.proc.poll() is None and time.monotonic() < deadline, "redis-server did not start"
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.proc.kill()  # never left running by a failed start
+                self.proc.wait()
+                raise AssertionError("redis-server did not start")
             self.sock = socket.socket(socket.AF_UNIX)
             self.sock.settimeout(20)
             try:
