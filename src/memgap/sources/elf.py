@@ -24,7 +24,7 @@ import struct
 from dataclasses import dataclass
 from typing import Callable
 
-from ..errors import MalformedInput
+from ..errors import MalformedInput, Unsupported
 
 SHT_SYMTAB, SHT_STRTAB, SHT_DYNAMIC, SHT_DYNSYM = 2, 3, 6, 11
 SHN_UNDEF, SHN_XINDEX = 0, 0xFFFF
@@ -258,3 +258,17 @@ def defines_symbol(path: str, name: str) -> bool | None:
     if name in info.exported:
         return True
     return False if name in info.imported else None
+
+
+def require_callable(allocator: str, library: str, names: tuple[str, ...], prefixed: bool, root: str = "") -> None:
+    """Unsupported, in one line, unless ``library`` defines every function of ``names`` under
+    those names: gdb finds a function by .dynsym or .symtab, and a stripped program that links
+    the allocator in keeps neither (nor can memgap guess a prefix it renamed them with)."""
+    try:
+        defined = read_elf(root + library).defined
+    except (OSError, MalformedInput) as exc:
+        raise Unsupported(f"cannot read {allocator}'s object {library} to find its {names[0]} ({exc})") from None
+    missing = [name for name in names if name not in defined]
+    if missing or prefixed:
+        raise Unsupported(f"{allocator} in {os.path.basename(library)} defines no {' or '.join(missing) or names[0]} "
+                          "symbol (stripped, or renamed): memgap cannot call it")

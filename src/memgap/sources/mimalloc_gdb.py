@@ -19,12 +19,11 @@ memgap came to read) and read back in one read; decoding is a pure function.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 from ..errors import MalformedInput, Unsupported
-from .elf import read_elf
+from .elf import require_callable
 
 if TYPE_CHECKING:  # attribution imports the figures in-process too: no gdb machinery there
     from .gdb_attach import GdbSession
@@ -81,17 +80,9 @@ def decode_info(raw: bytes) -> MimallocDeep:
 
 
 def check_callable(found: dict[str, Any], root: str = "") -> None:
-    """Unsupported, in one line, where gdb could not call mi_process_info and mi_collect in the
-    object serving malloc (``FoundAllocator.to_dict()``): a stripped program keeps no symbols."""
-    library = found.get("library") or ""
-    try:
-        defined = read_elf(root + library).defined
-    except (OSError, MalformedInput) as exc:
-        raise Unsupported(f"cannot read mimalloc's object {library} to find its {INFO} ({exc})") from None
-    missing = [name for name in (INFO, COLLECT) if name not in defined]
-    if missing or found.get("prefix"):
-        raise Unsupported(f"mimalloc in {os.path.basename(library)} defines no {' or '.join(missing) or INFO} "
-                          "symbol (stripped, or renamed): memgap cannot call it")
+    """Unsupported, in one line, where gdb could not call mi_process_info and mi_collect in the object serving
+    malloc (``FoundAllocator.to_dict()``)."""
+    require_callable("mimalloc", found.get("library") or "", (INFO, COLLECT), bool(found.get("prefix")), root)
 
 
 def read_figures(session: GdbSession) -> MimallocDeep:

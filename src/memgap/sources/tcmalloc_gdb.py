@@ -19,12 +19,11 @@ tcmalloc's metadata to what is mapped (heap_size - unmapped).
 """
 from __future__ import annotations
 
-import os
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import MalformedInput, Unsupported
-from .elf import read_elf
+from .elf import require_callable
 
 if TYPE_CHECKING:  # attribution imports the figures in-process too: no gdb machinery there
     from .gdb_attach import GdbSession
@@ -136,18 +135,9 @@ def figures(values: dict[str, int | None]) -> TcmallocDeep:
 # --- the calls ------------------------------------------------------------------------------
 
 def check_callable(found: dict[str, Any], root: str = "") -> None:
-    """Unsupported, in one line, where gdb could not call the C API in the object serving malloc
-    (``FoundAllocator.to_dict()``): gdb finds a function by .dynsym or .symtab, and a stripped
-    program that links tcmalloc in keeps neither."""
-    library = found.get("library") or ""
-    try:
-        defined = read_elf(root + library).defined
-    except (OSError, MalformedInput) as exc:
-        raise Unsupported(f"cannot read tcmalloc's object {library} to find its {GET} ({exc})") from None
-    missing = [name for name in (GET, RELEASE) if name not in defined]
-    if missing or found.get("prefix"):
-        raise Unsupported(f"tcmalloc in {os.path.basename(library)} defines no {' or '.join(missing) or GET} "
-                          "symbol (stripped, or renamed): memgap cannot call it")
+    """Unsupported, in one line, where gdb could not call the C API in the object serving
+    malloc (``FoundAllocator.to_dict()``)."""
+    require_callable("tcmalloc", found.get("library") or "", (GET, RELEASE), bool(found.get("prefix")), root)
 
 
 def read_figures(session: GdbSession) -> TcmallocDeep:
