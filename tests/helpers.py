@@ -82,3 +82,34 @@ def memory_cgroup(name, limit):
         except OSError:
             os.rmdir(path)
     return None
+
+
+def vmrss(pid):
+    """VmRSS of ``pid`` in bytes, read by the test from /proc (a witness beside memgap's figures)."""
+    with open(f"/proc/{pid}/status") as fh:
+        return next(int(line.split()[1]) * 1024 for line in fh if line.startswith("VmRSS:"))
+
+
+class OwnFigures:
+    """A C test program that prints its allocator's own figures ("name=value ..."), then
+    "ready", and prints them again for each line it reads (programs/je_stats.c, own_stats.c)."""
+
+    def __init__(self, exe, **env):
+        self.proc = subprocess.Popen([exe], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                     env={**os.environ, **env})
+        self.first = self._figures(self.proc.stdout.readline())
+        assert self.proc.stdout.readline() == "ready\n"
+
+    @staticmethod
+    def _figures(line):
+        return {k: int(v) for k, v in (word.split("=") for word in line.split())}
+
+    def figures(self):
+        assert self.proc.poll() is None, "the program died"
+        self.proc.stdin.write("\n")
+        self.proc.stdin.flush()
+        return self._figures(self.proc.stdout.readline())
+
+    def close(self):
+        self.proc.stdin.close()
+        assert self.proc.wait(timeout=30) == 0

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from helpers import MiB, check_adds_up, memgap
+from helpers import MiB, check_adds_up, memgap, vmrss
 from memgap.errors import MemgapError
 from memgap.sources import gdb_attach
 from memgap.sources.gdb_attach import GdbSession, GdbTimeout, task_states
@@ -232,11 +232,6 @@ def test_deep_malloc_info_matches_the_outside_walk(target_exe, spawn):
     t.check_unharmed()
 
 
-def _vmrss(pid):
-    with open(f"/proc/{pid}/status") as fh:
-        return next(int(line.split()[1]) * 1024 for line in fh if line.startswith("VmRSS:"))
-
-
 def test_trim_releases_about_what_memgap_estimates(target_exe, spawn):
     t = spawn(target_exe, "hold")
     proc = memgap("inspect", str(t.pid), "--trim", "--json", "-")
@@ -246,7 +241,7 @@ def test_trim_releases_about_what_memgap_estimates(target_exe, spawn):
     # 100 + 3 x 20 freed blocks of 96 KiB: ~15 MiB in bins, all of it given back
     assert trim["released"] >= 10 * MiB, trim
     # the process's VmRSS now, read by the test, is the figure the trim reported after it ("hold" rests)
-    assert abs(_vmrss(t.pid) - trim["rss_after"]) <= 256 * 1024, (_vmrss(t.pid), trim)
+    assert abs(vmrss(t.pid) - trim["rss_after"]) <= 256 * 1024, (vmrss(t.pid), trim)
     # estimate vs actual on this machine: within a few pages; the bound here is loose
     assert 0.7 * trim["estimate"] - MiB <= trim["released"] <= 1.3 * trim["estimate"] + MiB, trim
     t.check_unharmed()

@@ -2,7 +2,6 @@
 constructed v2 set), and read live for a program started in a cgroup of its own."""
 import json
 import os
-import signal
 import subprocess
 import sys
 

@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from conftest import HERE, child_env
-from helpers import MiB, check_adds_up, memgap
+from helpers import MiB, check_adds_up, memgap, vmrss
 
 KiB = 1 << 10
 FINDINGS_PY = os.path.join(HERE, "programs", "findings.py")
@@ -34,11 +34,6 @@ def cli(capsys, *args):
     code = main(list(args))
     out, err = capsys.readouterr()
     return code, out, err
-
-
-def vmrss(pid):
-    with open(f"/proc/{pid}/status") as fh:
-        return next(int(line.split()[1]) * KiB for line in fh if line.startswith("VmRSS:"))
 
 
 # --- demo ----------------------------------------------------------------------------------------

@@ -19,15 +19,10 @@ import time
 
 import pytest
 
-from helpers import MiB, memgap
+from helpers import MiB, OwnFigures, memgap, vmrss
 
 KEYS, DELETED = 200_000, 150_000
 VALUE = b"v" * 100
-
-
-def _vmrss(pid):
-    with open(f"/proc/{pid}/status") as fh:
-        return next(int(line.split()[1]) * 1024 for line in fh if line.startswith("VmRSS:"))
 
 
 def _command(*words):
@@ -189,7 +184,7 @@ def test_trim_purges_redis_jemalloc_and_measures_it(redis):
     # the deleted keys' pages: what Redis counts resident beyond active, less jemalloc's metadata
     assert trim["estimate"] >= 10 * MiB and trim["released"] >= 10 * MiB, trim
     assert abs(trim["released"] - trim["estimate"]) <= 0.1 * trim["estimate"] + MiB, trim
-    assert abs(_vmrss(redis.proc.pid) - trim["rss_after"]) <= MiB, (_vmrss(redis.proc.pid), trim)
+    assert abs(vmrss(redis.proc.pid) - trim["rss_after"]) <= MiB, (vmrss(redis.proc.pid), trim)
     after = redis.info_memory()
     # Redis's own count of resident pages fell by about what VmRSS did
     drop = info["allocator_resident"] - after["allocator_resident"]
@@ -210,30 +205,8 @@ def je_stats(je_stats_exe, tmp_path_factory):
     return je_stats_exe, stripped
 
 
-class JeStats:
-    """je_stats running: its own figures at start, and again on request."""
-
-    def __init__(self, exe):
-        self.proc = subprocess.Popen([exe], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        self.first = self._figures(self.proc.stdout.readline())
-        assert self.proc.stdout.readline() == "ready\n"
-
-    @staticmethod
-    def _figures(line):
-        return {k: int(v) for k, v in (word.split("=") for word in line.split())}
-
-    def figures(self):
-        self.proc.stdin.write("\n")
-        self.proc.stdin.flush()
-        return self._figures(self.proc.stdout.readline())
-
-    def close(self):
-        self.proc.stdin.close()
-        assert self.proc.wait(timeout=30) == 0
-
-
 def test_deep_calls_the_mallctl_a_static_program_links_in(je_stats):
-    program = JeStats(je_stats[0])
+    program = OwnFigures(je_stats[0])
     try:
         proc = memgap("inspect", str(program.proc.pid), "--deep", "--json", "-")
         assert proc.returncode == 0, proc.stderr[-2000:]
@@ -266,7 +239,7 @@ def test_deep_calls_the_mallctl_a_static_program_links_in(je_stats):
 
 
 def test_deep_and_trim_refuse_a_stripped_static_jemalloc(je_stats):
-    program = JeStats(je_stats[1])
+    program = OwnFigures(je_stats[1])
     try:
         for option in ("--deep", "--trim"):
             proc = memgap("inspect", str(program.proc.pid), option)
@@ -282,7 +255,7 @@ def test_deep_and_trim_refuse_a_stripped_static_jemalloc(je_stats):
 def test_tiny_gdb_timeouts_leave_the_static_program_as_it_was(je_stats):
     """Timeouts that cut gdb short before, around and during the mallctl batches: the program answers
     after each, and what it holds is what it held (memgap's blocks freed, or said to stay)."""
-    program = JeStats(je_stats[0])
+    program = OwnFigures(je_stats[0])
     cut = []
     try:
         # on the idle 2-core machine gdb is set up by 0.08 s and done by 0.15 s: these cut it at each step

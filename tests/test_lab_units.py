@@ -68,7 +68,6 @@ def test_recommendation_lines():
     assert lines["systemd"] == ['Environment="MALLOC_ARENA_MAX=2"', 'Environment="MALLOC_MMAP_THRESHOLD_=131072"']
     namespace = {}
     exec(lines["python"], namespace)  # the Python it prints runs
-    import os
     assert os.environ.pop("MALLOC_ARENA_MAX") == "2" and os.environ.pop("MALLOC_MMAP_THRESHOLD_") == "131072"
 
 

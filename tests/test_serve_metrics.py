@@ -19,7 +19,7 @@ import uuid
 import pytest
 
 from conftest import HERE, child_env
-from helpers import MiB, memgap
+from helpers import MiB, memgap, vmrss
 
 KiB = 1 << 10
 TARGETS_PY = os.path.join(HERE, "programs", "metrics_targets.py")
@@ -82,11 +82,6 @@ def by_role(families, name):
 
 
 # --- the processes -------------------------------------------------------------------------------
-
-def vmrss(pid):
-    with open(f"/proc/{pid}/status") as fh:
-        return next(int(line.split()[1]) * KiB for line in fh if line.startswith("VmRSS:"))
-
 
 def read_line(proc, timeout=30.0):
     """A line of the process's stdout within ``timeout`` (its stderr in the failure if it ends)."""

@@ -15,7 +15,7 @@ import subprocess
 
 import pytest
 
-from helpers import MiB, memgap
+from helpers import MiB, OwnFigures, memgap, vmrss
 
 TCMALLOC_FIGURES = {  # memgap's name -> the property the program prints
     "allocated": "generic.current_allocated_bytes", "heap_size": "generic.heap_size",
@@ -25,43 +25,12 @@ TCMALLOC_FIGURES = {  # memgap's name -> the property the program prints
     "thread_cache_free": "tcmalloc.thread_cache_free_bytes", "total_physical": "generic.total_physical_bytes"}
 
 
-def _vmrss(pid):
-    with open(f"/proc/{pid}/status") as fh:
-        return next(int(line.split()[1]) * 1024 for line in fh if line.startswith("VmRSS:"))
-
-
-class OwnStats:
-    """own_stats running: its allocator's own figures at start, and again on request."""
-
-    def __init__(self, exe, **env):
-        import os
-
-        self.proc = subprocess.Popen([exe], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                     env={**os.environ, **env})
-        self.first = self._figures(self.proc.stdout.readline())
-        assert self.proc.stdout.readline() == "ready\n"
-
-    @staticmethod
-    def _figures(line):
-        return {k: int(v) for k, v in (word.split("=") for word in line.split())}
-
-    def figures(self):
-        assert self.proc.poll() is None, "the program died"
-        self.proc.stdin.write("\n")
-        self.proc.stdin.flush()
-        return self._figures(self.proc.stdout.readline())
-
-    def close(self):
-        self.proc.stdin.close()
-        assert self.proc.wait(timeout=30) == 0
-
-
 @pytest.fixture
 def started(own_stats_exe):
     programs = []
 
     def start(kind, **env):
-        program = OwnStats(own_stats_exe(kind), **env)
+        program = OwnFigures(own_stats_exe(kind), **env)
         programs.append(program)
         return program
     yield start
@@ -116,9 +85,9 @@ def test_deep_reads_tcmalloc_as_the_program_does(started, kind):
 
 def test_trim_releases_tcmalloc_free_spans_and_measures_it(started):
     program = started("tcmalloc", TCMALLOC_RELEASE_RATE="0")
-    rss_before = _vmrss(program.proc.pid)
+    rss_before = vmrss(program.proc.pid)
     proc = memgap("inspect", str(program.proc.pid), "--trim", "--json", "-")
-    rss_after = _vmrss(program.proc.pid)
+    rss_after = vmrss(program.proc.pid)
     assert proc.returncode == 0, proc.stderr[-2000:]
     trim = json.loads(proc.stdout)["after_trim"]["trim"]
     assert trim["performed"] and trim["route"] == "gdb" and trim["call"] == "MallocExtension_ReleaseFreeMemory()"
@@ -141,7 +110,7 @@ def test_deep_and_trim_refuse_a_stripped_static_tcmalloc(own_stats_exe, tmp_path
     stripped = str(tmp_path / "own_stats-stripped")
     subprocess.run(["cp", own_stats_exe("tcmalloc-static"), stripped], check=True)
     subprocess.run(["strip", stripped], check=True)
-    program = OwnStats(stripped, TCMALLOC_RELEASE_RATE="0")
+    program = OwnFigures(stripped, TCMALLOC_RELEASE_RATE="0")
     try:
         before = program.figures()  # after its first print (which allocates stdout's buffer)
         for option in ("--deep", "--trim"):
@@ -185,9 +154,9 @@ def test_deep_reads_mimalloc_committed_memory_as_the_program_does(started):
 
 def test_trim_collects_mimalloc_and_measures_it(started):
     program = started("mimalloc")
-    rss_before = _vmrss(program.proc.pid)
+    rss_before = vmrss(program.proc.pid)
     proc = memgap("inspect", str(program.proc.pid), "--trim", "--json", "-")
-    rss_after = _vmrss(program.proc.pid)
+    rss_after = vmrss(program.proc.pid)
     assert proc.returncode == 0, proc.stderr[-2000:]
     trim = json.loads(proc.stdout)["after_trim"]["trim"]
     assert trim["performed"] and trim["call"] == "mi_collect(true)" and trim["estimate"] is None

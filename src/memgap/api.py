@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from types import TracebackType
 
 from .collect import Options, snapshot_self
-from .envnames import RECORD_DIR_ENV, TRIM_AFTER_ENV, WALK_ENV
+from .envnames import TRIM_AFTER_ENV, WALK_ENV
 from .errors import Unsupported
 from .model import Snapshot
 from .recording import ProcessFile

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import re
 import socket
-import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from ..errors import MemgapError, NoMatchingProcess, NoSuchProcess, UsageError

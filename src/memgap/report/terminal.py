@@ -8,7 +8,6 @@ from typing import Any, Sequence, TextIO
 from rich.console import Console, RenderableType
 
 from ..diagnose import diagnose_tree
-from ..diagnose import diagnose_tree
 from ..model import Finding, Snapshot, layer_figure, tree_totals
 from ..units import mib, pct
 from .cgroup import cgroup_lines
