@@ -470,13 +470,6 @@ def load_run(record_dir: str) -> dict[str, Any]:
     for entry in processes.values():  # marks read from outside and the program's own, in time order
         entry["snapshots"].sort(key=lambda snap: snap.get("time", 0))
         entry["idle"] = idle_of_process(entry, timeline, header.get("start"))
-    findings = []
-    for entry in processes.values():
-        snaps = [Snapshot.from_dict(s) for s in entry["snapshots"] if not str(s.get("phase", "")).endswith(":end")]
-        entry_findings = [f.__dict__ for f in diagnose_series(snaps)]
-        for f in entry_findings:
-            f["pid"] = entry["pid"]
-        findings.extend(entry_findings)
     return {
         "schema": RUN_SCHEMA,
         "cmd": header.get("cmd", []),
@@ -495,9 +488,18 @@ def load_run(record_dir: str) -> dict[str, Any]:
         "duration": end.get("t", timeline[-1]["t"] if timeline else 0.0),
         "processes": sorted(processes.values(), key=lambda p: p["pid"]),
         "timeline": timeline,
-        "findings": findings,
+        "findings": _series_findings(processes.values()),
         "errors": errors,
         "metrics": metrics,
         "record_dir": record_dir,
     }
+
+
+def _series_findings(processes: Any) -> list[dict[str, Any]]:
+    """The findings over each process's phases (memgap.diagnose.diagnose_series), each with its pid."""
+    findings = []
+    for entry in processes:
+        snaps = [Snapshot.from_dict(s) for s in entry["snapshots"] if not str(s.get("phase", "")).endswith(":end")]
+        findings.extend({**f.__dict__, "pid": entry["pid"]} for f in diagnose_series(snaps))
+    return findings
 

@@ -16,6 +16,7 @@ that loads memgap's modules) and imports memgap only when a test asks for it.
 from __future__ import annotations
 
 import gc
+import os
 import re
 import time
 from dataclasses import dataclass
@@ -42,13 +43,7 @@ def parse_size(text: str | int) -> int:
 
 def _rss() -> int:
     with open("/proc/self/statm") as fh:
-        return int(fh.read().split()[1]) * _page_size()
-
-
-def _page_size() -> int:
-    import os
-
-    return os.sysconf("SC_PAGE_SIZE")
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 def settled_rss() -> int:
