@@ -235,6 +235,83 @@ def _python_from_pools(m: Measurements, owned: _Owners) -> tuple[Layer, Layer]:
     return python, free
 
 
+@dataclass
+class _Allocator:
+    """What the reader of the process's C allocator says: its in-use and free resident bytes
+    (None: not measured), their private and PSS parts, the anonymous pages it leaves to
+    other_anon, and how it knows."""
+
+    in_use: int | None
+    free: int | None
+    in_use_part: _Part
+    free_part: _Part
+    other_anon: int
+    other_part: _Part
+    in_use_how: list[str] = field(default_factory=list)
+    free_how: list[str] = field(default_factory=list)
+    source: str = ""
+    detail: dict[str, Any] = field(default_factory=dict)
+    note: str = ""
+
+
+def _c_allocator(m: Measurements, owned: _Owners) -> _Allocator:
+    """glibc's heaps walked, another allocator's own counters, or (neither) nothing measured."""
+    if m.glibc is not None:
+        return _glibc_allocator(m, owned)
+    if m.jemalloc is not None or m.tcmalloc:
+        return _counted_allocator(m, owned)
+    # No statistics for this allocator: its memory stays under other_anon, and the two
+    # allocator layers say "not measured" rather than print a zero nobody measured.
+    return _Allocator(None, None, _Part(), _Part(), owned("anon") + owned("glibc-heap") + owned("mmapped-chunk"),
+                      owned.part("anon") + owned.part("glibc-heap", "mmapped-chunk"))
+
+
+def _glibc_allocator(m: Measurements, owned: _Owners) -> _Allocator:
+    glibc = m.glibc
+    assert glibc is not None
+    heap_part = owned.part("glibc-heap", "mmapped-chunk")
+    heap_free = sum(a.free_resident for a in glibc.arenas)
+    free_part = _Part(heap_free, sum(a.free_private for a in glibc.arenas),
+                      sum(a.free_pss for a in glibc.arenas)) if heap_part.private is not None else \
+        _Part(heap_free, None, None)
+    arenas = _arena_detail(m)
+    detail = {
+        "arenas": arenas,
+        "arena_count": len(arenas),
+        "thread_arenas": sum(1 for a in arenas if not a["main"]),
+        "trim_releasable": sum(r["trim_releasable"] or 0 for r in arenas),
+        "trim_estimate_complete": all(a.walk_complete for a in glibc.arenas),
+        "held_in_thread_tops": sum(a.top_resident for a in glibc.arenas if not a.is_main),
+        "mmapped_chunks": owned.count.get("mmapped-chunk", 0),
+        # mallinfo2's count, to compare with the chunks found (memalign'ed ones are not found)
+        "mmapped_chunks_reported": m.mallinfo.hblks if m.mallinfo else None,
+        "problems": list(glibc.problems),
+    }
+    return _Allocator(
+        owned("glibc-heap") - heap_free + owned("mmapped-chunk"), heap_free, heap_part - free_part, free_part,
+        owned("anon"), owned.part("anon"),
+        in_use_how=["glibc heaps' resident pages minus the resident pages of their free chunks",
+                    "plus resident pages of glibc mmapped chunks"],
+        free_how=["resident whole pages inside free chunks in bins and inside each arena's top chunk "
+                  "(walked from malloc_state, pages from pagemap)"],
+        source="glibc arenas walked, pagemap", detail=detail)
+
+
+def _counted_allocator(m: Measurements, owned: _Owners) -> _Allocator:
+    """jemalloc or tcmalloc, by their own counters placed in the mappings found."""
+    split = _jemalloc_split(m.jemalloc, owned) if m.jemalloc is not None else _tcmalloc_split(m.tcmalloc, owned)
+    # in use may reach into unclaimed anonymous pages (the allocator's mappings not found)
+    pool = owned.part("jemalloc" if m.jemalloc is not None else "tcmalloc") + owned.part("anon")
+    in_use_part, free_part = pool.take(split.in_use), pool.take(split.free or 0)
+    return _Allocator(
+        split.in_use, split.free, in_use_part, free_part,
+        # heaps and chunks found in a process whose malloc is not glibc's belong to no allocator read here
+        owned("anon") + owned("glibc-heap") + owned("mmapped-chunk") + split.unclaimed,
+        owned.part("glibc-heap", "mmapped-chunk") + pool - in_use_part - free_part,
+        in_use_how=[split.in_use_how], free_how=[split.free_how], source=split.source, detail=split.detail,
+        note=split.note)
+
+
 def attribute(m: Measurements) -> tuple[dict[str, Layer], int]:
     """Layers (by name) and the unexplained remainder ``rss - sum(layers)``."""
     owned = _Owners(m.regions)
@@ -254,63 +331,8 @@ def attribute(m: Measurements) -> tuple[dict[str, Layer], int]:
         detail={"count": owned.count.get("stack", 0)},
     )
 
-    # The C allocator: glibc heaps, glibc mmapped chunks, or another allocator's stats.
-    heap_resident = owned("glibc-heap")
-    mmapped_resident = owned("mmapped-chunk")
-    unknown_anon = owned("anon")
-    heap_part, anon_part = owned.part("glibc-heap", "mmapped-chunk"), owned.part("anon")
-    in_use_part = free_part = _Part()
-    in_use = free = 0
-    in_use_how, free_how = [], []
-    alloc_source = free_note = ""
-    free_detail: dict[str, Any] = {}
-    if m.glibc is not None:
-        alloc_source = "glibc arenas walked, pagemap"
-        heap_free = sum(a.free_resident for a in m.glibc.arenas)
-        free_part = _Part(heap_free, sum(a.free_private for a in m.glibc.arenas),
-                          sum(a.free_pss for a in m.glibc.arenas)) if heap_part.private is not None else \
-            _Part(heap_free, None, None)
-        in_use_part = heap_part - free_part
-        in_use += heap_resident - heap_free
-        free += heap_free
-        in_use_how.append("glibc heaps' resident pages minus the resident pages of their free chunks")
-        in_use_how.append("plus resident pages of glibc mmapped chunks")
-        in_use += mmapped_resident
-        free_how.append("resident whole pages inside free chunks in bins and inside each arena's top chunk "
-                        "(walked from malloc_state, pages from pagemap)")
-        arenas = _arena_detail(m)
-        releasable = sum(r["trim_releasable"] or 0 for r in arenas)
-        complete = all(a.walk_complete for a in m.glibc.arenas)
-        free_detail = {
-            "arenas": arenas,
-            "arena_count": len(arenas),
-            "thread_arenas": sum(1 for a in arenas if not a["main"]),
-            "trim_releasable": releasable,
-            "trim_estimate_complete": complete,
-            "held_in_thread_tops": sum(a.top_resident for a in m.glibc.arenas if not a.is_main),
-            "mmapped_chunks": owned.count.get("mmapped-chunk", 0),
-            # mallinfo2's count, to compare with the chunks found (memalign'ed ones are not found)
-            "mmapped_chunks_reported": m.mallinfo.hblks if m.mallinfo else None,
-            "problems": list(m.glibc.problems),
-        }
-    elif m.jemalloc is not None or m.tcmalloc:
-        split = _jemalloc_split(m.jemalloc, owned) if m.jemalloc is not None else _tcmalloc_split(m.tcmalloc, owned)
-        # heaps and chunks found in a process whose malloc is not glibc's belong to no allocator read here
-        unknown_anon += heap_resident + mmapped_resident + split.unclaimed
-        in_use, free = split.in_use, split.free  # type: ignore[assignment]
-        # in use may reach into unclaimed anonymous pages (the allocator's mappings not found)
-        pool = owned.part("jemalloc" if m.jemalloc is not None else "tcmalloc") + anon_part
-        in_use_part, free_part = pool.take(in_use), pool.take(free or 0)
-        anon_part = heap_part + pool - in_use_part - free_part
-        in_use_how.append(split.in_use_how)
-        free_how.append(split.free_how)
-        alloc_source, free_detail, free_note = split.source, split.detail, split.note
-    else:
-        # No statistics for this allocator: its memory stays under other_anon, and the two
-        # allocator layers say "not measured" rather than print a zero nobody measured.
-        unknown_anon += heap_resident + mmapped_resident
-        anon_part += heap_part
-        in_use = free = None  # type: ignore[assignment]
+    c = _c_allocator(m, owned)
+    in_use, free, in_use_part, free_part, anon_part = c.in_use, c.free, c.in_use_part, c.free_part, c.other_part
 
     # Python: live small objects in pymalloc arenas, large objects in the C allocator.
     arenas_resident = owned("pymalloc-arena")
@@ -362,23 +384,23 @@ def attribute(m: Measurements) -> tuple[dict[str, Layer], int]:
     layers["allocator_in_use"] = Layer(
         "allocator_in_use", max(0, in_use) if in_use is not None else None,
         virtual=m.mallinfo.in_use if m.mallinfo else (m.jemalloc.allocated if m.jemalloc else None),
-        derivation="; ".join(in_use_how) + ("; minus Python's large objects (shown under python_objects)"
-                                             if moved else ""),
-        source=alloc_source,
+        derivation="; ".join(c.in_use_how) + ("; minus Python's large objects (shown under python_objects)"
+                                               if moved else ""),
+        source=c.source,
         note=m.notes.get("allocator_in_use", ""),
     )
     layers["allocator_free"] = Layer(
         "allocator_free", free,
         virtual=(sum(a.free for a in m.malloc_info.arenas) if m.malloc_info else None),
-        derivation="; ".join(free_how), note=m.notes.get("allocator_free", "") or free_note, detail=free_detail,
-        source=alloc_source,
+        derivation="; ".join(c.free_how), note=m.notes.get("allocator_free", "") or c.note, detail=c.detail,
+        source=c.source,
     )
     layers["other_anon"] = Layer(
-        "other_anon", unknown_anon + owned("file-cow"),
+        "other_anon", c.other_anon + owned("file-cow"),
         derivation="anonymous resident pages no allocator above claims, plus private copies of file pages "
                    "(libraries' data and relocations)",
         source="pagemap, unclaimed",
-        detail={"unclaimed_anonymous": unknown_anon, "file_private_copies": owned("file-cow")},
+        detail={"unclaimed_anonymous": c.other_anon, "file_private_copies": owned("file-cow")},
         note=m.notes.get("other_anon", ""),  # e.g. a second allocator's memory, not read
     )
     ordered = {name: layers[name] for name in
