@@ -23,3 +23,13 @@ fi
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e ".[test]"
+# The Rust program the allocator tests read (tests/programs/rjem: tikv-jemallocator, its jemalloc
+# under the _rjem_ prefix, as Rust services and Polars ship it), built once here because its first
+# build compiles jemalloc (minutes on 2 cores); the tests reuse its target folder.
+CARGO="$(command -v cargo || echo "$HOME/.cargo/bin/cargo")"
+if [ ! -x "$CARGO" ]; then
+    $SUDO apt-get update -qq
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cargo
+    CARGO=cargo
+fi
+(cd tests/programs/rjem && "$CARGO" build --release --locked --quiet)

@@ -2,8 +2,9 @@
 # Set up (see setup.sh) and run the whole test suite: every test (--no-skips), in four
 # pytest-xdist workers (most tests wait on the programs they start), a file's tests on one
 # worker (--dist loadfile: module fixtures that run labs and builds run once, not per worker;
-# xdist 3.8's loadgroup did not group here).
+# xdist 3.8's loadgroup did not group here), the tests that read a Rust program included
+# (--cargo: setup.sh has built it).
 set -eu
 cd "$(dirname "$0")/.."
 sh scripts/setup.sh
-exec .venv/bin/python -m pytest -q --no-skips -n 4 --dist loadfile "$@"
+exec .venv/bin/python -m pytest -q --no-skips --cargo -n 4 --dist loadfile "$@"
