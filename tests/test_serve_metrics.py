@@ -346,7 +346,7 @@ def test_label_values_are_escaped_and_read_back():
 
 
 def test_the_docs_name_only_metrics_the_exporter_serves():
-    """The README's section, the Grafana dashboard and the alert rules against the families
+    """The serve-metrics page (docs/commands/serve-metrics.md), the Grafana dashboard and the alert rules against the families
     memgap renders: a renamed metric would leave a dashboard empty without a word."""
     from memgap.metrics_export import process_families, scrape_families
 
@@ -360,11 +360,10 @@ def test_the_docs_name_only_metrics_the_exporter_serves():
         alerts = fh.read()
     rules = re.findall(r"^ +- alert: (\w+)\n +expr: .+?\n +for: \d+m\n +labels:", alerts, re.M | re.S)
     assert len(rules) == 3 == alerts.count("- alert:"), rules
-    with open(os.path.join(root, "README.md")) as fh:
-        readme = fh.read()
-    section = readme[readme.index("### Prometheus"):readme.index("### The native agent")]
+    with open(os.path.join(root, "docs", "commands", "serve-metrics.md")) as fh:
+        section = fh.read()
     named = set(re.findall(r"memgap_\w+", " ".join([*exprs, alerts, section])))
-    # the README names the cgroup family's members by their suffix after the first
+    # the page names the cgroup family's members by their suffix after the first
     named |= {f"memgap_cgroup{s}" for s in re.findall(r"`(_\w+_bytes)`", section)}
     assert named - served == set() and served - named == set(), (named - served, served - named)
 
