@@ -27,7 +27,8 @@ Variant specs: glibc[:arena_max=N,mmap_threshold=B,trim_threshold=B,top_pad=B,
 mmap_max=N, or any tunable in full: glibc.malloc.tcache_count=0 (GLIBC_TUNABLES)],
 jemalloc[:MALLOC_CONF options], tcmalloc[:opt=v], mimalloc[:opt=v]; any glibc
 variant takes trim=idle, trim=quiet or trim=every:SECONDS, and with a trim
-pymalloc=release; any takes pymalloc=off.
+pymalloc=release; any takes pymalloc=off, and gc=freeze-at-fork for a Python
+program that forks workers.
 """
 from __future__ import annotations
 
