@@ -25,7 +25,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterator
 
-from .attribution import jemalloc_gdb_layers, mimalloc_gdb_layers, tcmalloc_gdb_layers
+from .gdb_layers import jemalloc_gdb_layers, mimalloc_gdb_layers, tcmalloc_gdb_layers
 from .errors import MalformedInput, Unsupported
 from .model import Snapshot
 from .sources import jemalloc_gdb, mimalloc_gdb, tcmalloc_gdb
