@@ -16,7 +16,8 @@ from .sources.mimalloc_gdb import ROUTE as MIMALLOC_ROUTE, MimallocDeep
 from .sources.tcmalloc_gdb import ROUTE as TCMALLOC_ROUTE, TcmallocDeep
 
 
-def jemalloc_gdb_layers(layers: dict[str, Layer], rss: int, j: JemallocDeep) -> tuple[dict[str, Layer], int]:
+def jemalloc_gdb_layers(layers: dict[str, Layer], rss: int, j: JemallocDeep,
+                        beside: str = "") -> tuple[dict[str, Layer], int]:
     """An outside snapshot's layers, with its allocator layers from jemalloc's own counters
     read through gdb (``inspect --deep``); and the new unexplained remainder.
 
@@ -26,8 +27,9 @@ def jemalloc_gdb_layers(layers: dict[str, Layer], rss: int, j: JemallocDeep) -> 
     allocated), the dirty and muzzy pages a purge returns now, and the metadata's pages
     (resident - active - dirty: jemalloc's bookkeeping is memory it holds and the program
     cannot use, so it goes with the free bytes). Retained address space is given back
-    already: virtual only. Counted in bytes, not page by page, so the moved layers carry
-    no private or PSS split.
+    already: virtual only. ``beside`` names the allocator serving malloc where jemalloc
+    sits beside it (a prefixed one): that allocator's layers stay and jemalloc's bytes are
+    added to them.
     """
     pool = _unclaimed(layers)
     parts, clamped = _take_in_order(pool, {"allocated": j.allocated, "page_slack": j.page_slack,
@@ -35,11 +37,11 @@ def jemalloc_gdb_layers(layers: dict[str, Layer], rss: int, j: JemallocDeep) -> 
     note = ("jemalloc counts more than the unclaimed anonymous pages hold (pages it counts but never touched, "
             "or freed since the outside read): not moved: " + clamped) if clamped else ""
     free = parts["page_slack"] + parts["purgeable"] + parts["metadata"]
-    out = {name: layer for name, layer in layers.items()}
+    out = dict(layers)
     out["allocator_in_use"] = Layer(
         "allocator_in_use", parts["allocated"], virtual=j.allocated, source=MALLCTL_ROUTE, note=note,
-        derivation=f"jemalloc stats.allocated ({MALLCTL_ROUTE}, after an epoch refresh), within the anonymous "
-                   "pages the outside walk left unclaimed")
+        derivation=f"jemalloc stats.allocated ({MALLCTL_ROUTE}, {j.symbol} after an epoch refresh), within the "
+                   "anonymous pages the outside walk left unclaimed")
     out["allocator_free"] = Layer(
         "allocator_free", free, virtual=free + j.retained, source=MALLCTL_ROUTE, note=note,
         derivation=f"jemalloc's counters ({MALLCTL_ROUTE}): slack within active pages (stats.active - "
@@ -50,10 +52,28 @@ def jemalloc_gdb_layers(layers: dict[str, Layer], rss: int, j: JemallocDeep) -> 
                 "dirty": j.dirty_bytes, "muzzy": j.muzzy_bytes, "metadata": parts["metadata"],
                 "retained_virtual": j.retained, "trim_releasable": j.purgeable, "trim_estimate_complete": True,
                 "jemalloc": j.to_dict()})
+    if beside:
+        for name in ("allocator_in_use", "allocator_free"):
+            out[name] = _added(layers[name], out[name], beside, f"jemalloc ({j.symbol})")
     out["other_anon"] = _less_other_anon(layers["other_anon"], pool, parts["allocated"] + free, "jemalloc",
                                          MALLCTL_ROUTE)
     total = sum(layer.resident or 0 for layer in out.values())
     return out, rss - total
+
+
+def _added(first: Layer, second: Layer, first_name: str, second_name: str) -> Layer:
+    """Two allocators' shares of one layer (in use, or free) as one: the sum, each derivation, each
+    share in ``detail["by_allocator"]``; the first's detail kept as it was (glibc's arenas, its trim
+    estimate), the second's under ``detail["beside"]``. No private or PSS split: the second's bytes
+    are counted, not found page by page."""
+    by = {first_name: first.resident, second_name: second.resident}
+    return Layer(
+        first.name, (first.resident or 0) + (second.resident or 0),
+        virtual=None if first.virtual is None else first.virtual + (second.virtual or 0),
+        derivation=f"{first_name}: {first.derivation or first.note or 'not measured'}; "
+                   f"plus {second_name}: {second.derivation}",
+        note="; ".join(filter(None, [first.note, second.note])), source=f"{first.source}; {second.source}",
+        detail={**first.detail, "by_allocator": by, "beside": second.detail})
 
 
 def _unclaimed(layers: dict[str, Layer]) -> int:
