@@ -56,7 +56,12 @@ def trim_glibc_and_jemalloc(pid: int, before: Snapshot, start_time: int | None, 
         rss_before = status_int(reader.status(), "VmRSS")
         returned = session.call_int("(int) malloc_trim(0)", "malloc_trim")
         rss_between = status_int(reader.status(), "VmRSS")
-        figures = jemalloc_gdb.read_jemalloc(session, symbol)
+        try:
+            figures: jemalloc_gdb.JemallocDeep | None = jemalloc_gdb.read_jemalloc(session, symbol)
+        except Unsupported as exc:  # no statistics (tikv-jemallocator's default build): the purge works all the same
+            figures, notes = None, [f"jemalloc's estimate: {exc}"]
+        else:
+            notes = []
         rss_read = status_int(reader.status(), "VmRSS")  # the read mallocs a block or two: not the purge's
         purged = jemalloc_gdb.purge(session, symbol)
         rss_after = status_int(reader.status(), "VmRSS")
@@ -65,18 +70,20 @@ def trim_glibc_and_jemalloc(pid: int, before: Snapshot, start_time: int | None, 
         "glibc": {"call": "malloc_trim(0)", "returned": returned, "released": max(0, rss_before - rss_between),
                   "estimate": glibc_estimate, "estimate_route": "outside"},
         "jemalloc": {"call": f'{symbol}("arena.{jemalloc_gdb.MALLCTL_ARENAS_ALL}.purge")', "returned": purged,
-                     "released": max(0, rss_read - rss_after), "estimate": figures.purgeable,
-                     "estimate_route": jemalloc_gdb.ROUTE, "dirty": figures.dirty_bytes, "muzzy": figures.muzzy_bytes},
+                     "released": max(0, rss_read - rss_after), "estimate": figures.purgeable if figures else None,
+                     "estimate_route": jemalloc_gdb.ROUTE, "dirty": figures.dirty_bytes if figures else None,
+                     "muzzy": figures.muzzy_bytes if figures else None},
     }
     return {
         "performed": True, "route": "gdb", "call": f"{parts['glibc']['call']}, then {parts['jemalloc']['call']}",
         "returned": None, "rss_before": rss_before, "rss_after": rss_after,
         "released": max(0, rss_before - rss_after),
         "seconds": session.timings.get("malloc_trim", 0.0) + session.timings.get("mallctl purge", 0.0), "reason": "",
-        "estimate": (glibc_estimate or 0) + figures.purgeable,
-        "estimate_complete": bool(detail.get("trim_estimate_complete")) and glibc_estimate is not None,
+        "estimate": (glibc_estimate or 0) + (figures.purgeable if figures else 0),
+        "estimate_complete": bool(detail.get("trim_estimate_complete")) and glibc_estimate is not None
+        and figures is not None,
         "estimate_route": f"outside (glibc) + {jemalloc_gdb.ROUTE} (jemalloc)", "estimate_rss": before.rss,
         "parts": parts,
         "gdb_seconds": {k: round(v, 4) for k, v in session.timings.items() if k in ("attach", "held")},
-        "notes": list(session.notes),
+        "notes": notes + list(session.notes),
     }
