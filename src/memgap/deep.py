@@ -28,6 +28,7 @@ from typing import Any, Iterator
 from .gdb_layers import jemalloc_gdb_layers, mimalloc_gdb_layers, tcmalloc_gdb_layers
 from .errors import MalformedInput, Unsupported
 from .model import Snapshot
+from .diagnose import allocator_findings
 from .deep_beside import beside_jemalloc, trim_glibc_and_jemalloc
 from .sources import jemalloc_gdb, mimalloc_gdb, tcmalloc_gdb
 from .sources.allocator import process_root
@@ -454,9 +455,11 @@ def with_allocator_layers(outside: Snapshot, figures: JemallocDeep | TcmallocDee
     else:
         layers, unexplained = mimalloc_gdb_layers(outside.layers, outside.rss, figures)
         key, route = "mimalloc_gdb", ROUTE_MIMALLOC
-    return replace(outside, layers=layers, unexplained=unexplained, regions=[], findings=[],
+    snap = replace(outside, layers=layers, unexplained=unexplained, regions=[], findings=[],
                    route=f"{ROUTE_OUTSIDE}, allocator layers from {route}", pss_unexplained=None,
                    allocator={**outside.allocator, key: figures.to_dict()})
+    snap.findings = allocator_findings(snap)  # what the allocators' own figures say of their free memory
+    return snap
 
 
 def trim(pid: int, before: Snapshot, start_time: int | None, options: GdbOptions) -> dict[str, Any]:

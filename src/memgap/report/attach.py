@@ -19,7 +19,7 @@ from ..sources.mimalloc_gdb import MimallocDeep
 from ..sources.tcmalloc_gdb import TcmallocDeep
 from ..units import mib
 from .fit import WRAP, Col, fit_table
-from .terminal import _console, layers_table
+from .terminal import _console, layers_table, print_findings
 
 
 def _gdb_timing(seconds: dict[str, float]) -> str:
@@ -153,6 +153,9 @@ def render_deep(deep: DeepResult, stream: TextIO, width: int | None = None) -> N
         console.print(mimalloc_table(deep.mimalloc, rss, console.width))
     if deep.with_allocator is not None:
         console.print(layers_table(deep.with_allocator, console.width))
+        if deep.with_allocator.findings:
+            console.print("Findings from the allocators' own figures:")
+            print_findings(console, deep.with_allocator.findings)
     if deep.in_process is not None:
         console.print(layers_table(deep.in_process, console.width))
     for note in deep.notes:
