@@ -3,7 +3,8 @@
 Each fires on a ratio AND a byte floor, as diagnose's glibc finding does, and prints the
 figures it read. They read the allocator_free layer ``inspect --deep`` built (gdb_layers):
 its detail holds the allocator's figures, directly where it serves malloc, under "beside"
-where a prefixed jemalloc sits beside glibc's.
+where a prefixed jemalloc sits beside glibc's. It imports none of the gdb readers: memgap
+diagnoses inside the process it measures too, where each module loaded is memory it adds.
 """
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ from typing import Any
 
 from .diagnose import FLOOR, RETAINED_FLOOR, SHARE
 from .model import Finding, Snapshot
-from .sources.jemalloc_gdb import MALLCTL_ARENAS_ALL, ROUTE as MALLCTL_ROUTE
-from .sources.tcmalloc_gdb import ROUTE as TCMALLOC_ROUTE
 from .units import mib, pct
+
+MALLCTL_ROUTE, TCMALLOC_ROUTE = "gdb mallctl", "gdb MallocExtension"  # sources.jemalloc_gdb's, tcmalloc_gdb's ROUTE
+PURGE_ALL = "arena.4096.purge"  # 4096: MALLCTL_ARENAS_ALL, every arena (jemalloc 5)
 
 
 def _figures(snap: Snapshot, route: str, key: str) -> dict[str, Any] | None:
@@ -64,7 +66,7 @@ def _jemalloc_dirty(snap: Snapshot, j: dict[str, Any]) -> list[Finding]:
         "jemalloc-dirty", "warning",
         f"jemalloc holds {mib(purgeable)} MiB of freed pages a purge would return now "
         f"({pct(purgeable, snap.rss)} of RSS)", evidence,
-        f"purge after bursts: mallctl(\"arena.{MALLCTL_ARENAS_ALL}.purge\") in the program (`memgap inspect --trim "
+        f"purge after bursts: mallctl(\"{PURGE_ALL}\") in the program (`memgap inspect --trim "
         f"PID` does it and measures it); or a shorter decay (dirty_decay_ms:1000 in {conf}) with background_thread:true "
         "so that an idle process purges too")]
 
