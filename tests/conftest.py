@@ -62,6 +62,46 @@ def je_stats_exe(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def je_prefixed_exe(tmp_path_factory):
+    """programs/je_stats.c built with -DPREFIX=je_ and -rdynamic against Debian's libjemalloc_pic.a
+    with its API renamed je_* (as Redis links jemalloc), then stripped; and the same built without
+    -rdynamic (it exports nothing), stripped. Returns (exporting, exporting nothing).
+
+    Why a renamed archive, not tikv-jemalloc-sys's ``_rjem_`` one: it needs no cargo, so the default
+    run checks it. Why the renaming is sound, checked here on every build: every global symbol the
+    archive defines outside jemalloc's own ``je_`` private namespace (its public API: malloc, free,
+    mallctl..., the C++ operators) is renamed in every member, definitions and references alike
+    (``objcopy --redefine-syms`` on the whole archive rewrites the symbol tables the relocations
+    point into); none of the new names was taken, and no member still refers to an old one. What
+    differs from a jemalloc configured with --with-jemalloc-prefix is its environment variable
+    (MALLOC_CONF, not JE_MALLOC_CONF): this program sets its options in je_malloc_conf."""
+    cc, objcopy, nm = shutil.which("gcc") or shutil.which("cc"), shutil.which("objcopy"), shutil.which("nm")
+    archive = "/usr/lib/x86_64-linux-gnu/libjemalloc_pic.a"
+    if cc is None or objcopy is None or nm is None or not os.path.exists(archive):
+        pytest.skip("needs gcc, binutils (objcopy, nm) and libjemalloc-dev (libjemalloc_pic.a)")
+    where = tmp_path_factory.mktemp("je_prefixed")
+
+    def symbols(path, *flags):
+        out = subprocess.run([nm, *flags, path], capture_output=True, text=True, check=True).stdout
+        return {line.split()[-1] for line in out.splitlines() if line.strip() and not line.endswith(":")}
+    public = {s for s in symbols(archive, "-g", "--defined-only") if not s.startswith(("je_", "DW.ref."))}
+    assert {"malloc", "free", "mallctl", "malloc_conf"} <= public, sorted(public)
+    assert not {"je_" + s for s in public} & symbols(archive), "a je_ name is taken already"
+    (where / "map").write_text("".join(f"{s} je_{s}\n" for s in sorted(public)))
+    renamed = str(where / "libjemalloc_je.a")
+    subprocess.run([objcopy, f"--redefine-syms={where / 'map'}", archive, renamed], check=True)
+    assert not public & (symbols(renamed, "-g", "--defined-only") | symbols(renamed, "-u")), "an old name is left"
+    built = []
+    for name, flags in (("je_prefixed", ["-rdynamic"]), ("je_prefixed_nodyn", [])):
+        exe = str(where / name)
+        subprocess.run([cc, "-O1", "-DPREFIX=je_", *flags, "-o", exe, os.path.join(HERE, "programs", "je_stats.c"),
+                        renamed, "-lpthread", "-lm", "-ldl"], check=True)
+        subprocess.run(["strip", exe], check=True)
+        built.append(exe)
+    return tuple(built)
+
+
+@pytest.fixture(scope="session")
 def own_stats_exe(tmp_path_factory):
     """own_stats_exe(kind): programs/own_stats.c built for "tcmalloc" (Debian's libtcmalloc_minimal.so.4),
     "mimalloc" (libmimalloc.so.2) or "tcmalloc-static" (libtcmalloc_minimal.a linked in): a program that

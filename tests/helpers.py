@@ -94,8 +94,8 @@ class OwnFigures:
     """A C test program that prints its allocator's own figures ("name=value ..."), then
     "ready", and prints them again for each line it reads (programs/je_stats.c, own_stats.c)."""
 
-    def __init__(self, exe, **env):
-        self.proc = subprocess.Popen([exe], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    def __init__(self, exe, *args, **env):
+        self.proc = subprocess.Popen([exe, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                      env={**os.environ, **env})
         self.first = self._figures(self.proc.stdout.readline())
         assert self.proc.stdout.readline() == "ready\n"

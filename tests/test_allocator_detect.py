@@ -183,7 +183,13 @@ def test_a_prefixed_jemalloc_beside_glibc(build, rust_build, tmp_path, shape, st
     if stripped:
         subprocess.run(["strip", obj], check=True)
     cmd = [obj] if shape == "program" else [build("host"), obj]
-    doc, text = _inspected(cmd)
+    held = Held(cmd)
+    try:
+        doc, text = held.inspect()
+        deep = memgap("inspect", str(held.proc.pid), "--deep", "--json", "-")
+        trim = memgap("inspect", str(held.proc.pid), "--trim", "--json", "-")
+    finally:
+        held.close()
     assert _serving(doc)["name"] == "glibc"
     beside = [f for f in doc["allocator"]["found"] if not f["serves_malloc"]]
     assert [(f["name"], f["library"]) for f in beside] == [("jemalloc", obj)], doc["allocator"]
@@ -196,6 +202,22 @@ def test_a_prefixed_jemalloc_beside_glibc(build, rust_build, tmp_path, shape, st
     flat = " ".join(text.split())
     assert f"- beside: jemalloc ({'symbols stripped' if stripped else 'prefix _rjem_'}) in {obj}" in flat
     assert "another allocator beside glibc" in flat
+    # --deep: gdb calls _rjem_mallctl where a symbol table keeps it (not in a stripped one); tikv-jemallocator
+    # builds jemalloc without statistics unless its "stats" feature is on, so there is nothing to read,
+    # and --deep says so in a note while glibc's figures are read as before
+    assert deep.returncode == 0, deep.stderr[-2000:]
+    inside = json.loads(deep.stdout)["deep"]
+    assert inside["jemalloc"] is None and inside["malloc_info"] is not None, inside
+    why = "jemalloc beside glibc's malloc not read" if stripped else "_rjem_mallctl answered no stats.allocated"
+    assert any(why in n for n in inside["notes"]), inside["notes"]
+    # --trim: glibc's malloc_trim, then (where its mallctl can be called) the jemalloc's purge, which
+    # needs no statistics: each measured by VmRSS around it
+    assert trim.returncode == 0, trim.stderr[-2000:]
+    done = json.loads(trim.stdout)["after_trim"]["trim"]
+    assert done["performed"] and ("parts" in done) == (not stripped), done
+    if not stripped:
+        assert done["parts"]["jemalloc"]["call"] == '_rjem_mallctl("arena.4096.purge")', done["parts"]
+        assert done["parts"]["jemalloc"]["returned"] == 0 and done["parts"]["jemalloc"]["estimate"] is None
 
 
 def test_in_process_detection_asks_dladdr():

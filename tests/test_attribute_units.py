@@ -337,7 +337,7 @@ def _outside_jemalloc_snapshot():
 
 
 def test_jemalloc_counters_read_through_gdb_move_pages_out_of_other_anon():
-    from memgap.attribution import jemalloc_gdb_layers
+    from memgap.gdb_layers import jemalloc_gdb_layers
 
     outside = _outside_jemalloc_snapshot()
     assert outside["other_anon"].resident == 51 * MiB  # 50 unclaimed + 1 file-cow
@@ -358,7 +358,7 @@ def test_jemalloc_counters_read_through_gdb_move_pages_out_of_other_anon():
 
 
 def test_jemalloc_counters_beyond_the_unclaimed_pages_are_clamped_and_said():
-    from memgap.attribution import jemalloc_gdb_layers
+    from memgap.gdb_layers import jemalloc_gdb_layers
 
     outside = _outside_jemalloc_snapshot()
     # 40 MiB allocated, 2 MiB slack, 2000 pages (7.8125 MiB) dirty, 2 MiB of metadata pages: 51.8 MiB wanted
@@ -375,7 +375,7 @@ def test_jemalloc_counters_beyond_the_unclaimed_pages_are_clamped_and_said():
 # --- tcmalloc's properties and mimalloc's figures read through gdb (inspect --deep) ----------
 
 def test_tcmalloc_properties_read_through_gdb_move_pages_out_of_other_anon():
-    from memgap.attribution import tcmalloc_gdb_layers
+    from memgap.gdb_layers import tcmalloc_gdb_layers
     from memgap.sources.tcmalloc_gdb import TcmallocDeep
 
     outside = _outside_jemalloc_snapshot()  # 50 MiB unclaimed anonymous, 1 MiB file-cow
@@ -395,7 +395,7 @@ def test_tcmalloc_properties_read_through_gdb_move_pages_out_of_other_anon():
 
 
 def test_tcmalloc_properties_beyond_the_unclaimed_pages_are_clamped_and_said():
-    from memgap.attribution import tcmalloc_gdb_layers
+    from memgap.gdb_layers import tcmalloc_gdb_layers
     from memgap.sources.tcmalloc_gdb import TcmallocDeep
 
     outside = _outside_jemalloc_snapshot()
@@ -410,7 +410,7 @@ def test_tcmalloc_properties_beyond_the_unclaimed_pages_are_clamped_and_said():
 
 
 def test_mimalloc_committed_bytes_go_to_a_layer_of_their_own():
-    from memgap.attribution import mimalloc_gdb_layers
+    from memgap.gdb_layers import mimalloc_gdb_layers
     from memgap.sources.mimalloc_gdb import MimallocDeep
 
     outside = _outside_jemalloc_snapshot()

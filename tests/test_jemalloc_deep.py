@@ -4,7 +4,11 @@ through gdb, checked against what the process itself says, at the same moment.
 The programs: Debian's redis-server (libjemalloc.so.2), checked against its ``INFO memory``
 (allocator_allocated, _active, _resident: jemalloc's stats.* as Redis reads them), and a C
 program with Debian's libjemalloc.a linked in (``programs/je_stats.c``), checked against the
-figures it prints from its own mallctl; stripped, it is refused.
+figures it prints from its own mallctl; stripped, it is refused. The same program linked against
+a jemalloc whose API is renamed je_* (conftest's ``je_prefixed_exe``), with -rdynamic and stripped as
+Redis ships: glibc's malloc beside it, both read in one attach and both trimmed, each against the
+program's own figures (its mallctl and glibc's mallinfo2) and VmRSS; without -rdynamic it exports
+nothing and its jemalloc is named and left unread.
 
 Redis runs with ``MALLOC_CONF=dirty_decay_ms:60000``: with jemalloc's default 10 s decay its
 background thread purges the deleted keys' pages while the test reads, and the figures the
@@ -270,3 +274,107 @@ def test_tiny_gdb_timeouts_leave_the_static_program_as_it_was(je_stats):
     finally:
         program.close()
     print(f"gdb cut short at: {cut}")
+
+
+# --- jemalloc linked in under a prefix, stripped, beside glibc's malloc -----------------------------
+
+def _share(layer, key):
+    return layer["detail"]["by_allocator"][key]
+
+
+def test_deep_reads_a_stripped_prefixed_jemalloc_beside_glibc(je_prefixed_exe):
+    """Redis's shape: jemalloc linked in as je_*, the program stripped, je_mallctl left in .dynsym by
+    -rdynamic; glibc's malloc serves the C library and the program's plain mallocs (a share of its own).
+    Both allocators' figures against the program's own (mallctl, and glibc's mallinfo2), read just before
+    and just after memgap's."""
+    exe = je_prefixed_exe[0]
+    assert "no symbols" in subprocess.run(["nm", exe], capture_output=True, text=True).stderr  # stripped
+    program = OwnFigures(exe)
+    try:
+        proc = memgap("inspect", str(program.proc.pid), "--deep", "--json", "-")
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        later = program.figures()
+        text = memgap("inspect", str(program.proc.pid), "--deep")
+        assert text.returncode == 0, text.stderr[-2000:]
+    finally:
+        program.close()
+    doc = json.loads(proc.stdout)
+    found = {f["name"]: f for f in doc["allocator"]["found"]}
+    assert found["glibc"]["serves_malloc"] and found["jemalloc"]["prefix"] == "je_", found
+    assert found["jemalloc"]["exported"] and found["jemalloc"]["library"] == exe
+    deep = doc["deep"]
+    j = deep["jemalloc"]
+    assert j["symbol"] == "je_mallctl" and deep["jemalloc_beside"].startswith("jemalloc (je_)"), deep["notes"]
+    assert deep["malloc_info"] is not None  # glibc's read too, in the same attach
+    for name in ("allocated", "active", "resident"):
+        for figures in (program.first, later):
+            assert _close(j[name], figures[name]), (name, j[name], program.first, later)
+    assert j["dirty_decay_ms"] == 30000 and j["narenas"] == 6  # the program's own malloc_conf and arena
+    rss = deep["with_allocator"]["rss"]
+    layers = deep["with_allocator"]["layers"]
+    in_use, free = layers["allocator_in_use"], layers["allocator_free"]
+    je_key = "jemalloc (je_mallctl)"
+    # jemalloc's share: its allocated bytes in use; slack, dirty pages and metadata free, within its resident
+    assert _share(in_use, je_key) == j["allocated"]
+    assert _share(in_use, je_key) + _share(free, je_key) <= 1.02 * later["resident"], (in_use, free, later)
+    assert _share(free, je_key) >= later["pdirty"] * 4096, (free["detail"], later)
+    # glibc's share, walked from outside: in use and free together are the heap glibc says it has
+    # (arena) plus its mmapped block; what it says is free bounds the free pages found
+    first = program.first
+    glibc_held = _share(in_use, "glibc") + _share(free, "glibc")
+    assert abs(glibc_held - first["g_arena"] - first["g_mmapped"]) <= 0.03 * (first["g_arena"] + first["g_mmapped"]) \
+        + 256 * 1024, (in_use["detail"]["by_allocator"], free["detail"]["by_allocator"], first)
+    assert 0.5 * first["g_free"] <= _share(free, "glibc") <= first["g_free"], (free["detail"]["by_allocator"], first)
+    # nothing counted twice: the layers add up to VmRSS, and what no one claims is under 10% of it
+    assert abs(deep["with_allocator"]["unexplained"]) <= 0.02 * rss, deep["with_allocator"]["unexplained"]
+    assert layers["other_anon"]["resident"] <= 0.10 * rss, {k: v["resident"] for k, v in layers.items()}
+    assert in_use["resident"] == sum(in_use["detail"]["by_allocator"].values())
+    flat = " ".join(text.stdout.split())
+    assert "beside: jemalloc (prefix je_)" in flat and "beside glibc's malloc: both allocators hold memory" in flat
+    assert "glibc: glibc heaps' resident pages" in in_use["derivation"] and "plus jemalloc (je_mallctl)" in \
+        in_use["derivation"]
+    print(f"jemalloc beside glibc: allocated {j['allocated']} / {later['allocated']}, resident {j['resident']} / "
+          f"{later['resident']}; glibc held {glibc_held} / arena+mmapped {first['g_arena'] + first['g_mmapped']}; "
+          f"other_anon {layers['other_anon']['resident']} of RSS {rss}")
+
+
+def test_trim_releases_glibc_and_the_prefixed_jemalloc_each_measured(je_prefixed_exe):
+    program = OwnFigures(je_prefixed_exe[0])
+    try:
+        proc = memgap("inspect", str(program.proc.pid), "--trim", "--json", "-")
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        rss = vmrss(program.proc.pid)
+        later = program.figures()
+    finally:
+        program.close()
+    trim = json.loads(proc.stdout)["after_trim"]["trim"]
+    first = program.first
+    glibc, jemalloc = trim["parts"]["glibc"], trim["parts"]["jemalloc"]
+    assert trim["performed"] and jemalloc["call"] == 'je_mallctl("arena.4096.purge")' and jemalloc["returned"] == 0
+    # jemalloc's purge: the dirty pages the program counted, gone by VmRSS and by its own count
+    assert abs(jemalloc["released"] - first["pdirty"] * 4096) <= 0.1 * first["pdirty"] * 4096 + 128 * 1024, \
+        (jemalloc, first)
+    assert later["pdirty"] == 0 and abs((first["resident"] - later["resident"]) - jemalloc["released"]) <= \
+        0.1 * jemalloc["released"] + 128 * 1024, (first, later, jemalloc)
+    # glibc's trim: the free pages of its heap, as the outside walk estimated, measured by VmRSS
+    assert glibc["released"] >= 2 * MiB and abs(glibc["released"] - glibc["estimate"]) <= \
+        0.1 * glibc["estimate"] + 128 * 1024, glibc
+    assert trim["released"] == trim["rss_before"] - trim["rss_after"] and abs(rss - trim["rss_after"]) <= MiB
+    print(f"trim: glibc {glibc['released']} (estimate {glibc['estimate']}), jemalloc {jemalloc['released']} "
+          f"(estimate {jemalloc['estimate']}, the program's dirty pages {first['pdirty'] * 4096})")
+
+
+def test_a_stripped_prefixed_jemalloc_that_exports_nothing_is_named_and_left_unread(je_prefixed_exe):
+    program = OwnFigures(je_prefixed_exe[1])
+    try:
+        proc = memgap("inspect", str(program.proc.pid), "--deep", "--json", "-")
+        later = program.figures()
+    finally:
+        program.close()
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    doc = json.loads(proc.stdout)
+    beside = [f for f in doc["allocator"]["found"] if not f["serves_malloc"]]
+    assert [(f["name"], f["prefix"]) for f in beside] == [("jemalloc", "?")], beside
+    assert doc["deep"]["jemalloc"] is None and any("jemalloc beside glibc's malloc not read" in n and "stripped" in n
+                                                   for n in doc["deep"]["notes"]), doc["deep"]["notes"]
+    assert later["pdirty"] == program.first["pdirty"]  # nothing ran in its jemalloc

@@ -25,9 +25,11 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterator
 
-from .attribution import jemalloc_gdb_layers, mimalloc_gdb_layers, tcmalloc_gdb_layers
+from .gdb_layers import jemalloc_gdb_layers, mimalloc_gdb_layers, tcmalloc_gdb_layers
 from .errors import MalformedInput, Unsupported
 from .model import Snapshot
+from .diagnose import allocator_findings
+from .deep_beside import beside_jemalloc, trim_glibc_and_jemalloc
 from .sources import jemalloc_gdb, mimalloc_gdb, tcmalloc_gdb
 from .sources.allocator import process_root
 from .sources.gdb_attach import DEFAULT_TIMEOUT, CallFailed, GdbSession, GdbTimeout
@@ -80,6 +82,7 @@ class DeepResult:
     tcmalloc: TcmallocDeep | None = None
     mimalloc: MimallocDeep | None = None
     with_allocator: Snapshot | None = None  # the outside snapshot, allocator layers from the allocator's figures
+    jemalloc_beside: str = ""  # where ``jemalloc`` is a prefixed one beside glibc's malloc: which ("jemalloc (je_) in x")
     notes: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
 
@@ -98,6 +101,7 @@ class DeepResult:
             "mmapped": self.mmapped,
             "in_process": self.in_process.to_dict(regions=False) if self.in_process else None,
             "jemalloc": self.jemalloc.to_dict() if self.jemalloc else None,
+            "jemalloc_beside": self.jemalloc_beside,
             "tcmalloc": self.tcmalloc.to_dict() if self.tcmalloc else None,
             "mimalloc": self.mimalloc.to_dict() if self.mimalloc else None,
             "with_allocator": self.with_allocator.to_dict(regions=False) if self.with_allocator else None,
@@ -341,7 +345,8 @@ def deep(pid: int, outside: Snapshot, start_time: int | None, options: GdbOption
     glibc = outside.allocator.get("name") == "glibc"
     python = is_python(ProcReader(pid, options.proc_root).maps())
     plan, notes = _allocator_plan(pid, outside, python, options.proc_root)
-    result = DeepResult(pid, notes=notes)
+    beside_symbol, beside_label, why_not = beside_jemalloc(pid, outside, options.proc_root)
+    result = DeepResult(pid, notes=notes + ([why_not] if why_not else []))
     session = GdbSession(pid, timeout=options.timeout, gdb=options.gdb, proc_root=options.proc_root,
                          expected_start_time=start_time)
     try:
@@ -355,6 +360,9 @@ def deep(pid: int, outside: Snapshot, start_time: int | None, options: GdbOption
                     result.notes.append(f"malloc_info: {exc}")
             if plan is not None:
                 _allocator_via_gdb(session, plan, result, required=not python)
+            if beside_symbol and session.usable:
+                _allocator_via_gdb(session, GdbPlan("jemalloc", beside_symbol), result, required=False)
+                result.jemalloc_beside = beside_label if result.jemalloc else ""
             if python and session.usable:
                 try:
                     result.in_process = python_snapshot_via_gdb(session, here, there, result.notes)
@@ -374,7 +382,8 @@ def deep(pid: int, outside: Snapshot, start_time: int | None, options: GdbOption
                                   "bytes": result.malloc_info.mmap_bytes},
                           "outside": {"route": ROUTE_OUTSIDE, **outside_mmapped(outside)}}
     if result.allocator_figures is not None:
-        result.with_allocator = with_allocator_layers(outside, result.allocator_figures)
+        result.with_allocator = with_allocator_layers(outside, result.allocator_figures,
+                                                      "glibc" if result.jemalloc_beside else "")
     return result
 
 
@@ -431,12 +440,14 @@ def _allocator_via_gdb(session: GdbSession, plan: GdbPlan, result: DeepResult, r
         result.notes.append(f"{'mallctl' if plan.allocator == 'jemalloc' else plan.allocator}: {exc}")
 
 
-def with_allocator_layers(outside: Snapshot, figures: JemallocDeep | TcmallocDeep | MimallocDeep) -> Snapshot:
-    """The outside snapshot with its allocator layers from the allocator's own figures (attribution's
-    jemalloc_gdb_layers, tcmalloc_gdb_layers, mimalloc_gdb_layers); the moved layers have no PSS
+def with_allocator_layers(outside: Snapshot, figures: JemallocDeep | TcmallocDeep | MimallocDeep,
+                          beside: str = "") -> Snapshot:
+    """The outside snapshot with its allocator layers from the allocator's own figures (gdb_layers'
+    jemalloc_gdb_layers, tcmalloc_gdb_layers, mimalloc_gdb_layers), added to those of ``beside``
+    (glibc's, walked from outside) where jemalloc sits beside it; the moved layers have no PSS
     split, so none is shown."""
     if isinstance(figures, JemallocDeep):
-        layers, unexplained = jemalloc_gdb_layers(outside.layers, outside.rss, figures)
+        layers, unexplained = jemalloc_gdb_layers(outside.layers, outside.rss, figures, beside)
         key, route = "jemalloc_gdb", ROUTE_MALLCTL
     elif isinstance(figures, TcmallocDeep):
         layers, unexplained = tcmalloc_gdb_layers(outside.layers, outside.rss, figures)
@@ -444,9 +455,11 @@ def with_allocator_layers(outside: Snapshot, figures: JemallocDeep | TcmallocDee
     else:
         layers, unexplained = mimalloc_gdb_layers(outside.layers, outside.rss, figures)
         key, route = "mimalloc_gdb", ROUTE_MIMALLOC
-    return replace(outside, layers=layers, unexplained=unexplained, regions=[], findings=[],
+    snap = replace(outside, layers=layers, unexplained=unexplained, regions=[], findings=[],
                    route=f"{ROUTE_OUTSIDE}, allocator layers from {route}", pss_unexplained=None,
                    allocator={**outside.allocator, key: figures.to_dict()})
+    snap.findings = allocator_findings(snap)  # what the allocators' own figures say of their free memory
+    return snap
 
 
 def trim(pid: int, before: Snapshot, start_time: int | None, options: GdbOptions) -> dict[str, Any]:
@@ -465,6 +478,9 @@ def trim(pid: int, before: Snapshot, start_time: int | None, options: GdbOptions
         return _purge_jemalloc(pid, before, start_time, options)
     if name in READERS:
         return _release_via_gdb(pid, before, start_time, options)
+    symbol = beside_jemalloc(pid, before, options.proc_root)[0] if name == "glibc" else ""
+    if symbol:
+        return trim_glibc_and_jemalloc(pid, before, start_time, options, symbol)
     if name != "glibc":
         raise Unsupported(f"malloc_trim is glibc's: PID {pid} runs {name} malloc"
                           + (f" ({before.allocator.get('library')})" if before.allocator.get("library") else ""))

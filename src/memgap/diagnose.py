@@ -2,6 +2,11 @@
 
 A rule fires only when a ratio AND a byte floor are both crossed (Redis's
 MEMORY DOCTOR lesson: no alarm over a 12x ratio on 9 MB).
+
+jemalloc's and tcmalloc's findings read the figures ``inspect --deep`` got through gdb
+(the allocator_free layer's detail, where gdb_layers put them). mimalloc has none: its
+release builds count no allocated bytes, so what it holds free cannot be told from what
+the program uses (``inspect --trim`` measures what mi_collect returns).
 """
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ from .units import MiB, mib, pct
 
 FLOOR = 16 * MiB      # below this nothing is worth a warning
 SHARE = 0.20          # a layer must hold at least this share of RSS to be called out
+RETAINED_FLOOR = 256 * MiB  # address space: cheap until a limit on it (ulimit -v, VSZ alarms) is near
 
 
 def _resident(snap: Snapshot, name: str) -> int:
@@ -22,6 +28,8 @@ def _resident(snap: Snapshot, name: str) -> int:
 def _glibc_retention(snap: Snapshot) -> list[Finding]:
     free_layer = snap.layers.get("allocator_free")
     free = _resident(snap, "allocator_free")
+    if free_layer is not None and "by_allocator" in free_layer.detail:  # a jemalloc beside glibc's: its own share
+        free = free_layer.detail["by_allocator"].get("glibc") or 0
     if free_layer is None or "arenas" not in free_layer.detail or free < FLOOR or free < SHARE * snap.rss:
         return []
     d = free_layer.detail
@@ -134,9 +142,17 @@ def _other_allocators(snap: Snapshot) -> list[Finding]:
                     ["its memory is under other_anon; LD_PRELOAD and malloc_trim do not reach it"])]
 
 
+def allocator_findings(snap: Snapshot) -> list[Finding]:
+    """The findings on the C allocators' free memory: glibc's from its heaps walked, jemalloc's and
+    tcmalloc's from their own figures where ``inspect --deep`` read them."""
+    from .diagnose_allocators import jemalloc_findings, tcmalloc_findings
+
+    return [*_glibc_retention(snap), *jemalloc_findings(snap), *tcmalloc_findings(snap)]
+
+
 def diagnose(snap: Snapshot) -> list[Finding]:
     """Findings for one snapshot."""
-    return [*_glibc_retention(snap), *_pymalloc_fragmentation(snap), *_threads(snap),
+    return [*allocator_findings(snap), *_pymalloc_fragmentation(snap), *_threads(snap),
             *_unexplained(snap), *_other_allocators(snap)]
 
 

@@ -41,19 +41,21 @@ static void print_stats(void) {
 #error "build with -DTCMALLOC or -DMIMALLOC"
 #endif
 
-int main(void) {
+int main(int argc, char **argv) {
     static void *small[SMALL], *large[LARGE];
-    for (int i = 0; i < SMALL; i++) {
+    /* an argument divides the amounts (SMALL and LARGE blocks alike): a program under the findings' floors */
+    int scale = argc > 1 ? atoi(argv[1]) : 1, nsmall = SMALL / scale, nlarge = LARGE / scale;
+    for (int i = 0; i < nsmall; i++) {
         small[i] = malloc(1000);
         memset(small[i], 1, 1000);
     }
-    for (int i = 0; i < LARGE; i++) {
+    for (int i = 0; i < nlarge; i++) {
         large[i] = malloc(2 << 20);
         memset(large[i], 1, 2 << 20);
     }
     /* whole runs of small blocks go (their pages become free), and most of the large ones */
-    for (int i = 0; i < SMALL * 3 / 4; i++) free(small[i]);
-    for (int i = 2; i < LARGE; i++) free(large[i]);
+    for (int i = 0; i < nsmall * 3 / 4; i++) free(small[i]);
+    for (int i = 2; i < nlarge; i++) free(large[i]);
     print_stats();
     printf("ready\n");
     fflush(stdout);

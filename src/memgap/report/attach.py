@@ -19,7 +19,7 @@ from ..sources.mimalloc_gdb import MimallocDeep
 from ..sources.tcmalloc_gdb import TcmallocDeep
 from ..units import mib
 from .fit import WRAP, Col, fit_table
-from .terminal import _console, layers_table
+from .terminal import _console, layers_table, print_findings
 
 
 def _gdb_timing(seconds: dict[str, float]) -> str:
@@ -140,6 +140,9 @@ def render_deep(deep: DeepResult, stream: TextIO, width: int | None = None) -> N
         console.print("  free (malloc_info) counts every free byte, touched or not; free resident (outside) only "
                       "the whole resident pages inside free chunks")
     if deep.jemalloc is not None:
+        if deep.jemalloc_beside:
+            console.print(f"{deep.jemalloc_beside}, beside glibc's malloc: both allocators hold memory; the "
+                          "allocator layers below add jemalloc's counters to glibc's heaps walked from outside")
         console.print(jemalloc_table(deep.jemalloc, console.width))
         for line in _jemalloc_lines(deep.jemalloc):
             console.print(line)
@@ -150,6 +153,9 @@ def render_deep(deep: DeepResult, stream: TextIO, width: int | None = None) -> N
         console.print(mimalloc_table(deep.mimalloc, rss, console.width))
     if deep.with_allocator is not None:
         console.print(layers_table(deep.with_allocator, console.width))
+        if deep.with_allocator.findings:
+            console.print("Findings from the allocators' own figures:")
+            print_findings(console, deep.with_allocator.findings)
     if deep.in_process is not None:
         console.print(layers_table(deep.in_process, console.width))
     for note in deep.notes:
@@ -173,6 +179,11 @@ def render_trim(pid: int, trim: dict[str, Any], stream: TextIO, width: int | Non
                       f"actual: {mib(trim['released'])} MiB")
     elif trim.get("own_before"):
         console.print(f"no estimate beforehand: the allocator counts no free bytes ({trim.get('estimate_route')})")
+    for name, part in (trim.get("parts") or {}).items():
+        estimate_part = "not estimated" if part.get("estimate") is None else \
+            f"estimated {mib(part['estimate'])} MiB ({part['estimate_route']})"
+        console.print(f"  {name}: {part['call']} released {mib(part['released'])} MiB (VmRSS around it); "
+                      f"{estimate_part}")
     for line in _own_change(trim.get("own_before"), trim.get("own_after")):
         console.print(line)
     for note in trim.get("notes", []):

@@ -136,7 +136,8 @@ def beside_note(detection: AllocatorDetection) -> str:
         return ""
     return (", ".join(allocator_label(f.to_dict()) for f in beside) + " beside malloc's allocator: "
             + ("their" if len(beside) > 1 else "its") + " memory is counted under other anonymous "
-            "(memgap reads no prefixed or second allocator)")
+            "from outside (`inspect --deep` reads a jemalloc beside glibc's through its mallctl where a symbol "
+            "table, or the dynamic one, keeps it)")
 
 
 def _kind_of(path: str) -> str | None:
