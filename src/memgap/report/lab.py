@@ -6,7 +6,7 @@ from typing import Any, TextIO
 
 from rich.console import RenderableType
 
-from ..lab.verdict import verdict_word
+from ..model import verdict_word
 from ..units import mib
 from .fit import WRAP, Col, fit_table
 from .terminal import _console
