@@ -41,7 +41,7 @@ import tempfile
 
 from ..errors import UsageError
 from ..lab.runner import LabInterrupted, LabOptions, run_lab
-from ..lab.variants import DEFAULT_SPECS, parse_variant, resolve
+from ..variants import DEFAULT_SPECS, parse_variant, resolve
 from ..report.html import render_html
 from ..report.lab import markdown_table, render_lab
 from . import _args

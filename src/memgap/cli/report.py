@@ -16,7 +16,7 @@ import sys
 from ..errors import MalformedInput, UsageError
 from ..lab.metrics import RunMetrics
 from ..lab.runner import LabOptions, lab_document
-from ..lab.variants import LIBRARIES, find_library, parse_variant
+from ..variants import LIBRARIES, find_library, parse_variant
 from ..recording import read_events
 from ..report.runs import render_run
 from ..runs import SAMPLES_FILE, load_run

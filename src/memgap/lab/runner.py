@@ -20,7 +20,7 @@ from .cgroup_limit import CgroupParent, find_parent, make_run_cgroup
 from .metrics import RunMetrics, run_metrics
 from .remedy_lines import recommendation_lines
 from ..envnames import TRIM_AFTER_ENV
-from .variants import Variant
+from ..variants import Variant
 from .verdict import Verdict, decide, material, run_to_run_spread, summarize
 
 TRIM_HINT = 0.8  # a trim at idle that leaves less than this share of the baseline's idle is worth trying
