@@ -2,7 +2,10 @@
 writing output to a file or stdout, recording a run and showing it (``run``, ``demo``),
 and writing a lab's outputs (``lab``, ``report``).
 
-Commands import this module and no other command's: each stays thin and on its own.
+Commands import this module and no other command's: each stays thin and on its own. What
+only ``run``, ``demo``, ``lab`` and ``report`` need (the recorder, the run and lab reports)
+is imported inside the functions that use it, so that ``inspect`` or ``top`` do not load it
+(each command imports only its own module, for the same reason: see ``memgap.cli``).
 argparse reports an ArgumentTypeError as "argument --timeout: MESSAGE"; the parser turns
 that into a UsageError (one line, exit code 2), so no command has to check its numbers again.
 """
@@ -19,10 +22,6 @@ import tempfile
 from typing import Any, Callable, TypeVar
 
 from ..errors import MemgapError, UsageError
-from ..report.html import render_html
-from ..report.lab import markdown_table, render_lab
-from ..report.runs import render_run
-from ..runs import SAMPLES_FILE, RunOptions, load_run, record_run
 
 # --- argument types ---------------------------------------------------------------------
 
@@ -107,6 +106,9 @@ def write_text(text: str, path: str) -> None:
 
 def write_lab(lab: dict, json_path: str | None, html: str | None, markdown: str | None) -> None:  # type: ignore[type-arg]
     """Every output asked for, then the tables (unless the JSON goes to stdout)."""
+    from ..report.html import render_html
+    from ..report.lab import markdown_table, render_lab
+
     if json_path:
         write_json(lab, json_path)
     if html:
@@ -122,6 +124,10 @@ def write_lab(lab: dict, json_path: str | None, html: str | None, markdown: str 
 def run_and_report(cmd: list[str], interval: float, json_path: str | None, walk: bool = False,
                    phase_regex: str = "", agent: bool = True, load: list[str] | None = None,
                    rest: float = 3.0) -> int:
+    """Record ``cmd`` as `memgap run` does (into JSON_PATH.d, or a temporary folder), write the
+    run as JSON where asked, show its tables; the command's exit code."""
+    from ..runs import RunOptions, record_run
+
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
     if not cmd:
@@ -146,6 +152,8 @@ def _replace_earlier(record_dir: str) -> None:
     """FILE.d of an earlier run with the same --json goes, as FILE does: the recorder appends, and
     the two runs' samples and processes were read back as one run. A folder that is not a
     recording is left alone and refused."""
+    from ..runs import SAMPLES_FILE
+
     if not os.path.isdir(record_dir) or not os.listdir(record_dir):
         return
     if not os.path.exists(os.path.join(record_dir, SAMPLES_FILE)):
@@ -154,6 +162,9 @@ def _replace_earlier(record_dir: str) -> None:
 
 
 def _write_and_show(record_dir: str, json_path: str | None) -> None:
+    from ..report.runs import render_run
+    from ..runs import load_run
+
     run = load_run(record_dir)
     if json_path:
         write_json(run, json_path)
