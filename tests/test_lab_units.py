@@ -5,7 +5,7 @@ import pathlib
 import pytest
 
 from memgap.errors import UsageError
-from memgap.lab import variants as V
+from memgap import variants as V
 from memgap.lab.metrics import RunMetrics, classify_pattern
 from memgap.lab.runner import recommendation_lines
 from memgap.lab.verdict import decide, summarize

@@ -185,10 +185,10 @@ def test_tree(tree, width):
 @pytest.mark.parametrize("width", WIDTHS)
 def test_top_tree(tree, width):
     """top --tree: the heading's PSS total and RSS sum, and each layer summed by PSS."""
-    from memgap.cli.top import frame
-    from memgap.report.terminal import LAYER_TITLES, _console
+    from memgap.report.live import frame
+    from memgap.report.terminal import LAYER_TITLES, console_on
 
-    text = rendered(lambda out, w: _console(out, w).print(frame(deque([tree]), tree, w)), width)
+    text = rendered(lambda out, w: console_on(out, w).print(frame(deque([tree]), tree, w)), width)
     totals = tree_totals(tree)
     check(text, width, [mib(totals["pss"]), mib(totals["rss_sum"]),
                         *(mib(v) for v in totals["layers"].values() if v is not None)])
@@ -248,13 +248,13 @@ def test_lab_with_a_grid_and_plain_python_lines(lab_grid, width):
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_top(holder, width):
-    from memgap.cli.top import frame
+    from memgap.report.live import frame
     from memgap.collect import Options, snapshot_pid
-    from memgap.report.terminal import _console
+    from memgap.report.terminal import console_on
 
     history = deque([[snapshot_pid(holder.pid, Options(regions=False))] for _ in range(3)])
     now = history[-1][0]
-    text = rendered(lambda out, w: _console(out, w).print(frame(history, history[-1], w)), width)
+    text = rendered(lambda out, w: console_on(out, w).print(frame(history, history[-1], w)), width)
     check(text, width, [str(now.pid), *snapshot_figures(now)])
 
 

@@ -310,89 +310,122 @@ def _counted_allocator(m: Measurements, owned: _Owners) -> _Allocator:
 
 
 def attribute(m: Measurements) -> tuple[dict[str, Layer], int]:
-    """Layers (by name) and the unexplained remainder ``rss - sum(layers)``."""
+    """Layers (by name) and the unexplained remainder ``rss - sum(layers)``: the arithmetic, with
+    the C allocator's figures from its reader (``_c_allocator``) and each layer's text below."""
     owned = _Owners(m.regions)
-    layers: dict[str, Layer] = {}
-    layers["files"] = Layer(
-        "files", owned("file") + owned("shmem"),
-        virtual=None,
-        derivation="pagemap: present pages of file-backed and shared mappings (bit 61)",
-        source="pagemap",
-        detail={"file": owned("file"), "shmem": owned("shmem")},
-    )
-    layers["stacks"] = Layer(
-        "stacks", owned("stack"), virtual=owned.virtual.get("stack", 0),
-        derivation="pagemap: resident pages of [stack], of each glibc thread stack (found by the struct pthread "
-                   "at its top) and of the mapping under each blocked thread's stack pointer",
-        source="struct pthread, stack pointers, pagemap",
-        detail={"count": owned.count.get("stack", 0)},
-    )
-
     c = _c_allocator(m, owned)
-    in_use, free, in_use_part, free_part, anon_part = c.in_use, c.free, c.in_use_part, c.free_part, c.other_part
-
-    # Python: live small objects in pymalloc arenas, large objects in the C allocator.
-    arenas_resident = owned("pymalloc-arena")
-    small = large = 0
-    py_how = []
-    if m.pymalloc is not None:
-        small = min(m.pymalloc.allocated_blocks_bytes, arenas_resident)
-        py_how.append("pymalloc bytes in allocated blocks (_PyObject_DebugMallocStats)")
-    heap = m.python_heap
-    if heap is not None and heap.traced_current is not None:
-        large = max(0, heap.traced_current - small)
-        py_how.append("plus what tracemalloc traces beyond them (held in the C allocator)")
-    elif heap is not None:
-        large = heap.large_buffers_bytes
-        py_how.append("plus buffers over 512 B found by a gc walk (held in the C allocator)")
-    # a walk may count more free than the heap holds (in_use < 0): nothing to move then,
-    # and python_objects must not go below what pymalloc shows
+    in_use, in_use_part = c.in_use, c.in_use_part
+    small, large, py_how = _python_sizes(m, owned("pymalloc-arena"))
+    # Python's large objects move from the C allocator's in use to python_objects; a walk may count more
+    # free than the heap holds (in_use < 0): nothing to move then, and never below what pymalloc shows
     moved = max(0, min(large, in_use)) if in_use is not None else 0
     if in_use is not None:
         in_use -= moved
     moved_part = in_use_part.take(moved)
     in_use_part -= moved_part
     arenas_part = owned.part("pymalloc-arena")
-    if m.pymalloc is not None or heap is not None:
-        layers["python_objects"] = Layer(
-            "python_objects", small + moved,
-            virtual=(m.pymalloc.allocated_blocks_bytes if m.pymalloc else 0) + large,
-            derivation=", ".join(py_how),
-            source="pymalloc stats" + (", tracemalloc" if heap and heap.traced_current is not None
-                                       else ", gc walk" if heap else ""),
-            detail={"pymalloc_blocks": small, "in_c_allocator": moved,
-                    "tracemalloc_current": heap.traced_current if heap else None,
-                    "large_buffers": heap.largest if heap else [],
-                    "instance_counts": heap.instance_counts if heap else {}},
-        )
-        layers["pymalloc_free"] = Layer(
-            "pymalloc_free", arenas_resident - small,
-            virtual=m.pymalloc.free_bytes if m.pymalloc else None,
-            derivation="resident pages of pymalloc arenas (found by their pool headers) minus allocated blocks",
-            source="pool headers, pagemap",
-            detail=({"arenas": m.pymalloc.arenas_current,
-                     "arenas_found": owned.count.get("pymalloc-arena", 0),
-                     "unused_pools": m.pymalloc.unused_pools,
-                     "available_blocks": m.pymalloc.available_blocks_bytes} if m.pymalloc else {}),
-        )
+    if m.pymalloc is not None or m.python_heap is not None:
+        python, pymalloc_free = _python_layers(m, owned, small, large, moved, py_how)
     else:
-        layers["python_objects"], layers["pymalloc_free"] = _python_from_pools(m, owned)
+        python, pymalloc_free = _python_from_pools(m, owned)
+    files, stacks = _mapped_layers(owned)
+    allocator_in_use, allocator_free = _allocator_layers(m, c, in_use, moved)
+    layers = {"files": files, "python_objects": python, "pymalloc_free": pymalloc_free,
+              "allocator_in_use": allocator_in_use, "allocator_free": allocator_free,
+              "stacks": stacks, "other_anon": _other_anon_layer(m, c, owned)}
+    small_part = arenas_part.take((python.resident or 0) - moved)
+    _set_shares(layers, {"files": owned.part("file", "shmem"), "stacks": owned.part("stack"),
+                         "python_objects": small_part + moved_part, "pymalloc_free": arenas_part - small_part,
+                         "allocator_in_use": in_use_part, "allocator_free": c.free_part,
+                         "other_anon": c.other_part + owned.part("file-cow")})
+    total = sum(layer.resident or 0 for layer in layers.values())
+    return layers, m.rss - total
 
-    layers["allocator_in_use"] = Layer(
+
+def _python_sizes(m: Measurements, arenas_resident: int) -> tuple[int, int, list[str]]:
+    """Python's small objects (pymalloc's blocks, at most its arenas' resident bytes) and large ones
+    (held in the C allocator), as its own statistics give them, and how each was read."""
+    small = large = 0
+    how = []
+    if m.pymalloc is not None:
+        small = min(m.pymalloc.allocated_blocks_bytes, arenas_resident)
+        how.append("pymalloc bytes in allocated blocks (_PyObject_DebugMallocStats)")
+    heap = m.python_heap
+    if heap is not None and heap.traced_current is not None:
+        large = max(0, heap.traced_current - small)
+        how.append("plus what tracemalloc traces beyond them (held in the C allocator)")
+    elif heap is not None:
+        large = heap.large_buffers_bytes
+        how.append("plus buffers over 512 B found by a gc walk (held in the C allocator)")
+    return small, large, how
+
+
+def _python_layers(m: Measurements, owned: _Owners, small: int, large: int, moved: int,
+                   how: list[str]) -> tuple[Layer, Layer]:
+    """python_objects and pymalloc_free from the process's own statistics (read inside it)."""
+    heap = m.python_heap
+    python = Layer(
+        "python_objects", small + moved,
+        virtual=(m.pymalloc.allocated_blocks_bytes if m.pymalloc else 0) + large,
+        derivation=", ".join(how),
+        source="pymalloc stats" + (", tracemalloc" if heap and heap.traced_current is not None
+                                   else ", gc walk" if heap else ""),
+        detail={"pymalloc_blocks": small, "in_c_allocator": moved,
+                "tracemalloc_current": heap.traced_current if heap else None,
+                "large_buffers": heap.largest if heap else [],
+                "instance_counts": heap.instance_counts if heap else {}},
+    )
+    free = Layer(
+        "pymalloc_free", owned("pymalloc-arena") - small,
+        virtual=m.pymalloc.free_bytes if m.pymalloc else None,
+        derivation="resident pages of pymalloc arenas (found by their pool headers) minus allocated blocks",
+        source="pool headers, pagemap",
+        detail=({"arenas": m.pymalloc.arenas_current,
+                 "arenas_found": owned.count.get("pymalloc-arena", 0),
+                 "unused_pools": m.pymalloc.unused_pools,
+                 "available_blocks": m.pymalloc.available_blocks_bytes} if m.pymalloc else {}),
+    )
+    return python, free
+
+
+def _mapped_layers(owned: _Owners) -> tuple[Layer, Layer]:
+    """files and stacks: read from the memory map and pagemap alone."""
+    files = Layer(
+        "files", owned("file") + owned("shmem"), virtual=None,
+        derivation="pagemap: present pages of file-backed and shared mappings (bit 61)",
+        source="pagemap",
+        detail={"file": owned("file"), "shmem": owned("shmem")},
+    )
+    stacks = Layer(
+        "stacks", owned("stack"), virtual=owned.virtual.get("stack", 0),
+        derivation="pagemap: resident pages of [stack], of each glibc thread stack (found by the struct pthread "
+                   "at its top) and of the mapping under each blocked thread's stack pointer",
+        source="struct pthread, stack pointers, pagemap",
+        detail={"count": owned.count.get("stack", 0)},
+    )
+    return files, stacks
+
+
+def _allocator_layers(m: Measurements, c: _Allocator, in_use: int | None, moved: int) -> tuple[Layer, Layer]:
+    """allocator_in_use (less Python's large objects, ``moved``) and allocator_free, from its reader."""
+    in_use_layer = Layer(
         "allocator_in_use", max(0, in_use) if in_use is not None else None,
         virtual=m.mallinfo.in_use if m.mallinfo else (m.jemalloc.allocated if m.jemalloc else None),
         derivation="; ".join(c.in_use_how) + ("; minus Python's large objects (shown under python_objects)"
                                                if moved else ""),
-        source=c.source,
-        note=m.notes.get("allocator_in_use", ""),
+        source=c.source, note=m.notes.get("allocator_in_use", ""),
     )
-    layers["allocator_free"] = Layer(
-        "allocator_free", free,
+    free_layer = Layer(
+        "allocator_free", c.free,
         virtual=(sum(a.free for a in m.malloc_info.arenas) if m.malloc_info else None),
         derivation="; ".join(c.free_how), note=m.notes.get("allocator_free", "") or c.note, detail=c.detail,
         source=c.source,
     )
-    layers["other_anon"] = Layer(
+    return in_use_layer, free_layer
+
+
+def _other_anon_layer(m: Measurements, c: _Allocator, owned: _Owners) -> Layer:
+    return Layer(
         "other_anon", c.other_anon + owned("file-cow"),
         derivation="anonymous resident pages no allocator above claims, plus private copies of file pages "
                    "(libraries' data and relocations)",
@@ -400,16 +433,6 @@ def attribute(m: Measurements) -> tuple[dict[str, Layer], int]:
         detail={"unclaimed_anonymous": c.other_anon, "file_private_copies": owned("file-cow")},
         note=m.notes.get("other_anon", ""),  # e.g. a second allocator's memory, not read
     )
-    ordered = {name: layers[name] for name in
-               ("files", "python_objects", "pymalloc_free", "allocator_in_use", "allocator_free",
-                "stacks", "other_anon")}
-    small_part = arenas_part.take((layers["python_objects"].resident or 0) - moved)
-    _set_shares(ordered, {"files": owned.part("file", "shmem"), "stacks": owned.part("stack"),
-                          "python_objects": small_part + moved_part, "pymalloc_free": arenas_part - small_part,
-                          "allocator_in_use": in_use_part, "allocator_free": free_part,
-                          "other_anon": anon_part + owned.part("file-cow")})
-    total = sum(layer.resident or 0 for layer in ordered.values())
-    return ordered, m.rss - total
 
 
 PSS_DERIVATION = ("private: resident pages no other process maps (pagemap bit 56), exact; pss: those plus each "

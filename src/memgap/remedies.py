@@ -140,7 +140,7 @@ def preload_env(allocator: str, base: dict[str, str] | None = None, **options: s
     become MALLOC_CONF, the others' their TCMALLOC_*/MIMALLOC_* variables.
     Raises Unsupported when the allocator is not installed (with the install line).
     """
-    from .lab.variants import find_library, install_hint, parse_variant
+    from .variants import find_library, install_hint, parse_variant
 
     spec = allocator + (":" + ",".join(f"{k}={v}" for k, v in options.items()) if options else "")
     variant = parse_variant(spec)

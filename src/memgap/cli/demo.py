@@ -8,15 +8,15 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import _args
-from .run import run_and_report
+from . import _common
+from ._common import run_and_report
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("name", nargs="?", default="threadpool", help="scenario name (threadpool)")
     p.add_argument("--list", action="store_true", help="list the scenarios")
     p.add_argument("--json", metavar="FILE", help="write the run as JSON")
-    p.add_argument("--interval", type=_args.seconds, default=0.1, metavar="S", help="as for memgap run (0.1)")
+    p.add_argument("--interval", type=_common.seconds, default=0.1, metavar="S", help="as for memgap run (0.1)")
     p.add_argument("--walk", action="store_true", help="as for memgap run")
 
 

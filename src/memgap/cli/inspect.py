@@ -22,26 +22,24 @@ import argparse
 import sys
 from dataclasses import asdict
 
-import psutil
-
 from ..collect import Options, snapshot_pid
 from ..cow import add_copied_from_parent
 from ..diagnose import diagnose_tree
 from ..errors import NoSuchProcess, PidReused, UsageError
 from ..model import Snapshot, tree_totals
+from ..processes import descendants, start_time
 from ..report.terminal import render_snapshot, render_tree
 from ..sources.gdb_attach import DEFAULT_TIMEOUT
-from ..sources.procfs import ProcReader
-from . import _args
-from ._output import write_json
+from . import _common
+from ._common import write_json
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("pid", type=_args.pid, help="process ID")
+    p.add_argument("pid", type=_common.pid, help="process ID")
     p.add_argument("--tree", action="store_true", help="the process and all its descendants, one row each")
     p.add_argument("--json", metavar="FILE", help="write JSON ('-' for stdout)")
     p.add_argument("--regions", action="store_true", help="also print the labelled memory map")
-    p.add_argument("--proc-root", type=_args.folder, default="/proc", metavar="DIR",
+    p.add_argument("--proc-root", type=_common.folder, default="/proc", metavar="DIR",
                    help="where procfs is mounted (a host's /proc seen from a container, or test files)")
     p.add_argument("--deep", action="store_true",
                    help="also ask the process itself through gdb: glibc's malloc_info, jemalloc's mallctl, "
@@ -51,21 +49,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="call malloc_trim(0) (glibc), purge every arena (jemalloc), ReleaseFreeMemory (tcmalloc) or "
                         "mi_collect (mimalloc) in the process through gdb "
                         "and measure what it released")
-    p.add_argument("--gdb-timeout", type=_args.seconds, default=DEFAULT_TIMEOUT, metavar="S",
+    p.add_argument("--gdb-timeout", type=_common.seconds, default=DEFAULT_TIMEOUT, metavar="S",
                    help=f"limit for everything gdb does, attach to last call ({DEFAULT_TIMEOUT:g})")
     p.add_argument("--gdb", default="gdb", metavar="PATH", help="the gdb to run (gdb)")
-
-
-def descendants(pid: int) -> list[int]:
-    try:
-        return [c.pid for c in psutil.Process(pid).children(recursive=True)]
-    except psutil.NoSuchProcess:
-        raise NoSuchProcess(pid) from None
-
-
-def start_time(pid: int, proc_root: str = "/proc") -> int:
-    """When the process started (clock ticks after boot): with the PID, it names one process."""
-    return ProcReader(pid, proc_root).stat().start_time
 
 
 def snapshot_checked(pid: int, options: Options, proc_root: str) -> tuple[Snapshot, int]:

@@ -42,39 +42,37 @@ import tempfile
 
 from ..errors import UsageError
 from ..lab.runner import LabInterrupted, LabOptions, run_lab
-from ..lab.variants import DEFAULT_SPECS, parse_variant, resolve
-from ..report.html import render_html
-from ..report.lab import markdown_table, render_lab
-from . import _args
-from ._output import write_json, write_text
+from ..variants import DEFAULT_SPECS, parse_variant, resolve
+from . import _common
+from ._common import write_lab
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--variant", action="append", metavar="SPEC",
                    help="a variant to run (repeatable); default: a set covering glibc tunables, trims, "
                         "jemalloc, tcmalloc, mimalloc and pymalloc off")
-    p.add_argument("--reps", type=_args.count, default=None,
+    p.add_argument("--reps", type=_common.count, default=None,
                    help="run every variant exactly this many times (the full grid); default: adaptive, up to 3 "
                         "each: after a first round, variants that cannot win (no usable run, idle not below the "
                         "baseline's in any run, far too slow) are dropped, and the contenders run on until two "
                         "rounds in a row give the same verdict")
-    p.add_argument("--timeout", type=_args.seconds, default=600.0, metavar="S",
+    p.add_argument("--timeout", type=_common.seconds, default=600.0, metavar="S",
                    help="seconds per run before it is stopped")
-    p.add_argument("--max-slowdown", type=_args.share, default=0.05, metavar="F",
+    p.add_argument("--max-slowdown", type=_common.share, default=0.05, metavar="F",
                    help="the throughput budget: a variant may be at most this much slower (0.05 = 5%%)")
     p.add_argument("--param", action="append", default=[], metavar="NAME=V1,V2,...",
                    help="sweep an environment variable of the workload (repeatable: the grid of all values)")
     p.add_argument("--phase-regex", metavar="REGEX", default="",
                    help="lines of the workload's stdout that mark a phase (group 1 names it, e.g. "
                         "'phase: (\\S+)'); memgap reads the process from outside at each")
-    p.add_argument("--idle-after", type=_args.seconds_or_zero, default=0.0, metavar="S",
+    p.add_argument("--idle-after", type=_common.seconds_or_zero, default=0.0, metavar="S",
                    help="a workload quiet for S seconds (no new phase, and under 10%% of a CPU) is idle: "
                         "measured from outside, then stopped (for servers and programs that mark no idle phase)")
-    p.add_argument("--load", type=_args.command, default=[], metavar="CMD",
+    p.add_argument("--load", type=_common.command, default=[], metavar="CMD",
                    help="for a service that does not exit by itself: once it is up (quiet 0.5 s), run this load "
                         "command (one string) against it, then wait --rest seconds of quiet, measure, and stop "
                         "it; --metric-regex then reads the load's output")
-    p.add_argument("--rest", type=_args.seconds, default=3.0, metavar="S",
+    p.add_argument("--rest", type=_common.seconds, default=3.0, metavar="S",
                    help="with --load: seconds the service must rest after the load before it is measured and "
                         "stopped (3: time for the idle trimmer of trim=quiet variants to act)")
     p.add_argument("--process", metavar="REGEX", default="",
@@ -88,7 +86,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "is better (default: the workload's wall time)")
     p.add_argument("--metric-regex", metavar="REGEX", default="",
                    help="read --metric from the workload's stdout instead: group 1 of the last matching line")
-    p.add_argument("--memory-limit", type=_args.size, default=None, metavar="SIZE",
+    p.add_argument("--memory-limit", type=_common.size, default=None, metavar="SIZE",
                    help="run each run in a memory cgroup of its own capped at SIZE (512M, 1G, 1.5GiB: powers of "
                         "1024; swap capped too), to see which variants that limit OOM-kills; needs root and a "
                         "writable memory cgroup (v1, or v2 with the controller delegated). Without it, runs "
@@ -205,15 +203,3 @@ def main(args: argparse.Namespace) -> int:
 
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
-
-
-def write_lab(lab: dict, json_path: str | None, html: str | None, markdown: str | None) -> None:  # type: ignore[type-arg]
-    """Every output asked for, then the tables (unless the JSON goes to stdout)."""
-    if json_path:
-        write_json(lab, json_path)
-    if html:
-        write_text(render_html(lab), html)
-    if markdown:
-        write_text(markdown_table(lab), markdown)
-    if json_path != "-":
-        render_lab(lab, sys.stdout)

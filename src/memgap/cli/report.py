@@ -16,12 +16,11 @@ import sys
 from ..errors import MalformedInput, UsageError
 from ..lab.metrics import RunMetrics
 from ..lab.runner import LabOptions, lab_document
-from ..lab.variants import LIBRARIES, find_library, parse_variant
+from ..variants import LIBRARIES, find_library, parse_variant
 from ..recording import read_events
 from ..report.runs import render_run
 from ..runs import SAMPLES_FILE, load_run
-from ._output import write_json
-from .lab import write_lab
+from ._common import write_json, write_lab
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -9,7 +9,7 @@ import sys
 
 from ..api import snapshot
 from ..report.terminal import render_snapshot
-from ._output import write_json
+from ._common import write_json
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -13,28 +13,23 @@ import sys
 import time
 from collections import deque
 
-from rich.console import Group, RenderableType
-
 from ..collect import Options, snapshot_pid
 from ..cow import add_copied_from_parent
-from ..diagnose import diagnose_tree
 from ..errors import NoSuchProcess, PidReused
-from ..model import Snapshot, by_pss, layer_figure, tree_totals
-from ..report.fit import CUT, WRAP, Col, fit_table
-from ..report.runs import sparkline, squeeze
-from ..report.terminal import LAYER_TITLES, _console, arenas_table, layers_table, tree_title
-from ..units import mib, pct
-from . import _args
-from .inspect import descendants, start_time
+from ..model import Snapshot
+from ..processes import descendants, start_time
+from ..report.live import frame
+from ..report.terminal import console_on
+from . import _common
 
 HISTORY = 60
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("pid", type=_args.pid, help="process ID")
-    p.add_argument("--interval", type=_args.seconds, default=1.0, metavar="S", help="seconds between refreshes (1)")
+    p.add_argument("pid", type=_common.pid, help="process ID")
+    p.add_argument("--interval", type=_common.seconds, default=1.0, metavar="S", help="seconds between refreshes (1)")
     p.add_argument("--tree", action="store_true", help="the process and its descendants, summed")
-    p.add_argument("--iterations", type=_args.count_or_zero, default=0, metavar="N",
+    p.add_argument("--iterations", type=_common.count_or_zero, default=0, metavar="N",
                    help="stop after N refreshes (0: until Ctrl-C)")
 
 
@@ -59,58 +54,8 @@ def _snapshots(pid: int, tree: bool, started: int | None) -> tuple[list[Snapshot
     return snaps, before
 
 
-def _private_table(history: deque, snaps: list[Snapshot], width: int) -> RenderableType:  # type: ignore[type-arg]
-    """A tree's processes: private memory (USS) now and over the refreshes, and how much of it
-    is pages copied from the parent (a worker's collections writing into shared objects grow
-    this; a leak grows its own)."""
-    cols = [Col("PID"), Col("private MiB"), Col("copied from parent"), Col("its own"),
-            Col("private, trend", CUT, optional=1, shorten=squeeze)]
-    rows = []
-    for s in snaps:
-        split = s.copied_from_parent or {}
-        values = [next((p.uss or 0 for p in frame if p.pid == s.pid), 0) for frame in history]
-        rows.append([str(s.pid), mib(s.uss), mib(split.get("copied")), mib(split.get("own")),
-                     sparkline(values, 40)])
-    return fit_table(f"each process's private memory, last {len(history)} refreshes", cols, rows, width)
-
-
-def _trend_table(history: deque, snaps: list[Snapshot], width: int) -> RenderableType:  # type: ignore[type-arg]
-    """Each layer now and over the refreshes; a tree's summed by PSS, a shared page split among its sharers."""
-    tree = len(snaps) > 1
-    pss = tree and all(by_pss(frame) for frame in history)
-    totals = tree_totals(snaps)
-    total = totals["pss"] if pss else totals["rss_sum"]
-    whole = tree_title(totals) if tree else f"1 process: RSS {mib(total)} MiB"
-    title = f"{whole}, last {len(history)} refreshes" + ("; layers by PSS" if pss else "")
-    cols = [Col("layer", WRAP), Col("MiB"), Col("of PSS" if pss else "of RSS"),
-            Col("trend", CUT, optional=1, shorten=squeeze)]
-    rows = []
-    for name in snaps[0].layers:
-        values = [sum(layer_figure(s.layers[name], pss) or 0 for s in frame) for frame in history]
-        now = values[-1]
-        measured = any(s.layers[name].resident is not None for s in snaps)
-        rows.append([LAYER_TITLES.get(name, name), mib(now) if measured else "-",
-                     pct(now, total) if measured else "-", sparkline(values, 40) if measured else "not measured"])
-    return fit_table(title, cols, rows, width)
-
-
-def frame(history: deque, snaps: list[Snapshot], width: int = 120) -> Group:  # type: ignore[type-arg]
-    parts = [_trend_table(history, snaps, width)]
-    main = snaps[0]
-    if len(snaps) == 1:
-        parts.append(layers_table(main, width))
-    else:
-        parts.append(_private_table(history, snaps, width))
-    arenas = arenas_table(main, limit=5, width=width)
-    if arenas is not None:
-        parts.append(arenas)
-    for f in [*(f for s in snaps for f in s.findings), *(diagnose_tree(snaps) if len(snaps) > 1 else [])]:
-        parts.append(f"{'!' if f.severity == 'warning' else '-'} {f.summary}")
-    return Group(*parts)
-
-
 def main(args: argparse.Namespace) -> int:
-    console = _console(sys.stdout)
+    console = console_on(sys.stdout)
     history: deque = deque(maxlen=HISTORY)  # type: ignore[type-arg]
     live = None
     if sys.stdout.isatty():

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..idle import BEFORE_EXIT_PHASE, QUIET_PHASE, idle_of_process
-from .variants import Variant, parse_variant
+from ..variants import Variant, parse_variant
 from ..units import MiB
 
 MAX_POINTS = 300  # timeline points kept per run for charts

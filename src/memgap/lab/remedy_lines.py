@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..envnames import TRIM_AFTER_ENV, TRIMMER_ENV
-from .variants import LIBRARIES, Variant
+from ..variants import LIBRARIES, Variant
 
 AGENT_LINK = "/usr/local/lib/libmemgap-agent.so"  # where the setup line links the agent, on the target
 

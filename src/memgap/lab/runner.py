@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
 from ..errors import Unsupported
+from ..model import verdict_word
 from ..recording import RecordingWriter
 from ..sources.cgroup import read_memory_cgroup
 from ..runs import RunOptions, load_run, machine_info, record_run
@@ -19,8 +20,8 @@ from .cgroup_limit import CgroupParent, find_parent, make_run_cgroup
 from .metrics import RunMetrics, run_metrics
 from .remedy_lines import recommendation_lines
 from ..envnames import TRIM_AFTER_ENV
-from .variants import Variant
-from .verdict import Verdict, decide, material, run_to_run_spread, summarize, verdict_word
+from ..variants import Variant
+from .verdict import Verdict, decide, material, run_to_run_spread, summarize
 
 TRIM_HINT = 0.8  # a trim at idle that leaves less than this share of the baseline's idle is worth trying
 SHORT_WORKLOAD = 1.0  # seconds: shorter runs' wall times swing by tens of percent on a busy machine

@@ -20,10 +20,9 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
-from typing import Any
 
 from .metrics import RunMetrics
-from .variants import COST_WORDS, Variant
+from ..variants import COST_WORDS, Variant
 
 # The share is the default slowdown budget (5% of time), asked of memory in turn. The bytes
 # are one transparent huge page: where THP is on, one touched byte can move RSS by 2 MiB.
@@ -181,14 +180,3 @@ def clearly_lower(other: VariantSummary, this: VariantSummary) -> bool:
     if other.idle is None or this.idle is None:
         return False
     return other.idle[2] < this.idle[1] and other.idle[0] < this.idle[0] * (1 - MATERIAL_SHARE)
-
-
-def verdict_word(summary: dict[str, Any], recommended: str | None, baseline: str | None) -> str:
-    """One variant's word in the table, from its summary (as the lab document holds it)."""
-    if summary["spec"] == recommended:
-        return "recommended"
-    if summary["reason"]:
-        return str(summary["reason"])
-    if summary["better"]:
-        return "better" if summary["within_budget"] else "too slow"
-    return "baseline" if summary["spec"] == baseline else "not better"

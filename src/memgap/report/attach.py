@@ -19,7 +19,7 @@ from ..sources.mimalloc_gdb import MimallocDeep
 from ..sources.tcmalloc_gdb import TcmallocDeep
 from ..units import mib
 from .fit import WRAP, Col, fit_table
-from .terminal import _console, layers_table, print_findings
+from .terminal import console_on, layers_table, print_findings
 
 
 def _gdb_timing(seconds: dict[str, float]) -> str:
@@ -128,7 +128,7 @@ def _jemalloc_lines(j: JemallocDeep) -> list[str]:
 
 
 def render_deep(deep: DeepResult, stream: TextIO, width: int | None = None) -> None:
-    console = _console(stream, width)
+    console = console_on(stream, width)
     timing = _gdb_timing(deep.timings)
     console.print(f"Inside PID {deep.pid} through gdb" + (f" ({timing})" if timing else "") + ":")
     if deep.malloc_info is not None:
@@ -163,7 +163,7 @@ def render_deep(deep: DeepResult, stream: TextIO, width: int | None = None) -> N
 
 
 def render_trim(pid: int, trim: dict[str, Any], stream: TextIO, width: int | None = None) -> None:
-    console = _console(stream, width)
+    console = console_on(stream, width)
     estimate = trim.get("estimate")
     timing = _gdb_timing(trim.get("gdb_seconds", {}))
     call = trim.get("call", "malloc_trim")
@@ -204,6 +204,6 @@ def _own_change(before: dict[str, Any] | None, after: dict[str, Any] | None) -> 
 
 
 def render_after_trim(after: Snapshot, stream: TextIO, width: int | None = None) -> None:
-    console = _console(stream, width)
+    console = console_on(stream, width)
     console.print(layers_table(after, console.width))
 

@@ -6,10 +6,10 @@ from typing import Any, TextIO
 
 from rich.console import RenderableType
 
-from ..lab.verdict import verdict_word
+from ..model import verdict_word
 from ..units import mib
 from .fit import WRAP, Col, fit_table
-from .terminal import _console
+from .terminal import console_on
 
 
 def _spread(value: Any) -> str:
@@ -239,7 +239,7 @@ def _rule_kind(label: str) -> str:
 def render_lab(lab: dict[str, Any], stream: TextIO, width: int | None = None) -> None:
     if width is None and not (hasattr(stream, "isatty") and stream.isatty()):
         width = 170  # a log or a file: room for the whole table
-    console = _console(stream, width)
+    console = console_on(stream, width)
     m = lab["machine"]
     console.print(f"memgap lab on {m.get('cpus')} CPUs, {m.get('glibc')}, Python {m.get('python')}: "
                   f"{' '.join(lab['cmd'])}")

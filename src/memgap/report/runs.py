@@ -9,7 +9,7 @@ from rich.console import RenderableType
 from ..model import LAYER_NAMES, Finding, Snapshot
 from ..units import mib
 from .fit import CUT, WRAP, Col, ellipsis, fit_table
-from .terminal import _console, layer_columns, print_findings, render_snapshot
+from .terminal import console_on, layer_columns, print_findings, render_snapshot
 
 SPARK = " ▁▂▃▄▅▆▇█"
 
@@ -92,7 +92,7 @@ def agent_exit_line(pid: int, last: dict[str, Any]) -> str:
 
 
 def render_run(run: dict[str, Any], stream: TextIO, width: int | None = None) -> None:
-    console = _console(stream, width)
+    console = console_on(stream, width)
     if run["timeline"]:
         console.print(timeline_table(run, console.width))
     final = None

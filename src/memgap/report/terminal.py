@@ -41,7 +41,7 @@ LAYER_RANK = {"allocator_free": 1, "python_objects": 2, "allocator_in_use": 3, "
 UNEXPLAINED_RANK = 8
 
 
-def _console(stream: TextIO, width: int | None = None) -> Console:
+def console_on(stream: TextIO, width: int | None = None) -> Console:
     """A console on ``stream``: the terminal's width on a terminal, 120 columns elsewhere.
     No emoji codes: a ``:name:`` inside a printed setting or path must stay as it is."""
     if width is None and not (hasattr(stream, "isatty") and stream.isatty()):
@@ -141,7 +141,7 @@ def print_findings(console: Console, findings: Sequence[Finding]) -> None:
 
 
 def render_snapshot(snap: Snapshot, stream: TextIO, width: int | None = None) -> None:
-    console = _console(stream, width)
+    console = console_on(stream, width)
     console.print(layers_table(snap, console.width))
     lines = allocator_lines(snap.allocator)
     if lines:
@@ -180,7 +180,7 @@ def render_tree(snaps: Sequence[Snapshot], stream: TextIO, width: int | None = N
     """One row per process (RSS, PSS, USS, then its layers) and the tree's total. Layers are
     summed by PSS, each shared page split among its sharers; by resident bytes where a
     process's layers have no pss (an in-process snapshot)."""
-    console = _console(stream, width)
+    console = console_on(stream, width)
     names = list(snaps[0].layers) if snaps else []
     totals = tree_totals(list(snaps))
     pss = totals["layers_by"] == "pss"

@@ -4,8 +4,10 @@ One job: attach gdb (a subprocess speaking its machine interface, MI) to a PID,
 evaluate expressions that call functions in it, and detach whatever happens:
 an error, a timeout, Ctrl-C. What the calls mean (malloc_info, malloc_trim,
 Python's C API) is the caller's business (``memgap.deep``). gdb's output is
-parsed in ``gdb_mi`` (tested on text captured from gdb), and why ptrace is
-refused is explained in ``ptrace_access``.
+parsed in ``gdb_mi`` (tested on text captured from gdb), why ptrace is
+refused is explained in ``ptrace_access``, and what is read of the process and
+sent to it without gdb (thread states, a thread's SIGINT, the checks before
+attaching and after letting go) is in ``gdb_target``.
 
 Why each guard is here:
 
@@ -37,7 +39,6 @@ Why each guard is here:
 """
 from __future__ import annotations
 
-import ctypes
 import os
 import selectors
 import shutil
@@ -48,9 +49,11 @@ import time
 from contextlib import contextmanager
 from typing import Iterator
 
-from ..errors import MalformedInput, MemgapError, NoSuchProcess, PidReused, PtraceDisallowed, ToolMissing
+from ..errors import MalformedInput, MemgapError, NoSuchProcess, PtraceDisallowed, ToolMissing
 from .gdb_mi import MiRecord, mi_quote, parse_int, parse_memory, parse_mi_line, parse_threads
-from .procfs import ProcReader, parse_stat, status_int
+from .gdb_target import (check_attachable, check_start_time, comm, continue_if_left_stopped, sigint_pending, task_states,
+                         tgkill)
+from .procfs import ProcReader, status_int
 from .ptrace_access import has_cap_sys_ptrace, ptrace_refusal, read_yama_scope
 
 DEFAULT_TIMEOUT = 20.0
@@ -95,31 +98,6 @@ class CallFailed(MemgapError):
 
 class GdbFailed(MemgapError):
     """gdb itself failed: it exited, or answered what memgap cannot use."""
-
-
-def task_states(pid: int, proc_root: str = "/proc") -> dict[int, str]:
-    """TID -> state letter (R, S, D, T, t, Z...) of every thread; empty when the process is gone."""
-    out = {}
-    try:
-        tids = os.listdir(f"{proc_root}/{pid}/task")
-    except OSError:
-        return out
-    for tid in tids:
-        try:
-            with open(f"{proc_root}/{pid}/task/{tid}/stat", "rb") as fh:
-                out[int(tid)] = parse_stat(fh.read().decode("utf-8", "replace")).state
-        except (OSError, ValueError, MalformedInput):
-            continue
-    return out
-
-
-def _tgkill(tgid: int, tid: int, sig: int) -> bool:
-    """Send ``sig`` to one thread of another process (thread-directed, unlike kill)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    fn = getattr(libc, "tgkill", None)
-    if fn is not None:
-        return fn(tgid, tid, sig) == 0
-    return libc.syscall(234, tgid, tid, sig) == 0  # SYS_tgkill on x86_64, for a glibc before 2.30
 
 
 @contextmanager
@@ -298,47 +276,17 @@ class GdbSession:
             self._selector = None
 
     def _check_not_left_stopped(self) -> None:
-        """A stop memgap caused (SIGSTOP of an attach cut short) is undone; one found is left."""
-        deadline = time.monotonic() + 0.5
-        while True:
-            states = task_states(self.pid, self.proc_root)
-            stopped = {tid: s for tid, s in states.items() if s in "tT"}
-            if not stopped or time.monotonic() > deadline:
-                break
-            if all(s == "T" for s in stopped.values()):
-                break
-            time.sleep(0.02)  # 't' while the kernel finishes detaching from a tracer that just exited
-        if not stopped:
-            return
-        was_stopped = any(s in "tT" for s in self._states_before.values())
-        if was_stopped:
-            self.notes.append(f"PID {self.pid} was stopped before memgap attached, and is left so")
-            return
-        os.kill(self.pid, signal.SIGCONT)
-        self.notes.append(f"PID {self.pid} was left stopped ({''.join(sorted(set(stopped.values())))}) "
-                          "after gdb let go; memgap sent it SIGCONT")
+        note = continue_if_left_stopped(self.pid, self.proc_root, self._states_before)
+        if note:
+            self.notes.append(note)
 
     # -- checks
 
     def _check_process(self) -> None:
-        reader = ProcReader(self.pid, self.proc_root)
-        stat = reader.stat()
-        if stat.state in "ZX":
-            raise NoSuchProcess(self.pid, "it is a zombie: it has exited")
-        self._check_start_time("since memgap read it from outside", stat.start_time)
-        status = reader.status()
-        tracer = status_int(status, "TracerPid")
-        reason = ptrace_refusal(read_yama_scope(), has_cap_sys_ptrace(), tracer, _comm(tracer, self.proc_root))
-        if reason:
-            raise PtraceDisallowed(self.pid, reason)
+        check_attachable(self.pid, self.proc_root, self.expected_start_time)
 
-    def _check_start_time(self, when: str, start_time: int | None = None) -> None:
-        if self.expected_start_time is None:
-            return
-        if start_time is None:
-            start_time = ProcReader(self.pid, self.proc_root).stat().start_time
-        if start_time != self.expected_start_time:
-            raise PidReused(self.pid, f"its start time changed {when}")
+    def _check_start_time(self, when: str) -> None:
+        check_start_time(self.pid, self.proc_root, self.expected_start_time, when)
 
     def _attach_refused(self, message: str) -> None:
         if "Operation not permitted" in message or "Permission denied" in message:
@@ -348,7 +296,7 @@ class GdbSession:
             except MemgapError:
                 pass
             raise PtraceDisallowed(self.pid, ptrace_refusal(read_yama_scope(), has_cap_sys_ptrace(), tracer,
-                                                            _comm(tracer, self.proc_root), refused=True) or "")
+                                                            comm(tracer, self.proc_root), refused=True) or "")
         if "No such process" in message or not os.path.exists(f"{self.proc_root}/{self.pid}"):
             raise NoSuchProcess(self.pid, "it exited before gdb could attach")
         raise GdbFailed(f"gdb could not attach to PID {self.pid}: {message.strip()}")
@@ -555,7 +503,7 @@ class GdbSession:
                     break
                 if state != "t":
                     self._broken = True
-                    _tgkill(self.pid, lwp, signal.SIGINT)
+                    tgkill(self.pid, lwp, signal.SIGINT)
                     self._signaled.add(lwp)
                     self.notes.append(f"interrupted gdb's call on thread {lwp}")
                     break
@@ -576,7 +524,7 @@ class GdbSession:
         the kernel: at detach it would be delivered for real. Run one harmless call on that
         thread alone, so gdb catches the signal and discards it (SIGINT is not passed)."""
         for lwp in sorted(self._signaled):
-            if not _sigint_pending(self.pid, lwp, self.proc_root):
+            if not sigint_pending(self.pid, lwp, self.proc_root):
                 continue
             gid = next((g for g, t in self._threads.items() if t == lwp), None)
             if gid is None:
@@ -584,7 +532,7 @@ class GdbSession:
             self._cleanup_command("-gdb-set scheduler-locking on")
             self._cleanup_command(f"-thread-select {gid}")
             self._cleanup_command(f"-data-evaluate-expression {mi_quote('(int) getpid()')}")
-            if _sigint_pending(self.pid, lwp, self.proc_root):
+            if sigint_pending(self.pid, lwp, self.proc_root):
                 self.notes.append(f"a SIGINT memgap sent to thread {lwp} may still be pending")
 
     def _read_until(self, token: int) -> MiRecord | None:
@@ -621,26 +569,3 @@ class GdbSession:
 
     def _last_log(self) -> str:
         return self._log[-1] if self._log else "no message"
-
-
-def _sigint_pending(pid: int, tid: int, proc_root: str = "/proc") -> bool:
-    """Whether SIGINT is pending for one thread (SigPnd) or its process (ShdPnd)."""
-    try:
-        with open(f"{proc_root}/{pid}/task/{tid}/status") as fh:
-            text = fh.read()
-    except OSError:
-        return False
-    for line in text.splitlines():
-        if line.startswith(("SigPnd:", "ShdPnd:")) and int(line.split()[1], 16) >> (signal.SIGINT - 1) & 1:
-            return True
-    return False
-
-
-def _comm(pid: int, proc_root: str) -> str:
-    if not pid:
-        return ""
-    try:
-        with open(f"{proc_root}/{pid}/comm") as fh:
-            return fh.read().strip()
-    except OSError:
-        return ""

@@ -1,5 +1,8 @@
 """Allocator variants: parsing ``--variant`` specs, finding allocators, building env.
 
+Below the lab (which runs the variants) and the remedies (``preload_env`` builds its
+environment from one), so that neither has to import the other.
+
 A spec is ``NAME[:key=value,...]``:
 
 - ``glibc`` with glibc's tunables ``arena_max``, ``mmap_threshold``,
@@ -29,9 +32,9 @@ import os
 import subprocess
 from dataclasses import dataclass, field
 
-from ..envnames import (ALLOCATOR_DIRS_ENV, GC_FREEZE_ENV, PYMALLOC_RELEASE_ENV, TRIM_AFTER_ENV, TRIM_EVERY_ENV,
+from .envnames import (ALLOCATOR_DIRS_ENV, GC_FREEZE_ENV, PYMALLOC_RELEASE_ENV, TRIM_AFTER_ENV, TRIM_EVERY_ENV,
                         TRIMMER_ENV)
-from ..errors import UsageError
+from .errors import UsageError
 
 ALLOCATORS = ("glibc", "jemalloc", "tcmalloc", "mimalloc")
 TUNABLE_PREFIX = "glibc."  # a full tunable name, set through GLIBC_TUNABLES
@@ -223,7 +226,7 @@ def install_hint(allocator: str) -> str:
 def check_tunables(variants: list[Variant]) -> None:
     """Raise UsageError for a full tunable name this machine's glibc does not list, or a
     value outside its range (glibc would ignore either without a word)."""
-    from ..sources.glibc_tunables import list_tunables
+    from .sources.glibc_tunables import list_tunables
 
     wanted = [(v, k, val) for v in variants for k, val in v.options.items() if k.startswith(TUNABLE_PREFIX)]
     known = list_tunables() if wanted else None

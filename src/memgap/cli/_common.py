@@ -1,0 +1,174 @@
+"""What the commands share: argument types that refuse a bad value where it is parsed,
+writing output to a file or stdout, recording a run and showing it (``run``, ``demo``),
+and writing a lab's outputs (``lab``, ``report``).
+
+Commands import this module and no other command's: each stays thin and on its own. What
+only ``run``, ``demo``, ``lab`` and ``report`` need (the recorder, the run and lab reports)
+is imported inside the functions that use it, so that ``inspect`` or ``top`` do not load it
+(each command imports only its own module, for the same reason: see ``memgap.cli``).
+argparse reports an ArgumentTypeError as "argument --timeout: MESSAGE"; the parser turns
+that into a UsageError (one line, exit code 2), so no command has to check its numbers again.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import shutil
+import sys
+import tempfile
+from typing import Any, Callable, TypeVar
+
+from ..errors import MemgapError, UsageError
+
+# --- argument types ---------------------------------------------------------------------
+
+N = TypeVar("N", int, float)
+
+
+def _bounded(convert: Callable[[str], N], ok: Callable[[N], bool], wanted: str) -> Callable[[str], N]:
+    def parse(text: str) -> N:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {wanted}") from None
+        if not (math.isfinite(value) and ok(value)):  # nan slips past any comparison; inf seconds never end
+            raise argparse.ArgumentTypeError(f"{text!r} is not {wanted}")
+        return value
+
+    return parse
+
+
+def folder(text: str) -> str:
+    """An existing folder: a --proc-root that is not one would read as every process gone."""
+    if not os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a folder")
+    return text
+
+
+# /proc has no PID 0 (the kernel's idle task has no entry) and none below it
+pid = _bounded(int, lambda v: v >= 1, "a valid PID (a whole number from 1 up)")
+seconds = _bounded(float, lambda v: v > 0, "a valid number of seconds (more than 0)")
+seconds_or_zero = _bounded(float, lambda v: v >= 0, "a valid number of seconds (0 or more)")
+share = _bounded(float, lambda v: v >= 0, "a valid share (0 or more: 0.05 is 5%)")
+count = _bounded(int, lambda v: v >= 1, "a valid count (a whole number from 1 up)")
+port = _bounded(int, lambda v: 0 <= v <= 65535, "a valid port (0 to 65535; 0: any free one)")
+count_or_zero = _bounded(int, lambda v: v >= 0, "a valid count (a whole number, 0 or more)")
+
+
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*(?:([kmgt])(?:i?b)?|b)?", re.IGNORECASE)
+
+
+def size(text: str) -> int:
+    """Bytes, or a number with K, M, G or T (powers of 1024, as Docker and systemd read them;
+    an optional "iB" or "B": 512M, 1G, 1.5GiB), more than 0."""
+    found = _SIZE.fullmatch(text.strip())
+    value = float(found[1]) * 1024 ** ("kmgt".index(found[2].lower()) + 1 if found[2] else 0) if found else 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size (bytes, or a number with K, M, G or T: "
+                                         "512M, 1G, 1.5GiB; more than 0)")
+    return int(value)
+
+
+def command(text: str) -> list[str]:
+    """A command line given as one string (``--load "wrk -d10s http://127.0.0.1:8000/"``)."""
+    import shlex
+
+    try:
+        words = shlex.split(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a command line: {exc}") from None
+    if not words:
+        raise argparse.ArgumentTypeError("an empty command line")
+    return words
+
+
+# --- output -------------------------------------------------------------------------------
+
+
+def write_json(data: Any, path: str) -> None:
+    write_text(json.dumps(data, indent=1, default=str) + "\n", path)
+
+
+def write_text(text: str, path: str) -> None:
+    """Write to a file, or to stdout for '-'."""
+    if path == "-":
+        sys.stdout.write(text)
+        return
+    try:
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    except OSError as exc:
+        raise MemgapError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def write_lab(lab: dict, json_path: str | None, html: str | None, markdown: str | None) -> None:  # type: ignore[type-arg]
+    """Every output asked for, then the tables (unless the JSON goes to stdout)."""
+    from ..report.html import render_html
+    from ..report.lab import markdown_table, render_lab
+
+    if json_path:
+        write_json(lab, json_path)
+    if html:
+        write_text(render_html(lab), html)
+    if markdown:
+        write_text(markdown_table(lab), markdown)
+    if json_path != "-":
+        render_lab(lab, sys.stdout)
+
+
+# --- a run recorded and shown (run, demo) -------------------------------------------------
+
+def run_and_report(cmd: list[str], interval: float, json_path: str | None, walk: bool = False,
+                   phase_regex: str = "", agent: bool = True, load: list[str] | None = None,
+                   rest: float = 3.0) -> int:
+    """Record ``cmd`` as `memgap run` does (into JSON_PATH.d, or a temporary folder), write the
+    run as JSON where asked, show its tables; the command's exit code."""
+    from ..runs import RunOptions, record_run
+
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        raise UsageError("no command given: memgap run [options] -- CMD ...")
+    record_dir = f"{json_path}.d" if json_path and json_path != "-" else tempfile.mkdtemp(prefix="memgap-run-")
+    _replace_earlier(record_dir)
+    try:
+        code = record_run(RunOptions(cmd, record_dir, interval, walk, mark_regex=phase_regex, agent=agent,
+                                     load=load or [], rest=rest))
+    except KeyboardInterrupt:
+        # Ctrl-C: the recording up to it is kept. Write and show it as for a run that ended (the
+        # lab does the same), and say where it is: without --json, a temporary folder nobody was told of.
+        _write_and_show(record_dir, json_path)
+        print(f"memgap run: interrupted; the recording so far is in {record_dir} (memgap report {record_dir})",
+              file=sys.stderr)
+        raise
+    _write_and_show(record_dir, json_path)
+    return code
+
+
+def _replace_earlier(record_dir: str) -> None:
+    """FILE.d of an earlier run with the same --json goes, as FILE does: the recorder appends, and
+    the two runs' samples and processes were read back as one run. A folder that is not a
+    recording is left alone and refused."""
+    from ..runs import SAMPLES_FILE
+
+    if not os.path.isdir(record_dir) or not os.listdir(record_dir):
+        return
+    if not os.path.exists(os.path.join(record_dir, SAMPLES_FILE)):
+        raise UsageError(f"{record_dir} exists and is not a memgap recording: choose another --json")
+    shutil.rmtree(record_dir)
+
+
+def _write_and_show(record_dir: str, json_path: str | None) -> None:
+    from ..report.runs import render_run
+    from ..runs import load_run
+
+    run = load_run(record_dir)
+    if json_path:
+        write_json(run, json_path)
+    if json_path != "-":
+        render_run(run, sys.stdout)
+        if not json_path:
+            print(f"recording kept in {record_dir}")

@@ -1,0 +1,110 @@
+"""The process gdb attaches to, read and signalled without gdb (``gdb_attach`` drives gdb).
+
+Before attaching: is it alive, still the process memgap read, and may it be traced.
+While a call runs: each thread's state, a SIGINT sent to one thread, a SIGINT still
+pending. After gdb let go: a stop memgap caused is undone, one that was there is left.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import time
+
+from ..errors import MalformedInput, NoSuchProcess, PidReused, PtraceDisallowed
+from .procfs import ProcReader, parse_stat, status_int
+from .ptrace_access import has_cap_sys_ptrace, ptrace_refusal, read_yama_scope
+
+
+def task_states(pid: int, proc_root: str = "/proc") -> dict[int, str]:
+    """TID -> state letter (R, S, D, T, t, Z...) of every thread; empty when the process is gone."""
+    out = {}
+    try:
+        tids = os.listdir(f"{proc_root}/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"{proc_root}/{pid}/task/{tid}/stat", "rb") as fh:
+                out[int(tid)] = parse_stat(fh.read().decode("utf-8", "replace")).state
+        except (OSError, ValueError, MalformedInput):
+            continue
+    return out
+
+
+def tgkill(tgid: int, tid: int, sig: int) -> bool:
+    """Send ``sig`` to one thread of another process (thread-directed, unlike kill)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    fn = getattr(libc, "tgkill", None)
+    if fn is not None:
+        return fn(tgid, tid, sig) == 0
+    return libc.syscall(234, tgid, tid, sig) == 0  # SYS_tgkill on x86_64, for a glibc before 2.30
+
+
+def sigint_pending(pid: int, tid: int, proc_root: str = "/proc") -> bool:
+    """Whether SIGINT is pending for one thread (SigPnd) or its process (ShdPnd)."""
+    try:
+        with open(f"{proc_root}/{pid}/task/{tid}/status") as fh:
+            text = fh.read()
+    except OSError:
+        return False
+    for line in text.splitlines():
+        if line.startswith(("SigPnd:", "ShdPnd:")) and int(line.split()[1], 16) >> (signal.SIGINT - 1) & 1:
+            return True
+    return False
+
+
+def comm(pid: int, proc_root: str) -> str:
+    """A process's command name ("" for PID 0 or one gone): to name a tracer in a refusal."""
+    if not pid:
+        return ""
+    try:
+        with open(f"{proc_root}/{pid}/comm") as fh:
+            return fh.read().strip()
+    except OSError:
+        return ""
+
+
+def check_attachable(pid: int, proc_root: str, expected_start_time: int | None) -> None:
+    """Raise before gdb starts: the process is a zombie, another one has its PID, or ptrace is refused."""
+    reader = ProcReader(pid, proc_root)
+    stat = reader.stat()
+    if stat.state in "ZX":
+        raise NoSuchProcess(pid, "it is a zombie: it has exited")
+    check_start_time(pid, proc_root, expected_start_time, "since memgap read it from outside", stat.start_time)
+    tracer = status_int(reader.status(), "TracerPid")
+    reason = ptrace_refusal(read_yama_scope(), has_cap_sys_ptrace(), tracer, comm(tracer, proc_root))
+    if reason:
+        raise PtraceDisallowed(pid, reason)
+
+
+def check_start_time(pid: int, proc_root: str, expected: int | None, when: str,
+                     start_time: int | None = None) -> None:
+    """PidReused where the PID's start time is not the one memgap read (``expected``; None: not checked)."""
+    if expected is None:
+        return
+    if start_time is None:
+        start_time = ProcReader(pid, proc_root).stat().start_time
+    if start_time != expected:
+        raise PidReused(pid, f"its start time changed {when}")
+
+
+def continue_if_left_stopped(pid: int, proc_root: str, states_before: dict[int, str]) -> str:
+    """Once gdb is gone: a stop memgap caused (SIGSTOP of an attach cut short) is undone with
+    SIGCONT, one found before attaching (``states_before``) is left. Returns the note to tell, or ""."""
+    deadline = time.monotonic() + 0.5
+    while True:
+        states = task_states(pid, proc_root)
+        stopped = {tid: s for tid, s in states.items() if s in "tT"}
+        if not stopped or time.monotonic() > deadline:
+            break
+        if all(s == "T" for s in stopped.values()):
+            break
+        time.sleep(0.02)  # 't' while the kernel finishes detaching from a tracer that just exited
+    if not stopped:
+        return ""
+    if any(s in "tT" for s in states_before.values()):
+        return f"PID {pid} was stopped before memgap attached, and is left so"
+    os.kill(pid, signal.SIGCONT)
+    return (f"PID {pid} was left stopped ({''.join(sorted(set(stopped.values())))}) "
+            "after gdb let go; memgap sent it SIGCONT")

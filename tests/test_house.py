@@ -1,0 +1,121 @@
+"""The house rules of issue 16, kept by reading the source (ast only: no import, no process).
+
+- no function or method in src/ longer than MAX_FUNCTION lines, no module longer than MAX_MODULE;
+- no command (``memgap.cli.*``) imports another command, only the common module;
+- ``memgap.remedies``, ``memgap.report.*`` and ``memgap.model`` import nothing from the lab or
+  the commands (imports inside functions included);
+- a private name (``_x``: a module, or a module's function) is imported only inside its own
+  package (and the packages within it).
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parent.parent / "src"
+MAX_FUNCTION = 60
+MAX_MODULE = 600
+CLI_COMMON = "memgap.cli._common"
+BELOW_THE_LAB = ("memgap.remedies", "memgap.report", "memgap.model")
+ABOVE_THEM = ("memgap.lab", "memgap.cli")
+
+
+def _modules() -> dict[str, tuple[Path, ast.Module]]:
+    """Every module under src/memgap by dotted name, parsed."""
+    found = {}
+    for path in sorted((SRC / "memgap").rglob("*.py")):
+        parts = path.relative_to(SRC).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        found[name] = (path, ast.parse(path.read_text(encoding="utf-8"), str(path)))
+    return found
+
+
+MODULES = _modules()
+
+
+def _package(name: str, path: Path) -> str:
+    return name if path.name == "__init__.py" else name.rpartition(".")[0]
+
+
+def _imports(name: str) -> list[tuple[str, str, int]]:
+    """(module imported, name imported from it or "", line) for every import in module ``name``;
+    ``from pkg import sub`` counts as importing ``pkg.sub`` where ``sub`` is a module."""
+    path, tree = MODULES[name]
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, "", node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = _package(name, path).split(".")
+                base = base[:len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            for alias in node.names:
+                sub = f"{target}.{alias.name}"
+                found.append((sub, "", node.lineno) if sub in MODULES else (target, alias.name, node.lineno))
+    return found
+
+
+def _within(module: str, packages: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+def test_the_rules_read_the_whole_source():
+    """The walk finds the modules the rules are about (a moved src/ would pass every rule vacuously)."""
+    assert {"memgap.attribution", "memgap.cli.inspect", CLI_COMMON, "memgap.report.lab", "memgap.model",
+            "memgap.remedies", "memgap.lab.runner"} <= set(MODULES)
+    assert CLI_COMMON in [module for module, _, _ in _imports("memgap.cli.inspect")]
+
+
+def test_no_function_is_longer_than_60_lines():
+    long = []
+    for name, (path, tree) in MODULES.items():
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1  # type: ignore[operator]
+                if lines > MAX_FUNCTION:
+                    long.append(f"{name}.{node.name} (line {node.lineno}): {lines} lines")
+    assert not long, f"functions over {MAX_FUNCTION} lines: split them into named helpers: {long}"
+
+
+def test_no_module_is_longer_than_600_lines():
+    big = {name: n for name, (path, _) in MODULES.items()
+           if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE}
+    assert not big, f"modules over {MAX_MODULE} lines: split them by job: {big}"
+
+
+def test_no_command_imports_another():
+    crossed = [f"{name} line {line}: {module}" for name in MODULES if name.startswith("memgap.cli.")
+               for module, _, line in _imports(name)
+               if module.startswith("memgap.cli.") and module != CLI_COMMON and module != name]
+    assert not crossed, f"commands import only {CLI_COMMON} of memgap.cli: {crossed}"
+
+
+def test_remedies_report_and_model_import_nothing_from_the_lab_or_the_commands():
+    crossed = [f"{name} line {line}: {module}" for name in MODULES if _within(name, BELOW_THE_LAB)
+               for module, _, line in _imports(name) if _within(module, ABOVE_THEM)]
+    assert not crossed, f"{', '.join(BELOW_THE_LAB)} must not import {', '.join(ABOVE_THEM)}: {crossed}"
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def test_a_private_name_is_imported_only_in_its_own_package():
+    crossed = []
+    for name, (path, _) in MODULES.items():
+        home = _package(name, path)
+        for module, imported, line in _imports(name):
+            if not module.startswith("memgap."):
+                continue
+            if _private(imported):  # a private function or constant of a module: the module's package
+                owner = _package(module, MODULES[module][0]) if module in MODULES else module
+            elif _private(module.rpartition(".")[2]):  # a private module: its package
+                owner = module.rpartition(".")[0]
+            else:
+                continue
+            if home != owner and not home.startswith(owner + "."):  # its package and those inside it
+                crossed.append(f"{name} line {line}: {module}{'.' + imported if imported else ''}")
+    assert not crossed, f"private names used outside their package (make them public): {crossed}"
