@@ -203,7 +203,7 @@ def test_the_run_fields_are_a_runs_keys(tmp_path):
 def test_the_lab_fields_are_a_labs_keys(tmp_path):
     from memgap.lab.metrics import RunMetrics
     from memgap.lab.runner import LabOptions, lab_document
-    from memgap.lab.variants import parse_variant
+    from memgap.variants import parse_variant
 
     runs = [RunMetrics(spec, rep, 0, "ok", wall=1.0, idle=idle * MiB, baseline=30 * MiB)
             for rep in (1, 2) for spec, idle in (("glibc", 60), ("glibc:arena_max=2", 40))]
@@ -226,7 +226,7 @@ def test_the_lab_fields_are_a_labs_keys(tmp_path):
 def test_the_lab_page_states_the_verdict_rule_the_code_applies():
     from memgap.lab.adaptive import FAR_TOO_SLOW
     from memgap.lab.runner import TRIM_HINT
-    from memgap.lab.variants import DEFAULT_SPECS
+    from memgap.variants import DEFAULT_SPECS
     from memgap.lab.verdict import MATERIAL_BYTES, MATERIAL_SHARE, material
 
     rule = section(read("docs", "lab.md"), "The verdict rule")
