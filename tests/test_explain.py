@@ -9,10 +9,10 @@ from memgap.scenarios import SCENARIOS, scenario_command
 
 # Small knobs: each run takes a few seconds on 2 cores but still shows its pattern.
 SMALL = {
-    "threadpool": {"passes": 2, "chunks": 128},
+    "threadpool": {"passes": 1, "chunks": 128},
     "asyncburst": {"bursts": 2},
     "trie": {"words": 80000},
-    "multiproc": {"procs": 2},
+    "multiproc": {"procs": 2, "phases": 2},
     "blockingpool": {"requests": 600},
 }
 # Every scenario under glibc; under jemalloc the two that stress it most (many threads, many
@@ -40,7 +40,7 @@ def test_scenario_idle_adds_up(tmp_path, name, allocator):
 
 def test_threadpool_trim_estimate_matches_trim(tmp_path):
     """What allocator_free says a trim would release is within 20% of what malloc_trim(0) releases."""
-    _, run = run_recorded(tmp_path, scenario_command("threadpool", passes=3), MEMGAP_TRIM_AFTER="idle")
+    _, run = run_recorded(tmp_path, scenario_command("threadpool", passes=1), MEMGAP_TRIM_AFTER="idle")
     process = run["processes"][0]
     idle = phase_snapshot(process, "idle")
     after = phase_snapshot(process, "after-trim")
