@@ -75,5 +75,5 @@ def _plain_wsgi(environ, start_response):
 def make_wsgi():
     """For `gunicorn 'web_apps:make_wsgi()'`: the trimmer with short delays, so that the test
     sees a trim within a second or two of a burst."""
-    trimmer = functools.partial(memgap.Trimmer, interval=0.1, quiet=0.5, min_free=1 << 20, min_gap=0.5)
+    trimmer = functools.partial(memgap.Trimmer, interval=0.1, quiet=1.0, min_free=1 << 20, min_gap=0.5)
     return WSGIMiddleware(_plain_wsgi, token=TOKEN, trimmer=trimmer)
