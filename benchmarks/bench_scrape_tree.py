@@ -46,6 +46,13 @@ while True:
 """
 
 
+def _cpu(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` so far (/proc/PID/stat, clock ticks)."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _ms(seconds: float) -> str:
     return f"{seconds * 1000:7.1f}"
 
@@ -70,13 +77,17 @@ def main() -> None:
         url = re.match(r"memgap: serving (\S+) ", line)
         assert url, line
         walls, own, procs = [], [], 0
-        for _ in range(args.scrapes):
+        cpu_first = _cpu(server.pid)
+        for n in range(args.scrapes):
+            if n == 1:
+                cpu_first, cpu_rest = _cpu(server.pid) - cpu_first, _cpu(server.pid)
             began = time.perf_counter()
             with urllib.request.urlopen(url.group(1), timeout=60) as resp:
                 body = resp.read().decode()
             walls.append(time.perf_counter() - began)
             own.append(float(re.search(r"^memgap_scrape_duration_seconds (\S+)$", body, re.M).group(1)))
             procs = len(re.findall(r"^memgap_rss_bytes\{", body, re.M))
+        cpu_rest = (_cpu(server.pid) - cpu_rest) / (args.scrapes - 1)
         rss = sum(int(float(v)) for v in re.findall(r"^memgap_rss_bytes\{[^}]*\} (\S+)$", body, re.M))
         print(f"tree: {procs} processes (master + {args.workers} workers), RSS sum {rss / 2**20:.0f} MiB; "
               f"{os.cpu_count()} CPUs; Python {sys.version.split()[0]}")
@@ -85,6 +96,8 @@ def main() -> None:
         for name, values in (("HTTP ms", walls[1:]), ("server ms", own[1:])):
             print(f"next {len(values)}, {name:9}: median {_ms(statistics.median(values))} "
                   f"({_ms(min(values)).strip()}-{_ms(max(values)).strip()})")
+        print(f"server CPU (user + system) per scrape: first {cpu_first * 1000:.0f} ms, "
+              f"next {args.scrapes - 1} {cpu_rest * 1000:.0f} ms on average (what a scrape costs on an idle core)")
         med = statistics.median(walls[1:])
         print(f"goal: a scrape of a {args.workers}-worker tree under 100 ms: "
               f"{'met' if med < 0.1 else 'MISSED'} ({med * 1000:.1f} ms, median over HTTP)")
