@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 import os
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from ..errors import MalformedInput, NoSuchProcess, translate_os_error
 
@@ -360,8 +359,6 @@ class ProcReader:
         self.base = f"{proc_root}/{pid}"
         self._pagemap_fd: int | None = None
         self._mem_fd: int | None = None
-        # process_vm_readv names the process by PID in our namespace: only under our own /proc
-        self._vm_refused = proc_root != "/proc"
 
     @property
     def numeric_pid(self) -> int:
@@ -496,19 +493,6 @@ class ProcReader:
         except OSError:
             return None
         return data if len(data) == size else None
-
-    def read_memory_many(self, addresses: Sequence[int], size: int) -> list[bytes | None]:
-        """``read_memory`` of each address: in batches through process_vm_readv, or one pread
-        each where that call is refused (a seccomp filter), under another /proc root (captured
-        files, a host's /proc in a container), or for this process itself."""
-        if self.pid != "self" and not self._vm_refused:
-            from .vmread import Refused, read_many
-
-            try:
-                return read_many(self.numeric_pid, addresses, size)
-            except Refused:
-                self._vm_refused = True
-        return [self.read_memory(a, size) for a in addresses]
 
     def read_memory_into(self, address: int, buffer: bytearray) -> bool:
         """Fill ``buffer`` from the process's memory; False where unmapped. A buffer reused across

@@ -73,8 +73,13 @@ def census(reader: MemoryReader, resident: ResidentMap, arenas: Iterable[tuple[i
     starting at its first pool, as anon_objects finds them) and count the blocks in use.
 
     A header must carry its arena's index (the first pool's): a stale or garbage page
-    that happens to pass the checks in another arena's place does not count. The headers
-    are read all at once where the reader can (``read_memory_many``: few system calls).
+    that happens to pass the checks in another arena's place does not count.
+
+    One pread of /proc/PID/mem per header. Not process_vm_readv, which would take 1024 in
+    one call: it pins the pages it reads, and since Linux 5.19 pinning a page that a forked
+    process shares with its parent makes the kernel copy it first (measured: the copies of
+    test_cow.py's workers grew when their headers were read that way). Reading must not
+    change the target.
     """
     spans: list[tuple[int, int]] = []  # per arena whose first pool is resident: its pools' slice of ``addresses``
     addresses: list[int] = []
@@ -90,8 +95,7 @@ def census(reader: MemoryReader, resident: ResidentMap, arenas: Iterable[tuple[i
         addresses.extend(pool for pool in range(start, min(end, r_end) - pool_size + 1, pool_size)
                          if bitmap[(pool - r_start) // PAGE_SIZE])
         spans.append((first, len(addresses)))
-    many = getattr(reader, "read_memory_many", None)
-    raw = many(addresses, _POOL.size) if many is not None else [reader.read_memory(a, _POOL.size) for a in addresses]
+    raw = [reader.read_memory(a, _POOL.size) for a in addresses]
     out = PoolCensus()
     unpack = _POOL.unpack
     for lo, hi in spans:
