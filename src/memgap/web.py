@@ -27,6 +27,7 @@ under ASGI it runs in a worker thread, off the event loop, one at a time.
 """
 from __future__ import annotations
 
+import functools
 import hmac
 import ipaddress
 import json
@@ -159,7 +160,7 @@ class Endpoint:
 
 async def _in_thread(fn: Callable[[], Response]) -> Response:
     """``fn()`` in a worker thread: anyio's where it is installed (asyncio or trio), else asyncio's."""
-    if "anyio" in sys.modules or _importable("anyio"):
+    if _has_anyio():
         import anyio.to_thread
 
         return await anyio.to_thread.run_sync(fn)
@@ -168,10 +169,11 @@ async def _in_thread(fn: Callable[[], Response]) -> Response:
     return await asyncio.to_thread(fn)
 
 
-def _importable(name: str) -> bool:
+@functools.lru_cache(maxsize=1)
+def _has_anyio() -> bool:
     import importlib.util
 
-    return importlib.util.find_spec(name) is not None
+    return "anyio" in sys.modules or importlib.util.find_spec("anyio") is not None
 
 
 class ASGIMiddleware:
