@@ -113,3 +113,36 @@ class OwnFigures:
     def close(self):
         self.proc.stdin.close()
         assert self.proc.wait(timeout=30) == 0
+
+
+def http(url, headers=None, data=None, method=None, timeout=30):
+    """(status, headers, body) of one request over loopback; an HTTP error status is returned, not raised."""
+    import urllib.error
+    import urllib.request
+
+    req = urllib.request.Request(url, data=data, headers=headers or {}, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, resp.headers, resp.read()
+    except urllib.error.HTTPError as exc:
+        with exc:
+            return exc.code, exc.headers, exc.read()
+
+
+def html_figures(page):
+    """{layer: bytes} from the data-bytes attributes of a snapshot's HTML table rows
+    (memgap.report.snapshot_html), and the JSON document the page embeds (None where none)."""
+    import re
+
+    rows = dict((name, int(value)) for name, value in
+                re.findall(r'<tr data-layer="([a-z_]+)" data-bytes="(-?\d+)"', page))
+    embedded = re.search(r'<script type="application/json" id="memgap-snapshot">(.*?)</script>', page, re.S)
+    return rows, json.loads(embedded.group(1)) if embedded else None
+
+
+def self_contained(page):
+    """Nothing in the page loads from elsewhere: no src or href, no stylesheet link, no import."""
+    import re
+
+    assert not re.search(r"\b(src|href)\s*=", page), re.search(r".{40}\b(src|href)\s*=.{60}", page).group(0)
+    assert "<link" not in page and "@import" not in page and "<script src" not in page

@@ -23,7 +23,7 @@ from .sources.glibc import glibc_malloc
 from .sources.glibc_heaps import GlibcLayout, ResidentMap, find_glibc_layout
 from .sources.jemalloc import noreserve_flags
 from .sources.cgroup import read_memory_cgroup
-from .sources.procfs import Mapping, ProcReader, status_int
+from .sources.procfs import Mapping, MappingPss, ProcReader, status_int
 from .sources.pymalloc_pools import census
 
 STATUS_FIELDS = ("VmPeak", "VmSize", "VmHWM", "VmRSS", "RssAnon", "RssFile", "RssShmem", "VmSwap", "Threads",
@@ -173,10 +173,16 @@ def _whole(res: ResidentMap, resident: int, private: int, share: float) -> tuple
     return private, round(private + (resident - private) * share)
 
 
-def _with_pss(reader: ProcReader) -> dict[str, int | str]:
-    """/proc/PID/status, plus PSS and USS from smaps_rollup: what summing a tree should use
-    (RSS counts a page shared by N processes N times)."""
+def _with_pss(reader: ProcReader, smaps: list[MappingPss] | None = None) -> dict[str, int | str]:
+    """/proc/PID/status, plus PSS and USS: what summing a tree should use (RSS counts a page
+    shared by N processes N times). From ``smaps`` where the caller read it (the sums of its
+    mappings' figures are what smaps_rollup adds up: the kernel's walk of every page table is
+    not made twice, 3 ms for an 85 MiB worker), else from smaps_rollup."""
     status = reader.status()
+    if smaps is not None:
+        status["Pss"] = sum(m.pss for m in smaps)
+        status["Uss"] = sum(m.private for m in smaps)
+        return status
     rollup = reader.smaps_rollup()
     if rollup is not None:
         status["Pss"] = rollup.get("Pss")
@@ -332,7 +338,8 @@ def snapshot_pid(pid: int, options: Options | None = None, proc_root: str = "/pr
         owned = None if detection.is_glibc or not agent_stats else \
             allocator_mappings(reader, maps, "jemalloc" if report.jemalloc is not None else "tcmalloc")
         memmap = read_memory_map(reader)
-        memmap.resident.set_shares(reader.smaps_pss())  # beside the pagemap: each mapping's PSS
+        smaps = reader.smaps_pss()
+        memmap.resident.set_shares(smaps)  # beside the pagemap: each mapping's PSS
         layout = None
         is_python = any("python" in os.path.basename(m.path) for m in maps if m.is_file)
         if not is_python:
@@ -345,7 +352,7 @@ def snapshot_pid(pid: int, options: Options | None = None, proc_root: str = "/pr
             notes["other_anon"] = allocator_source.beside_note(detection)
         sizes = (DEFAULT_ARENA_SIZE, DEFAULT_POOL_SIZE) if is_python else (None, None)
         regions = label_regions(reader, memmap, layout, *sizes, owned)
-        status = _with_pss(reader)
+        status = _with_pss(reader, smaps)
         # after VmRSS, which belongs beside the pagemap; headers only on the pages that pagemap saw resident
         pools = census(reader, memmap.resident, [(r.start, r.end) for r in regions if r.owner == "pymalloc-arena"],
                        DEFAULT_POOL_SIZE) if is_python else None

@@ -108,6 +108,12 @@ class Snapshot:
         """Its private bytes (USS): what its exit would free."""
         return self.status.get("Uss")
 
+    def _repr_html_(self) -> str:
+        """Jupyter's rich display: the breakdown as self-contained HTML (no script, no network)."""
+        from .report.snapshot_html import snapshot_fragment  # rich and the renderers only when shown
+
+        return snapshot_fragment(self)
+
     def to_dict(self, regions: bool = True) -> dict[str, Any]:
         out: dict[str, Any] = {"schema": SCHEMA}
         out.update(asdict(self))

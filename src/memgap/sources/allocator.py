@@ -270,19 +270,39 @@ def detect_from_maps(mappings: list[Mapping], exe: str | None = None, preload: l
     inodes = {m.path: m.inode for m in mappings if m.path.startswith("/") and "x" in m.perms}
     if exe is None:
         exe = next((m.path for m in mappings if m.path.startswith("/") and m.offset == 0), "")
-    objects: dict[str, ElfInfo] = {}
-    markers: dict[str, list[str]] = {}
+    live = []
     for path in dict.fromkeys([exe, *inodes]):
         try:
-            if path in inodes and os.stat(root + path).st_ino != inodes[path]:
-                continue  # replaced on disk (an upgrade) since it was mapped: not the code that runs
+            st = os.stat(root + path)
+        except OSError:
+            continue  # deleted: it tells nothing
+        if path in inodes and st.st_ino != inodes[path]:
+            continue  # replaced on disk (an upgrade) since it was mapped: not the code that runs
+        live.append((path, (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)))
+    detection = _classified(root, exe, tuple(preload or ()), tuple(live))
+    if detection is None:
+        return detect_from_names(mappings)
+    # a copy: the cached one is shared by every process with these objects mapped
+    return replace(detection, others=list(detection.others), found=list(detection.found))
+
+
+@functools.lru_cache(maxsize=256)
+def _classified(root: str, exe: str, preload: tuple[str, ...],
+                live: tuple[tuple[str, tuple[int, int, int, int]], ...]) -> AllocatorDetection | None:
+    """classify() over the objects named (each with its file's identity: a file changed on disk
+    is read again): the same for
+    every scrape of a tree of workers, and for every refresh of `top` (a worker's 30 objects'
+    symbol sets cost about 3 ms to look through)."""
+    objects: dict[str, ElfInfo] = {}
+    markers: dict[str, list[str]] = {}
+    for path, _identity in live:
+        try:
             objects[path] = info = read_elf(root + path)
             if not families(info):  # the fallback reads .rodata only where the symbols leave it open
                 markers[path] = _markers(root + path)
         except (OSError, MalformedInput):
-            continue  # deleted, unreadable, or not ELF: it tells nothing
-    detection = classify(exe, objects, preload or [], markers)
-    return detection if detection is not None else detect_from_names(mappings)
+            continue  # unreadable, or not ELF: it tells nothing
+    return classify(exe, objects, list(preload), markers)
 
 
 def _markers(path: str) -> list[str]:

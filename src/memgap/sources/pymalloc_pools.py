@@ -29,12 +29,16 @@ class PoolHeader(NamedTuple):  # a tuple: made once per resident pool, 20k times
 
 
 def parse_pool_header(data: bytes, pool_size: int) -> PoolHeader | None:
-    """The pool header in ``data`` (48 bytes), or None unless it satisfies pymalloc's invariants.
+    """The pool header in ``data`` (48 bytes), or None unless it satisfies pymalloc's invariants."""
+    fields = _valid(_POOL.unpack(data), pool_size)
+    return None if fields is None else PoolHeader(*fields)
 
-    The bounds keep a garbage header from counting: a size class that exists, the
-    last block offset that class gives, and no more blocks in use than the pool holds.
-    """
-    count, _free, _next, _prev, index, szidx, nextoffset, maxnext = _POOL.unpack(data)
+
+def _valid(fields: tuple[int, ...], pool_size: int) -> tuple[int, int, int] | None:
+    """(count, arena index, block size) of an unpacked header, or None unless it satisfies
+    pymalloc's invariants. The bounds keep a garbage header from counting: a size class that
+    exists, the last block offset that class gives, and no more blocks in use than the pool holds."""
+    count, _free, _next, _prev, index, szidx, nextoffset, maxnext = fields
     size = (szidx + 1) * ALIGNMENT
     if szidx >= 64 or maxnext != pool_size - size:
         return None
@@ -43,7 +47,7 @@ def parse_pool_header(data: bytes, pool_size: int) -> PoolHeader | None:
     count &= 0xFFFFFFFF
     if count > (pool_size - POOL_OVERHEAD) // size:
         return None
-    return PoolHeader(count, index, size)
+    return count, index, size
 
 
 def read_pool_header(reader: MemoryReader, address: int, pool_size: int) -> PoolHeader | None:
@@ -70,25 +74,41 @@ def census(reader: MemoryReader, resident: ResidentMap, arenas: Iterable[tuple[i
 
     A header must carry its arena's index (the first pool's): a stale or garbage page
     that happens to pass the checks in another arena's place does not count.
+
+    One pread of /proc/PID/mem per header. Not process_vm_readv, which would take 1024 in
+    one call: it pins the pages it reads, and since Linux 5.19 pinning a page that a forked
+    process shares with its parent makes the kernel copy it first (measured: the copies of
+    test_cow.py's workers grew when their headers were read that way). Reading must not
+    change the target.
     """
-    out = PoolCensus()
+    spans: list[tuple[int, int]] = []  # per arena whose first pool is resident: its pools' slice of ``addresses``
+    addresses: list[int] = []
     for start, end in arenas:
         found = resident.range_at(start)
         if found is None:
             continue
         r_start, r_end, bitmap = found  # an arena lies in one mapping: one bitmap, indexed directly (20k pools)
-        first = read_pool_header(reader, start, pool_size) if bitmap[(start - r_start) // PAGE_SIZE] else None
+        if not bitmap[(start - r_start) // PAGE_SIZE]:
+            continue
+        first = len(addresses)
+        # pools on pages never carved (or swapped out) are left: nothing to read without faulting them in
+        addresses.extend(pool for pool in range(start, min(end, r_end) - pool_size + 1, pool_size)
+                         if bitmap[(pool - r_start) // PAGE_SIZE])
+        spans.append((first, len(addresses)))
+    raw = [reader.read_memory(a, _POOL.size) for a in addresses]
+    out = PoolCensus()
+    unpack = _POOL.unpack
+    for lo, hi in spans:
+        first = _valid(unpack(raw[lo]), pool_size) if hi > lo and raw[lo] is not None else None  # type: ignore[arg-type]
         if first is None:
             continue
         out.arenas += 1
-        for pool in range(start, min(end, r_end) - pool_size + 1, pool_size):
-            if not bitmap[(pool - r_start) // PAGE_SIZE]:
-                continue  # never carved (or swapped out): nothing to read without faulting it in
-            header = first if pool == start else read_pool_header(reader, pool, pool_size)
-            out.pools_read += 1
-            if header is None or header.arena_index != first.arena_index:
+        out.pools_read += hi - lo
+        for data in raw[lo:hi]:  # 20k pools for 300 MiB of objects: no object made per pool
+            header = _valid(unpack(data), pool_size) if data is not None else None
+            if header is None or header[1] != first[1]:
                 out.pools_rejected += 1
-            elif header.count:
+            elif header[0]:
                 out.pools_in_use += 1
-                out.in_use += header.count * header.block_size
+                out.in_use += header[0] * header[2]
     return out
