@@ -24,7 +24,7 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e ".[test]"
 # The Rust program the allocator tests read (tests/programs/rjem: tikv-jemallocator, its jemalloc
-# under the _rjem_ prefix, as Rust services and Polars ship it), built once here because its first
+# under the _rjem_ prefix, as Rust services and Polars ship it, with its statistics), built once here because its first
 # build compiles jemalloc (minutes on 2 cores); the tests reuse its target folder.
 CARGO="$(command -v cargo || echo "$HOME/.cargo/bin/cargo")"
 if [ ! -x "$CARGO" ]; then

@@ -102,6 +102,22 @@ def je_prefixed_exe(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def rust_build():
+    """tests/programs/rjem built with cargo (tikv-jemallocator from crates.io, jemalloc under the ``_rjem_``
+    prefix, with its statistics): the folder of the program ``rjem`` and the library ``librjem.so``. Its
+    target folder stays, so that only the first build compiles jemalloc (scripts/setup.sh runs it)."""
+    cargo = shutil.which("cargo") or os.path.expanduser("~/.cargo/bin/cargo")
+    if not os.path.exists(cargo):
+        pytest.skip("no cargo to build programs/rjem")
+    rust = os.path.join(HERE, "programs", "rjem")
+    built = subprocess.run([cargo, "build", "--release", "--locked", "--quiet"], cwd=rust, capture_output=True,
+                           text=True, timeout=1200)
+    if built.returncode != 0:
+        pytest.skip(f"cargo could not build programs/rjem (crates.io unreachable?): {built.stderr[-500:]}")
+    return os.path.join(rust, "target", "release")
+
+
+@pytest.fixture(scope="session")
 def own_stats_exe(tmp_path_factory):
     """own_stats_exe(kind): programs/own_stats.c built for "tcmalloc" (Debian's libtcmalloc_minimal.so.4),
     "mimalloc" (libmimalloc.so.2) or "tcmalloc-static" (libtcmalloc_minimal.a linked in): a program that

@@ -8,7 +8,9 @@ figures it prints from its own mallctl; stripped, it is refused. The same progra
 a jemalloc whose API is renamed je_* (conftest's ``je_prefixed_exe``), with -rdynamic and stripped as
 Redis ships: glibc's malloc beside it, both read in one attach and both trimmed, each against the
 program's own figures (its mallctl and glibc's mallinfo2) and VmRSS; without -rdynamic it exports
-nothing and its jemalloc is named and left unread.
+nothing and its jemalloc is named and left unread. And a Rust program with tikv-jemallocator
+(``programs/rjem``, marked ``cargo``: its API under ``_rjem_``, statistics on), which prints its
+own mallctl figures in the same form.
 
 Redis runs with ``MALLOC_CONF=dirty_decay_ms:60000``: with jemalloc's default 10 s decay its
 background thread purges the deleted keys' pages while the test reads, and the figures the
@@ -378,3 +380,79 @@ def test_a_stripped_prefixed_jemalloc_that_exports_nothing_is_named_and_left_unr
     assert doc["deep"]["jemalloc"] is None and any("jemalloc beside glibc's malloc not read" in n and "stripped" in n
                                                    for n in doc["deep"]["notes"]), doc["deep"]["notes"]
     assert later["pdirty"] == program.first["pdirty"]  # nothing ran in its jemalloc
+
+
+# --- jemalloc from a Rust crate: tikv-jemallocator, its API under _rjem_, beside glibc's malloc -------
+
+@pytest.fixture
+def rjem(rust_build):
+    """programs/rjem running: a Rust program whose heap is tikv-jemallocator's jemalloc, built with its
+    statistics; it prints its own mallctl figures (and jemalloc's page size) when asked."""
+    program = OwnFigures(os.path.join(rust_build, "rjem"))
+    try:
+        yield program
+    finally:
+        program.close()
+
+
+@pytest.mark.cargo
+def test_deep_reads_a_rust_programs_jemalloc_as_it_does(rjem):
+    """jemalloc named beside glibc with its prefix; --deep's figures within 5% of the program's own, read
+    just before and just after memgap's (the program idle between); named layers hold >= 90% of RSS."""
+    proc = memgap("inspect", str(rjem.proc.pid), "--deep", "--json", "-")
+    later = rjem.figures()
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    doc = json.loads(proc.stdout)
+    exe = os.path.realpath(rjem.proc.args[0])
+    found = {f["name"]: f for f in doc["allocator"]["found"]}
+    assert found["glibc"]["serves_malloc"] and not found["jemalloc"]["serves_malloc"], found
+    assert found["jemalloc"]["prefix"] == "_rjem_" and found["jemalloc"]["library"] == exe, found
+    deep = doc["deep"]
+    j = deep["jemalloc"]
+    assert j is not None and j["symbol"] == "_rjem_mallctl", deep["notes"]
+    assert deep["jemalloc_beside"].startswith("jemalloc (_rjem_)"), deep["jemalloc_beside"]
+    for name in ("allocated", "active", "resident"):
+        for figures in (rjem.first, later):
+            assert _close(j[name], figures[name]), (name, j[name], rjem.first, later)
+    # what the program set for itself (its _rjem_malloc_conf) and its own count of arenas and dirty pages
+    assert j["dirty_decay_ms"] == 30000 and j["narenas"] == later["narenas"], (j["dirty_decay_ms"], later)
+    assert j["page"] == later["page"]
+    assert len([a for a in j["arenas"] if a["pdirty"]]) >= 2, j["arenas"]  # the main thread's arena and the worker's
+    assert abs(j["dirty_bytes"] // j["page"] - later["pdirty"]) <= 16 and j["dirty_bytes"] >= 16 * MiB, (j, later)
+    rss = deep["with_allocator"]["rss"]
+    layers = deep["with_allocator"]["layers"]
+    in_use, free = layers["allocator_in_use"], layers["allocator_free"]
+    key = "jemalloc (_rjem_mallctl)"
+    assert _share(in_use, key) == j["allocated"]
+    assert _share(free, key) >= later["pdirty"] * later["page"], free["detail"]
+    assert abs(deep["with_allocator"]["unexplained"]) <= 0.02 * rss, deep["with_allocator"]["unexplained"]
+    assert layers["other_anon"]["resident"] <= 0.10 * rss, {k: v["resident"] for k, v in layers.items()}
+    print(f"rjem: allocated {j['allocated']} / {later['allocated']}, active {j['active']} / {later['active']}, "
+          f"resident {j['resident']} / {later['resident']}; other_anon {layers['other_anon']['resident']} of "
+          f"RSS {rss}; gdb {deep['gdb_seconds']}")
+
+
+@pytest.mark.cargo
+def test_trim_purges_a_rust_programs_jemalloc_measured(rjem):
+    """--trim's release against VmRSS read by the test around it and the program's dirty pages before."""
+    rss_before = vmrss(rjem.proc.pid)
+    proc = memgap("inspect", str(rjem.proc.pid), "--trim", "--json", "-")
+    rss_after = vmrss(rjem.proc.pid)
+    later = rjem.figures()
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    trim = json.loads(proc.stdout)["after_trim"]["trim"]
+    first, page = rjem.first, rjem.first["page"]
+    dirty = first["pdirty"] * page
+    jemalloc = trim["parts"]["jemalloc"]
+    assert trim["performed"] and jemalloc["call"] == '_rjem_mallctl("arena.4096.purge")' and jemalloc["returned"] == 0
+    assert dirty >= 16 * MiB, first
+    # the estimate (dirty and muzzy pages read through gdb just before the purge) is the program's dirty pages
+    assert abs(jemalloc["estimate"] - dirty) <= 16 * page, (jemalloc, first)
+    # the release memgap measured, the drop in VmRSS the test read around memgap, and the program's own
+    # count of resident pages: each the dirty pages it had, within 10%
+    assert abs(jemalloc["released"] - dirty) <= 0.1 * dirty, (jemalloc, first)
+    assert abs((rss_before - rss_after) - dirty) <= 0.1 * dirty, (rss_before, rss_after, first)
+    assert later["pdirty"] == 0 and abs((first["resident"] - later["resident"]) - dirty) <= 0.1 * dirty, later
+    assert abs(rss_after - trim["rss_after"]) <= 256 * 1024, (rss_after, trim)
+    print(f"rjem trim: released {trim['released']} (jemalloc {jemalloc['released']}, estimate "
+          f"{jemalloc['estimate']}); VmRSS {rss_before} -> {rss_after}; the program's dirty pages {dirty}")
