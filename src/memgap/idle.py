@@ -65,14 +65,22 @@ class QuietSpell:
         self.reported = False
         self._cpu0 = 0.0
         self._rss0 = 0
+        self._recent: list[tuple[float, float]] = []  # (time, CPU) readings of the last ``after`` seconds
 
     def update(self, now: float, cpu: float, rss: int) -> str | None:
         if self.since is None:
             self._restart(now, cpu, rss)
             self.rested_since = now
+            self._recent = [(now, cpu)]
             return None
         elapsed = now - self.since
-        busy = cpu - self._cpu0 > BUSY_SHARE * elapsed + CPU_SLACK
+        # over the spell, and over its last ``after`` seconds: a long spell would otherwise absorb
+        # a short burst (a forked worker's request, whose copies on write move no RSS)
+        self._recent = [r for r in self._recent if r[0] >= now - self.after] or self._recent[-1:]
+        t0, cpu0 = self._recent[0]
+        self._recent.append((now, cpu))
+        busy = (cpu - self._cpu0 > BUSY_SHARE * elapsed + CPU_SLACK
+                or cpu - cpu0 > BUSY_SHARE * (now - t0) + CPU_SLACK)
         slack = max(RSS_SLACK, RSS_SHARE * self._rss0)
         if busy or abs(rss - self._rss0) > slack:
             ended = self.reported
