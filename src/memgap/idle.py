@@ -159,8 +159,20 @@ def idle_of_process(entry: dict[str, Any], timeline: list[dict[str, Any]], start
         return None
     snap = found.snapshot or {}
     return {"rss": found.rss, "rule": found.rule, "label": found.label, "time": snap.get("time"),
-            "pss": (snap.get("status") or {}).get("Pss"),  # of the snapshot: a tree is summed by it
+            "pss": _pss_at_idle(snap, entry),  # a tree is summed by it
             # when the work ended, for a found idle: its rest began (a trim in the rest restarts a spell,
             # not the rest), or the exit did
             "work_ended": (snap.get("rested_since") or snap.get("quiet_since")
                            or (snap.get("time") if found.rule == "before exit" else None))}
+
+
+def _pss_at_idle(snap: dict[str, Any], entry: dict[str, Any]) -> int | None:
+    """A process's PSS at its idle: the last reading of it within the quiet spell its idle
+    snapshot opened (the recorder reads the quiet ones again as each other process goes quiet),
+    else the snapshot's."""
+    pss = (snap.get("status") or {}).get("Pss")
+    if snap.get("phase") != QUIET_PHASE or snap.get("time") is None:
+        return pss
+    end = min((t for t in entry.get("quiet_ends", []) if t > snap["time"]), default=float("inf"))
+    later = [value for t, value in entry.get("pss_reads", []) if snap["time"] < t < end]
+    return later[-1] if later else pss
