@@ -8,7 +8,9 @@ requests with urllib from 4 threads, then rest.
                                           # (with FORK_MAPS_DIR: fork_maps.py keeps the master's
                                           # maps at each fork there)
     python drive.py REQUESTS REST_SECONDS  # REQUESTS requests, prints "requests per second: X",
-                                          # rests, then stops gunicorn and exits
+                                          # rests (0.7 of the way: "rest pss BYTES", smaps_rollup's
+                                          # Pss summed over itself and gunicorn's tree), then stops
+                                          # gunicorn (SIGTERM) and exits
 """
 import os
 import signal
@@ -80,6 +82,17 @@ def hold(port, server):
     time.sleep(600)
 
 
+def tree_pss(master):
+    """Pss (smaps_rollup) summed over this process, gunicorn's master and its workers, in bytes."""
+    with open(f"/proc/{master}/task/{master}/children") as fh:
+        pids = [os.getpid(), master, *map(int, fh.read().split())]
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/smaps_rollup") as fh:
+            total += next(int(line.split()[1]) * 1024 for line in fh if line.startswith("Pss:"))
+    return total
+
+
 def main():
     mode = sys.argv[1]
     server, port = start(sys.argv[2] if mode == "hold" and sys.argv[2:] else None)
@@ -91,7 +104,9 @@ def main():
         began = time.monotonic()
         send(port, int(mode), Counter())
         print(f"requests per second: {int(mode) / (time.monotonic() - began):.2f}", flush=True)
-        time.sleep(float(sys.argv[2]))
+        time.sleep(float(sys.argv[2]) * 0.7)
+        print("rest pss", tree_pss(server.pid), flush=True)
+        time.sleep(float(sys.argv[2]) * 0.3)
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=60)
