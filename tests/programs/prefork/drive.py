@@ -7,7 +7,8 @@ requests with urllib from 4 threads, then rest.
                                           # "ready MASTER WORKER..." and rests until killed
                                           # (with FORK_MAPS_DIR: fork_maps.py keeps the master's
                                           # maps at each fork there)
-    python drive.py REQUESTS REST_SECONDS  # REQUESTS requests, prints "requests per second: X",
+    python drive.py REQUESTS REST_SECONDS  # one request that waits for the server to be up, then
+                                          # REQUESTS requests, prints "requests per second: X",
                                           # rests (0.7 of the way: "rest pss BYTES", smaps_rollup's
                                           # Pss summed over itself and gunicorn's tree), then stops
                                           # gunicorn (SIGTERM) and exits
