@@ -54,6 +54,15 @@ def private_dirty_in_inherited(pid, parent):
     return total
 
 
+def pss_sum(pids):
+    """smaps_rollup's Pss summed over the processes, read here."""
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/smaps_rollup") as fh:
+            total += next(int(line.split()[1]) * 1024 for line in fh if line.startswith("Pss:"))
+    return total
+
+
 def test_workers_whose_collections_copied_the_masters_objects(tree):
     master, workers = tree(PREFORK_GC, 4, "hold")
     proc = memgap("inspect", "--tree", str(master), "--json", "-")
@@ -138,11 +147,17 @@ def test_a_multiprocessing_pool_with_fork_gets_the_same_explanation(tmp_path):
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, start_new_session=True)
     try:
         workers = [int(p) for p in proc.stdout.readline().split()[1:]]
+        before = pss_sum([proc.pid, *workers])
         doc = json.loads(memgap("inspect", "--tree", str(proc.pid), "--json", "-").stdout)
+        after = pss_sum([proc.pid, *workers])
         witness = {pid: private_dirty_in_inherited(pid, proc.pid) for pid in workers}
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+    # the tree's total is its PSS, against the kernel's summed by the test before and after (at rest)
+    assert sorted(p["pid"] for p in doc["processes"]) == sorted([proc.pid, *workers])
+    assert abs(before - after) <= 0.005 * before, (before / MiB, after / MiB)
+    assert abs(doc["total_pss"] - before) <= 0.02 * before, (doc["total_pss"] / MiB, before / MiB)
     by_pid = {p["pid"]: p for p in doc["processes"]}
     busy = [pid for pid in workers if (by_pid[pid]["copied_from_parent"] or {}).get("copied", 0) > 10 * MiB]
     assert busy, {pid: by_pid[pid]["copied_from_parent"] for pid in workers}  # at least one ran a collection

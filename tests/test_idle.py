@@ -31,6 +31,15 @@ def test_rss_that_moves_ends_a_spell_and_a_steady_one_keeps_it():
     assert spell.update(1.1, 0.0, 140 * MiB) == "end"                        # +40 MiB: the program works
 
 
+def test_a_short_burst_late_in_a_long_spell_ends_it():
+    """A forked worker's request after seconds of rest: 0.25 s of CPU, no RSS moved (its copies
+    on write do not move RSS), under a tenth of the whole spell, but not of its last second."""
+    spell = QuietSpell(after=1.0)
+    readings = [(t / 10, 0.1, 100 * MiB) for t in range(0, 51)]              # 5 s of rest
+    readings += [(5.1, 0.2, 100 * MiB), (5.2, 0.35, 100 * MiB)]              # a full collection
+    assert _feed(spell, readings) == [(1.0, "quiet"), (5.2, "end")]
+
+
 def _snap(phase, t, rss, **extra):
     return {"phase": phase, "time": t, "rss": rss, **extra}
 

@@ -65,14 +65,22 @@ class QuietSpell:
         self.reported = False
         self._cpu0 = 0.0
         self._rss0 = 0
+        self._recent: list[tuple[float, float]] = []  # (time, CPU) readings of the last ``after`` seconds
 
     def update(self, now: float, cpu: float, rss: int) -> str | None:
         if self.since is None:
             self._restart(now, cpu, rss)
             self.rested_since = now
+            self._recent = [(now, cpu)]
             return None
         elapsed = now - self.since
-        busy = cpu - self._cpu0 > BUSY_SHARE * elapsed + CPU_SLACK
+        # over the spell, and over its last ``after`` seconds: a long spell would otherwise absorb
+        # a short burst (a forked worker's request, whose copies on write move no RSS)
+        self._recent = [r for r in self._recent if r[0] >= now - self.after] or self._recent[-1:]
+        t0, cpu0 = self._recent[0]
+        self._recent.append((now, cpu))
+        busy = (cpu - self._cpu0 > BUSY_SHARE * elapsed + CPU_SLACK
+                or cpu - cpu0 > BUSY_SHARE * (now - t0) + CPU_SLACK)
         slack = max(RSS_SLACK, RSS_SHARE * self._rss0)
         if busy or abs(rss - self._rss0) > slack:
             ended = self.reported
@@ -151,8 +159,20 @@ def idle_of_process(entry: dict[str, Any], timeline: list[dict[str, Any]], start
         return None
     snap = found.snapshot or {}
     return {"rss": found.rss, "rule": found.rule, "label": found.label, "time": snap.get("time"),
-            "pss": (snap.get("status") or {}).get("Pss"),  # of the snapshot: a tree is summed by it
+            "pss": _pss_at_idle(snap, entry),  # a tree is summed by it
             # when the work ended, for a found idle: its rest began (a trim in the rest restarts a spell,
             # not the rest), or the exit did
             "work_ended": (snap.get("rested_since") or snap.get("quiet_since")
                            or (snap.get("time") if found.rule == "before exit" else None))}
+
+
+def _pss_at_idle(snap: dict[str, Any], entry: dict[str, Any]) -> int | None:
+    """A process's PSS at its idle: the last reading of it within the quiet spell its idle
+    snapshot opened (the recorder reads the quiet ones again as each other process goes quiet),
+    else the snapshot's."""
+    pss = (snap.get("status") or {}).get("Pss")
+    if snap.get("phase") != QUIET_PHASE or snap.get("time") is None:
+        return pss
+    end = min((t for t in entry.get("quiet_ends", []) if t > snap["time"]), default=float("inf"))
+    later = [value for t, value in entry.get("pss_reads", []) if snap["time"] < t < end]
+    return later[-1] if later else pss

@@ -139,8 +139,23 @@ class OutsideQuiet:
         if event == "quiet":
             _outside_snapshot(writer, pid, QUIET_PHASE, start, quiet_since=spell.since,
                               rested_since=spell.rested_since)
+            self._pss_of_the_quiet(writer, pid)
         elif event == "end":
             writer.write({"type": "quiet-end", "pid": pid, "time": time.time()})
+
+    def _pss_of_the_quiet(self, writer: RecordingWriter, pid: int) -> None:
+        """The PSS of the processes already quiet, read again as ``pid`` goes quiet too: a shared
+        page's PSS moves when a sharer copies it (a forked worker's writes), with no CPU nor RSS of
+        the sharer's own, so a tree is summed at idle from readings of one moment."""
+        for other, spell in self.spells.items():
+            if other == pid or not spell.reported:
+                continue
+            try:
+                rollup = ProcReader(other).smaps_rollup()
+            except MemgapError:
+                continue  # it exited
+            if rollup is not None:
+                writer.write({"type": "pss", "pid": other, "time": time.time(), "pss": rollup.get("Pss")})
 
 
 def _stop(proc: subprocess.Popen, own_group: bool, grace: float = 0.0) -> None:  # type: ignore[type-arg]
@@ -410,10 +425,12 @@ def _add_event(processes: dict[int, dict[str, Any]], errors: list[dict[str, Any]
         _process_entry(processes, event["pid"])["trimmer"] = event.get("mode", "")
     elif kind == "quiet-end":
         _process_entry(processes, event["pid"]).setdefault("quiet_ends", []).append(event["time"])
+    elif kind == "pss":  # a quiet process's PSS read again as another one went quiet
+        _process_entry(processes, event["pid"]).setdefault("pss_reads", []).append([event["time"], event["pss"]])
     elif kind == "snapshot":
         entry = _process_entry(processes, event["pid"])
         snap = event["snapshot"]
-        if not entry["cmd"]:
+        if snap.get("cmd") or not entry["cmd"]:  # read later than the first sample: after an exec
             entry["cmd"] = snap.get("cmd", [])
         entry["snapshots"].append(snap)
 

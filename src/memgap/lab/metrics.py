@@ -299,13 +299,16 @@ def _tree_total(m: RunMetrics, run: dict[str, Any], proc: dict[str, Any], varian
     """Where several processes of the tree live at the measured process's idle, rank on their
     sum counted without double-counting shared pages: each one's PSS at its own idle, less
     what the variant's trims then released (private pages: PSS falls by as much)."""
-    at = (proc.get("idle") or {}).get("time")
+    at = _idle_began(proc)
     start = run.get("start")
     if m.idle is None or at is None or start is None:
         return
     last_seen: dict[int, float] = {}
     for s in run["timeline"]:
         last_seen[s["pid"]] = max(last_seen.get(s["pid"], 0.0), start + s["t"])
+    for p in run["processes"]:  # read from outside later than sampled: the recorder's rounds wait on snapshots
+        times = [s.get("time") or 0.0 for s in p["snapshots"]] + [t for t, _ in p.get("pss_reads", [])]
+        last_seen[p["pid"]] = max([last_seen.get(p["pid"], 0.0), *times])
     alive = [p for p in run["processes"] if p.get("idle") and (p is proc or last_seen.get(p["pid"], 0.0)
                                                               >= at - ALIVE_SLACK)]
     if len(alive) < 2:
@@ -322,6 +325,14 @@ def _tree_total(m: RunMetrics, run: dict[str, Any], proc: dict[str, Any], varian
     m.tree_how = (f"the sum over the {len(alive)} processes alive at idle of each one's PSS at its idle"
                   + (f" (RSS for {by_rss} read without a snapshot)" if by_rss else "")
                   + (", less what the variant's trims released" if variant.trim else ""))
+
+
+def _idle_began(proc: dict[str, Any]) -> float | None:
+    """When the measured process's idle began: its quiet spell's start where a spell found it
+    (processes alive during that spell are its tree at idle), else the idle moment."""
+    idle = proc.get("idle") or {}
+    snap = next((s for s in proc["snapshots"] if s.get("time") == idle.get("time")), {})
+    return snap.get("quiet_since") or idle.get("time")
 
 
 def _after_variant(p: dict[str, Any], variant: Variant) -> int:

@@ -55,6 +55,7 @@ class VariantSummary:
     baseline: tuple[int, int, int] | None = None    # post-import RSS
     wall: tuple[float, float, float] | None = None
     throughput: tuple[float, float, float] | None = None
+    tree: bool = False              # its idle is a tree's sum by PSS (several processes alive at idle)
     slowdown: float | None = None   # median over reps: wall / baseline wall, or baseline throughput / throughput
     patterns: list[str] = field(default_factory=list)
     pattern_counts: dict[str, int] = field(default_factory=dict)
@@ -81,6 +82,7 @@ def summarize(variant: Variant, runs: list[RunMetrics], baseline_runs: list[RunM
     s.baseline = _spread([r.baseline for r in ok if r.baseline is not None])
     s.wall = _spread([r.wall for r in ok])
     s.throughput = _spread([r.throughput for r in ok if r.throughput is not None])
+    s.tree = any(r.tree_how for r in ok)
     if s.throughput is not None:  # the workload's own figure, higher is better
         base_tp = {r.rep: r.throughput for r in baseline_runs if r.status == "ok" and r.throughput}
         ratios = [base_tp[r.rep] / r.throughput for r in ok if r.rep in base_tp and r.throughput]
@@ -135,9 +137,10 @@ def decide(summaries: list[VariantSummary], baseline_spec: str, max_slowdown: fl
     # The best median is never undercut (the whole range of anything clearly lower would lie below it).
     standing = [s for s in eligible if not any(clearly_lower(t, s) for t in eligible)]
     choice = min(standing, key=lambda s: (s.cost, s.settings, s.idle[0]))
-    reason = (f"idle RSS {choice.idle[0] / 2**20:.0f} MiB (range {choice.idle[1] / 2**20:.0f}-"
-              f"{choice.idle[2] / 2**20:.0f}) against the baseline's {base.idle[0] / 2**20:.0f} "
-              f"({base.idle[1] / 2**20:.0f}-{base.idle[2] / 2**20:.0f}), wall x{choice.slowdown or 1:.2f}; "
+    reason = (f"idle {'PSS summed over the tree' if choice.tree else 'RSS'} {choice.idle[0] / 2**20:.0f} MiB "
+              f"(range {choice.idle[1] / 2**20:.0f}-{choice.idle[2] / 2**20:.0f}) against the baseline's "
+              f"{base.idle[0] / 2**20:.0f} ({base.idle[1] / 2**20:.0f}-{base.idle[2] / 2**20:.0f}), "
+              f"slowdown x{choice.slowdown or 1:.2f} (by {'its throughput' if choice.throughput else 'wall time'}); "
               f"{COST_WORDS[choice.cost]}")
     if choice is not eligible[0]:
         reason += (f"; chosen over {eligible[0].spec} ({eligible[0].idle[0] / 2**20:.0f} MiB) "

@@ -38,9 +38,23 @@ def table_rows(lab: dict[str, Any]) -> list[list[str]]:
         wall = f"{v['wall'][0]:.2f}" if v["wall"] else "-"
         slow = f"x{v['slowdown']:.2f}" if v["slowdown"] else "-"
         peaks = [_spread(v["peak"])] + ([_spread(v.get("cgroup_peak"))] if cgroup else [])
-        rows.append([v["spec"], _spread(v["baseline"]), *peaks, _spread(v["idle"]),
+        rate = [_rates(v.get("throughput"))] if _metric(lab) else []
+        rows.append([v["spec"], _spread(v["baseline"]), *peaks, _spread(v["idle"]), *rate,
                      _spread(v["after_trim"]), wall, slow, _pattern(v), _verdict_word(lab, v)])
     return rows
+
+
+def _metric(lab: dict[str, Any]) -> str:
+    """The throughput the workload reported (--metric), shown beside idle; "" where wall time counts."""
+    metric = lab.get("metric") or ""
+    return "" if metric == "wall time" else metric
+
+
+def _rates(value: Any) -> str:
+    if not value:
+        return "-"
+    med, lo, hi = value
+    return f"{med:.3g} ({lo:.3g}-{hi:.3g})"
 
 
 def _cgroup_peaks(lab: dict[str, Any]) -> bool:
@@ -59,11 +73,15 @@ COLUMNS = tuple(c.header for c in VARIANT_COLUMNS)
 
 def variant_columns(lab: dict[str, Any]) -> tuple[Col, ...]:
     """The columns of this lab's table: the run cgroups' peak after the RSS peak where runs had
-    cgroups of their own; under --memory-limit it is what the limit met, so it always stays."""
-    if not _cgroup_peaks(lab):
-        return VARIANT_COLUMNS
-    limited = bool((lab.get("cgroup") or {}).get("limit"))
-    return VARIANT_COLUMNS[:3] + (Col("cgroup peak", optional=0 if limited else 6),) + VARIANT_COLUMNS[3:]
+    cgroups of their own (under --memory-limit it is what the limit met, so it always stays);
+    the workload's throughput (--metric), higher is better, after idle."""
+    cols = list(VARIANT_COLUMNS)
+    if _metric(lab):
+        cols.insert(4, Col(_metric(lab), optional=1))
+    if _cgroup_peaks(lab):
+        limited = bool((lab.get("cgroup") or {}).get("limit"))
+        cols.insert(3, Col("cgroup peak", optional=0 if limited else 6))
+    return tuple(cols)
 
 
 def cgroup_lines(lab: dict[str, Any]) -> list[str]:
@@ -225,8 +243,12 @@ def measured_line(lab: dict[str, Any]) -> str:
     for r in summed:
         own.setdefault(r["variant"], []).append(r["process_idle"])
     figures = ", ".join(f"{variant} {mib(statistics.median(values))}" for variant, values in own.items())
+    timed = (f"the throughput is the workload's own {lab['metric']}" if _metric(lab) else
+             "wall s is that process's work alone (a preforked master's ends once it has forked, before its "
+             "workers serve): for the tree's throughput, have the load report one (--metric, --metric-regex)")
     return (f"Idle is the tree's total: {summed[0]['tree_how']} (--process REGEX ranks one process). "
-            f"Its largest process on its own at idle, MiB (median): {figures}; it runs {summed[0]['process']}")
+            f"Its largest process on its own at idle, MiB (median): {figures}; it runs {summed[0]['process']}; "
+            f"{timed}")
 
 
 def _rule_kind(label: str) -> str:

@@ -17,7 +17,6 @@ symbol has section index 0 (SHN_UNDEF).
 """
 from __future__ import annotations
 
-import functools
 import os
 import stat
 import struct
@@ -201,8 +200,13 @@ def parse_elf_bytes(data: bytes) -> ElfInfo:
     return parse_elf(lambda offset, length: data[offset:offset + length], len(data))
 
 
-@functools.lru_cache(maxsize=2048)
-def _read_elf_cached(path: str, _identity: tuple[int, int, int, int]) -> ElfInfo | MalformedInput:
+# by the file's identity, not its path: one library seen through /proc/PID/root of each process of
+# a tree (nine workers of one server) is one file, parsed once
+_FILES: dict[tuple[int, int, int, int], "ElfInfo | MalformedInput"] = {}
+_FILES_KEPT = 2048
+
+
+def _read_elf_file(path: str) -> ElfInfo | MalformedInput:
     with open(path, "rb") as fh:
         fd = fh.fileno()
         try:
@@ -219,7 +223,13 @@ def read_elf(path: str) -> ElfInfo:
     st = os.stat(path)
     if not stat.S_ISREG(st.st_mode):  # a device or FIFO could block or have side effects when read
         raise MalformedInput("ELF file", f"{path}: not a regular file")
-    result = _read_elf_cached(path, (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size))
+    identity = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+    result = _FILES.get(identity)
+    if result is None:
+        result = _read_elf_file(path)
+        if len(_FILES) >= _FILES_KEPT:
+            _FILES.pop(next(iter(_FILES)))  # the first read goes first
+        _FILES[identity] = result
     if isinstance(result, MalformedInput):
         raise MalformedInput("ELF file", f"{path}: {str(result).removeprefix('malformed ELF file: ')}")
     return result
@@ -227,7 +237,7 @@ def read_elf(path: str) -> ElfInfo:
 
 def forget_elf_files() -> None:
     """Empty the cache of files read (a process that reads them once needs not keep them)."""
-    _read_elf_cached.cache_clear()
+    _FILES.clear()
 
 
 def read_section(path: str, info: ElfInfo, name: str, limit: int = 64 << 20) -> bytes:
