@@ -185,7 +185,7 @@ def test_one_process_its_rss_and_what_a_trim_would_release(servers):
     try:
         said = json.loads(read_line(proc))
         pid, freed = said["pid"], said["freed"]
-        server = servers(str(pid))
+        server = servers("--refresh", "0", str(pid))  # read at every scrape: figures of the moment
         families, took = server.scrape()
         rss_now = vmrss(pid)
         (key, rss), = by_role(families, "memgap_rss_bytes").items()
@@ -234,7 +234,7 @@ def test_a_tree_by_role_and_index_and_a_replaced_worker(servers):
     try:
         master = proc.pid
         old, second = map(int, read_line(proc).split()[1:])
-        server = servers("--tree", str(master))
+        server = servers("--refresh", "0", "--tree", str(master))
         families, took = server.scrape()
         rss = by_role(families, "memgap_rss_bytes")
         expected = {("master", 0): master, ("worker", 0): old, ("worker", 1): second}
@@ -269,7 +269,7 @@ def test_a_match_that_exits_leaves_no_series_and_a_new_one_appears(servers):
     later = None
     try:
         read_line(first)
-        server = servers("--match", mark)
+        server = servers("--refresh", "0", "--match", mark)
         families, _ = server.scrape()
         rss = by_role(families, "memgap_rss_bytes")
         assert list(rss) == [("metrics_targets.py", 0)] and near(rss[("metrics_targets.py", 0)], vmrss(first.pid))
@@ -287,6 +287,63 @@ def test_a_match_that_exits_leaves_no_series_and_a_new_one_appears(servers):
         stop(first)
         if later is not None:
             stop(later)
+
+
+def per_process(families):
+    """Every per-process and per-cgroup sample: what one collection holds."""
+    return {name: fam["samples"] for name, fam in families.items()
+            if not name.startswith(("memgap_scrape_", "memgap_collection", "memgap_processes"))}
+
+
+def one(families, name):
+    (labels, value), = samples(families, name)
+    assert labels == {}, (name, labels)
+    return value
+
+
+def check_adds_up(families):
+    (rss,) = by_role(families, "memgap_rss_bytes").values()
+    (unexplained,) = by_role(families, "memgap_unexplained_bytes").values()
+    layers = sum(v for _, v in samples(families, "memgap_memory_bytes"))
+    assert abs(layers + unexplained - rss) <= 0.01 * rss, (layers, unexplained, rss)
+    return rss
+
+
+def test_a_collection_is_served_until_the_next_with_its_age_and_cost(servers):
+    proc = start(TARGETS_PY, "grow", f"metrics-{uuid.uuid4().hex[:12]}")
+    try:
+        pid = int(read_line(proc).split()[1])
+        server = servers("--refresh", "3600", str(pid))  # no collection in the test but the ones asked for
+        first, _ = server.scrape()
+        first_end = time.monotonic()
+        rss = check_adds_up(first)
+        assert near(rss, vmrss(pid)), (rss, vmrss(pid))
+        number, age, cpu = (one(first, n) for n in ("memgap_collections_total", "memgap_collection_age_seconds",
+                                                    "memgap_collection_seconds"))
+        assert first["memgap_collections_total"]["type"] == "counter" and number >= 1 and 0 <= age and 0 < cpu
+        proc.stdin.write("grow\n")
+        proc.stdin.flush()
+        grown = json.loads(read_line(proc))
+        assert grown["after"] - grown["before"] >= 30 * MiB, grown
+        # before its refresh: the same collection, every figure as it was, only older
+        stale_began = time.monotonic()
+        stale, _ = server.scrape()
+        assert per_process(stale) == per_process(first)
+        assert one(stale, "memgap_collections_total") == number and one(stale, "memgap_collection_seconds") == cpu
+        assert one(stale, "memgap_collection_age_seconds") - age >= stale_began - first_end
+        # SIGUSR1 starts a collection: the next one shows the growth the target measured
+        asked = time.monotonic()
+        server.proc.send_signal(signal.SIGUSR1)
+        while one(fresh := server.scrape()[0], "memgap_collections_total") == number:
+            assert time.monotonic() - asked < 60, "no collection after SIGUSR1"
+            time.sleep(0.05)
+        answered = time.monotonic()
+        assert one(fresh, "memgap_collections_total") == number + 1
+        assert 0 <= one(fresh, "memgap_collection_age_seconds") <= answered - asked
+        grew = check_adds_up(fresh) - rss
+        assert near(grew, grown["after"] - grown["before"]) and near(check_adds_up(fresh), vmrss(pid))
+    finally:
+        stop(proc)
 
 
 def one_line_error(proc, code, said):
@@ -348,9 +405,9 @@ def test_label_values_are_escaped_and_read_back():
 def test_the_docs_name_only_metrics_the_exporter_serves():
     """The serve-metrics page (docs/commands/serve-metrics.md), the Grafana dashboard and the alert rules against the families
     memgap renders: a renamed metric would leave a dashboard empty without a word."""
-    from memgap.metrics_export import process_families, scrape_families
+    from memgap.metrics_export import collection_families, process_families, scrape_families
 
-    served = {f.name for f in [*process_families([]), *scrape_families(0, 0.0, 0)]}
+    served = {f.name for f in [*process_families([]), *scrape_families(0, 0.0, 0), *collection_families(0, 0, 0)]}
     root = os.path.dirname(HERE)
     with open(os.path.join(root, "docs", "grafana-memgap.json")) as fh:
         dashboard = json.load(fh)

@@ -159,15 +159,30 @@ def process_families(targets: Sequence[Target]) -> list[Family]:
 
 def scrape_families(processes: int, seconds: float, errors_total: int) -> list[Family]:
     """The scrape's own families: how many processes it read, what it cost, its errors so far."""
-    read = _family("memgap_processes", "Processes read in this scrape (a target that exited is left out).")
+    read = _family("memgap_processes", "Processes read for the figures served (a target that exited is left out).")
     read.add((), processes)
-    took = _family("memgap_scrape_duration_seconds", "Wall time memgap took to read the processes for this scrape.")
+    took = _family("memgap_scrape_duration_seconds", "Wall time memgap took to answer this scrape (reading the "
+                   "processes included where it reads them at the scrape).")
     took.add((), seconds)
     errors = _family("memgap_scrape_errors_total", "Processes memgap failed to read (permission, malformed "
                      "/proc text), over every scrape since it started; a process that exited is no error.",
                      "counter")
     errors.add((), errors_total)
     return [read, took, errors]
+
+
+def collection_families(age: float, cpu: float, collections: int) -> list[Family]:
+    """How old the figures served are and what reading them cost (``memgap serve-metrics``)."""
+    age_f = _family("memgap_collection_age_seconds", "Seconds since the collection served began: the per-process "
+                    "figures are cached between collections (serve-metrics --refresh), none is older than this.")
+    age_f.add((), age)
+    cpu_f = _family("memgap_collection_seconds", "CPU time (user + system) memgap spent reading every process "
+                    "for the collection served.")
+    cpu_f.add((), cpu)
+    count = _family("memgap_collections_total", "Collections (reads of every process) completed since memgap "
+                    "started.", "counter")
+    count.add((), collections)
+    return [age_f, cpu_f, count]
 
 
 def _escape_label(value: str) -> str:

@@ -1,8 +1,9 @@
-"""One scrape: find the processes asked for, read each from outside, render the metrics.
+"""Collections and scrapes: find the processes asked for, read each from outside, render the metrics.
 
-Targets are found afresh at every scrape (a worker that exited drops out, a new one or a new
-match appears); each is read with ``snapshot_pid``, which never stops or changes it. A process
-that exits while it is read is left out silently: in a fleet that is a restart, not an error.
+Targets are found afresh at every collection (at every scrape, or every ``refresh`` seconds in
+a thread of their own): a worker that exited drops out, a new one or a new match appears. Each
+is read with ``snapshot_pid``, which never stops or changes it. A process that exits while it
+is read is left out silently: in a fleet that is a restart, not an error.
 """
 from __future__ import annotations
 
@@ -18,8 +19,8 @@ import psutil
 
 from .collect import Options, snapshot_pid
 from .errors import MemgapError, NoSuchProcess
-from .metrics_export import Process, Target, label_by_command, label_tree, process_families, render, \
-    scrape_families
+from .metrics_export import Process, Target, collection_families, label_by_command, label_tree, \
+    process_families, render, scrape_families
 from .sources.procfs import ProcReader
 
 
@@ -82,18 +83,36 @@ def find_processes(selection: Selection, exclude: set[int] | None = None) -> lis
     return [p for p in found if p is not None]
 
 
-class Scraper:
-    """Reads the selection on each call of ``scrape`` and keeps the error count across calls.
-    Scrapes run one at a time (two Prometheus servers scraping at once wait for each other)."""
+@dataclass(frozen=True)
+class Collection:
+    """One complete read of every target: what a scrape serves until the next one."""
 
-    def __init__(self, selection: Selection, log: TextIO | None = None) -> None:
+    body: str          # the per-process families, rendered
+    processes: int
+    started: float     # time.monotonic() when the reading began
+    cpu: float         # CPU seconds (user + system) of the thread that read them
+    number: int        # 1 for the first since the server started
+
+
+class Scraper:
+    """Reads the selection and serves it. ``refresh`` 0: every ``scrape`` reads the processes
+    afresh; else ``scrape`` serves the last complete collection, which a thread started by
+    ``start`` renews ``refresh`` seconds after the previous one ended (or at ``refresh_now``).
+    Collections run one at a time; the error count is kept across them."""
+
+    def __init__(self, selection: Selection, log: TextIO | None = None, refresh: float = 0.0) -> None:
         self.selection = selection
+        self.refresh = refresh
         self.errors_total = 0
+        self.collections = 0
         self.last_errors: list[MemgapError] = []
         self.last_processes = 0
         self._log = log if log is not None else sys.stderr
         self._lock = threading.Lock()
         self._exclude = _own_lineage() if selection.match is not None else set()
+        self._last: Collection | None = None
+        self._ready = threading.Event()
+        self._wake = threading.Event()
 
     def _read(self, proc: Process) -> Target | None:
         snap = snapshot_pid(proc.pid, Options(regions=False))
@@ -124,10 +143,45 @@ class Scraper:
         self.last_processes = len(read)
         return [Target(t.snapshot, *labels[p.pid]) for p, t in read]
 
-    def scrape(self) -> str:
-        """The /metrics page: fresh snapshots of every target, and the scrape's own figures."""
+    def collect(self) -> Collection:
+        """Every target read now and rendered, kept as the collection scrapes serve."""
         with self._lock:
-            started = time.perf_counter()
+            started, cpu = time.monotonic(), time.thread_time()
             targets = self.targets()
-            took = time.perf_counter() - started
-            return render([*process_families(targets), *scrape_families(len(targets), took, self.errors_total)])
+            body = render(process_families(targets))
+            self.collections += 1
+            self._last = Collection(body, len(targets), started, time.thread_time() - cpu, self.collections)
+            self._ready.set()
+            return self._last
+
+    def _renew(self) -> None:
+        while True:
+            self._wake.wait(self.refresh)
+            self._wake.clear()
+            try:
+                self.collect()
+            except Exception as exc:  # a bug must not end the refreshes: the age gauge shows it
+                print(f"memgap: serve-metrics: collection failed: {exc!r}", file=self._log, flush=True)
+
+    def start(self) -> None:
+        """The thread that renews the collection (with ``refresh`` > 0)."""
+        threading.Thread(target=self._renew, name="memgap-collect", daemon=True).start()
+
+    def refresh_now(self) -> None:
+        """Start the next collection now rather than at the end of the refresh interval."""
+        self._wake.set()
+
+    def scrape(self) -> str:
+        """The /metrics page: the last collection (read now where ``refresh`` is 0), its age and
+        cost, and the scrape's own figures."""
+        began = time.perf_counter()
+        if self.refresh == 0:
+            last = self.collect()
+        else:
+            self._ready.wait()  # a scrape before the first collection waits for it
+            last = self._last
+        assert last is not None
+        took = time.perf_counter() - began
+        tail = [*scrape_families(last.processes, took, self.errors_total),
+                *collection_families(time.monotonic() - last.started, last.cpu, last.number)]
+        return last.body + render(tail)

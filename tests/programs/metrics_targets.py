@@ -16,6 +16,9 @@ Nothing imports memgap.
                                   each stdin line: "replace" -> the oldest worker exits and a new
                                   one starts (printed again); anything else -> all exit
   metrics_targets.py sleep MARK   prints "ready PID" and sleeps 60 s
+  metrics_targets.py grow MARK    prints "ready PID"; on each stdin line "grow": writes 32 MiB more
+                                  of its own, prints {"before", "after"} (VmRSS bytes); anything
+                                  else -> exit
 
 MARK is not read: it makes the command line unique for --match. Only "collector" imports memgap.
 """
@@ -128,4 +131,15 @@ def sleep():
     time.sleep(60)
 
 
-{"glibc": glibc, "collector": lambda: glibc(serve=True), "tree": tree, "sleep": sleep}[sys.argv[1]]()
+def grow():
+    held = []
+    print("ready", os.getpid(), flush=True)
+    for line in sys.stdin:
+        if line.strip() != "grow":
+            return
+        before = vmrss()
+        held.append(b"\x03" * (32 * MiB))  # written: every page resident
+        print(json.dumps({"before": before, "after": vmrss()}), flush=True)
+
+
+{"glibc": glibc, "collector": lambda: glibc(serve=True), "tree": tree, "sleep": sleep, "grow": grow}[sys.argv[1]]()

@@ -1,17 +1,20 @@
 """Serve Prometheus metrics of a process, a tree or every matching process, read from outside.
 
-  memgap serve-metrics [--port N] [--address A] (PID | --tree PID | --match REGEX)
+  memgap serve-metrics [--port N] [--address A] [--refresh S] (PID | --tree PID | --match REGEX)
 
-Each scrape of /metrics reads the processes afresh (never stopping or changing them):
-a worker that exited drops out, a new worker or a new match appears. Series carry
-`role` (master/worker in a tree, else the command's name), `index` (by start time)
-and `allocator`, never the PID: a restarted worker would make new series.
+The processes are read afresh (never stopping or changing them) in a collection every
+--refresh seconds (10; a scrape serves the last one at once, its age in
+memgap_collection_age_seconds) or, with --refresh 0, at every scrape. SIGUSR1 starts a
+collection now. A worker that exited drops out, a new worker or a new match appears.
+Series carry `role` (master/worker in a tree, else the command's name), `index` (by start
+time) and `allocator`, never the PID: a restarted worker would make new series.
 --port 0 takes a free port; the address served is printed on stdout.
 """
 from __future__ import annotations
 
 import argparse
 import re
+import signal
 import socket
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -21,6 +24,7 @@ from ..metrics_scrape import Scraper, Selection, find_processes
 from . import _common
 
 DEFAULT_PORT = 9555
+DEFAULT_REFRESH = 10.0  # under the common scrape interval (15 s): each scrape serves figures under ~10 s old
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -30,6 +34,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=_common.port, default=DEFAULT_PORT, metavar="N", help=f"port to listen on ({DEFAULT_PORT})")
     p.add_argument("--address", default="0.0.0.0", metavar="A",
                    help="address to listen on (0.0.0.0: every interface; 127.0.0.1: this machine only)")
+    p.add_argument("--refresh", type=_common.seconds_or_zero, default=DEFAULT_REFRESH, metavar="S",
+                   help=f"seconds between the end of a collection and the next ({DEFAULT_REFRESH:g}); "
+                        "0: read the processes at every scrape")
 
 
 def selection(args: argparse.Namespace) -> Selection:
@@ -91,10 +98,13 @@ def main(args: argparse.Namespace) -> int:
         raise NoSuchProcess(chosen.pid) if chosen.match is None else NoMatchingProcess(chosen.match.pattern)
     server = listen(args.address, args.port)
     try:
-        scraper = Scraper(chosen)
-        scraper.targets()  # a first read: what cannot be read at all is said now, not at every scrape
+        scraper = Scraper(chosen, refresh=args.refresh)
+        scraper.collect()  # a first read: what cannot be read at all is said now, not at every scrape
         if not scraper.last_processes and scraper.last_errors:
             raise scraper.last_errors[0]
+        if args.refresh > 0:
+            scraper.start()
+            signal.signal(signal.SIGUSR1, lambda signum, frame: scraper.refresh_now())
         server.scraper = scraper
         host, port = server.server_address[:2]
         host = f"[{host}]" if ":" in host else host  # an IPv6 address in a URL
