@@ -77,7 +77,10 @@ def _typed(value: Any, hint: Any, where: str) -> Any:
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
             return None
-        for arg in (a for a in args if a is not type(None)):
+        kinds = [a for a in args if a is not type(None)]
+        if len(kinds) == 1:  # X | None: what is wrong with it as an X
+            return _typed(value, kinds[0], where)
+        for arg in kinds:
             try:
                 return _typed(value, arg, where)
             except MalformedInput:
