@@ -498,7 +498,7 @@ def load_run(record_dir: str) -> RunDocument:
 
 def _series_findings(processes: list[ProcessRecord]) -> list[dict[str, Any]]:
     """The findings over each process's phases (memgap.diagnose.diagnose_series), each with its pid."""
-    findings = []
+    findings: list[dict[str, Any]] = []
     for entry in processes:
         snaps = [s for s in entry.phases() if not str(s.phase or "").endswith(":end")]
         findings.extend({**f.__dict__, "pid": entry.pid} for f in diagnose_series(snaps))

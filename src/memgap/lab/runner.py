@@ -318,7 +318,7 @@ def lab_document(options: LabOptions, results: list[RunMetrics], seconds: float,
     """The lab's results. With swept parameters the verdict at the top is the one of
     the cell where the baseline idles highest (the worst case); every cell has its own."""
     baseline = next((v for v in options.variants if v.is_baseline), None)
-    cells = []
+    cells: list[dict[str, Any]] = []
     for cell in options.cells():
         runs = [r for r in results if r.params == cell]
         if not runs:
