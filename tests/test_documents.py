@@ -15,6 +15,7 @@ import sys
 
 import pytest
 
+from conftest import child_env
 from helpers import memgap, run_recorded
 from memgap.documents import (LabDocument, ProcessRecord, RunDocument, RunFigures, RunStatus, TrimMode, TrimRecord,
                               TrimRoute, load_document)
@@ -188,3 +189,21 @@ def test_the_words_are_their_values_in_json_and_text():
     assert f"{RunStatus.NO_IDLE} {TrimRoute.IN_PROCESS:>11}" == "no-idle  in-process"
     assert [TrimMode.of(s) for s in ("", "idle", "quiet", "every:5")] == [None, TrimMode.IDLE, TrimMode.QUIET,
                                                                           TrimMode.EVERY]
+
+
+def test_the_agents_trim_at_idle_is_recorded_with_its_route(tmp_path):
+    """A program that is not Python, its idle marked on stdout: memgap reads it from outside and
+    asks its agent to trim; the record says ``route`` (8a6ec88 wrote ``by``)."""
+    script = tmp_path / "idle.sh"
+    script.write_text("echo idle\nsleep 1\n")
+    out = tmp_path / "run.json"
+    done = memgap("run", "--phase-regex", "^(idle)$", "--json", str(out), "--", "/bin/sh", str(script),
+                  env=child_env(MEMGAP_TRIM_AFTER="idle"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    data = read(out)
+    run = RunDocument.from_dict(data)
+    assert as_json(run) == data
+    (trim,) = [t for p in run.processes for t in p.trims_at_marks()]
+    saved = next(s["trim"] for p in data["processes"] for s in p["snapshots"] if s.get("trim"))
+    assert trim.route is TrimRoute.AGENT and saved["route"] == "agent" and "by" not in saved
+    assert set(saved) == {"performed", "route", "rss_before", "rss_after", "released", "seconds", "reason"}
