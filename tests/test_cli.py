@@ -225,15 +225,15 @@ def test_run_killed_midway_keeps_recording(tmp_path):
     while time.time() < deadline:
         if os.path.exists(record_dir) and any(f.startswith("process-") for f in os.listdir(record_dir)):
             run = load_run(record_dir)
-            if any(len(p["snapshots"]) == 3 for p in run["processes"]):
+            if any(len(p.snapshots) == 3 for p in run.processes):
                 break
         time.sleep(0.2)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     run = load_run(record_dir)
-    assert not run["complete"]
-    assert run["timeline"], "samples written before the kill are kept"
-    phases = [s["phase"] for p in run["processes"] for s in p["snapshots"]]
+    assert not run.complete
+    assert run.timeline, "samples written before the kill are kept"
+    phases = [s["phase"] for p in run.processes for s in p.snapshots]
     assert phases == ["step-0", "step-1", "step-2"]
     # and the CLI shows what it kept
     shown = memgap("report", record_dir, "--json", str(tmp_path / "kept.json"))

@@ -124,6 +124,13 @@ def test_trimmer_recommendations_for_python_and_for_other_programs():
     assert "args=(5,)" in every["python_plain"]
 
 
+def _run(fields):
+    """A run document made by hand: the fields given, the rest as an earlier memgap left them."""
+    from memgap.documents import RunDocument
+
+    return RunDocument.from_dict({"schema": "memgap.run/1", **fields})
+
+
 def test_post_rest_is_the_exit_figure():
     snap = {"phase": "", "rss": 0, "layers": {}, "status": {}, "allocator": {"name": "glibc"},
             "route": "in-process", "time": 0}
@@ -133,7 +140,7 @@ def test_post_rest_is_the_exit_figure():
                                                   dict(snap, phase="exit", rss=40)]}]}
     from memgap.lab.metrics import run_metrics
 
-    plain = run_metrics(run, "glibc", 1, 1, 0.0)
+    plain = run_metrics(_run(run), "glibc", 1, 1, 0.0)
     assert (plain.idle, plain.post_rest, plain.python) == (80, 40, True)
 
 
@@ -197,7 +204,7 @@ def test_the_lab_document_and_its_report_state_the_margin():
             for rep in (1, 2) for spec, idle in (("glibc", 37), ("glibc:arena_max=2", 37.01))]
     options = LabOptions(cmd=["work"], variants=[V.parse_variant(s) for s in ("glibc", "glibc:arena_max=2")],
                          reps=2, lab_dir="/nonexistent")
-    lab = lab_document(options, runs, 1.0)
+    lab = lab_document(options, runs, 1.0).to_dict()
     assert lab["material"] == {"share": 0.05, "bytes": 2097152}
     assert lab["recommendation"] is None
     out = io.StringIO()
@@ -290,8 +297,9 @@ def test_a_pymalloc_setting_on_a_program_that_is_not_python_did_not_apply():
 
     def run(route):
         snap = {"rss": 30, "layers": {}, "status": {}, "allocator": {"name": "glibc"}, "route": route, "time": 0}
-        return {"exit_code": 0, "duration": 1.0, "timeline": [],
-                "processes": [{"pid": 1, "snapshots": [dict(snap, phase="post-import"), dict(snap, phase="idle")]}]}
+        return _run({"exit_code": 0, "duration": 1.0, "timeline": [],
+                     "processes": [{"pid": 1, "snapshots": [dict(snap, phase="post-import"),
+                                                            dict(snap, phase="idle")]}]})
 
     outside = run_metrics(run("outside, with the agent"), "glibc:pymalloc=off", 1, 1, 0.0)
     assert outside.status == "not-applied" and "not a Python one" in outside.note
@@ -308,8 +316,8 @@ def test_a_server_seen_only_from_outside_shows_its_trimmer_and_its_interpreter()
             "time": 0, "phase": "quiet"}
 
     def run(cmd, **entry):
-        return {"exit_code": -15, "duration": 1.0, "stopped_at_idle": True, "timeline": [],
-                "processes": [{"pid": 1, "cmd": cmd, "snapshots": [snap], **entry}]}
+        return _run({"exit_code": -15, "duration": 1.0, "stopped_at_idle": True, "timeline": [],
+                     "processes": [{"pid": 1, "cmd": cmd, "snapshots": [snap], **entry}]})
 
     server = ["/usr/bin/python3", "-m", "uvicorn", "app:app"]
     assert run_metrics(run(server), "glibc:trim=every:1", 1, 1, 0.0).status == "not-applied"
@@ -330,7 +338,7 @@ def test_a_trimmer_variants_idle_is_what_its_own_trims_left():
             proc["trims"] = [{"time": 1, "rss_before": 80, "rss_after": after} for after in trims]
         if agent_trims:
             proc["agent_exit"] = {"trimmer": {"mode": "idle", "trims": float(agent_trims)}}
-        return {"exit_code": 0, "duration": 5.0, "timeline": [], "processes": [proc]}
+        return _run({"exit_code": 0, "duration": 5.0, "timeline": [], "processes": [proc]})
 
     assert run_metrics(run(trims=[50, 45]), "glibc:trim=quiet", 1, 1, 0.0).idle == 45  # its last trim
     assert run_metrics(run(agent_trims=1), "glibc:trim=quiet", 1, 1, 0.0).idle == 20  # at exit
@@ -347,11 +355,11 @@ def test_a_recommended_idle_trim_says_when_the_idle_trimmer_never_got_to_trim():
             for rep in (1, 2, 3) for spec, idle, note in (("glibc", 43, ""), ("glibc:trim=idle", 27, ""),
                                                          ("glibc:trim=quiet", 43, never))]
     options = LabOptions(cmd=["work"], variants=[V.parse_variant(s) for s in specs], lab_dir="/nonexistent")
-    rec = lab_document(options, runs, 1.0)["recommendation"]
+    rec = lab_document(options, runs, 1.0).recommendation
     assert rec["variant"] == "glibc:trim=idle" and "never trimmed" in rec["notes"][-1]
     trimmed = [r for r in runs if r.variant != "glibc:trim=quiet"] + [
         RunMetrics("glibc:trim=quiet", rep, 0, "ok", wall=1.4, idle=30 * MiB, baseline=23 * MiB) for rep in (1, 2, 3)]
-    rec = lab_document(options, trimmed, 1.0)["recommendation"]
+    rec = lab_document(options, trimmed, 1.0).recommendation
     assert not any("never trimmed" in note for note in rec["notes"])
 
 

@@ -24,8 +24,10 @@ def _record_trim(rss_before: int, rss_after: int) -> None:
     """Under `memgap run`/`lab`: what each of the idle trimmer's trims did, into the recording."""
     import time
 
-    _write_event({"type": "trimmer", "pid": os.getpid(), "time": time.time(),
-                  "rss_before": rss_before, "rss_after": rss_after})
+    from .documents import TrimRecord, TrimRoute
+
+    record = TrimRecord(rss_before, rss_after, TrimRoute.TRIMMER, time=time.time())
+    _write_event({"type": "trimmer", "pid": os.getpid(), **record.to_dict()})
 
 
 def _trim_periodically(seconds: float) -> None:

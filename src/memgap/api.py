@@ -8,6 +8,7 @@ from types import TracebackType
 
 from .collect import Options, snapshot_self
 from .envnames import TRIM_AFTER_ENV, WALK_ENV
+from .documents import TrimRecord, TrimRoute
 from .errors import Unsupported
 from .model import Snapshot
 from .recording import ProcessFile
@@ -46,10 +47,7 @@ def _record(name: str, trim_result: "TrimResult | None" = None) -> Snapshot | No
         writer.write({"type": "error", "pid": os.getpid(), "phase": name, "error": f"{type(exc).__name__}: {exc}"})
         return None
     if trim_result is not None:
-        snap.trim = {"performed": trim_result.performed, "released": trim_result.released,
-                     "rss_before": trim_result.rss_before, "rss_after": trim_result.rss_after,
-                     "seconds": trim_result.seconds, "reason": trim_result.reason,
-                     "pymalloc_released": trim_result.pymalloc_released}
+        snap.trim = trim_result.record().to_dict()
     if writer is None:
         # Kept only when nothing records them: under `memgap run` they are in the recording,
         # and kept here they would pin the pymalloc arenas they were allocated in (measured:
@@ -117,6 +115,12 @@ class TrimResult:
     @property
     def released(self) -> int:
         return max(0, self.rss_before - self.rss_after)
+
+    def record(self) -> TrimRecord:
+        """The trim as a recording keeps it (an in-process trim record)."""
+        return TrimRecord(self.rss_before, self.rss_after, TrimRoute.IN_PROCESS, self.performed,
+                          seconds=self.seconds, reason=self.reason,
+                          details={"pymalloc_released": self.pymalloc_released})
 
 
 def trim(pymalloc: bool | None = None) -> TrimResult:

@@ -27,6 +27,7 @@ from typing import Any, Iterator
 
 from .gdb_layers import jemalloc_gdb_layers, mimalloc_gdb_layers, tcmalloc_gdb_layers
 from .errors import MalformedInput, Unsupported
+from .documents import TrimRecord, TrimRoute
 from .model import Snapshot
 from .diagnose import allocator_findings
 from .deep_beside import beside_jemalloc, trim_glibc_and_jemalloc
@@ -473,7 +474,7 @@ def trim(pid: int, before: Snapshot, start_time: int | None, options: GdbOptions
     estimate = {"estimate": detail.get("trim_releasable"), "estimate_complete": detail.get("trim_estimate_complete"),
                 "estimate_route": ROUTE_OUTSIDE, "estimate_rss": before.rss}
     if "agent" in before.allocator:
-        return {**_trim_via_agent(pid, options.proc_root), **estimate}
+        return _trim_via_agent(pid, options.proc_root, estimate)
     if name == "jemalloc":
         return _purge_jemalloc(pid, before, start_time, options)
     if name in READERS:
@@ -491,23 +492,23 @@ def trim(pid: int, before: Snapshot, start_time: int | None, options: GdbOptions
         rss_before = status_int(reader.status(), "VmRSS")
         returned = session.call_int("(int) malloc_trim(0)", "malloc_trim")
         rss_after = status_int(reader.status(), "VmRSS")
-    return {
-        "performed": True, "route": "gdb", "returned": returned,
-        "rss_before": rss_before, "rss_after": rss_after, "released": max(0, rss_before - rss_after),
-        "seconds": session.timings.get("malloc_trim", 0.0), "reason": "", **estimate,
-        "gdb_seconds": {k: round(v, 4) for k, v in session.timings.items() if k in ("attach", "held")},
-        "notes": list(session.notes),
-    }
+    return TrimRecord(rss_before, rss_after, TrimRoute.GDB, seconds=session.timings.get("malloc_trim", 0.0),
+                      details={"returned": returned, **estimate, "gdb_seconds": gdb_seconds(session),
+                               "notes": list(session.notes)}).to_dict()
 
 
-def _trim_via_agent(pid: int, proc_root: str) -> dict[str, Any]:
+def gdb_seconds(session: GdbSession) -> dict[str, float]:
+    """What attaching and holding the process took, for a trim record."""
+    return {k: round(v, 4) for k, v in session.timings.items() if k in ("attach", "held")}
+
+
+def _trim_via_agent(pid: int, proc_root: str, estimate: dict[str, Any]) -> dict[str, Any]:
     from .agent.client import socket_path, trim as agent_trim
 
     environ = ProcReader(pid, proc_root).environ()
     result = agent_trim(socket_path(pid, environ, os.stat(f"{proc_root}/{pid}").st_uid))
-    return {"performed": True, "route": "agent", "returned": None, "rss_before": result.rss_before,
-            "rss_after": result.rss_after, "released": max(0, result.rss_before - result.rss_after),
-            "seconds": result.seconds, "reason": "", "notes": []}
+    return TrimRecord(result.rss_before, result.rss_after, TrimRoute.AGENT, seconds=result.seconds,
+                      details={"returned": None, "notes": [], **estimate}).to_dict()
 
 
 def _purge_jemalloc(pid: int, before: Snapshot, start_time: int | None, options: GdbOptions) -> dict[str, Any]:
@@ -525,15 +526,11 @@ def _purge_jemalloc(pid: int, before: Snapshot, start_time: int | None, options:
         rss_before = status_int(reader.status(), "VmRSS")
         returned = jemalloc_gdb.purge(session, symbol)
         rss_after = status_int(reader.status(), "VmRSS")
-    return {
-        "performed": True, "route": "gdb", "call": f"{symbol}(\"arena.{jemalloc_gdb.MALLCTL_ARENAS_ALL}.purge\")",
-        "returned": returned, "rss_before": rss_before, "rss_after": rss_after,
-        "released": max(0, rss_before - rss_after), "seconds": session.timings.get("mallctl purge", 0.0),
-        "reason": "", "estimate": figures.purgeable, "estimate_complete": True, "estimate_route": ROUTE_MALLCTL,
+    return TrimRecord(rss_before, rss_after, TrimRoute.GDB, seconds=session.timings.get("mallctl purge", 0.0), details={
+        "call": f"{symbol}(\"arena.{jemalloc_gdb.MALLCTL_ARENAS_ALL}.purge\")", "returned": returned,
+        "estimate": figures.purgeable, "estimate_complete": True, "estimate_route": ROUTE_MALLCTL,
         "estimate_rss": before.rss, "estimate_parts": {"dirty": figures.dirty_bytes, "muzzy": figures.muzzy_bytes},
-        "gdb_seconds": {k: round(v, 4) for k, v in session.timings.items() if k in ("attach", "held")},
-        "notes": list(session.notes),
-    }
+        "gdb_seconds": gdb_seconds(session), "notes": list(session.notes)}).to_dict()
 
 
 def _release_via_gdb(pid: int, before: Snapshot, start_time: int | None, options: GdbOptions) -> dict[str, Any]:
@@ -555,13 +552,9 @@ def _release_via_gdb(pid: int, before: Snapshot, start_time: int | None, options
             own_after = module.read_figures(session)
         except (CallFailed, MalformedInput, Unsupported) as exc:  # the release happened: report it all the same
             notes.append(f"{plan.allocator} after the release: {exc}")
-    return {
-        "performed": True, "route": "gdb", "call": module.CALL, "returned": None,
-        "rss_before": rss_before, "rss_after": rss_after, "released": max(0, rss_before - rss_after),
-        "seconds": session.timings.get(module.CALL, 0.0), "reason": "",
+    return TrimRecord(rss_before, rss_after, TrimRoute.GDB, seconds=session.timings.get(module.CALL, 0.0), details={
+        "call": module.CALL, "returned": None,
         "estimate": own_before.releasable, "estimate_complete": own_before.releasable is not None,
         "estimate_route": module.ROUTE, "estimate_rss": before.rss,
         "own_before": own_before.to_dict(), "own_after": own_after.to_dict() if own_after else None,
-        "gdb_seconds": {k: round(v, 4) for k, v in session.timings.items() if k in ("attach", "held")},
-        "notes": notes + list(session.notes),
-    }
+        "gdb_seconds": gdb_seconds(session), "notes": notes + list(session.notes)}).to_dict()

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .errors import Unsupported
+from .documents import TrimRecord, TrimRoute
 from .model import Snapshot
 from .sources import jemalloc_gdb
 from .sources.allocator import allocator_label, process_root
@@ -74,16 +75,13 @@ def trim_glibc_and_jemalloc(pid: int, before: Snapshot, start_time: int | None, 
                      "estimate_route": jemalloc_gdb.ROUTE, "dirty": figures.dirty_bytes if figures else None,
                      "muzzy": figures.muzzy_bytes if figures else None},
     }
-    return {
-        "performed": True, "route": "gdb", "call": f"{parts['glibc']['call']}, then {parts['jemalloc']['call']}",
-        "returned": None, "rss_before": rss_before, "rss_after": rss_after,
-        "released": max(0, rss_before - rss_after),
-        "seconds": session.timings.get("malloc_trim", 0.0) + session.timings.get("mallctl purge", 0.0), "reason": "",
+    seconds = session.timings.get("malloc_trim", 0.0) + session.timings.get("mallctl purge", 0.0)
+    return TrimRecord(rss_before, rss_after, TrimRoute.GDB, seconds=seconds, details={
+        "call": f"{parts['glibc']['call']}, then {parts['jemalloc']['call']}", "returned": None,
         "estimate": (glibc_estimate or 0) + (figures.purgeable if figures else 0),
         "estimate_complete": bool(detail.get("trim_estimate_complete")) and glibc_estimate is not None
         and figures is not None,
         "estimate_route": f"outside (glibc) + {jemalloc_gdb.ROUTE} (jemalloc)", "estimate_rss": before.rss,
         "parts": parts,
         "gdb_seconds": {k: round(v, 4) for k, v in session.timings.items() if k in ("attach", "held")},
-        "notes": notes + list(session.notes),
-    }
+        "notes": notes + list(session.notes)}).to_dict()

@@ -1,8 +1,8 @@
 """The snapshot types (Snapshot, Layer, Region, Finding) and their versioned JSON form.
 
-A recording holds snapshots in this form; a run document (RUN_SCHEMA, built in runs.py)
-and a lab document (LAB_SCHEMA, in lab/runner.py) are dicts that carry them. Bump a
-schema when a field changes meaning; adding a field keeps the version.
+A recording holds snapshots in this form; a run document (RUN_SCHEMA) and a lab document
+carry them (their classes: memgap.documents). Bump a schema when a field changes meaning;
+adding a field keeps the version.
 """
 from __future__ import annotations
 

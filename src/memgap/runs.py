@@ -23,7 +23,8 @@ from .envnames import RECORD_DIR_ENV, TRIM_AFTER_ENV, WALK_ENV
 from .diagnose import diagnose_series
 from .errors import MemgapError
 from .marks import CpuActivity, PhaseClock, StdoutMarks
-from .model import RUN_SCHEMA, Snapshot
+from .documents import ProcessRecord, RunDocument, TrimRecord, TrimRoute
+from .model import RUN_SCHEMA
 from .load import LoadDriver
 from .idle import QUIET_PHASE, QuietSpell, idle_of_process, quiet_after
 from .recording import RecordingWriter, child_recording_path, read_events
@@ -235,9 +236,7 @@ def _agent_trim(writer: RecordingWriter, pid: int, start: float) -> None:
         writer.write({"type": "error", "pid": pid, "phase": "after-trim", "error": str(exc)})
         return
     snap.phase = "after-trim"
-    snap.trim = {"performed": True, "released": max(0, result.rss_before - result.rss_after),
-                 "rss_before": result.rss_before, "rss_after": result.rss_after, "seconds": result.seconds,
-                 "reason": "", "by": "agent"}
+    snap.trim = TrimRecord(result.rss_before, result.rss_after, TrimRoute.AGENT, seconds=result.seconds).to_dict()
     writer.write({"type": "snapshot", "pid": pid, "t": round(time.time() - start, 4),
                   "snapshot": snap.to_dict(regions=False)})
 
@@ -454,8 +453,9 @@ def _add_agent_exit(processes: dict[int, dict[str, Any]], errors: list[dict[str,
     entry["agent_exit"] = report.summary()
 
 
-def load_run(record_dir: str) -> dict[str, Any]:
-    """Assemble a recording folder (complete or cut short) into the run document."""
+def load_run(record_dir: str) -> RunDocument:
+    """Assemble a recording folder (complete or cut short) into the run document (a recording
+    whose events do not make one: MalformedInput)."""
     header: dict[str, Any] = {}
     end: dict[str, Any] = {}
     processes: dict[int, dict[str, Any]] = {}
@@ -487,7 +487,7 @@ def load_run(record_dir: str) -> dict[str, Any]:
     for entry in processes.values():  # marks read from outside and the program's own, in time order
         entry["snapshots"].sort(key=lambda snap: snap.get("time", 0))
         entry["idle"] = idle_of_process(entry, timeline, header.get("start"))
-    return {
+    run = RunDocument.from_dict({
         "schema": RUN_SCHEMA,
         "cmd": header.get("cmd", []),
         "start": header.get("start"),
@@ -505,18 +505,19 @@ def load_run(record_dir: str) -> dict[str, Any]:
         "duration": end.get("t", timeline[-1]["t"] if timeline else 0.0),
         "processes": sorted(processes.values(), key=lambda p: p["pid"]),
         "timeline": timeline,
-        "findings": _series_findings(processes.values()),
         "errors": errors,
         "metrics": metrics,
         "record_dir": record_dir,
-    }
+    }, f"recording {record_dir}")
+    run.findings = _series_findings(run.processes)
+    return run
 
 
-def _series_findings(processes: Any) -> list[dict[str, Any]]:
+def _series_findings(processes: list[ProcessRecord]) -> list[dict[str, Any]]:
     """The findings over each process's phases (memgap.diagnose.diagnose_series), each with its pid."""
-    findings = []
+    findings: list[dict[str, Any]] = []
     for entry in processes:
-        snaps = [Snapshot.from_dict(s) for s in entry["snapshots"] if not str(s.get("phase", "")).endswith(":end")]
-        findings.extend({**f.__dict__, "pid": entry["pid"]} for f in diagnose_series(snaps))
+        snaps = [s for s in entry.phases() if not str(s.phase or "").endswith(":end")]
+        findings.extend({**f.__dict__, "pid": entry.pid} for f in diagnose_series(snaps))
     return findings
 

@@ -165,7 +165,7 @@ def _write_and_show(record_dir: str, json_path: str | None) -> None:
     from ..report.runs import render_run
     from ..runs import load_run
 
-    run = load_run(record_dir)
+    run = load_run(record_dir).to_dict()
     if json_path:
         write_json(run, json_path)
     if json_path != "-":

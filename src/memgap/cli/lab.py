@@ -192,11 +192,11 @@ def main(args: argparse.Namespace) -> int:
         with _Progress(total) as progress:
             lab = run_lab(options, progress=progress)
     except LabInterrupted as stop:
-        write_lab(stop.document, args.json, args.html, args.markdown)
+        write_lab(stop.document.to_dict(), args.json, args.html, args.markdown)
         raise KeyboardInterrupt from None
-    write_lab(lab, args.json, args.html, args.markdown)
-    if lab.get("stopped"):
-        print(f"memgap lab: {lab['stopped']}", file=sys.stderr)
+    write_lab(lab.to_dict(), args.json, args.html, args.markdown)
+    if lab.stopped:
+        print(f"memgap lab: {lab.stopped}", file=sys.stderr)
         return 1
     return 0
 

@@ -8,13 +8,12 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import sys
 
+from ..documents import LabDocument, RunDocument, RunFigures, load_document
 from ..errors import MalformedInput, UsageError
-from ..lab.metrics import RunMetrics
 from ..lab.runner import LabOptions, lab_document
 from ..variants import LIBRARIES, find_library, parse_variant
 from ..recording import read_events
@@ -34,7 +33,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 LAB_EVENTS = "lab.jsonl"  # the file a lab appends its header and each finished run to (lab.runner)
 
 
-def _load(path: str) -> dict:  # type: ignore[type-arg]
+def _load(path: str) -> RunDocument | LabDocument:
     if os.path.isdir(path):
         if os.path.exists(os.path.join(path, LAB_EVENTS)):
             return _lab_from_folder(path)
@@ -44,28 +43,29 @@ def _load(path: str) -> dict:  # type: ignore[type-arg]
         return load_run(path)
     try:
         with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
+            data = json.load(fh)
     except OSError as exc:
         raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
     except ValueError as exc:
         raise MalformedInput(path, f"not JSON ({exc})") from None
+    return load_document(data, path)  # checked, and what an earlier version lacks filled in
 
 
-def _lab_from_folder(path: str) -> dict:  # type: ignore[type-arg]
+def _lab_from_folder(path: str) -> LabDocument:
     """The lab document again, from the header and runs in its folder: the only record of a
     lab run without --json, or killed before it wrote it. The folder keeps neither the
     slowdown budget nor the lab's own time: the default budget and the runs' time stand in."""
-    events = list(read_events(os.path.join(path, LAB_EVENTS)))
+    where = os.path.join(path, LAB_EVENTS)
+    events = list(read_events(where))
     header = next((e for e in events if e.get("type") == "header"), None)
     if header is None:
-        raise MalformedInput(os.path.join(path, LAB_EVENTS), "no header line")
-    known = {f.name for f in dataclasses.fields(RunMetrics)}
+        raise MalformedInput(where, "no header line")
+    runs = [RunFigures.from_dict(e, f"{where}, run") for e in events if e.get("type") == "run"]
     try:
-        runs = [RunMetrics(**{k: v for k, v in e.items() if k in known}) for e in events if e.get("type") == "run"]
         variants = [parse_variant(spec) for spec in header["variants"]]
         cmd, reps = header["cmd"], int(header["reps"])
     except (KeyError, TypeError, ValueError) as exc:
-        raise MalformedInput(os.path.join(path, LAB_EVENTS), f"not a lab's header and runs ({exc!r})") from None
+        raise MalformedInput(where, f"not a lab's header and runs ({exc!r})") from None
     for v in variants:  # the preload the recommendation prints: where this machine has the library
         if v.allocator in LIBRARIES:
             v.library = find_library(v.allocator) or LIBRARIES[v.allocator][0]
@@ -74,14 +74,14 @@ def _lab_from_folder(path: str) -> dict:  # type: ignore[type-arg]
                          memory_limit=header.get("memory_limit"))
     missing = len(runs) < _planned(options, runs)
     lab = lab_document(options, runs, sum(r.duration for r in runs), interrupted=missing)
-    lab["machine"] = header.get("machine", lab["machine"])
-    lab["warnings"].insert(0, f"rebuilt from {LAB_EVENTS}, which keeps neither --max-slowdown nor the lab's own time: "
+    lab.machine = header.get("machine", lab.machine)
+    lab.warnings.insert(0, f"rebuilt from {LAB_EVENTS}, which keeps neither --max-slowdown nor the lab's own time: "
                               f"the verdict takes the default {options.max_slowdown:.0%} budget, and the lab's time "
                               "is its runs' (its --json keeps both)")
     return lab
 
 
-def _swept(runs: list[RunMetrics]) -> list[tuple[str, list[str]]]:
+def _swept(runs: list[RunFigures]) -> list[tuple[str, list[str]]]:
     """The swept parameters and their values, in the order the runs met them."""
     grid: dict[str, list[str]] = {}
     for r in runs:
@@ -91,7 +91,7 @@ def _swept(runs: list[RunMetrics]) -> list[tuple[str, list[str]]]:
     return list(grid.items())
 
 
-def _planned(options: LabOptions, runs: list[RunMetrics]) -> int:
+def _planned(options: LabOptions, runs: list[RunFigures]) -> int:
     """How many runs a finished lab has: pymalloc variants are skipped for a program that is not Python."""
     not_python = any(r.layers for r in runs) and not any(r.python for r in runs)
     variants = [v for v in options.variants if not (not_python and v.python_only)]
@@ -100,16 +100,14 @@ def _planned(options: LabOptions, runs: list[RunMetrics]) -> int:
 
 def main(args: argparse.Namespace) -> int:
     doc = _load(args.path)
-    schema = str(doc.get("schema", ""))
-    if schema.startswith("memgap.lab/"):
-        write_lab(doc, args.json, args.html, args.markdown)
-    elif schema.startswith("memgap.run/"):
-        if args.html or args.markdown:
-            raise UsageError("--html and --markdown are for a lab's results")
-        if args.json:
-            write_json(doc, args.json)
-        if args.json != "-":
-            render_run(doc, sys.stdout)
-    else:
-        raise MalformedInput(args.path, f"not a memgap run or lab (schema {schema!r})")
+    if isinstance(doc, LabDocument):
+        write_lab(doc.to_dict(), args.json, args.html, args.markdown)
+        return 0
+    if args.html or args.markdown:
+        raise UsageError("--html and --markdown are for a lab's results")
+    run = doc.to_dict()
+    if args.json:
+        write_json(run, args.json)
+    if args.json != "-":
+        render_run(run, sys.stdout)
     return 0

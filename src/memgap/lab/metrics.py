@@ -4,9 +4,9 @@ from __future__ import annotations
 import os
 import re
 import statistics
-from dataclasses import dataclass, field
 from typing import Any
 
+from ..documents import ProcessRecord, RunDocument, RunFigures, RunStatus, TrimMode
 from ..idle import BEFORE_EXIT_PHASE, QUIET_PHASE, idle_of_process
 from ..variants import Variant, parse_variant
 from ..units import MiB
@@ -17,63 +17,29 @@ NO_IDLE = ("no idle: the workload marked no phase named idle, showed no quiet sp
            "before its exit to read")
 
 
-@dataclass
-class RunMetrics:
-    variant: str
-    rep: int
-    order: int                 # position in the interleaved sequence
-    status: str                # ok, crashed, timeout, killed, oom-killed, no-idle
-    exit_code: int | None = None
-    wall: float = 0.0          # seconds of work: start to exit, or to the last phase before idle
-    duration: float = 0.0      # seconds the lab spent on the run (start to exit or stop)
-    cpu: float = 0.0           # user + system seconds of the workload's processes
-    baseline: int | None = None    # RSS at the first phase (post-import)
-    peak: int | None = None        # highest RSS sampled or reported (VmHWM)
-    idle: int | None = None        # RSS at the phase named idle (trim=quiet: after the rest)
-    post_rest: int | None = None   # RSS last sampled before the program ended or was stopped
-    after_trim: int | None = None  # RSS right after one malloc_trim(0) at idle
-    trim_released: int | None = None
-    vm_peak: int | None = None
-    throughput: float | None = None  # the workload's own metric (--metric), higher is better
-    pattern: str = ""
-    pattern_evidence: str = ""
-    phases: list[tuple[str, int]] = field(default_factory=list)
-    record_dir: str = ""
-    note: str = ""
-    params: dict[str, str] = field(default_factory=dict)  # the swept parameters of this run
-    timeline: list[tuple[float, int]] = field(default_factory=list)  # (seconds, RSS) of the main process
-    layers: list[dict[str, Any]] = field(default_factory=list)  # per phase: {"phase", "rss", "layers"}
-    python: bool = False           # the main process recorded its own phases (memgap's bootstrap)
-    idle_rule: str = ""            # how idle was found: "idle (marked)", "idle (quiet 2.1 s)", ...
-    process: str = ""              # the command line of the process the figures describe
-    processes: int = 0             # how many processes the workload's tree ran
-    tree: list[dict[str, Any]] = field(default_factory=list)  # every process's idle: cmd, rss, pss, rule
-    process_idle: int | None = None  # the measured process's own idle figure, where idle is the tree's total
-    tree_how: str = ""             # how the tree's total was summed, where idle is the tree's total
-    cgroup_peak: int | None = None   # the run's own memory cgroup's highest charge (its tree's, page cache included)
-    cgroup_limit: int | None = None  # that cgroup's limit (memgap lab --memory-limit)
+RunMetrics = RunFigures  # the lab's older name for one run's figures (memgap.documents)
 
 
-def _main_process(run: dict[str, Any], process: str = "") -> dict[str, Any] | None:
+def _main_process(run: RunDocument, process: str = "") -> ProcessRecord | None:
     """The process the figures describe: the one whose command line matches ``process``,
     else the largest one memgap took a snapshot of (its marks and layers are there), unless
     one it has only samples of rose far higher (a server whose quiet spell no snapshot
     caught: twice as high and 16 MiB more), else the root."""
-    candidates = run["processes"]
+    candidates = run.processes
     if process:
         pattern = re.compile(process)
-        candidates = [p for p in candidates if pattern.search(" ".join(p.get("cmd") or []))]
+        candidates = [p for p in candidates if pattern.search(" ".join(p.cmd))]
     highest: dict[int, int] = {}
-    for s in run["timeline"]:
+    for s in run.timeline:
         highest[s["pid"]] = max(highest.get(s["pid"], 0), s["rss"])
     for p in candidates:
-        highest[p["pid"]] = max([highest.get(p["pid"], 0), *(snap["rss"] for snap in p["snapshots"])])
-    with_snaps = [p for p in candidates if p["snapshots"]]
-    best = max(with_snaps, key=lambda p: highest[p["pid"]]) if with_snaps else None
-    sampled = [p for p in candidates if not p["snapshots"] and highest.get(p["pid"])]
-    bigger = max(sampled, key=lambda p: highest[p["pid"]]) if sampled else None
-    if bigger is not None and (best is None or highest[bigger["pid"]] > max(2 * highest[best["pid"]],
-                                                                           highest[best["pid"]] + 16 * MiB)):
+        highest[p.pid] = max([highest.get(p.pid, 0), *(snap["rss"] for snap in p.snapshots)])
+    with_snaps = [p for p in candidates if p.snapshots]
+    best = max(with_snaps, key=lambda p: highest[p.pid]) if with_snaps else None
+    sampled = [p for p in candidates if not p.snapshots and highest.get(p.pid)]
+    bigger = max(sampled, key=lambda p: highest[p.pid]) if sampled else None
+    if bigger is not None and (best is None or highest[bigger.pid] > max(2 * highest[best.pid],
+                                                                         highest[best.pid] + 16 * MiB)):
         return bigger
     return best or (candidates[0] if candidates else None)
 
@@ -104,23 +70,23 @@ def classify_pattern(values: list[int]) -> tuple[str, str]:
     return "falls", evidence
 
 
-def _is_python(proc: dict[str, Any]) -> bool:
+def _is_python(proc: ProcessRecord) -> bool:
     """Whether the process is a Python interpreter: a snapshot or a trimmer of memgap's
     bootstrap in it, pymalloc's arenas read from outside, or its command line (a server
     stopped by a signal, under PYTHONMALLOC=malloc, has nothing else to show)."""
-    if proc.get("trimmer") or proc.get("trims") or any(s.get("route") == "in-process" for s in proc["snapshots"]):
+    if proc.trimmer or proc.trims or any(s.get("route") == "in-process" for s in proc.snapshots):
         return True
-    if any(((s.get("layers") or {}).get("pymalloc_free") or {}).get("resident") for s in proc["snapshots"]):
+    if any(((s.get("layers") or {}).get("pymalloc_free") or {}).get("resident") for s in proc.snapshots):
         return True
-    return bool(proc.get("cmd")) and os.path.basename(proc["cmd"][0]).startswith("python")
+    return bool(proc.cmd) and os.path.basename(proc.cmd[0]).startswith("python")
 
 
-def _trimmer_reached(proc: dict[str, Any]) -> bool:
+def _trimmer_reached(proc: ProcessRecord) -> bool:
     """Whether something that can trim ran inside the process: the Python bootstrap (its
     snapshots, its trimmer started, or its trims) or the agent."""
-    if proc.get("trimmer") or proc.get("trims"):
+    if proc.trimmer or proc.trims:
         return True
-    return any(s.get("route") == "in-process" or "agent" in s.get("allocator", {}) for s in proc["snapshots"])
+    return any(s.get("route") == "in-process" or "agent" in s.get("allocator", {}) for s in proc.snapshots)
 
 
 def _sigkill_cause(oom_kills: int | None) -> str:
@@ -132,8 +98,8 @@ def _sigkill_cause(oom_kills: int | None) -> str:
     return " (not by the OOM killer: /proc/vmstat oom_kill did not move while it ran)"
 
 
-def run_metrics(run: dict[str, Any], variant: Variant | str, rep: int, order: int, cpu: float,
-                metric: str = "", process: str = "") -> RunMetrics:
+def run_metrics(run: RunDocument, variant: Variant | str, rep: int, order: int, cpu: float,
+                metric: str = "", process: str = "") -> RunFigures:
     """Figures of one run of ``variant`` (a spec is parsed). A trim=idle variant is itself
     the idle trim: its idle figure is the RSS after that trim; a trim=quiet one (the idle
     trimmer) acts once the program has rested: its figure is the RSS after its last trim.
@@ -144,54 +110,55 @@ def run_metrics(run: dict[str, Any], variant: Variant | str, rep: int, order: in
     the process the figures describe (default: the largest)."""
     if isinstance(variant, str):
         variant = parse_variant(variant)
-    m = RunMetrics(variant=variant.spec, rep=rep, order=order, status="ok", exit_code=run.get("exit_code"),
-                   wall=float(run.get("duration") or 0.0), duration=float(run.get("duration") or 0.0), cpu=cpu,
-                   record_dir=run.get("record_dir", ""))
+    m = RunFigures(variant=variant.spec, rep=rep, order=order, status=RunStatus.OK, exit_code=run.exit_code,
+                   wall=float(run.duration or 0.0), duration=float(run.duration or 0.0), cpu=cpu,
+                   record_dir=run.record_dir)
     _ending(m, run, metric)
     proc = _main_process(run, process)
     if proc is None:
-        if process and m.status == "ok":
-            m.status, m.note = "no-process", f"no process of the workload's tree matched --process {process!r}"
+        if process and m.status == RunStatus.OK:
+            m.status, m.note = RunStatus.NO_PROCESS, f"no process of the workload's tree matched --process {process!r}"
         return m
     _process_figures(m, run, proc)
-    if proc["snapshots"]:
+    if proc.snapshots:
         _check_applied(m, variant, proc)
     _idle_and_work(m, run, proc)
-    if variant.trim == "idle" and m.after_trim is not None:
+    mode = TrimMode.of(variant.trim)
+    if mode is TrimMode.IDLE and m.after_trim is not None:
         m.idle = m.after_trim
-    elif variant.trim == "idle" and m.idle is not None and m.status == "ok":
-        m.status = "not-applied"
+    elif mode is TrimMode.IDLE and m.idle is not None and m.status == RunStatus.OK:
+        m.status = RunStatus.NOT_APPLIED
         m.note = ("the one trim at idle did not act: it follows a marked idle, or a Python program's moment "
                   "before exit, and this process had neither (stopped by a signal, as servers are; or not "
                   "Python): the trim=quiet variants measure the idle trimmer in such a process")
-    if variant.trim == "quiet" and m.idle is not None:
+    if mode is TrimMode.QUIET and m.idle is not None:
         _idle_after_the_trimmer(m, proc)
     if not process:
         _tree_total(m, run, proc, variant)
     return m
 
 
-def _ending(m: RunMetrics, run: dict[str, Any], metric: str) -> None:
+def _ending(m: RunFigures, run: RunDocument, metric: str) -> None:
     """How the run ended (timeout, stopped at idle, killed, crashed), and its throughput."""
-    code = run.get("exit_code")
-    if run.get("timed_out"):
-        m.status = "timeout"
-    elif run.get("stopped_at_idle"):
+    code = run.exit_code
+    if run.timed_out:
+        m.status = RunStatus.TIMEOUT
+    elif run.stopped_at_idle:
         m.note = "stopped by the lab once idle"
     elif code is not None and code < 0:
-        m.status = "killed"
-        m.note = f"killed by signal {-code}" + (_sigkill_cause(run.get("oom_kills")) if code == -9 else "")
+        m.status = RunStatus.KILLED
+        m.note = f"killed by signal {-code}" + (_sigkill_cause(run.oom_kills) if code == -9 else "")
     elif code:
-        m.status = "crashed"
+        m.status = RunStatus.CRASHED
         m.note = f"exit code {code}"
-    _in_cgroup(m, run.get("cgroup"), code)
+    _in_cgroup(m, run.cgroup, code)
     if metric:
-        m.throughput = run.get("metrics", {}).get(metric)
-        if m.throughput is None and m.status == "ok":
-            m.status, m.note = "no-metric", f"the workload reported no metric {metric!r}"
+        m.throughput = run.metrics.get(metric)
+        if m.throughput is None and m.status == RunStatus.OK:
+            m.status, m.note = RunStatus.NO_METRIC, f"the workload reported no metric {metric!r}"
 
 
-def _in_cgroup(m: RunMetrics, cgroup: dict[str, Any] | None, code: int | None) -> None:
+def _in_cgroup(m: RunFigures, cgroup: dict[str, Any] | None, code: int | None) -> None:
     """The run's own memory cgroup: its peak, and whether the kernel OOM-killed in it (its
     oom_kill count; a kernel before 4.13 has none: a SIGKILL after the charge hit the limit)."""
     if not cgroup:
@@ -200,21 +167,21 @@ def _in_cgroup(m: RunMetrics, cgroup: dict[str, Any] | None, code: int | None) -
     kills = cgroup.get("oom_kills")
     if kills or (kills is None and cgroup.get("limit_hits") and code == -9):
         where = f"at the limit ({m.cgroup_limit / MiB:.0f} MiB)" if m.cgroup_limit else "in the run's cgroup"
-        m.status = "oom-killed"
+        m.status = RunStatus.OOM_KILLED
         m.note = (f"{where}: the kernel's OOM killer killed "
                   + (f"{kills} process{'es' * (kills > 1)} of the run" if kills else "it"))
 
 
-def _process_figures(m: RunMetrics, run: dict[str, Any], proc: dict[str, Any]) -> None:
+def _process_figures(m: RunFigures, run: RunDocument, proc: ProcessRecord) -> None:
     """The measured process's timeline, phases, layers, peak and post-rest; the tree's idles."""
-    m.processes = len({s["pid"] for s in run["timeline"]})
-    m.tree = [{"cmd": " ".join(p.get("cmd") or [])[:120], "idle": p["idle"]["rss"], "pss": p["idle"].get("pss"),
-               "rule": p["idle"]["label"]} for p in run["processes"] if p.get("idle")]
-    m.process = " ".join([os.path.basename(proc["cmd"][0]), *proc["cmd"][1:]])[:120] if proc.get("cmd") else ""
-    points = [(s["t"], s["rss"]) for s in run["timeline"] if s["pid"] == proc["pid"]]
+    m.processes = len({s["pid"] for s in run.timeline})
+    m.tree = [{"cmd": " ".join(p.cmd)[:120], "idle": p.idle["rss"], "pss": p.idle.get("pss"),
+               "rule": p.idle["label"]} for p in run.processes if p.idle]
+    m.process = " ".join([os.path.basename(proc.cmd[0]), *proc.cmd[1:]])[:120] if proc.cmd else ""
+    points = [(s["t"], s["rss"]) for s in run.timeline if s["pid"] == proc.pid]
     m.timeline = points[::max(1, len(points) // MAX_POINTS)]
     samples = [rss for _, rss in points]
-    snaps = proc["snapshots"]
+    snaps = proc.snapshots
     # after the rest: at exit (before the interpreter tears down), else the last sample
     at_exit = [s["rss"] for s in snaps if s["phase"] == "exit"]
     m.post_rest = at_exit[-1] if at_exit else (samples[-1] if samples else None)
@@ -227,19 +194,18 @@ def _process_figures(m: RunMetrics, run: dict[str, Any], proc: dict[str, Any]) -
     m.vm_peak = max((s["status"].get("VmPeak", 0) for s in snaps), default=0) or None
     marked = [s for s in snaps if s["phase"] not in UNMARKED]
     m.baseline = _at_mark(marked[0]) if marked else None  # the program's first phase, if it marks any
-    trimmed = [s for s in snaps if s["phase"] == "after-trim" and s.get("trim")]
-    if trimmed and trimmed[-1]["trim"]["performed"]:
-        m.after_trim = trimmed[-1]["trim"]["rss_after"]
-        m.trim_released = trimmed[-1]["trim"]["released"]
+    trimmed = proc.trims_at_marks()
+    if trimmed and trimmed[-1].performed:
+        m.after_trim, m.trim_released = trimmed[-1].rss_after, trimmed[-1].released
     bursts = [rss for phase, rss in m.phases if phase not in ("idle", *UNMARKED) and phase != m.phases[0][0]]
     m.pattern, m.pattern_evidence = classify_pattern(bursts)
 
 
-def _check_applied(m: RunMetrics, variant: Variant, proc: dict[str, Any]) -> None:
+def _check_applied(m: RunFigures, variant: Variant, proc: ProcessRecord) -> None:
     """Mark the run "not-applied" when what the variant sets did not reach the process."""
-    if m.status != "ok":
+    if m.status != RunStatus.OK:
         return
-    snaps = proc["snapshots"]
+    snaps = proc.snapshots
     seen = snaps[0].get("allocator", {}).get("name")
     arenas = max((s.get("allocator", {}).get("arenas") or 0 for s in snaps), default=0)
     if variant.allocator and seen and seen != variant.allocator:
@@ -254,36 +220,37 @@ def _check_applied(m: RunMetrics, variant: Variant, proc: dict[str, Any]) -> Non
                   "this one had neither")
     else:
         return
-    m.status = "not-applied"
+    m.status = RunStatus.NOT_APPLIED
 
 
-def _idle_and_work(m: RunMetrics, run: dict[str, Any], proc: dict[str, Any]) -> None:
+def _idle_and_work(m: RunFigures, run: RunDocument, proc: ProcessRecord) -> None:
     """The idle figure (marked or found, see memgap.idle) and how long the work itself took."""
-    found = proc["idle"] if "idle" in proc else idle_of_process(proc, run["timeline"], run.get("start"))
+    # load_run finds each process's idle; a document made otherwise may not say
+    found = proc.idle if proc.idle is not None else idle_of_process(proc.to_dict(), run.timeline, run.start)
     if found:
         m.idle, m.idle_rule = int(found["rss"]), found["label"]
-        if found.get("work_ended") and run.get("start"):  # not the rest, nor memgap's reads at exit
-            m.wall = found["work_ended"] - run["start"]
-    elif m.status == "ok":
-        m.status = "no-idle"
+        if found.get("work_ended") and run.start:  # not the rest, nor memgap's reads at exit
+            m.wall = found["work_ended"] - run.start
+    elif m.status == RunStatus.OK:
+        m.status = RunStatus.NO_IDLE
         m.note = NO_IDLE
-    if run.get("load_seconds"):  # a service under the user's load: the work is the load
-        m.wall = float(run["load_seconds"])
-    elif run.get("stopped_at_idle") and run.get("start"):
+    if run.load_seconds:  # a service under the user's load: the work is the load
+        m.wall = float(run.load_seconds)
+    elif run.stopped_at_idle and run.start:
         # The lab waited for quiet, then stopped it: the work ended at its last phase before idle.
-        before_idle = [s["time"] for s in proc["snapshots"] if s["phase"] not in ("idle", *UNMARKED)]
+        before_idle = [s["time"] for s in proc.snapshots if s["phase"] not in ("idle", *UNMARKED)]
         if before_idle:
-            m.wall = max(before_idle) - run["start"]
+            m.wall = max(before_idle) - run.start
 
 
-def _idle_after_the_trimmer(m: RunMetrics, proc: dict[str, Any]) -> None:
+def _idle_after_the_trimmer(m: RunFigures, proc: ProcessRecord) -> None:
     """A trimmer variant's idle figure: the RSS after the idle trimmer's last trim, as the
     trimmer recorded it (Python), or at exit when the native agent says it trimmed; when it
     never acted while the program lived, the idle figure stays, and the note says so."""
-    trims = proc.get("trims") or []
-    agent_trims = ((proc.get("agent_exit") or {}).get("trimmer") or {}).get("trims") or 0
+    trims = proc.trims or []
+    agent_trims = ((proc.agent_exit or {}).get("trimmer") or {}).get("trims") or 0
     if trims:
-        m.idle = int(trims[-1]["rss_after"])
+        m.idle = trims[-1].rss_after
     elif agent_trims and m.post_rest is not None:
         m.idle = m.post_rest
     else:
@@ -295,27 +262,26 @@ def _idle_after_the_trimmer(m: RunMetrics, proc: dict[str, Any]) -> None:
 ALIVE_SLACK = 0.5  # s: a process last sampled this long before the idle moment was still there
 
 
-def _tree_total(m: RunMetrics, run: dict[str, Any], proc: dict[str, Any], variant: Variant) -> None:
+def _tree_total(m: RunFigures, run: RunDocument, proc: ProcessRecord, variant: Variant) -> None:
     """Where several processes of the tree live at the measured process's idle, rank on their
     sum counted without double-counting shared pages: each one's PSS at its own idle, less
     what the variant's trims then released (private pages: PSS falls by as much)."""
     at = _idle_began(proc)
-    start = run.get("start")
+    start = run.start
     if m.idle is None or at is None or start is None:
         return
     last_seen: dict[int, float] = {}
-    for s in run["timeline"]:
+    for s in run.timeline:
         last_seen[s["pid"]] = max(last_seen.get(s["pid"], 0.0), start + s["t"])
-    for p in run["processes"]:  # read from outside later than sampled: the recorder's rounds wait on snapshots
-        times = [s.get("time") or 0.0 for s in p["snapshots"]] + [t for t, _ in p.get("pss_reads", [])]
-        last_seen[p["pid"]] = max([last_seen.get(p["pid"], 0.0), *times])
-    alive = [p for p in run["processes"] if p.get("idle") and (p is proc or last_seen.get(p["pid"], 0.0)
-                                                              >= at - ALIVE_SLACK)]
+    for p in run.processes:  # read from outside later than sampled: the recorder's rounds wait on snapshots
+        times = [s.get("time") or 0.0 for s in p.snapshots] + [t for t, _ in p.pss_reads or []]
+        last_seen[p.pid] = max([last_seen.get(p.pid, 0.0), *times])
+    alive = [p for p in run.processes if p.idle and (p is proc or last_seen.get(p.pid, 0.0) >= at - ALIVE_SLACK)]
     if len(alive) < 2:
         return
     total, by_rss = 0, 0
     for p in alive:
-        idle = p["idle"]
+        idle = p.idle or {}
         after = m.idle if p is proc else _after_variant(p, variant)
         released = max(0, idle["rss"] - after)
         if idle.get("pss") is None:
@@ -327,22 +293,23 @@ def _tree_total(m: RunMetrics, run: dict[str, Any], proc: dict[str, Any], varian
                   + (", less what the variant's trims released" if variant.trim else ""))
 
 
-def _idle_began(proc: dict[str, Any]) -> float | None:
+def _idle_began(proc: ProcessRecord) -> float | None:
     """When the measured process's idle began: its quiet spell's start where a spell found it
     (processes alive during that spell are its tree at idle), else the idle moment."""
-    idle = proc.get("idle") or {}
-    snap = next((s for s in proc["snapshots"] if s.get("time") == idle.get("time")), {})
+    idle = proc.idle or {}
+    snap = next((s for s in proc.snapshots if s.get("time") == idle.get("time")), {})
     return snap.get("quiet_since") or idle.get("time")
 
 
-def _after_variant(p: dict[str, Any], variant: Variant) -> int:
+def _after_variant(p: ProcessRecord, variant: Variant) -> int:
     """A process's idle RSS after what the variant does at idle: its trimmer's last trim, or the lab's one trim."""
-    idle = int(p["idle"]["rss"])
-    if variant.trim == "quiet" and p.get("trims"):
-        return int(p["trims"][-1]["rss_after"])
-    trimmed = [s for s in p["snapshots"] if s["phase"] == "after-trim" and (s.get("trim") or {}).get("performed")]
-    if variant.trim == "idle" and trimmed:
-        return int(trimmed[-1]["trim"]["rss_after"])
+    idle = int((p.idle or {})["rss"])
+    mode = TrimMode.of(variant.trim)
+    if mode is TrimMode.QUIET and p.trims:
+        return p.trims[-1].rss_after
+    trimmed = [t for t in p.trims_at_marks() if t.performed]
+    if mode is TrimMode.IDLE and trimmed:
+        return trimmed[-1].rss_after
     return idle
 
 

@@ -10,6 +10,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
+from ..documents import LAB_SCHEMA, LabDocument, RunStatus, TrimMode
 from ..errors import Unsupported
 from ..model import verdict_word
 from ..recording import RecordingWriter
@@ -25,8 +26,6 @@ from .verdict import Verdict, decide, material, run_to_run_spread, summarize
 
 TRIM_HINT = 0.8  # a trim at idle that leaves less than this share of the baseline's idle is worth trying
 SHORT_WORKLOAD = 1.0  # seconds: shorter runs' wall times swing by tens of percent on a busy machine
-
-LAB_SCHEMA = "memgap.lab/1"
 
 
 @dataclass
@@ -66,7 +65,7 @@ def _cpu_of_children() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def run_lab(options: LabOptions, progress: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
+def run_lab(options: LabOptions, progress: Callable[[str], None] = lambda line: None) -> LabDocument:
     """Every variant x repetition, interleaved (A B C A B C ...); returns the lab document.
 
     Each finished run is appended to ``lab.jsonl`` in the lab folder at once,
@@ -92,7 +91,7 @@ def run_lab(options: LabOptions, progress: Callable[[str], None] = lambda line: 
             order = len(results) + 1
             result = _run_one(options, variant, rep, order, cell)
             results.append(result)
-            events.write({"type": "run", **asdict(result)})
+            events.write({"type": "run", **result.to_dict()})
             progress(_progress_line(order, total, result))
             stopped = _baseline_unusable(variant, result)
             if stopped:
@@ -171,12 +170,12 @@ def _settled(options: LabOptions, cells: list[dict[str, str]], results: list[Run
 def _baseline_unusable(variant: Variant, result: RunMetrics) -> str:
     """Why the lab stops after this run: the baseline's first run failed, or has no idle
     to compare against (every other run would be compared with nothing)."""
-    if not variant.is_baseline or result.rep != 1 or (result.status == "ok" and result.idle is not None):
+    if not variant.is_baseline or result.rep != 1 or (result.status == RunStatus.OK and result.idle is not None):
         return ""
-    if result.status == "oom-killed" and result.cgroup_limit:  # what --memory-limit asks: the others may fit
+    if result.status == RunStatus.OOM_KILLED and result.cgroup_limit:  # what --memory-limit asks: the others may fit
         return ""
     why = f"{result.status}: {result.note}" if result.note else result.status
-    if result.status in ("ok", "no-idle"):
+    if result.status in (RunStatus.OK, RunStatus.NO_IDLE):
         advice = ("mark idle in the program (memgap.phase('idle')), print a line for --phase-regex, or give "
                   "--idle-after S to stop it once quiet")
     else:
@@ -203,7 +202,7 @@ def _skip_for_not_python(options: LabOptions, variant: Variant, progress: Callab
 class LabInterrupted(KeyboardInterrupt):
     """Raised after an interrupted lab has assembled what it recorded so far."""
 
-    def __init__(self, document: dict[str, Any]) -> None:
+    def __init__(self, document: LabDocument) -> None:
         super().__init__("lab interrupted")
         self.document = document
 
@@ -212,7 +211,7 @@ def _run_one(options: LabOptions, variant: Variant, rep: int, order: int, cell: 
     slug = "".join(c if c.isalnum() else "-" for c in variant.spec)[:60]
     record_dir = os.path.join(options.lab_dir, f"run-{order:03d}-{slug}")
     env = {**cell, **variant.env()}
-    if variant.trim != "quiet":  # the idle trimmer's own trims are what its variant measures
+    if TrimMode.of(variant.trim) is not TrimMode.QUIET:  # the idle trimmer's own trims are what its variant measures
         env.setdefault(TRIM_AFTER_ENV, "idle")  # every other run measures what one trim at idle releases
     sink = subprocess.DEVNULL if options.quiet_workload else None
     cpu_before = _cpu_of_children()
@@ -236,7 +235,7 @@ def _run_one(options: LabOptions, variant: Variant, rep: int, order: int, cell: 
 
 def _progress_line(order: int, total: str, r: RunMetrics) -> str:
     idle = f"idle {r.idle / 2**20:.0f} MiB" if r.idle is not None else "no idle"
-    status = "" if r.status == "ok" else f" [{r.status}{': ' + r.note if r.note else ''}]"
+    status = "" if r.status == RunStatus.OK else f" [{r.status}{': ' + r.note if r.note else ''}]"
     cell = " ".join(f"{k}={v}" for k, v in r.params.items())
     return f"[{order}/{total}] {r.variant}{' ' + cell if cell else ''} (rep {r.rep}): {idle}, {r.wall:.1f} s{status}"
 
@@ -260,9 +259,9 @@ def _cell_verdict(options: LabOptions, runs: list[RunMetrics]) -> tuple[Verdict,
         python = any(r.python for r in runs) or not runs
         recommendation = {"variant": chosen.spec, "reason": verdict.reason,
                           **recommendation_lines(chosen, python)}
-        quiet_specs = {v.spec for v in options.variants if v.trim == "quiet"}
-        trimmer_runs = [r for r in runs if r.variant in quiet_specs and r.status == "ok"]
-        if chosen.trim == "idle" and trimmer_runs and all("did not trim" in r.note for r in trimmer_runs):
+        quiet_specs = {v.spec for v in options.variants if TrimMode.of(v.trim) is TrimMode.QUIET}
+        trimmer_runs = [r for r in runs if r.variant in quiet_specs and r.status == RunStatus.OK]
+        if TrimMode.of(chosen.trim) is TrimMode.IDLE and trimmer_runs and all("did not trim" in r.note for r in trimmer_runs):
             recommendation["notes"].append(
                 "in this lab the idle trimmer never trimmed (the trim=quiet runs): the program ended within 2 s "
                 "of going quiet; a long-running process gets its trims, this workload as run here does not; "
@@ -305,7 +304,7 @@ def _throughput_warnings(options: LabOptions, results: list[RunMetrics], baselin
     """What the reader should know before trusting the slowdown column."""
     if options.metric or baseline is None:
         return []
-    walls = sorted(r.wall for r in results if r.variant == baseline.spec and r.status == "ok" and r.wall > 0)
+    walls = sorted(r.wall for r in results if r.variant == baseline.spec and r.status == RunStatus.OK and r.wall > 0)
     if not walls or walls[len(walls) // 2] >= SHORT_WORKLOAD:
         return []
     return [f"the workload's work lasts {walls[len(walls) // 2]:.2f} s (baseline runs {walls[0]:.2f}-{walls[-1]:.2f} s): "
@@ -315,11 +314,11 @@ def _throughput_warnings(options: LabOptions, results: list[RunMetrics], baselin
 
 
 def lab_document(options: LabOptions, results: list[RunMetrics], seconds: float,
-                 interrupted: bool = False, stopped: str = "") -> dict[str, Any]:
+                 interrupted: bool = False, stopped: str = "") -> LabDocument:
     """The lab's results. With swept parameters the verdict at the top is the one of
     the cell where the baseline idles highest (the worst case); every cell has its own."""
     baseline = next((v for v in options.variants if v.is_baseline), None)
-    cells = []
+    cells: list[dict[str, Any]] = []
     for cell in options.cells():
         runs = [r for r in results if r.params == cell]
         if not runs:
@@ -332,39 +331,38 @@ def lab_document(options: LabOptions, results: list[RunMetrics], seconds: float,
     worst = max(cells, key=lambda c: c["baseline_idle"]) if cells else None
     workload_seconds = sum(r.duration for r in results)
     cell_label = lambda r: f" [{' '.join(f'{k}={v}' for k, v in r.params.items())}]" if r.params else ""  # noqa: E731
-    return {
-        "schema": LAB_SCHEMA,
-        "cmd": options.cmd,
-        "machine": machine_info(),
-        "python": sys.version.split()[0],
-        "reps": options.reps,
-        "max_slowdown": options.max_slowdown,
-        "material": material(),  # the margin below the baseline's idle that makes a variant better
-        "metric": options.metric or "wall time",
-        "params": {name: values for name, values in options.params},
-        "order": [f"{r.variant}#{r.rep}{cell_label(r)}" for r in results],
-        "runs": [asdict(r) for r in results],
-        "baseline": baseline.spec if baseline else None,
-        "cell": worst["params"] if worst else {},
-        "variants": worst["variants"] if worst else [],
-        "verdict": stopped or (worst["verdict"] if worst else "no run finished"),
-        "stopped": stopped,
-        "recommendation": worst["recommendation"] if worst else None,
-        "time_spread": worst["time_spread"] if worst else 0.0,
-        "cells": cells,
-        "sweep": _sweep(cells) if len(cells) > 1 else {},
+    return LabDocument(
+        cmd=options.cmd,
+        machine=machine_info(),
+        python=sys.version.split()[0],
+        reps=options.reps,
+        max_slowdown=options.max_slowdown,
+        material=material(),  # the margin below the baseline's idle that makes a variant better
+        metric=options.metric or "wall time",
+        params={name: values for name, values in options.params},
+        order=[f"{r.variant}#{r.rep}{cell_label(r)}" for r in results],
+        runs=list(results),
+        baseline=baseline.spec if baseline else None,
+        cell=worst["params"] if worst else {},
+        variants=worst["variants"] if worst else [],
+        verdict=stopped or (worst["verdict"] if worst else "no run finished"),
+        stopped=stopped,
+        recommendation=worst["recommendation"] if worst else None,
+        time_spread=worst["time_spread"] if worst else 0.0,
+        cells=cells,
+        sweep=_sweep(cells) if len(cells) > 1 else {},
         # the top recommendation in every cell of the sweep: does the worst case's remedy hold elsewhere?
-        "across_cells": (_across_cells(cells, worst["recommendation"]["variant"])
-                         if len(cells) > 1 and worst and worst["recommendation"] else []),
-        "skipped": options.skipped,
-        "adaptive": options.adaptive,
-        "dropped": [f"{label}: {why}" for label, why in options.dropped.items()],
-        "warnings": _throughput_warnings(options, results, baseline),
-        "lab_seconds": round(seconds, 3),
-        "workload_seconds": round(workload_seconds, 3),
-        "complete": not interrupted and not stopped,  # every run made, or skipped with its reason in "skipped"
-        "lab_dir": options.lab_dir,
+        across_cells=(_across_cells(cells, worst["recommendation"]["variant"])
+                      if len(cells) > 1 and worst and worst["recommendation"] else []),
+        skipped=options.skipped,
+        adaptive=options.adaptive,
+        dropped=[f"{label}: {why}" for label, why in options.dropped.items()],
+        warnings=_throughput_warnings(options, results, baseline),
+        lab_seconds=round(seconds, 3),
+        workload_seconds=round(workload_seconds, 3),
+        complete=not interrupted and not stopped,  # every run made, or skipped with its reason in "skipped"
+        lab_dir=options.lab_dir,
         # each run's own memory cgroup: its limit, and why runs have none where memgap is in a limited one
-        "cgroup": {"limit": options.memory_limit, "note": options.cgroup_note,
-                   "per_run": options.cgroup_parent is not None or any(r.cgroup_peak is not None for r in results)},
-    }
+        cgroup={"limit": options.memory_limit, "note": options.cgroup_note,
+                "per_run": options.cgroup_parent is not None or any(r.cgroup_peak is not None for r in results)},
+    )

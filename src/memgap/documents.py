@@ -1,0 +1,409 @@
+"""The documents that cross modules, as classes: a trim record, a run (`memgap run`'s
+recording assembled by ``runs.load_run``) and its processes, one lab run's figures, and a
+lab's result (``lab.runner.lab_document``).
+
+Each has ``to_dict()``, the JSON memgap writes (docs/json.md), and ``from_dict()``, which
+checks the fields it knows (missing or of the wrong type: ``MalformedInput``, exit code 6)
+and fills in what a document of an earlier version of the same schema lacks (fields are
+only ever added within a version). This module sits below the lab and the report: it
+imports neither.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import MalformedInput
+from .model import RUN_SCHEMA, Snapshot
+
+LAB_SCHEMA = "memgap.lab/1"
+
+
+class Word(str, enum.Enum):
+    """A str-valued enum: in JSON, in ``str()`` and in f-strings it is its value."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+
+class RunStatus(Word):
+    """How one lab run ended, as its figures say (``RunFigures.status``)."""
+
+    OK = "ok"
+    CRASHED = "crashed"
+    TIMEOUT = "timeout"
+    KILLED = "killed"
+    OOM_KILLED = "oom-killed"
+    NO_IDLE = "no-idle"
+    NOT_APPLIED = "not-applied"
+    NO_PROCESS = "no-process"  # --process matched no process of the tree
+    NO_METRIC = "no-metric"    # --metric: the workload reported none
+
+
+class TrimRoute(Word):
+    """How a trim reached the process."""
+
+    IN_PROCESS = "in-process"  # memgap.trim() in the process itself (the bootstrap's trim at idle among them)
+    AGENT = "agent"            # memgap's native agent, asked over its socket
+    GDB = "gdb"                # inspect --trim through gdb
+    TRIMMER = "trimmer"        # the idle or periodic trimmer, on its own
+
+
+class TrimMode(Word):
+    """A lab variant's ``trim=`` setting (``Variant.trim``: ``every`` carries ``:SECONDS``)."""
+
+    IDLE = "idle"    # one malloc_trim(0) after the phase named idle
+    QUIET = "quiet"  # the idle trimmer
+    EVERY = "every"  # a periodic trim
+
+    @classmethod
+    def of(cls, setting: str) -> "TrimMode | None":
+        """The mode of a ``trim=`` setting (``every:5`` is EVERY); None for no trim."""
+        return cls(setting.split(":", 1)[0]) if setting else None
+
+
+def _typed(value: Any, hint: Any, where: str) -> Any:
+    """``value`` checked against the type ``hint`` (nested: lists, dicts, tuples, enums, documents)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        kinds = [a for a in args if a is not type(None)]
+        if len(kinds) == 1:  # X | None: what is wrong with it as an X
+            return _typed(value, kinds[0], where)
+        for arg in kinds:
+            try:
+                return _typed(value, arg, where)
+            except MalformedInput:
+                continue
+        raise _wrong(where, value, hint)
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        try:
+            return hint(value)
+        except ValueError:
+            raise MalformedInput(where, f"{value!r} is not one of {', '.join(str(m.value) for m in hint)}") from None
+    if hasattr(hint, "from_dict"):
+        return hint.from_dict(value, where)
+    if origin is list:
+        return [_typed(v, args[0], where) for v in _of(value, list, where)]
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)) or len(value) != len(args):
+            raise _wrong(where, value, hint)
+        return tuple(_typed(v, a, where) for v, a in zip(value, args))
+    if origin is dict:
+        return {k: _typed(v, args[1], where) for k, v in _of(value, dict, where).items()}
+    if hint is float:
+        return value if isinstance(value, (int, float)) and not isinstance(value, bool) else _fail(where, value, hint)
+    if hint is int and isinstance(value, bool):
+        raise _wrong(where, value, hint)
+    return _of(value, hint, where)
+
+
+def _of(value: Any, kind: type, where: str) -> Any:
+    if not isinstance(value, kind):
+        raise _wrong(where, value, kind)
+    return value
+
+
+def _wrong(where: str, value: Any, hint: Any) -> MalformedInput:
+    name = getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
+    return MalformedInput(where, f"{type(value).__name__} where {name} belongs")
+
+
+def _fail(where: str, value: Any, hint: Any) -> Any:
+    raise _wrong(where, value, hint)
+
+
+def _fields(cls: type, data: Any, what: str, skip: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The keyword arguments of dataclass ``cls`` from ``data``: every field it has, checked;
+    a field without a default must be there; keys it does not know are left out."""
+    data = _of(data, dict, what)
+    hints = typing.get_type_hints(cls)
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.name in skip:
+            continue
+        if f.name in data:
+            out[f.name] = _typed(data[f.name], hints[f.name], f"{what}, field {f.name!r}")
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise MalformedInput(what, f"no field {f.name!r}")
+    return out
+
+
+def check_schema(data: Any, family: str, current: str, what: str) -> None:
+    """Refuse a document of another kind, or of a version of ``family`` this memgap does not read."""
+    schema = _of(data, dict, what).get("schema")
+    if not isinstance(schema, str) or not schema.startswith(family + "/"):
+        raise MalformedInput(what, f"not a {family} document (schema {schema!r})")
+    if schema != current:
+        raise MalformedInput(what, f"schema {schema!r}: this memgap reads {current}; a newer memgap wrote it")
+
+
+# The keys of a trim record that are its typed fields; any other key is the route's detail.
+_TRIM_CORE = ("performed", "route", "by", "rss_before", "rss_after", "released", "seconds", "reason", "time")
+
+
+@dataclass
+class TrimRecord:
+    """What one trim did: VmRSS before and after, and how it reached the process. Every
+    place that trims records it through this class: ``memgap.trim()`` (in-process), the
+    idle and periodic trimmers, ``inspect --trim`` (gdb or the agent), ``memgap run``'s
+    trim at idle through the agent, and the lab, which reads them back."""
+
+    rss_before: int
+    rss_after: int
+    route: TrimRoute = TrimRoute.IN_PROCESS
+    performed: bool = True
+    released: int | None = None   # None: VmRSS before less after (never below 0)
+    seconds: float | None = None  # what the trim call took; the trimmer's records have none
+    reason: str = ""              # why it was not performed
+    time: float | None = None     # the trimmer's records: when
+    # what the route adds, in its order: the call and what it returned, the estimate beside the
+    # release (estimate, estimate_complete, estimate_route, estimate_rss, ...), gdb's timings, notes
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.released is None:
+            self.released = max(0, self.rss_before - self.rss_after)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as JSON: the trimmer's is ``time``, ``rss_before``, ``rss_after``; any
+        other carries ``performed``, its ``route`` (none in-process), the figures and ``reason``."""
+        if self.route is TrimRoute.TRIMMER:
+            out: dict[str, Any] = {"time": self.time, "rss_before": self.rss_before, "rss_after": self.rss_after}
+        else:
+            out = {"performed": self.performed}
+            if self.route is not TrimRoute.IN_PROCESS:
+                out["route"] = self.route.value
+            out.update(rss_before=self.rss_before, rss_after=self.rss_after, released=self.released,
+                       seconds=self.seconds, reason=self.reason)
+            if self.time is not None:
+                out["time"] = self.time
+        out.update(self.details)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Any, what: str = "trim record") -> "TrimRecord":
+        """A trim record again. Its route: ``route``, or ``by`` (what ``memgap run`` wrote for the
+        agent's trims before 0.x: read as ``route``); without either, in-process where it says
+        ``performed``, else the trimmer's."""
+        data = _of(data, dict, what)
+        route = data.get("route", data.get("by"))
+        if route is None:
+            route = TrimRoute.IN_PROCESS if "performed" in data else TrimRoute.TRIMMER
+        kwargs = _fields(cls, {k: v for k, v in data.items() if k in _TRIM_CORE}, what, skip=("route", "details"))
+        return cls(**kwargs, route=_typed(route, TrimRoute, f"{what}, field 'route'"),
+                   details={k: v for k, v in data.items() if k not in _TRIM_CORE})
+
+
+# written only where the events were
+_PROCESS_OPTIONAL = ("trimmer", "trims", "quiet_ends", "agent_exit", "pss_reads")
+
+
+@dataclass
+class ProcessRecord:
+    """One process of a run: what memgap saw of it, its snapshots (each a snapshot's JSON
+    with its ``phase``; one read from outside also has ``rss_at_mark``) and its idle."""
+
+    pid: int
+    snapshots: list[dict[str, Any]]
+    ppid: int | None = None
+    cmd: list[str] = field(default_factory=list)
+    trimmer: str | None = None          # the bootstrap started a trimmer in it: its mode
+    trims: list[TrimRecord] | None = None  # the trimmer's trims
+    quiet_ends: list[float] | None = None  # when its quiet spells ended
+    agent_exit: dict[str, Any] | None = None  # the statistics its agent wrote as it exited
+    idle: dict[str, Any] | None = None  # the idle found, with its rule (memgap.idle.idle_of_process)
+    pss_reads: list[list[float]] | None = None  # [time, Pss] read again while it was quiet (a tree's idle)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"pid": self.pid, "ppid": self.ppid, "cmd": self.cmd, "snapshots": self.snapshots}
+        for name in _PROCESS_OPTIONAL:
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = [t.to_dict() for t in value] if name == "trims" else value
+        out["idle"] = self.idle
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Any, what: str = "run's process") -> "ProcessRecord":
+        return cls(**_fields(cls, data, what))
+
+    def phases(self) -> list[Snapshot]:
+        """Its snapshots as Snapshot objects (what a recording adds to them left out)."""
+        return [Snapshot.from_dict(s) for s in self.snapshots]
+
+    def trims_at_marks(self) -> list[TrimRecord]:
+        """The trims of its ``after-trim`` snapshots (the one trim at a marked phase), in time order."""
+        return [TrimRecord.from_dict(s["trim"], f"PID {self.pid}'s trim") for s in self.snapshots
+                if s.get("phase") == "after-trim" and s.get("trim")]
+
+
+@dataclass
+class RunDocument:
+    """``memgap run``'s recording assembled (``memgap.run/1``, docs/json.md)."""
+
+    processes: list[ProcessRecord]
+    cmd: list[str] = field(default_factory=list)
+    start: float | None = None
+    machine: dict[str, Any] = field(default_factory=dict)
+    interval: float | None = None
+    exit_code: int | None = None
+    complete: bool = False
+    timed_out: bool = False
+    stopped_at_idle: bool = False
+    load_seconds: float | None = None
+    oom_kills: int | None = None
+    cgroup: dict[str, Any] | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    agent: dict[str, Any] = field(default_factory=dict)
+    duration: float = 0.0
+    timeline: list[dict[str, Any]] = field(default_factory=list)
+    findings: list[dict[str, Any]] = field(default_factory=list)
+    errors: list[dict[str, Any]] = field(default_factory=list)
+    metrics: dict[str, float] = field(default_factory=dict)
+    record_dir: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"schema": RUN_SCHEMA}
+        for f in dataclasses.fields(self):
+            out[f.name] = getattr(self, f.name)
+        out["processes"] = [p.to_dict() for p in self.processes]
+        return {k: out[k] for k in _RUN_ORDER}
+
+    @classmethod
+    def from_dict(cls, data: Any, what: str = "run document") -> "RunDocument":
+        check_schema(data, "memgap.run", RUN_SCHEMA, what)
+        return cls(**_fields(cls, data, what))
+
+
+# The run document's fields in the order load_run has always written them.
+_RUN_ORDER = ("schema", "cmd", "start", "machine", "interval", "exit_code", "complete", "timed_out",
+              "stopped_at_idle", "load_seconds", "oom_kills", "cgroup", "env", "agent", "duration", "processes",
+              "timeline", "findings", "errors", "metrics", "record_dir")
+
+
+@dataclass
+class RunFigures:
+    """What one lab run of a variant measured (``runs`` of a lab document)."""
+
+    variant: str
+    rep: int
+    order: int                 # position in the interleaved sequence
+    status: RunStatus
+    exit_code: int | None = None
+    wall: float = 0.0          # seconds of work: start to exit, or to the last phase before idle
+    duration: float = 0.0      # seconds the lab spent on the run (start to exit or stop)
+    cpu: float = 0.0           # user + system seconds of the workload's processes
+    baseline: int | None = None    # RSS at the first phase (post-import)
+    peak: int | None = None        # highest RSS sampled or reported (VmHWM)
+    idle: int | None = None        # RSS at the phase named idle (trim=quiet: after the rest)
+    post_rest: int | None = None   # RSS last sampled before the program ended or was stopped
+    after_trim: int | None = None  # RSS right after one malloc_trim(0) at idle
+    trim_released: int | None = None
+    vm_peak: int | None = None
+    throughput: float | None = None  # the workload's own metric (--metric), higher is better
+    pattern: str = ""
+    pattern_evidence: str = ""
+    phases: list[tuple[str, int]] = field(default_factory=list)
+    record_dir: str = ""
+    note: str = ""
+    params: dict[str, str] = field(default_factory=dict)  # the swept parameters of this run
+    timeline: list[tuple[float, int]] = field(default_factory=list)  # (seconds, RSS) of the main process
+    layers: list[dict[str, Any]] = field(default_factory=list)  # per phase: {"phase", "rss", "layers"}
+    python: bool = False           # the main process recorded its own phases (memgap's bootstrap)
+    idle_rule: str = ""            # how idle was found: "idle (marked)", "idle (quiet 2.1 s)", ...
+    process: str = ""              # the command line of the process the figures describe
+    processes: int = 0             # how many processes the workload's tree ran
+    tree: list[dict[str, Any]] = field(default_factory=list)  # every process's idle: cmd, rss, pss, rule
+    process_idle: int | None = None  # the measured process's own idle figure, where idle is the tree's total
+    tree_how: str = ""             # how the tree's total was summed, where idle is the tree's total
+    cgroup_peak: int | None = None   # the run's own memory cgroup's highest charge (its tree's, page cache included)
+    cgroup_limit: int | None = None  # that cgroup's limit (memgap lab --memory-limit)
+
+    def __post_init__(self) -> None:
+        self.status = RunStatus(self.status)  # a status given as its word is the same status
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["status"] = self.status.value
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Any, what: str = "lab run") -> "RunFigures":
+        return cls(**_fields(cls, data, what))
+
+
+@dataclass
+class LabDocument:
+    """A lab's result (``memgap.lab/1``, docs/json.md): every run's figures, each variant's
+    summary per cell (``variants``, ``cells``: dicts, fields in docs/json.md) and the verdict."""
+
+    cmd: list[str]
+    runs: list[RunFigures]
+    machine: dict[str, Any] = field(default_factory=dict)
+    python: str = ""
+    reps: int = 0
+    max_slowdown: float = 0.05
+    material: dict[str, Any] = field(default_factory=dict)
+    metric: str = "wall time"
+    params: dict[str, list[str]] = field(default_factory=dict)
+    order: list[str] = field(default_factory=list)
+    baseline: str | None = None
+    cell: dict[str, str] = field(default_factory=dict)
+    variants: list[dict[str, Any]] = field(default_factory=list)
+    verdict: str = ""
+    stopped: str = ""
+    recommendation: dict[str, Any] | None = None
+    time_spread: float = 0.0
+    cells: list[dict[str, Any]] = field(default_factory=list)
+    sweep: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    across_cells: list[dict[str, Any]] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    adaptive: bool = False
+    dropped: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    lab_seconds: float = 0.0
+    workload_seconds: float = 0.0
+    complete: bool = False
+    lab_dir: str = ""
+    cgroup: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"schema": LAB_SCHEMA}
+        for f in dataclasses.fields(self):
+            out[f.name] = getattr(self, f.name)
+        out["runs"] = [r.to_dict() for r in self.runs]
+        return {k: out[k] for k in _LAB_ORDER}
+
+    @classmethod
+    def from_dict(cls, data: Any, what: str = "lab document") -> "LabDocument":
+        check_schema(data, "memgap.lab", LAB_SCHEMA, what)
+        return cls(**_fields(cls, data, what))
+
+
+# The lab document's fields in the order lab_document has always written them.
+_LAB_ORDER = ("schema", "cmd", "machine", "python", "reps", "max_slowdown", "material", "metric", "params", "order",
+              "runs", "baseline", "cell", "variants", "verdict", "stopped", "recommendation", "time_spread", "cells",
+              "sweep", "across_cells", "skipped", "adaptive", "dropped", "warnings", "lab_seconds",
+              "workload_seconds", "complete", "lab_dir", "cgroup")
+
+
+def load_document(data: Any, what: str = "document") -> "RunDocument | LabDocument":
+    """A run or a lab document, by its schema (anything else: MalformedInput)."""
+    schema = str(_of(data, dict, what).get("schema", ""))
+    if schema.startswith("memgap.lab/"):
+        return LabDocument.from_dict(data, what)
+    if schema.startswith("memgap.run/"):
+        return RunDocument.from_dict(data, what)
+    raise MalformedInput(what, f"not a memgap run or lab (schema {schema!r})")
+

@@ -1,0 +1,209 @@
+"""The documents as classes (memgap.documents): saved documents of earlier versions load,
+current ones round-trip, documents made live round-trip, and bad input is memgap's error.
+
+The saved documents (tests/fixtures/documents/COMMIT/) were written by memgap at that commit:
+04f183d (the lab's first weeks: a run without ``start``, ``agent``, ``cgroup``... and processes
+without ``idle``; a lab without ``material``, ``cgroup``, ``warnings``...) and 8a6ec88 (the
+version before these classes: its agent's trim at idle says ``by``, not ``route``).
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import sys
+
+import pytest
+
+from conftest import child_env
+from helpers import memgap, run_recorded
+from memgap.documents import (LabDocument, ProcessRecord, RunDocument, RunFigures, RunStatus, TrimMode, TrimRecord,
+                              TrimRoute, load_document)
+from memgap.errors import MalformedInput
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SAVED = os.path.join(HERE, "fixtures", "documents")
+OLD, CURRENT = os.path.join(SAVED, "04f183d"), os.path.join(SAVED, "8a6ec88")
+
+
+def read(path):
+    with open(path, encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def as_json(doc):
+    """What a document's to_dict writes, read back (tuples become lists, as in a file)."""
+    return json.loads(json.dumps(doc.to_dict()))
+
+
+def test_every_saved_document_loads():
+    paths = sorted(glob.glob(os.path.join(SAVED, "*", "*.json")))
+    assert len(paths) == 6, paths
+    for path in paths:
+        doc = load_document(read(path), path)
+        assert isinstance(doc, LabDocument if os.path.basename(path).startswith("lab") else RunDocument), path
+
+
+@pytest.mark.parametrize("name", ["run-agent-trim.json", "run-trimmer.json", "lab.json"])
+def test_a_current_document_round_trips(name):
+    data = read(os.path.join(CURRENT, name))
+    assert as_json(load_document(data)) == data
+
+
+# What a document of 04f183d lacks, and what loading it fills in.
+RUN_FILLED = {"start": None, "stopped_at_idle": False, "load_seconds": None, "oom_kills": None, "cgroup": None,
+              "agent": {}}
+LAB_FILLED = {"material": {}, "stopped": "", "time_spread": 0.0, "across_cells": [], "adaptive": False,
+              "dropped": [], "warnings": [], "cgroup": {}}
+LAB_RUN_FILLED = {"duration": 0.0, "post_rest": None, "timeline": [], "layers": [], "python": False, "idle_rule": "",
+                  "process": "", "processes": 0, "tree": [], "process_idle": None, "tree_how": "",
+                  "cgroup_peak": None, "cgroup_limit": None}
+
+
+@pytest.mark.parametrize("name", ["run.json", "run-trim-at-idle.json"])
+def test_an_earlier_run_loads_with_what_it_lacks_filled_in(name):
+    data = read(os.path.join(OLD, name))
+    out = as_json(RunDocument.from_dict(data))
+    assert {k: out[k] for k in set(out) - set(data)} == RUN_FILLED
+    for before, after in zip(data["processes"], out.pop("processes")):
+        assert after == {**before, "idle": None}  # the idle load_run finds: the lab finds it again
+    assert out == {k: v for k, v in data.items() if k != "processes"} | RUN_FILLED
+
+
+def test_an_earlier_lab_loads_with_what_it_lacks_filled_in():
+    data = read(os.path.join(OLD, "lab.json"))
+    out = as_json(LabDocument.from_dict(data))
+    assert {k: out[k] for k in set(out) - set(data)} == LAB_FILLED
+    assert [r for r in out.pop("runs")] == [{**r, **LAB_RUN_FILLED} for r in data["runs"]]
+    assert out == {k: v for k, v in data.items() if k != "runs"} | LAB_FILLED
+
+
+def test_the_trim_records_of_each_version():
+    """The trims kept in the saved runs: in-process (04f183d), the agent's ``by`` read as its route,
+    the trimmer's; each written back as it was, but ``by``, which becomes ``route``."""
+    in_process = _process(read(os.path.join(OLD, "run-trim-at-idle.json"))).trims_at_marks()
+    assert [t.route for t in in_process] == [TrimRoute.IN_PROCESS] and in_process[0].released > 0
+    agent = _process(read(os.path.join(CURRENT, "run-agent-trim.json"))).trims_at_marks()
+    (record,) = agent
+    saved = next(s["trim"] for p in read(os.path.join(CURRENT, "run-agent-trim.json"))["processes"]
+                 for s in p["snapshots"] if s.get("trim"))
+    assert record.route is TrimRoute.AGENT and "by" in saved
+    assert record.to_dict() == {**{k: v for k, v in saved.items() if k != "by"}, "route": "agent"}
+    trimmer = _process(read(os.path.join(CURRENT, "run-trimmer.json")))
+    assert trimmer.trims and all(t.route is TrimRoute.TRIMMER for t in trimmer.trims)
+    assert trimmer.trims[0].released == trimmer.trims[0].rss_before - trimmer.trims[0].rss_after
+
+
+def _process(data):
+    """The process of a saved run that has trims (a snapshot after a trim, or the trimmer's)."""
+    run = RunDocument.from_dict(data)
+    return next(p for p in run.processes if p.trims or p.trims_at_marks())
+
+
+def test_a_gdb_trim_record_keeps_what_its_route_adds():
+    record = TrimRecord(100, 40, TrimRoute.GDB, seconds=0.01, details={
+        "call": "malloc_trim(0)", "returned": 1, "estimate": 50, "estimate_complete": True,
+        "estimate_route": "outside", "estimate_rss": 100, "gdb_seconds": {"attach": 0.2}, "notes": []})
+    data = record.to_dict()
+    assert data["route"] == "gdb" and data["released"] == 60
+    assert TrimRecord.from_dict(data) == record
+
+
+def test_the_lab_folders_runs_load():
+    events = [json.loads(line) for line in open(os.path.join(CURRENT, "lab-folder", "lab.jsonl"))]
+    runs = [{k: v for k, v in e.items() if k != "type"} for e in events if e["type"] == "run"]
+    assert runs and all(as_json(RunFigures.from_dict(r)) == r for r in runs)
+
+
+def test_a_live_run_and_its_in_process_trim_round_trip(tmp_path):
+    prog = tmp_path / "work.py"
+    prog.write_text("import memgap\nmemgap.phase('post-import')\nx = [bytes(500) for _ in range(40000)]\n"
+                    "del x\nmemgap.phase('idle')\n")
+    _, data = run_recorded(tmp_path, [sys.executable, str(prog)], MEMGAP_TRIM_AFTER="idle")
+    run = RunDocument.from_dict(data)
+    assert as_json(run) == data
+    (proc,) = [p for p in run.processes if p.snapshots]
+    (trim,) = proc.trims_at_marks()  # memgap.trim()'s record, as api.py writes it
+    saved = next(s["trim"] for s in proc.snapshots if s.get("trim"))
+    assert set(saved) == {"performed", "released", "rss_before", "rss_after", "seconds", "reason", "pymalloc_released"}
+    assert trim.route is TrimRoute.IN_PROCESS and trim.to_dict() == saved
+
+
+def test_a_live_lab_round_trips(tmp_path):
+    prog = tmp_path / "work.py"
+    prog.write_text("import memgap\nmemgap.phase('post-import')\nx = [bytes(500) for _ in range(40000)]\n"
+                    "del x\nmemgap.phase('idle')\n")
+    out = tmp_path / "lab.json"
+    done = memgap("lab", "--variant", "glibc", "--variant", "glibc:trim=idle", "--reps", "1",
+                  "--dir", str(tmp_path / "lab"), "--json", str(out), "--", sys.executable, str(prog))
+    assert done.returncode == 0, done.stderr[-2000:]
+    data = read(out)
+    lab = LabDocument.from_dict(data)
+    assert as_json(lab) == data
+    assert [r.status for r in lab.runs] == [RunStatus.OK, RunStatus.OK]
+    trimmed = next(r for r in lab.runs if r.variant == "glibc:trim=idle")
+    assert trimmed.after_trim is not None and trimmed.idle == trimmed.after_trim
+
+
+RUN = {"schema": "memgap.run/1", "cmd": ["x"], "processes": [{"pid": 1, "snapshots": []}]}
+LAB_RUN = {"variant": "glibc", "rep": 1, "order": 1, "status": "ok"}
+
+
+@pytest.mark.parametrize("make,data,says", [
+    (RunDocument.from_dict, {k: v for k, v in RUN.items() if k != "processes"}, "no field 'processes'"),
+    (RunDocument.from_dict, {**RUN, "processes": {}}, "dict where list"),
+    (RunDocument.from_dict, {**RUN, "processes": [{"snapshots": []}]}, "no field 'pid'"),
+    (RunDocument.from_dict, {**RUN, "exit_code": "0"}, "field 'exit_code': str"),
+    (RunDocument.from_dict, {**RUN, "schema": "memgap.run/2"}, "this memgap reads memgap.run/1"),
+    (RunDocument.from_dict, {**RUN, "schema": "memgap.lab/1"}, "not a memgap.run document"),
+    (RunDocument.from_dict, {k: v for k, v in RUN.items() if k != "schema"}, "schema None"),
+    (RunDocument.from_dict, [RUN], "list where dict"),
+    (RunFigures.from_dict, {k: v for k, v in LAB_RUN.items() if k != "status"}, "no field 'status'"),
+    (RunFigures.from_dict, {**LAB_RUN, "rep": True}, "bool where int"),
+    (RunFigures.from_dict, {**LAB_RUN, "status": "fine"}, "'fine' is not one of ok, crashed"),
+    (LabDocument.from_dict, {"schema": "memgap.lab/1", "cmd": ["x"], "runs": [{**LAB_RUN, "wall": "1"}]},
+     "field 'wall': str"),
+    (LabDocument.from_dict, {"schema": "memgap.lab/0", "cmd": ["x"], "runs": []}, "this memgap reads memgap.lab/1"),
+    (TrimRecord.from_dict, {"performed": True, "rss_before": 1}, "no field 'rss_after'"),
+    (TrimRecord.from_dict, {"rss_before": 1, "rss_after": 1, "route": "ssh"}, "'ssh' is not one of"),
+    (ProcessRecord.from_dict, {"pid": 1, "snapshots": [], "trims": [{"time": 1.0, "rss_before": "1", "rss_after": 1}]},
+     "field 'rss_before': str"),
+    (load_document, {"schema": "memgap.snapshot/1"}, "not a memgap run or lab"),
+])
+def test_bad_input_is_memgaps_own_error(make, data, says):
+    with pytest.raises(MalformedInput) as caught:
+        make(data)
+    assert caught.value.exit_code == 6 and says in str(caught.value), str(caught.value)
+
+
+def test_memgap_report_says_so_in_one_line(tmp_path):
+    bad = tmp_path / "run.json"
+    bad.write_text(json.dumps({**RUN, "processes": [{"pid": "1", "snapshots": []}]}))
+    done = memgap("report", str(bad))
+    assert done.returncode == 6 and done.stderr.count("\n") == 1, done.stderr
+    assert "field 'pid': str where int belongs" in done.stderr
+
+
+def test_the_words_are_their_values_in_json_and_text():
+    assert json.dumps({RunStatus.OOM_KILLED: [TrimRoute.AGENT]}) == '{"oom-killed": ["agent"]}'
+    assert f"{RunStatus.NO_IDLE} {TrimRoute.IN_PROCESS:>11}" == "no-idle  in-process"
+    assert [TrimMode.of(s) for s in ("", "idle", "quiet", "every:5")] == [None, TrimMode.IDLE, TrimMode.QUIET,
+                                                                          TrimMode.EVERY]
+
+
+def test_the_agents_trim_at_idle_is_recorded_with_its_route(tmp_path):
+    """A program that is not Python, its idle marked on stdout: memgap reads it from outside and
+    asks its agent to trim; the record says ``route`` (8a6ec88 wrote ``by``)."""
+    script = tmp_path / "idle.sh"
+    script.write_text("echo idle\nsleep 1\n")
+    out = tmp_path / "run.json"
+    done = memgap("run", "--phase-regex", "^(idle)$", "--json", str(out), "--", "/bin/sh", str(script),
+                  env=child_env(MEMGAP_TRIM_AFTER="idle"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    data = read(out)
+    run = RunDocument.from_dict(data)
+    assert as_json(run) == data
+    (trim,) = [t for p in run.processes for t in p.trims_at_marks()]
+    saved = next(s["trim"] for p in data["processes"] for s in p["snapshots"] if s.get("trim"))
+    assert trim.route is TrimRoute.AGENT and saved["route"] == "agent" and "by" not in saved
+    assert set(saved) == {"performed", "route", "rss_before", "rss_after", "released", "seconds", "reason"}
