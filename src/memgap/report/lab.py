@@ -50,11 +50,16 @@ def _metric(lab: dict[str, Any]) -> str:
     return "" if metric == "wall time" else metric
 
 
+def _rate(value: float) -> str:
+    """Three significant figures, never in exponent form: 1530, 7.46, 0.0123."""
+    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
 def _rates(value: Any) -> str:
     if not value:
         return "-"
     med, lo, hi = value
-    return f"{med:.3g} ({lo:.3g}-{hi:.3g})"
+    return f"{_rate(med)} ({_rate(lo)}-{_rate(hi)})"
 
 
 def _cgroup_peaks(lab: dict[str, Any]) -> bool:
