@@ -19,8 +19,8 @@ from helpers import MiB, check_adds_up, memgap, vmrss
 from memgap.errors import MemgapError
 from memgap.sources import gdb_attach
 from memgap.sources.gdb_attach import GdbSession, GdbTimeout, task_states
-from memgap.sources.ptrace_access import ptrace_refusal
 from memgap.sources.gdb_mi import parse_int, parse_mi_line, parse_threads
+from memgap.sources.ptrace_access import ptrace_refusal
 
 pytestmark = pytest.mark.skipif(not shutil.which("gdb") or not shutil.which("cc"), reason="needs gdb and cc")
 

@@ -19,7 +19,6 @@ import pytest
 
 from conftest import HERE, child_env
 from helpers import JEMALLOC, MiB
-
 from memgap.diagnose import diagnose
 from memgap.model import Layer, Snapshot
 

@@ -4,8 +4,8 @@ import pathlib
 
 import pytest
 
-from memgap.errors import UsageError
 from memgap import variants as V
+from memgap.errors import UsageError
 from memgap.lab.metrics import RunMetrics, classify_pattern
 from memgap.lab.runner import recommendation_lines
 from memgap.lab.verdict import decide, summarize

@@ -30,9 +30,9 @@ def _record_trim(rss_before: int, rss_after: int) -> None:
 
 def _trim_periodically(seconds: float) -> None:
     """Call malloc_trim(0) every ``seconds`` (glibc only), from a daemon thread."""
+    from .pymalloc_release import release_if_asked
     from .sources.allocator import detect_in_process
     from .sources.glibc import glibc_malloc
-    from .pymalloc_release import release_if_asked
     from .sources.procfs import ProcReader
 
     try:

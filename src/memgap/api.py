@@ -13,7 +13,6 @@ from .model import Snapshot
 from .recording import ProcessFile
 from .sources.procfs import ProcReader, status_int
 
-
 _phases: list[Snapshot] = []
 _phase_file = ProcessFile()  # under `memgap run`: this process's phases go there
 _own_phases: set[str] = set()  # phases this program marked itself (memgap.phase): no idle to find if "idle"

@@ -13,9 +13,9 @@ from .model import Layer, Region
 from .sources.glibc import Mallinfo2, MallocInfo
 from .sources.glibc_heaps import GlibcLayout
 from .sources.jemalloc import JemallocStats
+from .sources.pyheap import PythonHeap
 from .sources.pymalloc import PymallocStats
 from .sources.pymalloc_pools import PoolCensus
-from .sources.pyheap import PythonHeap
 
 MiB = 1 << 20
 

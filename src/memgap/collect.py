@@ -19,10 +19,10 @@ from .memory_map import MemoryMap, read_memory_map
 from .model import Layer, Region, Snapshot
 from .sources import allocator as allocator_source
 from .sources.anon_objects import find_anon_objects
+from .sources.cgroup import read_memory_cgroup
 from .sources.glibc import glibc_malloc
 from .sources.glibc_heaps import GlibcLayout, ResidentMap, find_glibc_layout
 from .sources.jemalloc import noreserve_flags
-from .sources.cgroup import read_memory_cgroup
 from .sources.procfs import Mapping, MappingPss, ProcReader, status_int
 from .sources.pymalloc_pools import census
 

@@ -25,19 +25,19 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterator
 
-from .gdb_layers import jemalloc_gdb_layers, mimalloc_gdb_layers, tcmalloc_gdb_layers
-from .errors import MalformedInput, Unsupported
-from .model import Snapshot
-from .diagnose import allocator_findings
 from .deep_beside import beside_jemalloc, trim_glibc_and_jemalloc
+from .diagnose import allocator_findings
+from .errors import MalformedInput, Unsupported
+from .gdb_layers import jemalloc_gdb_layers, mimalloc_gdb_layers, tcmalloc_gdb_layers
+from .model import Snapshot
 from .sources import jemalloc_gdb, mimalloc_gdb, tcmalloc_gdb
 from .sources.allocator import process_root
 from .sources.gdb_attach import DEFAULT_TIMEOUT, CallFailed, GdbSession, GdbTimeout
 from .sources.glibc import MallocInfo, parse_malloc_info
 from .sources.jemalloc_gdb import JemallocDeep
 from .sources.mimalloc_gdb import MimallocDeep
-from .sources.tcmalloc_gdb import TcmallocDeep
 from .sources.procfs import Mapping, ProcReader, status_int
+from .sources.tcmalloc_gdb import TcmallocDeep
 
 ROUTE_OUTSIDE = "outside"
 ROUTE_MALLOC_INFO = "gdb malloc_info"

@@ -12,8 +12,7 @@ import struct
 from dataclasses import dataclass, field
 
 from .sources.glibc_heaps import ResidentMap
-from .sources.procfs import (PAGE_SIZE, Mapping, PageCounts, ProcReader, count_pagemap, exclusive_bitmap,
-                             present_bitmap)
+from .sources.procfs import PAGE_SIZE, Mapping, PageCounts, ProcReader, count_pagemap, exclusive_bitmap, present_bitmap
 
 DEFAULT_STACK = 8 << 20
 TCB_PAGES = 2  # glibc puts a thread's struct pthread at the top of its stack block (2368 bytes below here)

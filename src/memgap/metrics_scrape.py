@@ -18,8 +18,7 @@ import psutil
 
 from .collect import Options, snapshot_pid
 from .errors import MemgapError, NoSuchProcess
-from .metrics_export import Process, Target, label_by_command, label_tree, process_families, render, \
-    scrape_families
+from .metrics_export import Process, Target, label_by_command, label_tree, process_families, render, scrape_families
 from .sources.procfs import ProcReader
 
 

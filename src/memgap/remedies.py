@@ -20,7 +20,6 @@ from .sources.procfs import ProcReader, status_int
 from .units import MiB
 
 
-
 @dataclass
 class TrimmerStats:
     trims: int = 0

@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING, Any
 
 import psutil
 
-from .envnames import RECORD_DIR_ENV, TRIM_AFTER_ENV, WALK_ENV
 from .diagnose import diagnose_series
+from .envnames import RECORD_DIR_ENV, TRIM_AFTER_ENV, WALK_ENV
 from .errors import MemgapError
+from .idle import QUIET_PHASE, QuietSpell, idle_of_process, quiet_after
+from .load import LoadDriver
 from .marks import CpuActivity, PhaseClock, StdoutMarks
 from .model import RUN_SCHEMA, Snapshot
-from .load import LoadDriver
-from .idle import QUIET_PHASE, QuietSpell, idle_of_process, quiet_after
 from .recording import RecordingWriter, child_recording_path, read_events
 from .sources.procfs import ProcReader, oom_kills, status_int
 

@@ -32,8 +32,14 @@ import os
 import subprocess
 from dataclasses import dataclass, field
 
-from .envnames import (ALLOCATOR_DIRS_ENV, GC_FREEZE_ENV, PYMALLOC_RELEASE_ENV, TRIM_AFTER_ENV, TRIM_EVERY_ENV,
-                        TRIMMER_ENV)
+from .envnames import (
+    ALLOCATOR_DIRS_ENV,
+    GC_FREEZE_ENV,
+    PYMALLOC_RELEASE_ENV,
+    TRIM_AFTER_ENV,
+    TRIM_EVERY_ENV,
+    TRIMMER_ENV,
+)
 from .errors import UsageError
 
 ALLOCATORS = ("glibc", "jemalloc", "tcmalloc", "mimalloc")

@@ -16,8 +16,8 @@ another's by chance more easily. ``memgap lab --reps N`` keeps the full grid.
 """
 from __future__ import annotations
 
-from .metrics import RunMetrics
 from ..variants import Variant, parse_variant
+from .metrics import RunMetrics
 from .verdict import MATERIAL_BYTES, MATERIAL_SHARE, Verdict, summarize
 
 FAR_TOO_SLOW = 1.5  # x the slowest a variant may be (1 + budget): no later run brings it back

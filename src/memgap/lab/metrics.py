@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..idle import BEFORE_EXIT_PHASE, QUIET_PHASE, idle_of_process
-from ..variants import Variant, parse_variant
 from ..units import MiB
+from ..variants import Variant, parse_variant
 
 MAX_POINTS = 300  # timeline points kept per run for charts
 UNMARKED = (QUIET_PHASE, BEFORE_EXIT_PHASE, "exit", "after-trim")  # snapshots memgap takes, not phases the program marked

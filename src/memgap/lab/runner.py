@@ -10,17 +10,17 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
+from ..envnames import TRIM_AFTER_ENV
 from ..errors import Unsupported
 from ..model import verdict_word
 from ..recording import RecordingWriter
-from ..sources.cgroup import read_memory_cgroup
 from ..runs import RunOptions, load_run, machine_info, record_run
+from ..sources.cgroup import read_memory_cgroup
+from ..variants import Variant
 from .adaptive import cannot_win, needs_every_rep
 from .cgroup_limit import CgroupParent, find_parent, make_run_cgroup
 from .metrics import RunMetrics, run_metrics
 from .remedy_lines import recommendation_lines
-from ..envnames import TRIM_AFTER_ENV
-from ..variants import Variant
 from .verdict import Verdict, decide, material, run_to_run_spread, summarize
 
 TRIM_HINT = 0.8  # a trim at idle that leaves less than this share of the baseline's idle is worth trying

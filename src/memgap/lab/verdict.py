@@ -21,8 +21,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from .metrics import RunMetrics
 from ..variants import COST_WORDS, Variant
+from .metrics import RunMetrics
 
 # The share is the default slowdown budget (5% of time), asked of memory in turn. The bytes
 # are one transparent huge page: where THP is on, one touched byte can move RSS by 2 MiB.

@@ -51,8 +51,15 @@ from typing import Iterator
 
 from ..errors import MalformedInput, MemgapError, NoSuchProcess, PtraceDisallowed, ToolMissing
 from .gdb_mi import MiRecord, mi_quote, parse_int, parse_memory, parse_mi_line, parse_threads
-from .gdb_target import (check_attachable, check_start_time, comm, continue_if_left_stopped, sigint_pending, task_states,
-                         tgkill)
+from .gdb_target import (
+    check_attachable,
+    check_start_time,
+    comm,
+    continue_if_left_stopped,
+    sigint_pending,
+    task_states,
+    tgkill,
+)
 from .procfs import ProcReader, status_int
 from .ptrace_access import has_cap_sys_ptrace, ptrace_refusal, read_yama_scope
 

@@ -7,10 +7,10 @@ is O(objects): memgap takes it at phases, not in every sample.
 """
 from __future__ import annotations
 
+import _tracemalloc  # the C module: importing tracemalloc.py would add to the observed heap
 import array
 import gc
 import sys
-import _tracemalloc  # the C module: importing tracemalloc.py would add to the observed heap
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
