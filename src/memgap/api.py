@@ -32,7 +32,7 @@ def _recording_writer():  # type: ignore[no-untyped-def]
     return _phase_file.writer()
 
 
-def _record(name: str, trim_result: "TrimResult | None" = None) -> Snapshot | None:
+def _record(name: str, trim_result: TrimResult | None = None) -> Snapshot | None:
     """Take and keep a phase snapshot. Under `memgap run` it never raises: a
     failure is written to the recording and the observed program goes on."""
     writer = _recording_writer()
@@ -77,7 +77,7 @@ class phase:  # noqa: N801 - used like a function
         _own_phases.add(name)
         self.snapshot = _record(name)
 
-    def __enter__(self) -> "phase":
+    def __enter__(self) -> phase:
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,

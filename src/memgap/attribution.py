@@ -47,16 +47,16 @@ class _Part:
     private: int | None = 0
     pss: float | None = 0.0
 
-    def __add__(self, other: "_Part") -> "_Part":
+    def __add__(self, other: _Part) -> _Part:
         if self.private is None or other.private is None or self.pss is None or other.pss is None:
             return _Part(self.resident + other.resident, None, None)
         return _Part(self.resident + other.resident, self.private + other.private, self.pss + other.pss)
 
-    def __sub__(self, other: "_Part") -> "_Part":
+    def __sub__(self, other: _Part) -> _Part:
         return self + _Part(-other.resident, None if other.private is None else -other.private,
                             None if other.pss is None else -other.pss)
 
-    def take(self, resident: int) -> "_Part":
+    def take(self, resident: int) -> _Part:
         """``resident`` bytes of this part, private and shared in its own proportions: a layer
         counted in bytes (blocks, the allocator's counters) says nothing of which pages hold them."""
         if self.private is None or self.pss is None:

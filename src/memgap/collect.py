@@ -10,8 +10,9 @@ import bisect
 import os
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 from .attribution import PSS_DERIVATION, Measurements, attribute
 from .errors import MemgapError, PidReused, Unsupported

@@ -21,9 +21,10 @@ import re
 import shutil
 import stat as stat_module
 import tempfile
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterator
+from typing import Any
 
 from .deep_beside import beside_jemalloc, trim_glibc_and_jemalloc
 from .diagnose import allocator_findings

@@ -10,7 +10,7 @@ the program uses (``inspect --trim`` measures what mi_collect returns).
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from .model import Finding, Snapshot
 from .units import MiB, mib, pct

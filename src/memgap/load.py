@@ -14,7 +14,7 @@ import os
 import re
 import subprocess
 import time
-from typing import Callable
+from collections.abc import Callable
 
 READY_QUIET = 0.5     # seconds of a quiet tree that mean the service is up and waiting
 READY_TIMEOUT = 120.0  # seconds: a service that never goes quiet gets its load anyway

@@ -24,8 +24,8 @@ class StdoutMarks:
     def __init__(self, stream: IO[bytes], pattern: str, echo: bool, metric_pattern: str = "") -> None:
         self.regex = re.compile(pattern) if pattern else None
         self.metric_regex = re.compile(metric_pattern) if metric_pattern else None
-        self.marks: "queue.Queue[str]" = queue.Queue()
-        self.values: "queue.Queue[float]" = queue.Queue()
+        self.marks: queue.Queue[str] = queue.Queue()
+        self.values: queue.Queue[float] = queue.Queue()
         self.echo = echo
         # Set when a mark arrives, and when the stream ends (the program exited, mostly):
         # the recorder's loop wakes at once instead of at its next sample.
@@ -53,7 +53,7 @@ class StdoutMarks:
         self.arrived.set()
 
     @staticmethod
-    def _drain(q: "queue.Queue") -> list:  # type: ignore[type-arg]
+    def _drain(q: queue.Queue) -> list:  # type: ignore[type-arg]
         items = []
         while True:
             try:

@@ -98,7 +98,7 @@ def tree_pids(root: int) -> list[int]:
 
 
 def _sample(writer: RecordingWriter, root: int, known: set[int], start: float,
-            quiet: "OutsideQuiet | None" = None) -> None:
+            quiet: OutsideQuiet | None = None) -> None:
     pids = tree_pids(root)
     now = time.time() - start
     for pid in pids:

@@ -19,8 +19,9 @@ import gc
 import os
 import re
 import time
+from collections.abc import Generator
 from dataclasses import dataclass
-from typing import Any, Generator
+from typing import Any
 
 import pytest
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 from ..errors import MalformedInput, MemgapError
 from ..sources.glibc import Mallinfo2, MallocInfo, parse_malloc_info

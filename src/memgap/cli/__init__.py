@@ -4,8 +4,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from collections.abc import Sequence
 from types import ModuleType
-from typing import NoReturn, Sequence
+from typing import NoReturn
 
 from ..errors import MemgapError, UsageError
 

@@ -19,7 +19,8 @@ import re
 import shutil
 import sys
 import tempfile
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from ..errors import MemgapError, UsageError
 

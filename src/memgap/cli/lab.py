@@ -106,7 +106,7 @@ class _Progress:
         self.total = total
         self.bar = None
 
-    def __enter__(self) -> "_Progress":
+    def __enter__(self) -> _Progress:
         if sys.stderr.isatty():
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn

@@ -7,8 +7,9 @@ import resource
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from ..envnames import TRIM_AFTER_ENV
 from ..errors import Unsupported

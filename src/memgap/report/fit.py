@@ -9,8 +9,9 @@ essential ones do not fit, each row is printed as ``label: value`` lines.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from rich.cells import cell_len
 from rich.console import Group, RenderableType

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import io
 import os
-from typing import Any, Sequence, TextIO
+from collections.abc import Sequence
+from typing import Any, TextIO
 
 from rich.console import Console, RenderableType
 

@@ -16,8 +16,8 @@ import gc
 import sys
 import threading
 import zlib
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import List, Optional, Sequence
 
 import numpy as np
 import numpy.random  # noqa: F401 - numpy loads it lazily: count it as an import, not as session state
@@ -29,7 +29,7 @@ NAME = "threadpool"
 N_PAYLOADS = 16
 
 
-def build_payloads(payload_kib: int, count: int = N_PAYLOADS, seed: int = 0) -> List[bytes]:
+def build_payloads(payload_kib: int, count: int = N_PAYLOADS, seed: int = 0) -> list[bytes]:
     """Compressed chunks that decompress to ``payload_kib`` KiB each.
 
     Small geometric-distributed integers: compressible (to about a third)
@@ -59,7 +59,7 @@ def decode(payload: bytes) -> np.ndarray:
     return np.abs(centered).sum(axis=0)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     args = _common.parse_knobs(NAME, argv)
     _common.mark("post-import")
 

@@ -21,8 +21,8 @@ import functools
 import os
 import stat
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from ..errors import MalformedInput, Unsupported
 

@@ -46,8 +46,8 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 from ..errors import MalformedInput, MemgapError, NoSuchProcess, PtraceDisallowed, ToolMissing
 from .gdb_mi import MiRecord, mi_quote, parse_int, parse_memory, parse_mi_line, parse_threads
@@ -164,7 +164,7 @@ class GdbSession:
 
     # -- lifecycle
 
-    def __enter__(self) -> "GdbSession":
+    def __enter__(self) -> GdbSession:
         try:
             self.attach()
         except BaseException:

@@ -91,7 +91,7 @@ class ResidentMap:
             i += 1
         return total
 
-    def set_shares(self, mappings: "list[MappingPss]") -> None:
+    def set_shares(self, mappings: list[MappingPss]) -> None:
         """Each range's PSS bytes per shared resident byte, from the smaps mapping that holds
         its start (smaps read apart from pagemap may show a mapping grown or split since)."""
         starts = [m.start for m in mappings]

@@ -11,8 +11,9 @@ import _tracemalloc  # the C module: importing tracemalloc.py would add to the o
 import array
 import gc
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 SMALL_REQUEST_THRESHOLD = 512  # pymalloc serves requests up to this size; larger go to malloc
 LARGE_BUFFER_REPORT = 1 << 20  # buffers listed one by one from this size up

@@ -11,8 +11,9 @@ read: a pool in use has written its header, and reading never faults a page in.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable, NamedTuple
+from typing import NamedTuple
 
 from .glibc_heaps import MemoryReader, ResidentMap
 from .procfs import PAGE_SIZE
