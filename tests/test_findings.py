@@ -386,7 +386,7 @@ def test_python_growth_follows_the_objects_the_program_holds(phase_runs):
     assert abs(per_phase * MiB - held / 4) <= 0.25 * MiB, (f, witness)  # four phases grew, by 8 MiB each
     lines = phase_lines(f)
     assert list(lines) == ["p0", "p1", "p2", "p3", "idle", "exit"], f
-    for before, after in zip(["p0", "p1", "p2", "p3"], ["p1", "p2", "p3", "idle"]):
+    for before, after in zip(["p0", "p1", "p2", "p3"], ["p1", "p2", "p3", "idle"], strict=True):
         grown = lines[after][1] - lines[before][1]
         assert abs(grown - (witness[after]["objects"] - witness[before]["objects"])) <= 0.15 * MiB, (f, witness)
         # and the RSS shown is the program's own VmRSS at that phase

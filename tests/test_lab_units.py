@@ -149,7 +149,7 @@ def test_pattern_words(values, word):
 
 def _runs(spec, idles, walls, status="ok"):
     return [RunMetrics(spec, rep, 0, status, wall=w, idle=i * MiB, baseline=30 * MiB)
-            for rep, (i, w) in enumerate(zip(idles, walls), 1)]
+            for rep, (i, w) in enumerate(zip(idles, walls, strict=True), 1)]
 
 
 def _verdict(table, max_slowdown=0.05):

@@ -34,7 +34,7 @@ def test_smaps_pss_agrees_with_the_full_parser(capture):
     text = read(os.path.join(capture, "proc_self_smaps.txt"))
     lean, full = procfs.parse_smaps_pss(text), procfs.parse_smaps(text)
     assert [(m.start, m.end) for m in lean] == [(e.mapping.start, e.mapping.end) for e in full]
-    for m, e in zip(lean, full):
+    for m, e in zip(lean, full, strict=True):
         assert (m.rss, m.pss, m.private) == (e.get("Rss"), e.get("Pss"),
                                              e.get("Private_Clean") + e.get("Private_Dirty"))
         assert 0.0 <= m.shared_share <= 1.0
@@ -113,7 +113,7 @@ def test_noreserve_flags_are_read_again_only_for_new_ranges():
     # a mapping gone is no reason to read again; a range never seen is
     assert collect.allocator_mappings(reader, maps[1:], "jemalloc") and reader.reads == 1
     grown = [procfs.Mapping(m.start, m.end + 4096, m.perms, 0, m.dev, 0, "") if "nr" in e.vmflags else m
-             for m, e in zip(maps, smaps)]
+             for m, e in zip(maps, smaps, strict=True)]
     collect.allocator_mappings(reader, grown, "jemalloc")
     assert reader.reads == 2
     collect._NORESERVE.pop(reader.numeric_pid)

@@ -10,6 +10,7 @@ the program uses (``inspect --trim`` measures what mi_collect returns).
 """
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 from .model import Finding, Snapshot
@@ -162,10 +163,10 @@ def diagnose_series(snaps: Sequence[Snapshot]) -> list[Finding]:
         return []
     py = [_resident(s, "python_objects") for s in snaps]
     rss = [s.rss for s in snaps]
-    steps = [b - a for a, b in zip(py, py[1:])]
+    steps = [b - a for a, b in itertools.pairwise(py)]
     names = [s.phase or f"#{i}" for i, s in enumerate(snaps)]
     growth_py, growth_rss = py[-1] - py[0], rss[-1] - rss[0]
-    evidence = [f"{n}: RSS {mib(r)} MiB, Python objects {mib(p)} MiB" for n, r, p in zip(names, rss, py)]
+    evidence = [f"{n}: RSS {mib(r)} MiB, Python objects {mib(p)} MiB" for n, r, p in zip(names, rss, py, strict=True)]
     per = growth_py / max(1, len(steps))
     # A phase grew when it added a real share of the average step: memgap's own phase records
     # add a few KiB of Python objects at every phase, and counted as growth they made a load

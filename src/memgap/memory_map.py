@@ -7,6 +7,7 @@ uses the bitmaps read here, so one snapshot sees one instant as closely as
 """
 from __future__ import annotations
 
+import itertools
 import resource
 import struct
 from dataclasses import dataclass, field
@@ -113,7 +114,7 @@ def _contiguous_file_groups(maps: list[Mapping]) -> list[list[Mapping]]:
 def _guarded(maps: list[Mapping]) -> list[Mapping]:
     """Private anonymous read-write mappings directly above a PROT_NONE one: the shape
     of a glibc thread stack (its guard below it, the stack growing down towards it)."""
-    return [m for below, m in zip(maps, maps[1:])
+    return [m for below, m in itertools.pairwise(maps)
             if below.end == m.start and below.perms == "---p" and m.perms == "rw-p"
             and not below.is_file and not m.is_file and not m.path]
 

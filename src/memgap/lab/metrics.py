@@ -1,6 +1,7 @@
 """What one lab run measured, from its recording (pure: a run document in, figures out)."""
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import statistics
@@ -89,7 +90,7 @@ def classify_pattern(values: list[int]) -> tuple[str, str]:
     if len(values) < 3:
         return "", ""
     evidence = " -> ".join(f"{v / MiB:.0f}" for v in values) + " MiB"
-    steps = [b - a for a, b in zip(values, values[1:])]
+    steps = [b - a for a, b in itertools.pairwise(values)]
     scale = max(2 * MiB, 0.03 * max(values))
     if all(abs(s) < scale for s in steps):
         return "flat", evidence

@@ -59,7 +59,7 @@ class LabOptions:
     def cells(self) -> list[dict[str, str]]:
         """Every combination of the swept parameters (one empty cell without any)."""
         names = [name for name, _ in self.params]
-        return [dict(zip(names, values)) for values in itertools.product(*(v for _, v in self.params))]
+        return [dict(zip(names, values, strict=True)) for values in itertools.product(*(v for _, v in self.params))]
 
 
 def _cpu_of_children() -> float:

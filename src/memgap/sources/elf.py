@@ -145,7 +145,7 @@ def parse_elf(read: Read, size: int) -> ElfInfo:
     needed: list[str] = []
     soname = ""
     dynamic = False
-    for name, kind, offset, length, link, entsize in sections:
+    for _name, kind, offset, length, link, entsize in sections:
         if kind in (SHT_DYNSYM, SHT_SYMTAB):
             strings = data_of(link, "symbol names")
             symbols = _read(read, size, offset, length, "symbol table")

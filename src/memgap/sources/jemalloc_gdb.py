@@ -80,7 +80,7 @@ def encode_slots(ctls: list[Ctl]) -> bytes:
 def batch_expression(symbol: str, ctls: list[Ctl], names: list[int], block: int) -> str:
     """One gdb expression calling ``symbol`` for every name, each return code stored in its slot."""
     calls = []
-    for i, (ctl, name) in enumerate(zip(ctls, names)):
+    for i, (ctl, name) in enumerate(zip(ctls, names, strict=True)):
         value, length, rc = block + SLOT * i, block + SLOT * i + 8, block + SLOT * i + 16
         new, new_len = (value, ctl.size) if ctl.write else (0, 0)
         calls.append(f"(*(int *) {rc} = (int) {symbol}((char *) {name}, (void *) {value}, "
