@@ -271,7 +271,7 @@ def test_pymalloc_fragmentation_counts_the_freed_objects():
     own, snap = in_process("pymalloc", 600_000, 0)  # 600,000 64-byte objects, 1 in 64 kept
     f = the_finding(snap["findings"], "pymalloc-fragmentation")
     assert f["severity"] == "warning"
-    free, arenas, unused_pools, live = figures(f["summary"])
+    free, arenas, _unused_pools, live = figures(f["summary"])
     # the freed objects' blocks, by the program's count (the snapshot's own objects take a few)
     assert abs(free * MiB - own["freed"]) <= 0.03 * own["freed"] + 0.5 * MiB, (f, own)
     # every arena holds 1 MiB: at least enough of them for every object the program made

@@ -1,6 +1,7 @@
 """Parsers on outputs captured from real processes (tests/fixtures)."""
 import json
 import os
+import pathlib
 import struct
 
 import pytest
@@ -249,7 +250,7 @@ def test_elf_reader_damaged_files_and_cache(tmp_path):
     from memgap.sources.elf import read_elf
 
     libc = "/lib/x86_64-linux-gnu/libc.so.6"
-    data = open(libc, "rb").read()
+    data = pathlib.Path(libc).read_bytes()
     for name, content in (("empty", b""), ("text", b"#!/bin/sh\necho hi\n"), ("head", data[:64]),
                           ("cut", data[:len(data) // 2]), ("noise", b"\x7fELF\x02\x01\x01" + bytes(range(256)) * 8)):
         path = tmp_path / name

@@ -59,7 +59,7 @@ class Run:
 
     @property
     def result(self) -> dict[str, str]:
-        lines = [RESULT_LINE.match(l) for l in self.stdout.splitlines()]
+        lines = [RESULT_LINE.match(line) for line in self.stdout.splitlines()]
         found = [m for m in lines if m]
         assert len(found) == 1, self.stdout
         assert found[0].group(1) == self.name

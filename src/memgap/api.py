@@ -39,7 +39,7 @@ def _record(name: str, trim_result: TrimResult | None = None) -> Snapshot | None
     walk = os.environ.get(WALK_ENV, "1") != "0"
     try:
         snap = snapshot_self(phase=name, options=Options(walk_python=walk, regions=False))
-    except Exception as exc:  # noqa: BLE001 - see docstring
+    except Exception as exc:  # see the docstring
         if writer is None:
             raise
         writer.write({"type": "error", "pid": os.getpid(), "phase": name, "error": f"{type(exc).__name__}: {exc}"})

@@ -124,7 +124,7 @@ def _parse_report(text: str, source: str) -> AgentReport:
     for line in records:
         name, *words = line.split()
         if name == "trimmer":
-            report.trimmer = {"mode": words and words[0] or "off",
+            report.trimmer = {"mode": (words and words[0]) or "off",
                               **{k: float(v) for k, v in _pairs(words[1:], source).items()}}
             continue
         values = _pairs(words, source)

@@ -54,12 +54,12 @@ class _Server(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
 
-    def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
+    def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
         if path == "/metrics":
             try:
                 body, status, ctype = self.server.scraper.scrape().encode(), 200, CONTENT_TYPE
-            except Exception as exc:  # a bug must not end the server: Prometheus sees the scrape fail
+            except Exception as exc:  # noqa: BLE001 - a bug must not end the server: Prometheus sees the scrape fail
                 body, status, ctype = f"memgap: scrape failed: {exc}\n".encode(), 500, "text/plain; charset=utf-8"
         elif path == "/":
             body, status, ctype = b"memgap serve-metrics: see /metrics\n", 200, "text/plain; charset=utf-8"

@@ -342,7 +342,7 @@ def lab_document(options: LabOptions, results: list[RunMetrics], seconds: float,
         "max_slowdown": options.max_slowdown,
         "material": material(),  # the margin below the baseline's idle that makes a variant better
         "metric": options.metric or "wall time",
-        "params": {name: values for name, values in options.params},
+        "params": dict(options.params),
         "order": [f"{r.variant}#{r.rep}{cell_label(r)}" for r in results],
         "runs": [asdict(r) for r in results],
         "baseline": baseline.spec if baseline else None,

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-import numpy.random  # noqa: F401 - numpy loads it lazily: count it as an import, not as session state
+import numpy.random  # numpy loads it lazily: count it as an import, not as session state
 
 from . import _common
 

@@ -147,7 +147,7 @@ def _kind_of(path: str) -> str | None:
     for prefix, kind in _LIBRARIES:
         if base.startswith(prefix):
             return kind
-    if base.startswith("libc.so") or base.startswith("libc-2."):
+    if base.startswith(("libc.so", "libc-2.")):
         return "glibc"
     return None
 

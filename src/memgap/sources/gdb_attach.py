@@ -246,9 +246,8 @@ class GdbSession:
                                               f"{mi_quote(f'(int) munmap((void *) {address}, {size})')}")
                 elif self._pages:
                     self.notes.append("a page memgap mapped in the process stays mapped")
-            if self._attach_sent:
-                if self._cleanup_command("-target-detach") is None:
-                    self.notes.append("gdb did not answer the detach; it was ended (the kernel then detaches)")
+            if self._attach_sent and self._cleanup_command("-target-detach") is None:
+                self.notes.append("gdb did not answer the detach; it was ended (the kernel then detaches)")
             self._send("-gdb-exit")
         except (GdbFailed, OSError, MalformedInput):
             pass  # gdb is gone or unusable: _end_gdb ends it, the kernel detaches what it traced

@@ -164,7 +164,7 @@ def parse_malloc_info(xml_text: str, bins: bool = True) -> MallocInfo:
                 raise MalformedInput("malloc_info", "</heap> without <heap>")
             arenas.append(heap.arena())
             heap = None
-        elif line in ("<sizes>", "</sizes>", "<sizes/>") or not bins and line.startswith(("<size ", "<unsorted ")):
+        elif line in ("<sizes>", "</sizes>", "<sizes/>") or (not bins and line.startswith(("<size ", "<unsorted "))):
             continue
         else:
             tag = line[1:].split(" ", 1)[0]

@@ -402,7 +402,7 @@ def _libc_data_mappings(mappings: list[Mapping]) -> list[Mapping]:
     out = []
     for i, m in enumerate(mappings):
         name = m.path.rsplit("/", 1)[-1]
-        if m.writable and (name.startswith("libc.so") or name.startswith("libc-")):
+        if m.writable and name.startswith(("libc.so", "libc-")):
             out.append(m)
             if i + 1 < len(mappings) and not mappings[i + 1].path and mappings[i + 1].writable:
                 out.append(mappings[i + 1])
