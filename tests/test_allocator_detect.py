@@ -164,8 +164,8 @@ def rust_build():
     cargo = shutil.which("cargo") or os.path.expanduser("~/.cargo/bin/cargo")
     if not os.path.exists(cargo):
         pytest.skip("no cargo to build programs/rjem")
-    built = subprocess.run([cargo, "build", "--release", "--locked", "--quiet"], cwd=RUST, capture_output=True, text=True,
-                           timeout=1200)
+    built = subprocess.run([cargo, "build", "--release", "--locked", "--quiet"], cwd=RUST, capture_output=True,
+                           text=True, timeout=1200)
     if built.returncode != 0:
         pytest.skip(f"cargo could not build programs/rjem (crates.io unreachable?): {built.stderr[-500:]}")
     return os.path.join(RUST, "target", "release")

@@ -324,7 +324,8 @@ def test_multiproc_workers_retain_memory():
     default, fixed = [], []
     for _ in range(2):
         default.append(ok(run_scenario("multiproc", "--phases", "2", "--rest", "0")))
-        fixed.append(ok(run_scenario("multiproc", "--phases", "2", "--rest", "0", env={"MALLOC_MMAP_THRESHOLD_": "131072"})))
+        fixed.append(ok(run_scenario("multiproc", "--phases", "2", "--rest", "0",
+                                     env={"MALLOC_MMAP_THRESHOLD_": "131072"})))
     assert [n for n in default[0].phase_names if n.startswith("post-import-")].count("post-import-manifests") == 3
     def mean(runs: list[Run]) -> float:
         return sum(map(worker_idle_sum, runs)) / len(runs)

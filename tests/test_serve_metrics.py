@@ -87,7 +87,8 @@ def read_line(proc, timeout=30.0):
     """A line of the process's stdout within ``timeout`` (its stderr in the failure if it ends)."""
     ready, _, _ = select.select([proc.stdout], [], [], timeout)
     line = proc.stdout.readline() if ready else ""
-    assert line, f"no line from {proc.args} (exit {proc.poll()}): {proc.stderr.read() if proc.poll() is not None else ''}"
+    assert line, (f"no line from {proc.args} (exit {proc.poll()}): "
+                  f"{proc.stderr.read() if proc.poll() is not None else ''}")
     return line
 
 
@@ -346,8 +347,8 @@ def test_label_values_are_escaped_and_read_back():
 
 
 def test_the_docs_name_only_metrics_the_exporter_serves():
-    """The serve-metrics page (docs/commands/serve-metrics.md), the Grafana dashboard and the alert rules against the families
-    memgap renders: a renamed metric would leave a dashboard empty without a word."""
+    """The serve-metrics page (docs/commands/serve-metrics.md), the Grafana dashboard and the alert rules against
+    the families memgap renders: a renamed metric would leave a dashboard empty without a word."""
     from memgap.metrics_export import process_families, scrape_families
 
     served = {f.name for f in [*process_families([]), *scrape_families(0, 0.0, 0)]}

@@ -83,7 +83,8 @@ class DeepResult:
     tcmalloc: TcmallocDeep | None = None
     mimalloc: MimallocDeep | None = None
     with_allocator: Snapshot | None = None  # the outside snapshot, allocator layers from the allocator's figures
-    jemalloc_beside: str = ""  # where ``jemalloc`` is a prefixed one beside glibc's malloc: which ("jemalloc (je_) in x")
+    # where ``jemalloc`` is a prefixed one beside glibc's malloc: which ("jemalloc (je_) in x")
+    jemalloc_beside: str = ""
     notes: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
 

@@ -27,7 +27,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("pid", type=_common.pid, nargs="?", help="process ID (with --tree: the tree's root)")
     p.add_argument("--tree", action="store_true", help="the process and all its descendants (master and workers)")
     p.add_argument("--match", metavar="REGEX", help="every process whose command line matches (re.search)")
-    p.add_argument("--port", type=_common.port, default=DEFAULT_PORT, metavar="N", help=f"port to listen on ({DEFAULT_PORT})")
+    p.add_argument("--port", type=_common.port, default=DEFAULT_PORT, metavar="N",
+                   help=f"port to listen on ({DEFAULT_PORT})")
     p.add_argument("--address", default="0.0.0.0", metavar="A",
                    help="address to listen on (0.0.0.0: every interface; 127.0.0.1: this machine only)")
 

@@ -13,7 +13,8 @@ from ..units import MiB
 from ..variants import Variant, parse_variant
 
 MAX_POINTS = 300  # timeline points kept per run for charts
-UNMARKED = (QUIET_PHASE, BEFORE_EXIT_PHASE, "exit", "after-trim")  # snapshots memgap takes, not phases the program marked
+# snapshots memgap takes, not phases the program marked
+UNMARKED = (QUIET_PHASE, BEFORE_EXIT_PHASE, "exit", "after-trim")
 NO_IDLE = ("no idle: the workload marked no phase named idle, showed no quiet spell and left no moment "
            "before its exit to read")
 

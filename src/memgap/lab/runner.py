@@ -309,7 +309,8 @@ def _throughput_warnings(options: LabOptions, results: list[RunMetrics], baselin
     walls = sorted(r.wall for r in results if r.variant == baseline.spec and r.status == "ok" and r.wall > 0)
     if not walls or walls[len(walls) // 2] >= SHORT_WORKLOAD:
         return []
-    return [f"the workload's work lasts {walls[len(walls) // 2]:.2f} s (baseline runs {walls[0]:.2f}-{walls[-1]:.2f} s): "
+    return [f"the workload's work lasts {walls[len(walls) // 2]:.2f} s "
+            f"(baseline runs {walls[0]:.2f}-{walls[-1]:.2f} s): "
             f"the wall time of runs under {SHORT_WORKLOAD:g} s swings by tens of percent from scheduling noise "
             "alone, so read slowdowns below about x1.5 with care; give it more work, or report a throughput "
             "figure (--metric)"]
