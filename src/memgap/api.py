@@ -10,7 +10,7 @@ from .collect import Options, snapshot_self
 from .envnames import TRIM_AFTER_ENV, WALK_ENV
 from .errors import Unsupported
 from .model import Snapshot
-from .recording import ProcessFile
+from .recording import ProcessFile, RecordingWriter
 from .sources.procfs import ProcReader, status_int
 
 _phases: list[Snapshot] = []
@@ -27,7 +27,7 @@ def snapshot(walk: bool = False, count: tuple[str, ...] = (), regions: bool = Tr
     return snapshot_self(options=Options(walk_python=walk, class_names=tuple(count), regions=regions))
 
 
-def _recording_writer():  # type: ignore[no-untyped-def]
+def _recording_writer() -> RecordingWriter | None:
     """The writer for this process's phases under `memgap run`, or None."""
     return _phase_file.writer()
 

@@ -296,7 +296,11 @@ def _glibc_allocator(m: Measurements, owned: _Owners) -> _Allocator:
 
 def _counted_allocator(m: Measurements, owned: _Owners) -> _Allocator:
     """jemalloc or tcmalloc, by their own counters placed in the mappings found."""
-    split = _jemalloc_split(m.jemalloc, owned) if m.jemalloc is not None else _tcmalloc_split(m.tcmalloc, owned)
+    if m.jemalloc is not None:
+        split = _jemalloc_split(m.jemalloc, owned)
+    else:
+        assert m.tcmalloc is not None  # the caller's condition: one of the two counted
+        split = _tcmalloc_split(m.tcmalloc, owned)
     # in use may reach into unclaimed anonymous pages (the allocator's mappings not found)
     pool = owned.part("jemalloc" if m.jemalloc is not None else "tcmalloc") + owned.part("anon")
     in_use_part, free_part = pool.take(split.in_use), pool.take(split.free or 0)

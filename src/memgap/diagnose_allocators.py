@@ -24,8 +24,9 @@ def _figures(snap: Snapshot, route: str, key: str) -> dict[str, Any] | None:
     if layer is None:
         return None
     for detail in (layer.detail, layer.detail.get("beside") or {}):
-        if detail.get("route") == route and isinstance(detail.get(key), dict):
-            return detail[key]
+        figures = detail.get(key)
+        if detail.get("route") == route and isinstance(figures, dict):
+            return figures
     return None
 
 

@@ -66,8 +66,8 @@ def _stack_limit(reader: ProcReader) -> int:
     try:
         for line in reader.read_text("limits").splitlines():
             if line.startswith("Max stack size"):
-                soft = line.split()[3]
-                return int(soft) if soft.isdigit() else 32 << 20  # glibc's default when unlimited
+                word = line.split()[3]
+                return int(word) if word.isdigit() else 32 << 20  # glibc's default when unlimited
     except Exception:  # noqa: BLE001 - a missing limits file is no reason to fail a snapshot
         pass
     soft, _ = resource.getrlimit(resource.RLIMIT_STACK)

@@ -282,7 +282,7 @@ class _Recording:
             self.writer.close()
             raise MemgapError(f"cannot run {options.cmd[0]!r}: {exc.strerror or exc}") from None
         self.marks = (StdoutMarks(self.proc.stdout, options.mark_regex, options.stdout is None, service_metric)
-                      if options.mark_regex or service_metric else None)
+                      if self.proc.stdout is not None and (options.mark_regex or service_metric) else None)
         self.load = (LoadDriver(options.load, options.record_dir, options.rest, self.writer.write)
                      if options.load else None)
         self.quiet = None if options.idle_after else OutsideQuiet(options.record_dir)  # else its own rule
@@ -497,7 +497,7 @@ def load_run(record_dir: str) -> dict[str, Any]:
 
 def _series_findings(processes: Any) -> list[dict[str, Any]]:
     """The findings over each process's phases (memgap.diagnose.diagnose_series), each with its pid."""
-    findings = []
+    findings: list[dict[str, Any]] = []
     for entry in processes:
         snaps = [Snapshot.from_dict(s) for s in entry["snapshots"] if not str(s.get("phase", "")).endswith(":end")]
         findings.extend({**f.__dict__, "pid": entry["pid"]} for f in diagnose_series(snaps))

@@ -32,8 +32,9 @@ _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 
           "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30}
 
 
-def parse_size(text: str | int) -> int:
-    """ "50 MiB", "1.5G", "4096" -> bytes (binary units: MB means MiB, as in memgap's output)."""
+def parse_size(text: str | int | None) -> int:
+    """ "50 MiB", "1.5G", "4096" -> bytes (binary units: MB means MiB, as in memgap's output); None
+    (a marker without its size) raises as any other non-size does."""
     if isinstance(text, int):
         return text
     found = re.fullmatch(r"\s*([\d.]+)\s*([a-zA-Z]*)\s*", str(text))

@@ -172,7 +172,7 @@ def _ask(path: str, command: str, timeout: float) -> str:
         conn.settimeout(timeout)
         conn.connect(path)
         conn.sendall(command.encode() + b"\n")
-        chunks = []
+        chunks: list[bytes] = []
         while True:
             chunk = conn.recv(1 << 16)
             if not chunk:

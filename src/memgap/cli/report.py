@@ -12,6 +12,7 @@ import dataclasses
 import json
 import os
 import sys
+from typing import Any
 
 from ..errors import MalformedInput, UsageError
 from ..lab.metrics import RunMetrics
@@ -34,7 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 LAB_EVENTS = "lab.jsonl"  # the file a lab appends its header and each finished run to (lab.runner)
 
 
-def _load(path: str) -> dict:  # type: ignore[type-arg]
+def _load(path: str) -> dict[str, Any]:
     if os.path.isdir(path):
         if os.path.exists(os.path.join(path, LAB_EVENTS)):
             return _lab_from_folder(path)
@@ -44,14 +45,15 @@ def _load(path: str) -> dict:  # type: ignore[type-arg]
         return load_run(path)
     try:
         with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
+            document: dict[str, Any] = json.load(fh)
+            return document
     except OSError as exc:
         raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
     except ValueError as exc:
         raise MalformedInput(path, f"not JSON ({exc})") from None
 
 
-def _lab_from_folder(path: str) -> dict:  # type: ignore[type-arg]
+def _lab_from_folder(path: str) -> dict[str, Any]:
     """The lab document again, from the header and runs in its folder: the only record of a
     lab run without --json, or killed before it wrote it. The folder keeps neither the
     slowdown budget nor the lab's own time: the default budget and the runs' time stand in."""

@@ -79,7 +79,7 @@ class _Handler(BaseHTTPRequestHandler):
 def listen(address: str, port: int) -> _Server:
     """The HTTP server, bound (not yet serving); a port in use or an address not ours is a MemgapError."""
     family = socket.AF_INET6 if ":" in address else socket.AF_INET
-    server_class = type("_Server", (_Server,), {"address_family": family})
+    server_class: type[_Server] = type("_Server", (_Server,), {"address_family": family})
     try:
         return server_class((address, port), _Handler)
     except OSError as exc:
@@ -89,7 +89,9 @@ def listen(address: str, port: int) -> _Server:
 def main(args: argparse.Namespace) -> int:
     chosen = selection(args)
     if not find_processes(chosen):
-        raise NoSuchProcess(chosen.pid) if chosen.match is None else NoMatchingProcess(chosen.match.pattern)
+        if chosen.match is not None:
+            raise NoMatchingProcess(chosen.match.pattern)
+        raise NoSuchProcess(chosen.pid or 0)  # no --match: a PID was given
     server = listen(args.address, args.port)
     try:
         scraper = Scraper(chosen)
@@ -97,7 +99,7 @@ def main(args: argparse.Namespace) -> int:
         if not scraper.last_processes and scraper.last_errors:
             raise scraper.last_errors[0]
         server.scraper = scraper
-        host, port = server.server_address[:2]
+        host, port = str(server.server_address[0]), server.server_address[1]  # (host, port[, flow, scope])
         host = f"[{host}]" if ":" in host else host  # an IPv6 address in a URL
         print(f"memgap: serving http://{host}:{port}/metrics ({chosen.describe()}, "
               f"{scraper.last_processes} now)", flush=True)

@@ -61,7 +61,7 @@ def _main_process(run: dict[str, Any], process: str = "") -> dict[str, Any] | No
     else the largest one memgap took a snapshot of (its marks and layers are there), unless
     one it has only samples of rose far higher (a server whose quiet spell no snapshot
     caught: twice as high and 16 MiB more), else the root."""
-    candidates = run["processes"]
+    candidates: list[dict[str, Any]] = run["processes"]
     if process:
         pattern = re.compile(process)
         candidates = [p for p in candidates if pattern.search(" ".join(p.get("cmd") or []))]

@@ -7,7 +7,7 @@ import resource
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -127,7 +127,7 @@ def _find_cgroup_parent(options: LabOptions) -> None:
 
 
 def _schedule(options: LabOptions, cells: list[dict[str, str]], results: list[RunMetrics],
-              progress: Callable[[str], None]):  # type: ignore[no-untyped-def]
+              progress: Callable[[str], None]) -> Iterator[tuple[int, dict[str, str], Variant]]:
     """(rep, cell, variant) in the lab's order: interleaved, the baseline first in each round.
     Adaptive: after the first round only the variants that can still win run on, until two
     rounds in a row give every cell the same verdict (``results`` grows as the runs finish)."""
@@ -321,7 +321,7 @@ def lab_document(options: LabOptions, results: list[RunMetrics], seconds: float,
     """The lab's results. With swept parameters the verdict at the top is the one of
     the cell where the baseline idles highest (the worst case); every cell has its own."""
     baseline = next((v for v in options.variants if v.is_baseline), None)
-    cells = []
+    cells: list[dict[str, Any]] = []
     for cell in options.cells():
         runs = [r for r in results if r.params == cell]
         if not runs:
@@ -333,7 +333,10 @@ def lab_document(options: LabOptions, results: list[RunMetrics], seconds: float,
                       "time_spread": round(run_to_run_spread(verdict.baseline), 4)})
     worst = max(cells, key=lambda c: c["baseline_idle"]) if cells else None
     workload_seconds = sum(r.duration for r in results)
-    cell_label = lambda r: f" [{' '.join(f'{k}={v}' for k, v in r.params.items())}]" if r.params else ""  # noqa: E731
+
+    def cell_label(r: RunMetrics) -> str:
+        return f" [{' '.join(f'{k}={v}' for k, v in r.params.items())}]" if r.params else ""
+
     return {
         "schema": LAB_SCHEMA,
         "cmd": options.cmd,

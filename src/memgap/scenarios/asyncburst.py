@@ -39,11 +39,11 @@ _KINDS = ("grammar", "spelling", "style", "clarity", "punctuation", "terminology
 #: allocator's. A little of it is allocated during every burst and outlives it;
 #: that is all it takes to keep glibc's heap from shrinking (the report's
 #: mechanism: Python itself held 0.5 MB).
-LAST_SEEN: dict = {}
+LAST_SEEN: dict[int, bytes] = {}
 #: With ``--keep-small 1``, also each stream's cursor and a ring of recent event
 #: ids, kept as the small objects json.loads made: they pin the pymalloc arenas
 #: they sit in (field report 002's mechanism), which no trim gives back.
-CURSORS: dict = {}
+CURSORS: dict[str, Any] = {}
 RECENT: collections.deque[str] = collections.deque(maxlen=256)
 
 
@@ -60,7 +60,7 @@ def build_event(rng: random.Random, seq: int, payload_kib: int, text_share: floa
     small dicts, short strings and floats (pymalloc's).
     """
     target = payload_kib * 1024
-    event: dict = {
+    event: dict[str, Any] = {
         "id": f"{seq:08d}-{rng.getrandbits(32):08x}",
         "event": "progress",
         "seq": seq,

@@ -21,6 +21,7 @@ import time
 import zlib
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from . import _common
 
@@ -46,7 +47,7 @@ def build_template(payload_kib: int) -> bytes:
     return "".join(rows).encode("ascii")[:target]
 
 
-def handle(request_id: int, template: bytes) -> dict[str, object]:
+def handle(request_id: int, template: bytes) -> dict[str, Any]:
     """Serve one request on a pool thread; return a small response.
 
     The response carries the compressed reply body, which the caller (the

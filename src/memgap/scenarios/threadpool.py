@@ -56,7 +56,8 @@ def decode(payload: bytes) -> np.ndarray:
     values = codes.astype(np.float64)           # 8x the payload
     scaled = values * 0.5 + 1.0                  # temporaries
     centered = scaled - scaled.mean(axis=0)
-    return np.abs(centered).sum(axis=0)
+    sums: np.ndarray = np.abs(centered).sum(axis=0)
+    return sums
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -55,9 +55,10 @@ def delete(root: Node, word: str) -> None:
     path = [root]
     node = root
     for ch in word:
-        node = node.children.get(ch)  # type: ignore[assignment]
-        if node is None:
+        child = node.children.get(ch)
+        if child is None:
             return
+        node = child
         path.append(node)
     if not node.terminal:
         return

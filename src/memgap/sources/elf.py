@@ -21,8 +21,9 @@ import functools
 import os
 import stat
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import MalformedInput, Unsupported
 
@@ -85,7 +86,7 @@ def _layout(ident: bytes) -> _Layout:
     return _Layout("<" if ident[5] == 1 else ">", header, section, symbol, dyn, is64)
 
 
-def _unpack(fmt: str, data: bytes, offset: int, what: str) -> tuple:
+def _unpack(fmt: str, data: bytes, offset: int, what: str) -> tuple[Any, ...]:
     try:
         return struct.unpack_from(fmt, data, offset)
     except struct.error:
@@ -170,7 +171,7 @@ def parse_elf(read: Read, size: int) -> ElfInfo:
                    dynamic, has_symtab, named)
 
 
-def _symbols(lay: _Layout, data: bytes, entsize: int, strings: bytes):  # type: ignore[no-untyped-def]
+def _symbols(lay: _Layout, data: bytes, entsize: int, strings: bytes) -> Iterator[tuple[str, bool, bool]]:
     """(name, defined, local) of each named symbol; the version suffix (``@GLIBC_2.2.5``) left off."""
     if entsize < lay.symbol_size:
         raise MalformedInput("ELF file", f"symbol entry size {entsize}")
@@ -186,7 +187,7 @@ def _symbols(lay: _Layout, data: bytes, entsize: int, strings: bytes):  # type: 
             yield name, st_shndx != SHN_UNDEF, st_info >> 4 == STB_LOCAL
 
 
-def _dynamic(lay: _Layout, data: bytes, entsize: int):  # type: ignore[no-untyped-def]
+def _dynamic(lay: _Layout, data: bytes, entsize: int) -> Iterator[tuple[int, int]]:
     """(tag, value) of each dynamic entry up to DT_NULL."""
     step = max(entsize, struct.calcsize(lay.order + lay.dyn))
     for pos in range(0, len(data) - step + 1, step):

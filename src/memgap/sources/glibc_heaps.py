@@ -367,7 +367,7 @@ def _find_main_arena(reader: MemoryReader, thread_arenas: list[int], libc_data: 
     chunk that ends where the heap ends, and whose ``system_mem`` fits the heap.
     """
     for address in thread_arenas:
-        seen = set()
+        seen: set[int] = set()
         while address and address not in seen and len(seen) < 4096:
             seen.add(address)
             raw = reader.read_memory(address + OFF_NEXT, 8)
