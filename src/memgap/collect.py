@@ -258,7 +258,7 @@ def _snapshot_self(phase: str | None, options: Options | None) -> Snapshot:
         owned = allocator_mappings(reader, maps, "jemalloc") if jemalloc is not None else None
         # Python threads: their pthread struct (the ident) sits at the top of their stack
         py_threads = [t for t in threading.enumerate() if t is not threading.main_thread() and t.ident]
-        memmap = read_memory_map(reader, tuple(t.ident for t in py_threads), maps,  # type: ignore[misc]
+        memmap = read_memory_map(reader, tuple(t.ident for t in py_threads if t.ident), maps,
                                  frozenset(t.native_id for t in py_threads if t.native_id))
         # VmRSS beside the residency it is compared with: the walks below allocate, and an
         # allocation may let jemalloc purge decayed pages (5 MiB once, on a loaded machine)

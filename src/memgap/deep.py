@@ -136,11 +136,15 @@ def compare_arenas(outside_rows: list[dict[str, Any]], info: MallocInfo) -> list
     pairs += [(None, a) for a in gdb_rest]
     rows = []
     for out, arena in pairs:
-        if out is None and arena is None:
+        if arena is not None:
+            nr, main = arena.nr, bool(out["main"]) if out else arena.nr == 0
+        elif out is not None:
+            nr, main = out["arena"], bool(out["main"])
+        else:
             continue
         rows.append({
-            "arena": arena.nr if arena else out["arena"],  # type: ignore[index]
-            "main": bool(out["main"]) if out else arena.nr == 0,  # type: ignore[union-attr]
+            "arena": nr,
+            "main": main,
             "system_gdb": arena.system if arena else None,
             "system_outside": out["system"] if out else None,
             "free_gdb": arena.free if arena else None,

@@ -14,7 +14,9 @@ import re
 import sys
 import threading
 import time
-from typing import IO
+from typing import IO, TypeVar
+
+_T = TypeVar("_T")
 
 
 class StdoutMarks:
@@ -53,8 +55,8 @@ class StdoutMarks:
         self.arrived.set()
 
     @staticmethod
-    def _drain(q: queue.Queue) -> list:  # type: ignore[type-arg]
-        items = []
+    def _drain(q: queue.Queue[_T]) -> list[_T]:
+        items: list[_T] = []
         while True:
             try:
                 items.append(q.get_nowait())

@@ -179,7 +179,7 @@ def find_stacks(maps: list[Mapping], reader: ProcReader, extra: tuple[int, ...],
             found[m.start] = (m.start, m.end, "main thread stack")
     page_buffer = bytearray(PAGE_SIZE)  # one for all reads: see _self_pointer
     for m in _guarded(maps) if resident is not None else []:
-        if _thread_control_block(reader, resident, m, page_buffer) is not None:  # type: ignore[arg-type]
+        if resident is not None and _thread_control_block(reader, resident, m, page_buffer) is not None:
             found[m.start] = (m.start, m.end, "thread stack (struct pthread at its top)")
     anon = [m for m in maps if m.writable and not m.is_file and not m.path]
     for label, address in [*((f"thread {tid} stack", sp) for tid, sp in pointers.items()),

@@ -143,7 +143,7 @@ class OutsideQuiet:
             writer.write({"type": "quiet-end", "pid": pid, "time": time.time()})
 
 
-def _stop(proc: subprocess.Popen, own_group: bool, grace: float = 0.0) -> None:  # type: ignore[type-arg]
+def _stop(proc: subprocess.Popen[bytes], own_group: bool, grace: float = 0.0) -> None:
     """Terminate the command (its whole process group when it has one, else it and its
     descendants), then kill it. ``grace``: seconds it may take to end by itself first (a
     terminal's Ctrl-C reaches it too, and a Python program then writes its exit snapshot)."""
@@ -381,7 +381,7 @@ class _Recording:
         return code
 
 
-def _exited_within(proc: subprocess.Popen, marks: StdoutMarks | None, seconds: float) -> bool:  # type: ignore[type-arg]
+def _exited_within(proc: subprocess.Popen[bytes], marks: StdoutMarks | None, seconds: float) -> bool:
     """Wait up to ``seconds`` for the command to exit; a mark's line ends the wait early, so
     that the mark is measured while the program is still at it."""
     if marks is None or not marks.thread.is_alive():  # no marks, or its output has ended

@@ -105,7 +105,7 @@ def write_text(text: str, path: str) -> None:
         raise MemgapError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
-def write_lab(lab: dict, json_path: str | None, html: str | None, markdown: str | None) -> None:  # type: ignore[type-arg]
+def write_lab(lab: dict[str, Any], json_path: str | None, html: str | None, markdown: str | None) -> None:
     """Every output asked for, then the tables (unless the JSON goes to stdout)."""
     from ..report.html import render_html
     from ..report.lab import markdown_table, render_lab

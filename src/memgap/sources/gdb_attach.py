@@ -189,7 +189,8 @@ class GdbSession:
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
                                       start_new_session=True)
         self._selector = selectors.DefaultSelector()
-        self._selector.register(self._proc.stdout, selectors.EVENT_READ)  # type: ignore[arg-type]
+        assert self._proc.stdout is not None  # stdout=PIPE
+        self._selector.register(self._proc.stdout, selectors.EVENT_READ)
         for command, required in SETUP:
             rec = self._command(command, "setting gdb up")
             if rec.cls == "error" and required:

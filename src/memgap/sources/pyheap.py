@@ -40,13 +40,13 @@ def _buffer_size(obj: object) -> int:
     # Cheap length tests first: at most 100 characters (4 bytes each) or 256 bytes
     # cannot exceed pymalloc's 512-byte limit, and most strings are short.
     if t is str:
-        return sys.getsizeof(obj) if len(obj) > 100 else 0  # type: ignore[arg-type]
+        return sys.getsizeof(obj) if len(obj) > 100 else 0  # type: ignore[arg-type]  # t is type(obj), kept for speed
     if t is bytes:
-        return sys.getsizeof(obj) if len(obj) > 256 else 0  # type: ignore[arg-type]
+        return sys.getsizeof(obj) if len(obj) > 256 else 0  # type: ignore[arg-type]  # as above
     if t is bytearray or t is array.array:
         return sys.getsizeof(obj)
     if t.__name__ == "ndarray" and t.__module__ == "numpy":
-        return int(obj.nbytes) if getattr(obj, "base", None) is None else 0  # type: ignore[attr-defined]
+        return int(obj.nbytes) if getattr(obj, "base", None) is None else 0  # type: ignore[attr-defined]  # an ndarray by type name
     return 0
 
 
@@ -57,7 +57,7 @@ def walk_gc(class_names: Iterable[str] = ()) -> PythonHeap:
     seen: set[int] = set()
     total = count = 0
     largest: list[tuple[int, str]] = []
-    def visit(refs: list) -> None:  # type: ignore[type-arg]
+    def visit(refs: list[Any]) -> None:
         nonlocal total, count
         for ref in refs:
             t = type(ref)
