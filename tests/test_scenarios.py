@@ -21,7 +21,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 if str(SRC) not in sys.path:
     sys.path.insert(0, str(SRC))
 
-from memgap.scenarios import SCENARIOS, ScenarioInfo, _common, scenario_command  # noqa: E402
+from memgap.scenarios import SCENARIOS, ScenarioInfo, _common, scenario_command  # noqa: E402 - after the sys.path insert above
 
 PHASE_LINE = re.compile(r"^memgap-phase: (\S+) rss_kib=(-?\d+)$")
 RESULT_LINE = re.compile(r"^memgap-result: (\S+)(.*)$")
