@@ -134,8 +134,8 @@ def html_figures(page):
     (memgap.report.snapshot_html), and the JSON document the page embeds (None where none)."""
     import re
 
-    rows = dict((name, int(value)) for name, value in
-                re.findall(r'<tr data-layer="([a-z_]+)" data-bytes="(-?\d+)"', page))
+    rows = {name: int(value) for name, value in
+            re.findall(r'<tr data-layer="([a-z_]+)" data-bytes="(-?\d+)"', page)}
     embedded = re.search(r'<script type="application/json" id="memgap-snapshot">(.*?)</script>', page, re.S)
     return rows, json.loads(embedded.group(1)) if embedded else None
 

@@ -12,7 +12,6 @@ from hypothesis import given, settings, strategies as st
 
 from conftest import FIXTURES
 from helpers import JEMALLOC, MiB, memgap
-
 from memgap.errors import MalformedInput, MemgapError
 
 AGENT_FIXTURES = os.path.join(FIXTURES, "agent")

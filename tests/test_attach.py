@@ -19,8 +19,8 @@ from helpers import MiB, check_adds_up, memgap, vmrss
 from memgap.errors import MemgapError
 from memgap.sources import gdb_attach
 from memgap.sources.gdb_attach import GdbSession, GdbTimeout, task_states
-from memgap.sources.ptrace_access import ptrace_refusal
 from memgap.sources.gdb_mi import parse_int, parse_mi_line, parse_threads
+from memgap.sources.ptrace_access import ptrace_refusal
 
 pytestmark = pytest.mark.skipif(not shutil.which("gdb") or not shutil.which("cc"), reason="needs gdb and cc")
 
@@ -279,9 +279,8 @@ def test_a_call_that_hangs_is_interrupted_and_unwound(target_exe, spawn, monkeyp
     monkeypatch.setattr(gdb_attach, "GRACE_ON_CPU", 0.3)
     for function in ("hang_wait", "hang_spin"):  # waiting (state S), and on the CPU (R)
         session = GdbSession(t.pid, timeout=1.0)
-        with pytest.raises(GdbTimeout):
-            with session:
-                session.call_int(f"(int) {function}()")
+        with pytest.raises(GdbTimeout), session:
+            session.call_int(f"(int) {function}()")
         assert any("restored the context" in n or "signaled while in a function" in n for n in session.notes), \
             session.notes
         t.check_unharmed()
@@ -294,9 +293,8 @@ def test_ctrl_c_during_a_call_lets_go_and_reraises(target_exe, spawn):
     timer = threading.Timer(0.8, os.kill, (os.getpid(), signal.SIGINT))
     timer.start()
     started = time.monotonic()
-    with pytest.raises(KeyboardInterrupt):
-        with GdbSession(t.pid, timeout=30) as session:
-            session.call_int("(int) hang_wait()")
+    with pytest.raises(KeyboardInterrupt), GdbSession(t.pid, timeout=30) as session:
+        session.call_int("(int) hang_wait()")
     assert time.monotonic() - started < 8
     t.check_unharmed()
 

@@ -10,7 +10,7 @@ import pytest
 from conftest import FIXTURES
 from helpers import memgap, memory_cgroup
 from memgap.errors import MalformedInput
-from memgap.sources import cgroup as C
+from memgap.sources import cgroup as C  # noqa: N812 - a short alias, on most lines
 
 MiB = 1 << 20
 V1 = os.path.join(FIXTURES, "cgroup", "v1-debian12")
@@ -57,9 +57,9 @@ def test_v2_files_and_the_lowest_limit_up_the_tree():
 
 @pytest.mark.parametrize("bad", ["anon x\n", "anon 1 2\n", "anon -5\n"])
 def test_malformed_memory_stat_is_a_clear_error(bad):
-    with pytest.raises(MalformedInput, match="memory.stat"):
+    with pytest.raises(MalformedInput, match=r"memory\.stat"):
         C.parse_v1("/x", {"memory.stat": bad})
-    with pytest.raises(MalformedInput, match="memory.current"):
+    with pytest.raises(MalformedInput, match=r"memory\.current"):
         C.parse_v2("/x", {"memory.stat": "anon 1\n", "memory.current": "lots\n"})
 
 
@@ -120,5 +120,5 @@ def test_a_run_cgroup_v2_and_the_files_a_kernel_lacks():
     # before Linux 5.19 v2 has no memory.peak, and before 4.13 v1 counts no OOM kill: unknown, not 0
     assert C.parse_run_charge(2, {"memory.events": "oom_kill 0\n"}) == C.RunCharge(None, 0, None)
     assert C.parse_run_charge(1, {"memory.oom_control": "oom_kill_disable 0\nunder_oom 0\n"}).oom_kills is None
-    with pytest.raises(MalformedInput, match="memory.oom_control"):
+    with pytest.raises(MalformedInput, match=r"memory\.oom_control"):
         C.parse_run_charge(1, {"memory.oom_control": "oom_kill one\n"})

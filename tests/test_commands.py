@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -321,7 +322,7 @@ def test_ctrl_c_on_run_keeps_the_recording_and_ends_the_child(tmp_path, capsys, 
     assert stderr.endswith("memgap: interrupted\n") and "memgap run: interrupted" in stderr, stderr
     assert "Traceback" not in stderr.split("memgap run: interrupted")[1]  # none of memgap's own
     # the command is gone: not running, not stopped, not a zombie (memgap reaped it)
-    assert not os.path.exists(f"/proc/{child}"), open(f"/proc/{child}/stat").read()
+    assert not os.path.exists(f"/proc/{child}"), Path(f"/proc/{child}/stat").read_text()
     # memgap said where the recording is, and memgap report reads it back
     told = re.search(r"the recording so far is in (\S+) \(memgap report \1\)", stderr)
     assert told, stderr
@@ -406,7 +407,7 @@ def test_a_process_that_exits_mid_read_is_gone_not_malformed(reaped):
     if reaped:
         proc.wait()
     else:
-        while open(f"/proc/{proc.pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
+        while Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
             time.sleep(0.01)
     try:
         with pytest.raises(NoSuchProcess):
@@ -434,9 +435,9 @@ def test_ctrl_c_to_memgap_alone_ends_the_commands_children_too(tmp_path):
     assert proc.returncode == 130
     deadline = time.time() + 5  # the kernel reaps an orphan through init: give it a moment
     while os.path.exists(f"/proc/{grandchild}") and time.time() < deadline:
-        if open(f"/proc/{grandchild}/stat").read().split(")")[1].split()[0] == "Z":
+        if Path(f"/proc/{grandchild}/stat").read_text().split(")")[1].split()[0] == "Z":
             break
         time.sleep(0.05)
     alive = os.path.exists(f"/proc/{grandchild}") and \
-        open(f"/proc/{grandchild}/stat").read().split(")")[1].split()[0] != "Z"
+        Path(f"/proc/{grandchild}/stat").read_text().split(")")[1].split()[0] != "Z"
     assert not alive, f"sleep {grandchild} outlived memgap"

@@ -119,7 +119,7 @@ def test_top_tree_shows_each_workers_copies_as_they_are(tree):
     cells = ([c.strip() for c in line.split("│")[1:-1]] for line in table.splitlines() if line.startswith("│"))
     rows = {int(c[0]): c[1:4] for c in cells}
     for pid in (p for p in workers if p != master):
-        private, copied, own = (float(x) for x in rows[pid])
+        private, copied, _own = (float(x) for x in rows[pid])
         witness = private_dirty_in_inherited(pid, master) / MiB
         assert abs(copied - witness) <= 0.1 * witness and copied <= private, (pid, rows[pid], witness)
     assert "3 forked processes copied" in " ".join(text.split()), text

@@ -227,8 +227,8 @@ def test_the_lab_fields_are_a_labs_keys(tmp_path):
 def test_the_lab_page_states_the_verdict_rule_the_code_applies():
     from memgap.lab.adaptive import FAR_TOO_SLOW
     from memgap.lab.runner import TRIM_HINT
-    from memgap.variants import DEFAULT_SPECS
     from memgap.lab.verdict import MATERIAL_BYTES, MATERIAL_SHARE, material
+    from memgap.variants import DEFAULT_SPECS
 
     rule = section(read("docs", "lab.md"), "The verdict rule")
     assert f"at least **{MATERIAL_SHARE:.0%}**" in rule

@@ -17,8 +17,17 @@ import pytest
 
 from conftest import child_env
 from helpers import memgap, run_recorded
-from memgap.documents import (LabDocument, ProcessRecord, RunDocument, RunFigures, RunStatus, TrimMode, TrimRecord,
-                              TrimRoute, load_document)
+from memgap.documents import (
+    LabDocument,
+    ProcessRecord,
+    RunDocument,
+    RunFigures,
+    RunStatus,
+    TrimMode,
+    TrimRecord,
+    TrimRoute,
+    load_document,
+)
 from memgap.errors import MalformedInput
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -65,7 +74,7 @@ def test_an_earlier_run_loads_with_what_it_lacks_filled_in(name):
     data = read(os.path.join(OLD, name))
     out = as_json(RunDocument.from_dict(data))
     assert {k: out[k] for k in set(out) - set(data)} == RUN_FILLED
-    for before, after in zip(data["processes"], out.pop("processes")):
+    for before, after in zip(data["processes"], out.pop("processes"), strict=True):
         assert after == {**before, "idle": None}  # the idle load_run finds: the lab finds it again
     assert out == {k: v for k, v in data.items() if k != "processes"} | RUN_FILLED
 
@@ -74,7 +83,7 @@ def test_an_earlier_lab_loads_with_what_it_lacks_filled_in():
     data = read(os.path.join(OLD, "lab.json"))
     out = as_json(LabDocument.from_dict(data))
     assert {k: out[k] for k in set(out) - set(data)} == LAB_FILLED
-    assert [r for r in out.pop("runs")] == [{**r, **LAB_RUN_FILLED} for r in data["runs"]]
+    assert list(out.pop("runs")) == [{**r, **LAB_RUN_FILLED} for r in data["runs"]]
     assert out == {k: v for k, v in data.items() if k != "runs"} | LAB_FILLED
 
 
@@ -110,7 +119,8 @@ def test_a_gdb_trim_record_keeps_what_its_route_adds():
 
 
 def test_the_lab_folders_runs_load():
-    events = [json.loads(line) for line in open(os.path.join(CURRENT, "lab-folder", "lab.jsonl"))]
+    with open(os.path.join(CURRENT, "lab-folder", "lab.jsonl")) as fh:
+        events = [json.loads(line) for line in fh]
     runs = [{k: v for k, v in e.items() if k != "type"} for e in events if e["type"] == "run"]
     assert runs and all(as_json(RunFigures.from_dict(r)) == r for r in runs)
 

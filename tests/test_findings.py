@@ -19,7 +19,6 @@ import pytest
 
 from conftest import HERE, child_env
 from helpers import JEMALLOC, MiB
-
 from memgap.diagnose import diagnose
 from memgap.model import Layer, Snapshot
 
@@ -272,7 +271,7 @@ def test_pymalloc_fragmentation_counts_the_freed_objects():
     own, snap = in_process("pymalloc", 600_000, 0)  # 600,000 64-byte objects, 1 in 64 kept
     f = the_finding(snap["findings"], "pymalloc-fragmentation")
     assert f["severity"] == "warning"
-    free, arenas, unused_pools, live = figures(f["summary"])
+    free, arenas, _unused_pools, live = figures(f["summary"])
     # the freed objects' blocks, by the program's count (the snapshot's own objects take a few)
     assert abs(free * MiB - own["freed"]) <= 0.03 * own["freed"] + 0.5 * MiB, (f, own)
     # every arena holds 1 MiB: at least enough of them for every object the program made
@@ -387,7 +386,7 @@ def test_python_growth_follows_the_objects_the_program_holds(phase_runs):
     assert abs(per_phase * MiB - held / 4) <= 0.25 * MiB, (f, witness)  # four phases grew, by 8 MiB each
     lines = phase_lines(f)
     assert list(lines) == ["p0", "p1", "p2", "p3", "idle", "exit"], f
-    for before, after in zip(["p0", "p1", "p2", "p3"], ["p1", "p2", "p3", "idle"]):
+    for before, after in zip(["p0", "p1", "p2", "p3"], ["p1", "p2", "p3", "idle"], strict=True):
         grown = lines[after][1] - lines[before][1]
         assert abs(grown - (witness[after]["objects"] - witness[before]["objects"])) <= 0.15 * MiB, (f, witness)
         # and the RSS shown is the program's own VmRSS at that phase

@@ -1,8 +1,7 @@
 """Fuzzing: any text, or a captured file with random damage, parses or raises MalformedInput."""
 import os
 
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from conftest import CAPTURE_DIRS, read
 from memgap.errors import MalformedInput

@@ -33,7 +33,7 @@ def test_lab_ranks_freezing_the_collector_at_fork_first_on_a_gunicorn_tree(tmp_p
     witness = [int(line.split()[2]) for line in proc.stdout.splitlines() if line.startswith("rest pss ")]
     rates = [float(line.split()[-1]) for line in proc.stdout.splitlines() if line.startswith("requests per second: ")]
     assert [r["variant"] for r in lab["runs"]] == ["glibc", FREEZE] and len(witness) == len(rates) == 2, proc.stdout
-    for (variant, r), pss, rate in zip(runs.items(), witness, rates):
+    for (variant, r), pss, rate in zip(runs.items(), witness, rates, strict=True):
         assert r["status"] == "ok" and r["idle_rule"].startswith("idle (quiet"), r
         # the tree at idle: the driver, the master and its 4 workers, each by its PSS (none by RSS)
         assert "sum over the 6 processes" in r["tree_how"] and "RSS for" not in r["tree_how"], r["tree_how"]

@@ -137,6 +137,7 @@ def test_top_tree_totals_pss_and_each_workers_copies(server):
     rows = {int(c[0]): c[1:4] for c in cells}
     witness = witnesses(master, workers, maps)
     for w in workers:
-        private, copied, own = (float(x) * MiB for x in rows[w])
-        assert abs(copied - witness[w]) <= 0.1 * witness[w] and copied <= private + 0.1 * MiB, (w, rows[w], witness[w] / MiB)
+        private, copied, _own = (float(x) * MiB for x in rows[w])
+        assert abs(copied - witness[w]) <= 0.1 * witness[w] and copied <= private + 0.1 * MiB, \
+            (w, rows[w], witness[w] / MiB)
     assert "4 forked processes copied" in heading, heading

@@ -71,7 +71,7 @@ def test_the_rules_read_the_whole_source():
 
 def test_no_function_is_longer_than_60_lines():
     long = []
-    for name, (path, tree) in MODULES.items():
+    for name, (_path, tree) in MODULES.items():
         for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 lines = node.end_lineno - node.lineno + 1  # type: ignore[operator]

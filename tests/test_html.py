@@ -53,7 +53,7 @@ def test_report_renders_its_charts_in_headless_chromium(tmp_path):
     layer_rects = re.findall(r'<rect[^>]*class="layer"', dom)
     assert len(layer_rects) == 7 * 5
     verdict = re.search(r'id="verdict">([^<]*)<', dom).group(1)
-    assert verdict and "MiB" in verdict or "keep the defaults" in verdict
+    assert (verdict and "MiB" in verdict) or "keep the defaults" in verdict
     # the variants table as text: a header and one row per variant, the recommended one marked
     table = re.search(r'<table id="variants-table">(.*?)</table>', dom, re.S).group(1)
     rows = re.findall(r"<tr[^>]*>(.*?)</tr>", table, re.S)

@@ -11,7 +11,7 @@ def _feed(spell, readings):
 
 def test_a_quiet_spell_is_reported_once_after_its_length_and_ends_when_work_resumes():
     spell = QuietSpell(after=1.0)
-    readings = [(t / 10, 0.5, 100 * MiB) for t in range(0, 25)]          # 2.4 s idle at 100 MiB
+    readings = [(t / 10, 0.5, 100 * MiB) for t in range(25)]          # 2.4 s idle at 100 MiB
     readings += [(2.5, 0.9, 100 * MiB)]                                  # 0.4 s of CPU at once: work
     assert _feed(spell, readings) == [(1.0, "quiet"), (2.5, "end")]
     assert spell.since == 2.5 and not spell.reported
@@ -35,7 +35,7 @@ def test_a_short_burst_late_in_a_long_spell_ends_it():
     """A forked worker's request after seconds of rest: 0.25 s of CPU, no RSS moved (its copies
     on write do not move RSS), under a tenth of the whole spell, but not of its last second."""
     spell = QuietSpell(after=1.0)
-    readings = [(t / 10, 0.1, 100 * MiB) for t in range(0, 51)]              # 5 s of rest
+    readings = [(t / 10, 0.1, 100 * MiB) for t in range(51)]              # 5 s of rest
     readings += [(5.1, 0.2, 100 * MiB), (5.2, 0.35, 100 * MiB)]              # a full collection
     assert _feed(spell, readings) == [(1.0, "quiet"), (5.2, "end")]
 
@@ -90,7 +90,7 @@ def test_memory_given_back_at_rest_restarts_the_spell_but_not_the_rest():
     """A trim during the rest drops RSS: a new spell (its snapshot shows the lower figure),
     but the work ended when the rest began (the lab's wall time must not count the rest)."""
     spell = QuietSpell(after=1.0)
-    readings = [(t / 10, 0.0, 160 * MiB) for t in range(0, 15)]     # rest from 0.0
+    readings = [(t / 10, 0.0, 160 * MiB) for t in range(15)]     # rest from 0.0
     readings += [(t / 10, 0.01, 80 * MiB) for t in range(15, 30)]   # a trim at 1.5 s gives 80 MiB back
     assert _feed(spell, readings) == [(1.0, "quiet"), (1.5, "end"), (2.5, "quiet")]
     assert spell.since == 1.5 and spell.rested_since == 0.0

@@ -163,7 +163,7 @@ def test_interrupted_lab_keeps_its_runs(tmp_path):
     assert not lab["complete"]
     assert len(lab["runs"]) >= 3
     recorded = (lab_dir / "lab.jsonl").read_text().count('"type":"run"')
-    assert recorded == len([r for r in lab["runs"]])
+    assert recorded == len(lab["runs"])
 
 
 def test_lab_throughput_from_the_workloads_metric(tmp_path):

@@ -136,7 +136,7 @@ def test_a_bad_memory_limit_is_one_line_and_exit_2(bad):
 
 def test_where_no_cgroup_can_be_made_the_lab_refuses_before_any_run(tmp_path):
     """As an unprivileged user memgap's cgroup is not writable: one line, exit 5, no run made."""
-    marker = "/tmp/memgap-memlimit-ran-%d" % os.getpid()
+    marker = f"/tmp/memgap-memlimit-ran-{os.getpid()}"
     env = child_env(HOME="/tmp")
     proc = subprocess.run(["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", sys.executable, "-m",
                            "memgap", "lab", "--memory-limit", "1G", "--reps", "1", "--variant", "glibc", "--",
@@ -157,6 +157,7 @@ def limited(unlimited, tmp_path_factory):
 @pytest.mark.parametrize("width", (50, 80, 120))
 def test_the_limited_lab_keeps_every_figure_whole(limited, width):
     from test_widths import _lab_figures, check, copy_lines, rendered
+
     from memgap.report.lab import cgroup_lines, render_lab
 
     lab = limited[2]

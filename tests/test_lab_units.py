@@ -4,8 +4,8 @@ import pathlib
 
 import pytest
 
+from memgap import variants as V  # noqa: N812 - a short alias, on most lines
 from memgap.errors import UsageError
-from memgap import variants as V
 from memgap.lab.metrics import RunMetrics, classify_pattern
 from memgap.lab.runner import recommendation_lines
 from memgap.lab.verdict import decide, summarize
@@ -90,7 +90,7 @@ def test_tunables_are_checked_against_what_this_glibc_lists():
     if list_tunables() is None:
         pytest.skip("this machine's loader cannot list its tunables")
     V.check_tunables([V.parse_variant("glibc:glibc.malloc.tcache_count=0")])
-    with pytest.raises(UsageError, match="no tunable 'glibc.malloc.arena_mx'.*glibc.malloc.arena_max"):
+    with pytest.raises(UsageError, match=r"no tunable 'glibc\.malloc\.arena_mx'.*glibc\.malloc\.arena_max"):
         V.check_tunables([V.parse_variant("glibc:glibc.malloc.arena_mx=2")])
     with pytest.raises(UsageError, match="outside glibc's range"):
         V.check_tunables([V.parse_variant("glibc:glibc.malloc.arena_max=0")])
@@ -156,7 +156,7 @@ def test_pattern_words(values, word):
 
 def _runs(spec, idles, walls, status="ok"):
     return [RunMetrics(spec, rep, 0, status, wall=w, idle=i * MiB, baseline=30 * MiB)
-            for rep, (i, w) in enumerate(zip(idles, walls), 1)]
+            for rep, (i, w) in enumerate(zip(idles, walls, strict=True), 1)]
 
 
 def _verdict(table, max_slowdown=0.05):
@@ -371,7 +371,7 @@ def _fixed_runs(spec, idles, status="ok", wall=1.0):
 def test_the_adaptive_lab_drops_only_what_cannot_win():
     from memgap.lab.adaptive import cannot_win
 
-    base, MiB = V.parse_variant("glibc"), 1 << 20
+    base = V.parse_variant("glibc")
     runs = _fixed_runs("glibc", [100 * MiB])
     def why(spec, idles, **kw):
         return cannot_win(V.parse_variant(spec), base, runs + _fixed_runs(spec, idles, **kw), 0.05)
@@ -396,7 +396,6 @@ def test_a_costlier_choice_over_a_simpler_winner_waits_for_every_repetition():
     from memgap.lab.adaptive import needs_every_rep
     from memgap.lab.verdict import decide, summarize
 
-    MiB = 1 << 20
     specs = {"glibc": [100 * MiB] * 2, "glibc:trim=idle": [30 * MiB, 31 * MiB],
              "glibc:arena_max=2,trim=idle": [26 * MiB, 27 * MiB]}
     base_runs = _fixed_runs("glibc", specs["glibc"])

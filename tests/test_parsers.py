@@ -1,6 +1,7 @@
 """Parsers on outputs captured from real processes (tests/fixtures)."""
 import json
 import os
+import pathlib
 import struct
 
 import pytest
@@ -34,7 +35,7 @@ def test_smaps_pss_agrees_with_the_full_parser(capture):
     text = read(os.path.join(capture, "proc_self_smaps.txt"))
     lean, full = procfs.parse_smaps_pss(text), procfs.parse_smaps(text)
     assert [(m.start, m.end) for m in lean] == [(e.mapping.start, e.mapping.end) for e in full]
-    for m, e in zip(lean, full):
+    for m, e in zip(lean, full, strict=True):
         assert (m.rss, m.pss, m.private) == (e.get("Rss"), e.get("Pss"),
                                              e.get("Private_Clean") + e.get("Private_Dirty"))
         assert 0.0 <= m.shared_share <= 1.0
@@ -113,7 +114,7 @@ def test_noreserve_flags_are_read_again_only_for_new_ranges():
     # a mapping gone is no reason to read again; a range never seen is
     assert collect.allocator_mappings(reader, maps[1:], "jemalloc") and reader.reads == 1
     grown = [procfs.Mapping(m.start, m.end + 4096, m.perms, 0, m.dev, 0, "") if "nr" in e.vmflags else m
-             for m, e in zip(maps, smaps)]
+             for m, e in zip(maps, smaps, strict=True)]
     collect.allocator_mappings(reader, grown, "jemalloc")
     assert reader.reads == 2
     collect._NORESERVE.pop(reader.numeric_pid)
@@ -249,7 +250,7 @@ def test_elf_reader_damaged_files_and_cache(tmp_path):
     from memgap.sources.elf import read_elf
 
     libc = "/lib/x86_64-linux-gnu/libc.so.6"
-    data = open(libc, "rb").read()
+    data = pathlib.Path(libc).read_bytes()
     for name, content in (("empty", b""), ("text", b"#!/bin/sh\necho hi\n"), ("head", data[:64]),
                           ("cut", data[:len(data) // 2]), ("noise", b"\x7fELF\x02\x01\x01" + bytes(range(256)) * 8)):
         path = tmp_path / name

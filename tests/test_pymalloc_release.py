@@ -179,7 +179,7 @@ PYTHONS = [sys.executable] + sorted(p for v in ("3.10", "3.12", "3.13")
 def test_release_on_every_cpython_found(python):
     """The pool header layout the C side reads, checked on each CPython version found."""
     src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
-    code = "import sys; sys.path.insert(0, %r)\n" % src + SCRIPT
+    code = f"import sys; sys.path.insert(0, {src!r})\n" + SCRIPT
     proc = _run(python, code)
     if "No module named" in proc.stderr:
         pytest.skip(proc.stderr.strip().splitlines()[-1])

@@ -1,6 +1,7 @@
 """Remedies as code, on real processes and real allocators."""
 import json
 import os
+import pathlib
 import subprocess
 import sys
 
@@ -129,7 +130,7 @@ def test_preload_env_runs_the_child_under_jemalloc():
     try:
         wanted = {k: env[k] for k in ("LD_PRELOAD", "MALLOC_CONF")}
         assert verify_env(proc.pid, wanted) == {}
-        maps = open(f"/proc/{proc.pid}/maps").read()
+        maps = pathlib.Path(f"/proc/{proc.pid}/maps").read_text()
         assert "libjemalloc" in maps
     finally:
         proc.kill()

@@ -14,7 +14,6 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
 
 import pytest
 
@@ -22,8 +21,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 if str(SRC) not in sys.path:
     sys.path.insert(0, str(SRC))
 
-from memgap.scenarios import SCENARIOS, ScenarioInfo, scenario_command  # noqa: E402
-from memgap.scenarios import _common  # noqa: E402
+from memgap.scenarios import SCENARIOS, ScenarioInfo, _common, scenario_command  # noqa: E402 - after the sys.path insert above
 
 PHASE_LINE = re.compile(r"^memgap-phase: (\S+) rss_kib=(-?\d+)$")
 RESULT_LINE = re.compile(r"^memgap-result: (\S+)(.*)$")
@@ -41,7 +39,7 @@ class Run:
     stderr: str
 
     @property
-    def phases(self) -> List[Tuple[str, int]]:
+    def phases(self) -> list[tuple[str, int]]:
         out = []
         for line in self.stdout.splitlines():
             m = PHASE_LINE.match(line)
@@ -50,7 +48,7 @@ class Run:
         return out
 
     @property
-    def phase_names(self) -> List[str]:
+    def phase_names(self) -> list[str]:
         return [name for name, _ in self.phases]
 
     def rss(self, phase: str) -> int:
@@ -60,21 +58,21 @@ class Run:
         return values[0]
 
     @property
-    def result(self) -> Dict[str, str]:
-        lines = [RESULT_LINE.match(l) for l in self.stdout.splitlines()]
+    def result(self) -> dict[str, str]:
+        lines = [RESULT_LINE.match(line) for line in self.stdout.splitlines()]
         found = [m for m in lines if m]
         assert len(found) == 1, self.stdout
         assert found[0].group(1) == self.name
         return dict(kv.split("=", 1) for kv in found[0].group(2).split())
 
-    def _header(self) -> "re.Match[str]":
+    def _header(self) -> re.Match[str]:
         found = [m for m in map(SCENARIO_LINE.match, self.stdout.splitlines()) if m]
         assert len(found) == 1, self.stdout
         assert found[0].group(1) == self.name
         return found[0]
 
     @property
-    def knobs(self) -> Dict[str, str]:
+    def knobs(self) -> dict[str, str]:
         """The knob values the scenario announced it runs with."""
         return dict(kv.split("=", 1) for kv in self._header().group(3).split())
 
@@ -84,7 +82,7 @@ class Run:
 
 
 def run_scenario(
-    name: str, *flags: str, env: Optional[Dict[str, str]] = None, timeout: float = 60
+    name: str, *flags: str, env: dict[str, str] | None = None, timeout: float = 60
 ) -> Run:
     environ = {
         k: v for k, v in os.environ.items() if not k.startswith(_SCRUB_PREFIXES)
@@ -285,7 +283,7 @@ def test_trie_knobs():
 
 # ------------------------------------------------------------------ multiproc
 
-def _nth_index(names: List[str], name: str, n: int) -> int:
+def _nth_index(names: list[str], name: str, n: int) -> int:
     return [i for i, x in enumerate(names) if x == name][n]
 
 
@@ -326,7 +324,8 @@ def test_multiproc_workers_retain_memory():
     default, fixed = [], []
     for _ in range(2):
         default.append(ok(run_scenario("multiproc", "--phases", "2", "--rest", "0")))
-        fixed.append(ok(run_scenario("multiproc", "--phases", "2", "--rest", "0", env={"MALLOC_MMAP_THRESHOLD_": "131072"})))
+        fixed.append(ok(run_scenario("multiproc", "--phases", "2", "--rest", "0",
+                                     env={"MALLOC_MMAP_THRESHOLD_": "131072"})))
     assert [n for n in default[0].phase_names if n.startswith("post-import-")].count("post-import-manifests") == 3
     def mean(runs: list[Run]) -> float:
         return sum(map(worker_idle_sum, runs)) / len(runs)

@@ -4,10 +4,9 @@ import json
 import subprocess
 import sys
 
+import memgap
 from conftest import child_env
 from helpers import MiB, html_figures, self_contained, vmrss
-
-import memgap
 from memgap.model import Finding, Snapshot
 
 

@@ -54,7 +54,7 @@ def own_reading(pid, readings):
 
 
 def test_layers_pss_adds_up_to_each_process_pss(tree):
-    master, pids, readings = tree
+    _master, pids, readings = tree
     for pid in pids:
         own_reading(pid, readings)  # once first: the handler's own first run touches pages
         snap = snapshot_pid(pid, Options(regions=False))

@@ -82,7 +82,8 @@ def test_run_shows_an_unmarked_program_at_its_found_idle_and_at_exit(tmp_path):
     main = next(p for p in run["processes"] if p["snapshots"])
     phases = [s["phase"] for s in main["snapshots"]]
     assert phases == ["quiet", "before-exit", "exit"], phases
-    assert main["idle"]["rule"] == "quiet" and abs(main["idle"]["rss"] - _own_readings(own)[0]) <= 0.1 * main["idle"]["rss"]
+    assert main["idle"]["rule"] == "quiet"
+    assert abs(main["idle"]["rss"] - _own_readings(own)[0]) <= 0.1 * main["idle"]["rss"]
     assert f"Breakdown of PID {main['pid']} at idle (quiet " in proc.stdout
     assert "...and at exit" in proc.stdout
 
@@ -132,8 +133,9 @@ def test_the_adaptive_lab_drops_what_cannot_win_and_settles_in_fewer_runs(tmp_pa
     assert proc.returncode == 0, proc.stderr[-2000:]
     lab = json.loads(out.read_text())
     assert lab["adaptive"] and recommended(lab) == "glibc:trim=idle", lab["verdict"]
-    assert lab["dropped"] == ["glibc:top_pad=131072: no usable run (crashed)",
-                              "glibc:mmap_threshold=131072: its idle was not materially below the baseline's in any run"]
+    assert lab["dropped"] == [
+        "glibc:top_pad=131072: no usable run (crashed)",
+        "glibc:mmap_threshold=131072: its idle was not materially below the baseline's in any run"]
     # round 1: all four; round 2: the two contenders, and the verdict has not moved: settled
     assert lab["order"] == [f"{v}#1" for v in variants] + ["glibc#2", "glibc:trim=idle#2"], lab["order"]
     assert "dropped after its first runs" in proc.stdout

@@ -248,8 +248,8 @@ def test_lab_with_a_grid_and_plain_python_lines(lab_grid, width):
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_top(holder, width):
-    from memgap.report.live import frame
     from memgap.collect import Options, snapshot_pid
+    from memgap.report.live import frame
     from memgap.report.terminal import console_on
 
     history = deque([[snapshot_pid(holder.pid, Options(regions=False))] for _ in range(3)])

@@ -32,9 +32,9 @@ def _record_trim(rss_before: int, rss_after: int) -> None:
 
 def _trim_periodically(seconds: float) -> None:
     """Call malloc_trim(0) every ``seconds`` (glibc only), from a daemon thread."""
+    from .pymalloc_release import release_if_asked
     from .sources.allocator import detect_in_process
     from .sources.glibc import glibc_malloc
-    from .pymalloc_release import release_if_asked
     from .sources.procfs import ProcReader
 
     try:
@@ -63,7 +63,7 @@ def _snapshot_before_exit() -> None:
     MEMGAP_TRIM_AFTER=idle the lab's one trim follows it there: a trim at a quiet spell
     could change the bursts after it. No thread: one would cost the process a glibc arena.
     """
-    shutdown = threading._shutdown  # type: ignore[attr-defined]
+    shutdown = threading._shutdown  # type: ignore[attr-defined]  # private: the hook that joins threads at exit
 
     def before_shutdown() -> None:
         try:  # imported only now: memgap's modules are not loaded into a program that did not ask
@@ -78,10 +78,10 @@ def _snapshot_before_exit() -> None:
             pass
         shutdown()
 
-    threading._shutdown = before_shutdown  # type: ignore[attr-defined]
+    threading._shutdown = before_shutdown  # type: ignore[attr-defined]  # as above
 
 
-def _write_event(event: dict) -> None:  # type: ignore[type-arg]
+def _write_event(event: dict[str, object]) -> None:
     """A trimmer's event, into a file of its own: the recorder takes process-PID.jsonl as the
     sign that the program marks phases itself, which a trimmer's trims are not."""
     from .recording import ProcessFile

@@ -7,13 +7,12 @@ from dataclasses import dataclass
 from types import TracebackType
 
 from .collect import Options, snapshot_self
-from .envnames import TRIM_AFTER_ENV, WALK_ENV
 from .documents import TrimRecord, TrimRoute
+from .envnames import TRIM_AFTER_ENV, WALK_ENV
 from .errors import Unsupported
 from .model import Snapshot
-from .recording import ProcessFile
+from .recording import ProcessFile, RecordingWriter
 from .sources.procfs import ProcReader, status_int
-
 
 _phases: list[Snapshot] = []
 _phase_file = ProcessFile()  # under `memgap run`: this process's phases go there
@@ -29,19 +28,19 @@ def snapshot(walk: bool = False, count: tuple[str, ...] = (), regions: bool = Tr
     return snapshot_self(options=Options(walk_python=walk, class_names=tuple(count), regions=regions))
 
 
-def _recording_writer():  # type: ignore[no-untyped-def]
+def _recording_writer() -> RecordingWriter | None:
     """The writer for this process's phases under `memgap run`, or None."""
     return _phase_file.writer()
 
 
-def _record(name: str, trim_result: "TrimResult | None" = None) -> Snapshot | None:
+def _record(name: str, trim_result: TrimResult | None = None) -> Snapshot | None:
     """Take and keep a phase snapshot. Under `memgap run` it never raises: a
     failure is written to the recording and the observed program goes on."""
     writer = _recording_writer()
     walk = os.environ.get(WALK_ENV, "1") != "0"
     try:
         snap = snapshot_self(phase=name, options=Options(walk_python=walk, regions=False))
-    except Exception as exc:  # noqa: BLE001 - see docstring
+    except Exception as exc:  # see the docstring
         if writer is None:
             raise
         writer.write({"type": "error", "pid": os.getpid(), "phase": name, "error": f"{type(exc).__name__}: {exc}"})
@@ -76,7 +75,7 @@ class phase:  # noqa: N801 - used like a function
         _own_phases.add(name)
         self.snapshot = _record(name)
 
-    def __enter__(self) -> "phase":
+    def __enter__(self) -> phase:
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,

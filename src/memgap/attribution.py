@@ -13,9 +13,9 @@ from .model import Layer, Region
 from .sources.glibc import Mallinfo2, MallocInfo
 from .sources.glibc_heaps import GlibcLayout
 from .sources.jemalloc import JemallocStats
+from .sources.pyheap import PythonHeap
 from .sources.pymalloc import PymallocStats
 from .sources.pymalloc_pools import PoolCensus
-from .sources.pyheap import PythonHeap
 
 MiB = 1 << 20
 
@@ -47,16 +47,16 @@ class _Part:
     private: int | None = 0
     pss: float | None = 0.0
 
-    def __add__(self, other: "_Part") -> "_Part":
+    def __add__(self, other: _Part) -> _Part:
         if self.private is None or other.private is None or self.pss is None or other.pss is None:
             return _Part(self.resident + other.resident, None, None)
         return _Part(self.resident + other.resident, self.private + other.private, self.pss + other.pss)
 
-    def __sub__(self, other: "_Part") -> "_Part":
+    def __sub__(self, other: _Part) -> _Part:
         return self + _Part(-other.resident, None if other.private is None else -other.private,
                             None if other.pss is None else -other.pss)
 
-    def take(self, resident: int) -> "_Part":
+    def take(self, resident: int) -> _Part:
         """``resident`` bytes of this part, private and shared in its own proportions: a layer
         counted in bytes (blocks, the allocator's counters) says nothing of which pages hold them."""
         if self.private is None or self.pss is None:
@@ -296,7 +296,11 @@ def _glibc_allocator(m: Measurements, owned: _Owners) -> _Allocator:
 
 def _counted_allocator(m: Measurements, owned: _Owners) -> _Allocator:
     """jemalloc or tcmalloc, by their own counters placed in the mappings found."""
-    split = _jemalloc_split(m.jemalloc, owned) if m.jemalloc is not None else _tcmalloc_split(m.tcmalloc, owned)
+    if m.jemalloc is not None:
+        split = _jemalloc_split(m.jemalloc, owned)
+    else:
+        assert m.tcmalloc is not None  # the caller's condition: one of the two counted
+        split = _tcmalloc_split(m.tcmalloc, owned)
     # in use may reach into unclaimed anonymous pages (the allocator's mappings not found)
     pool = owned.part("jemalloc" if m.jemalloc is not None else "tcmalloc") + owned.part("anon")
     in_use_part, free_part = pool.take(split.in_use), pool.take(split.free or 0)

@@ -10,21 +10,25 @@ import bisect
 import os
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any
 
 from .attribution import PSS_DERIVATION, Measurements, attribute
 from .errors import MemgapError, PidReused, Unsupported
-from .memory_map import MemoryMap, read_memory_map
+from .memory_map import MappedPages, MemoryMap, read_memory_map
 from .model import Layer, Region, Snapshot
 from .sources import allocator as allocator_source
 from .sources.anon_objects import find_anon_objects
-from .sources.glibc import glibc_malloc
-from .sources.glibc_heaps import GlibcLayout, ResidentMap, find_glibc_layout
-from .sources.jemalloc import noreserve_flags
 from .sources.cgroup import read_memory_cgroup
+from .sources.glibc import Mallinfo2, MallocInfo, glibc_malloc
+from .sources.glibc_heaps import GlibcLayout, ResidentMap, find_glibc_layout
+from .sources.jemalloc import JemallocStats, noreserve_flags
 from .sources.procfs import Mapping, MappingPss, ProcReader, status_int
 from .sources.pymalloc_pools import census
+
+if TYPE_CHECKING:  # the agent's client is imported only where a process has the agent
+    from .agent.client import AgentReport
 
 STATUS_FIELDS = ("VmPeak", "VmSize", "VmHWM", "VmRSS", "RssAnon", "RssFile", "RssShmem", "VmSwap", "Threads",
                  "Pss", "Uss")
@@ -153,7 +157,7 @@ def label_regions(reader: ProcReader, memmap: MemoryMap, glibc: GlibcLayout | No
     return regions
 
 
-def _anon_in(res, mp, lo: int, hi: int) -> int:  # type: ignore[no-untyped-def]
+def _anon_in(res: ResidentMap, mp: MappedPages, lo: int, hi: int) -> int:
     """Resident bytes of [lo, hi) inside an anonymous mapping."""
     return res.resident(lo, hi) if (lo, hi) != (mp.mapping.start, mp.mapping.end) else mp.anon_resident
 
@@ -254,7 +258,7 @@ def _snapshot_self(phase: str | None, options: Options | None) -> Snapshot:
         owned = allocator_mappings(reader, maps, "jemalloc") if jemalloc is not None else None
         # Python threads: their pthread struct (the ident) sits at the top of their stack
         py_threads = [t for t in threading.enumerate() if t is not threading.main_thread() and t.ident]
-        memmap = read_memory_map(reader, tuple(t.ident for t in py_threads), maps,  # type: ignore[misc]
+        memmap = read_memory_map(reader, tuple(t.ident for t in py_threads if t.ident), maps,
                                  frozenset(t.native_id for t in py_threads if t.native_id))
         # VmRSS beside the residency it is compared with: the walks below allocate, and an
         # allocation may let jemalloc purge decayed pages (5 MiB once, on a loaded machine)
@@ -281,8 +285,9 @@ def _snapshot_self(phase: str | None, options: Options | None) -> Snapshot:
     return _finish(snap, started)
 
 
-def _allocator_dict(detection, mallinfo, malloc_info, jemalloc) -> dict:  # type: ignore[no-untyped-def]
-    out = {"name": detection.name, "library": detection.library, "how": detection.how,
+def _allocator_dict(detection: allocator_source.AllocatorDetection, mallinfo: Mallinfo2 | None,
+                    malloc_info: MallocInfo | None, jemalloc: JemallocStats | None) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": detection.name, "library": detection.library, "how": detection.how,
            "others": detection.others, "found": [f.to_dict() for f in detection.found]}
     if mallinfo is not None:
         out["mallinfo2"] = mallinfo.__dict__.copy()
@@ -294,7 +299,7 @@ def _allocator_dict(detection, mallinfo, malloc_info, jemalloc) -> dict:  # type
     return out
 
 
-def _ask_agent(reader: ProcReader, pid: int, proc_root: str) -> tuple[Any, str]:
+def _ask_agent(reader: ProcReader, pid: int, proc_root: str) -> tuple[AgentReport | None, str]:
     """The report of the native agent preloaded in ``pid`` (None if it has none), and why not."""
     from .agent.client import query, socket_path
 
@@ -335,7 +340,7 @@ def snapshot_pid(pid: int, options: Options | None = None, proc_root: str = "/pr
         # the agent's statistics stand in for a walk; the pages come from the allocator's mappings,
         # read before the pagemap so that pagemap and VmRSS are read close together
         agent_stats = report is not None and (report.jemalloc is not None or bool(report.tcmalloc))
-        owned = None if detection.is_glibc or not agent_stats else \
+        owned = None if detection.is_glibc or report is None or not agent_stats else \
             allocator_mappings(reader, maps, "jemalloc" if report.jemalloc is not None else "tcmalloc")
         memmap = read_memory_map(reader)
         smaps = reader.smaps_pss()
@@ -350,7 +355,7 @@ def snapshot_pid(pid: int, options: Options | None = None, proc_root: str = "/pr
             notes["allocator_in_use"] = notes["allocator_free"] = allocator_source.outside_note(detection)
         if detection.beside:
             notes["other_anon"] = allocator_source.beside_note(detection)
-        sizes = (DEFAULT_ARENA_SIZE, DEFAULT_POOL_SIZE) if is_python else (None, None)
+        sizes: tuple[int | None, int | None] = (DEFAULT_ARENA_SIZE, DEFAULT_POOL_SIZE) if is_python else (None, None)
         regions = label_regions(reader, memmap, layout, *sizes, owned)
         status = _with_pss(reader, smaps)
         # after VmRSS, which belongs beside the pagemap; headers only on the pages that pagemap saw resident

@@ -19,6 +19,7 @@ privilege is needed (no page frame numbers are read).
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from .errors import MemgapError
@@ -75,7 +76,7 @@ def split_pages(child_pagemap: bytes, parent_pagemap: bytes) -> tuple[int, int, 
     return n_copied, mine.count(1) - n_copied, copied
 
 
-def copied_from_parent(child: int, parent: int, regions: list[Region] = (), proc_root: str = "/proc") -> CowSplit:
+def copied_from_parent(child: int, parent: int, regions: Sequence[Region] = (), proc_root: str = "/proc") -> CowSplit:
     """The split of ``child``'s private pages in what it inherited from ``parent``; with the
     child's labelled ``regions`` (a snapshot taken with regions), the copied bytes by group."""
     split = CowSplit()
@@ -90,7 +91,7 @@ def copied_from_parent(child: int, parent: int, regions: list[Region] = (), proc
     return split
 
 
-def _by_group(out: dict[str, int], start: int, copied: bytes, regions: list[Region]) -> None:
+def _by_group(out: dict[str, int], start: int, copied: bytes, regions: Sequence[Region]) -> None:
     """Add the copied pages of one range (``copied``: a byte per page from ``start``) to the
     group of the region each falls in."""
     end = start + len(copied) * PAGE_SIZE

@@ -21,24 +21,25 @@ import re
 import shutil
 import stat as stat_module
 import tempfile
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterator
+from typing import Any
 
-from .gdb_layers import jemalloc_gdb_layers, mimalloc_gdb_layers, tcmalloc_gdb_layers
-from .errors import MalformedInput, Unsupported
-from .documents import TrimRecord, TrimRoute
-from .model import Snapshot
-from .diagnose import allocator_findings
 from .deep_beside import beside_jemalloc, trim_glibc_and_jemalloc
+from .diagnose import allocator_findings
+from .documents import TrimRecord, TrimRoute
+from .errors import MalformedInput, Unsupported
+from .gdb_layers import jemalloc_gdb_layers, mimalloc_gdb_layers, tcmalloc_gdb_layers
+from .model import Snapshot
 from .sources import jemalloc_gdb, mimalloc_gdb, tcmalloc_gdb
 from .sources.allocator import process_root
 from .sources.gdb_attach import DEFAULT_TIMEOUT, CallFailed, GdbSession, GdbTimeout
 from .sources.glibc import MallocInfo, parse_malloc_info
 from .sources.jemalloc_gdb import JemallocDeep
 from .sources.mimalloc_gdb import MimallocDeep
-from .sources.tcmalloc_gdb import TcmallocDeep
 from .sources.procfs import Mapping, ProcReader, status_int
+from .sources.tcmalloc_gdb import TcmallocDeep
 
 ROUTE_OUTSIDE = "outside"
 ROUTE_MALLOC_INFO = "gdb malloc_info"
@@ -83,7 +84,8 @@ class DeepResult:
     tcmalloc: TcmallocDeep | None = None
     mimalloc: MimallocDeep | None = None
     with_allocator: Snapshot | None = None  # the outside snapshot, allocator layers from the allocator's figures
-    jemalloc_beside: str = ""  # where ``jemalloc`` is a prefixed one beside glibc's malloc: which ("jemalloc (je_) in x")
+    # where ``jemalloc`` is a prefixed one beside glibc's malloc: which ("jemalloc (je_) in x")
+    jemalloc_beside: str = ""
     notes: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
 
@@ -135,11 +137,15 @@ def compare_arenas(outside_rows: list[dict[str, Any]], info: MallocInfo) -> list
     pairs += [(None, a) for a in gdb_rest]
     rows = []
     for out, arena in pairs:
-        if out is None and arena is None:
+        if arena is not None:
+            nr, main = arena.nr, bool(out["main"]) if out else arena.nr == 0
+        elif out is not None:
+            nr, main = out["arena"], bool(out["main"])
+        else:
             continue
         rows.append({
-            "arena": arena.nr if arena else out["arena"],  # type: ignore[index]
-            "main": bool(out["main"]) if out else arena.nr == 0,  # type: ignore[union-attr]
+            "arena": nr,
+            "main": main,
             "system_gdb": arena.system if arena else None,
             "system_outside": out["system"] if out else None,
             "free_gdb": arena.free if arena else None,

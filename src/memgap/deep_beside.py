@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .errors import Unsupported
 from .documents import TrimRecord, TrimRoute
+from .errors import Unsupported
 from .model import Snapshot
 from .sources import jemalloc_gdb
 from .sources.allocator import allocator_label, process_root

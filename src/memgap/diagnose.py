@@ -10,7 +10,8 @@ the program uses (``inspect --trim`` measures what mi_collect returns).
 """
 from __future__ import annotations
 
-from typing import Sequence
+import itertools
+from collections.abc import Sequence
 
 from .model import Finding, Snapshot
 from .units import MiB, mib, pct
@@ -162,10 +163,10 @@ def diagnose_series(snaps: Sequence[Snapshot]) -> list[Finding]:
         return []
     py = [_resident(s, "python_objects") for s in snaps]
     rss = [s.rss for s in snaps]
-    steps = [b - a for a, b in zip(py, py[1:])]
+    steps = [b - a for a, b in itertools.pairwise(py)]
     names = [s.phase or f"#{i}" for i, s in enumerate(snaps)]
     growth_py, growth_rss = py[-1] - py[0], rss[-1] - rss[0]
-    evidence = [f"{n}: RSS {mib(r)} MiB, Python objects {mib(p)} MiB" for n, r, p in zip(names, rss, py)]
+    evidence = [f"{n}: RSS {mib(r)} MiB, Python objects {mib(p)} MiB" for n, r, p in zip(names, rss, py, strict=True)]
     per = growth_py / max(1, len(steps))
     # A phase grew when it added a real share of the average step: memgap's own phase records
     # add a few KiB of Python objects at every phase, and counted as growth they made a load
@@ -198,18 +199,19 @@ def diagnose_series(snaps: Sequence[Snapshot]) -> list[Finding]:
 
 def diagnose_tree(snaps: Sequence[Snapshot]) -> list[Finding]:
     """Findings over a process tree: forked workers that copied their parent's pages."""
-    forked = [s for s in snaps if s.copied_from_parent and s.copied_from_parent["copied"]]
-    copied = sum(s.copied_from_parent["copied"] for s in forked)  # type: ignore[index]
+    cows = [(s, cow) for s in snaps if (cow := s.copied_from_parent) and cow["copied"]]
+    forked = [s for s, _ in cows]
+    copied = sum(cow["copied"] for _, cow in cows)
     private = sum(s.uss or 0 for s in forked)
     if copied < FLOOR or not private or copied < SHARE * private:
         return []
     groups: dict[str, int] = {}
-    for s in forked:
-        for group, n in s.copied_from_parent["by_group"].items():  # type: ignore[index]
+    for _, cow in cows:
+        for group, n in cow["by_group"].items():
             groups[group] = groups.get(group, 0) + n
     python = groups.get("Python objects (pymalloc arenas)", 0)
-    evidence = [f"PID {s.pid}: copied {mib(s.copied_from_parent['copied'])} MiB of its parent's pages, "  # type: ignore[index]
-                f"its own {mib(s.copied_from_parent['own'])} MiB; USS {mib(s.uss)} MiB" for s in forked]
+    evidence = [f"PID {s.pid}: copied {mib(cow['copied'])} MiB of its parent's pages, "
+                f"its own {mib(cow['own'])} MiB; USS {mib(s.uss)} MiB" for s, cow in cows]
     evidence.append("copied, by where: " + ", ".join(f"{g} {mib(n)} MiB" for g, n in sorted(groups.items(),
                                                                                          key=lambda kv: -kv[1])))
     evidence.append("method: private pages (pagemap bit 56) at addresses where the parent has a page of its own; "

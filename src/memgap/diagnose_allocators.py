@@ -24,8 +24,9 @@ def _figures(snap: Snapshot, route: str, key: str) -> dict[str, Any] | None:
     if layer is None:
         return None
     for detail in (layer.detail, layer.detail.get("beside") or {}):
-        if detail.get("route") == route and isinstance(detail.get(key), dict):
-            return detail[key]
+        figures = detail.get(key)
+        if detail.get("route") == route and isinstance(figures, dict):
+            return figures
     return None
 
 
@@ -46,7 +47,8 @@ def _jemalloc_dirty(snap: Snapshot, j: dict[str, Any]) -> list[Finding]:
     if purgeable < FLOOR or purgeable < SHARE * snap.rss:
         return []
     evidence = [f"RSS {mib(snap.rss)} MiB; jemalloc ({j['symbol']}, {MALLCTL_ROUTE}) holds {mib(j['dirty_bytes'])} "
-                f"MiB of dirty pages and {mib(j['muzzy_bytes'])} MiB of muzzy ones ({pct(purgeable, snap.rss)} of RSS): "
+                f"MiB of dirty pages and {mib(j['muzzy_bytes'])} MiB of muzzy ones "
+                f"({pct(purgeable, snap.rss)} of RSS): "
                 "freed by the program, still resident",
                 f"stats.allocated {mib(j['allocated'])} MiB, stats.active {mib(j['active'])} MiB, "
                 f"stats.resident {mib(j['resident'])} MiB"]
@@ -67,7 +69,8 @@ def _jemalloc_dirty(snap: Snapshot, j: dict[str, Any]) -> list[Finding]:
         f"jemalloc holds {mib(purgeable)} MiB of freed pages a purge would return now "
         f"({pct(purgeable, snap.rss)} of RSS)", evidence,
         f"purge after bursts: mallctl(\"{PURGE_ALL}\") in the program (`memgap inspect --trim "
-        f"PID` does it and measures it); or a shorter decay (dirty_decay_ms:1000 in {conf}) with background_thread:true "
+        f"PID` does it and measures it); or a shorter decay (dirty_decay_ms:1000 in {conf}) "
+        "with background_thread:true "
         "so that an idle process purges too")]
 
 

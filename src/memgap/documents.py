@@ -64,7 +64,7 @@ class TrimMode(Word):
     EVERY = "every"  # a periodic trim
 
     @classmethod
-    def of(cls, setting: str) -> "TrimMode | None":
+    def of(cls, setting: str) -> TrimMode | None:
         """The mode of a ``trim=`` setting (``every:5`` is EVERY); None for no trim."""
         return cls(setting.split(":", 1)[0]) if setting else None
 
@@ -98,7 +98,7 @@ def _typed(value: Any, hint: Any, where: str) -> Any:
     if origin is tuple:
         if not isinstance(value, (list, tuple)) or len(value) != len(args):
             raise _wrong(where, value, hint)
-        return tuple(_typed(v, a, where) for v, a in zip(value, args))
+        return tuple(_typed(v, a, where) for v, a in zip(value, args, strict=True))
     if origin is dict:
         return {k: _typed(v, args[1], where) for k, v in _of(value, dict, where).items()}
     if hint is float:
@@ -192,7 +192,7 @@ class TrimRecord:
         return out
 
     @classmethod
-    def from_dict(cls, data: Any, what: str = "trim record") -> "TrimRecord":
+    def from_dict(cls, data: Any, what: str = "trim record") -> TrimRecord:
         """A trim record again. Its route: ``route``, or ``by`` (what ``memgap run`` wrote for the
         agent's trims before 0.x: read as ``route``); without either, in-process where it says
         ``performed``, else the trimmer's."""
@@ -235,7 +235,7 @@ class ProcessRecord:
         return out
 
     @classmethod
-    def from_dict(cls, data: Any, what: str = "run's process") -> "ProcessRecord":
+    def from_dict(cls, data: Any, what: str = "run's process") -> ProcessRecord:
         return cls(**_fields(cls, data, what))
 
     def phases(self) -> list[Snapshot]:
@@ -281,7 +281,7 @@ class RunDocument:
         return {k: out[k] for k in _RUN_ORDER}
 
     @classmethod
-    def from_dict(cls, data: Any, what: str = "run document") -> "RunDocument":
+    def from_dict(cls, data: Any, what: str = "run document") -> RunDocument:
         check_schema(data, "memgap.run", RUN_SCHEMA, what)
         return cls(**_fields(cls, data, what))
 
@@ -339,7 +339,7 @@ class RunFigures:
         return out
 
     @classmethod
-    def from_dict(cls, data: Any, what: str = "lab run") -> "RunFigures":
+    def from_dict(cls, data: Any, what: str = "lab run") -> RunFigures:
         return cls(**_fields(cls, data, what))
 
 
@@ -386,7 +386,7 @@ class LabDocument:
         return {k: out[k] for k in _LAB_ORDER}
 
     @classmethod
-    def from_dict(cls, data: Any, what: str = "lab document") -> "LabDocument":
+    def from_dict(cls, data: Any, what: str = "lab document") -> LabDocument:
         check_schema(data, "memgap.lab", LAB_SCHEMA, what)
         return cls(**_fields(cls, data, what))
 
@@ -398,7 +398,7 @@ _LAB_ORDER = ("schema", "cmd", "machine", "python", "reps", "max_slowdown", "mat
               "workload_seconds", "complete", "lab_dir", "cgroup")
 
 
-def load_document(data: Any, what: str = "document") -> "RunDocument | LabDocument":
+def load_document(data: Any, what: str = "document") -> RunDocument | LabDocument:
     """A run or a lab document, by its schema (anything else: MalformedInput)."""
     schema = str(_of(data, dict, what).get("schema", ""))
     if schema.startswith("memgap.lab/"):

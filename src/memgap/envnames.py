@@ -10,4 +10,5 @@ TRIMMER_ENV = "MEMGAP_TRIMMER"        # "1": run memgap.Trimmer (trims when the 
 WALK_ENV = "MEMGAP_WALK"              # "0": phase snapshots skip the gc walk for large buffers
 PYMALLOC_RELEASE_ENV = "MEMGAP_PYMALLOC_RELEASE"  # "1": trims also give back pymalloc's empty pools
 ALLOCATOR_DIRS_ENV = "MEMGAP_ALLOCATOR_DIRS"  # folders (":"-separated) where the lab looks for allocators first
-GC_FREEZE_ENV = "MEMGAP_GC_FREEZE_AT_FORK"  # "1": collections off in the parent, gc.freeze() before each fork, on in the child
+# "1": collections off in the parent, gc.freeze() before each fork, on in the child
+GC_FREEZE_ENV = "MEMGAP_GC_FREEZE_AT_FORK"

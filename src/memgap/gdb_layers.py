@@ -45,7 +45,8 @@ def jemalloc_gdb_layers(layers: dict[str, Layer], rss: int, j: JemallocDeep,
     out["allocator_free"] = Layer(
         "allocator_free", free, virtual=free + j.retained, source=MALLCTL_ROUTE, note=note,
         derivation=f"jemalloc's counters ({MALLCTL_ROUTE}): slack within active pages (stats.active - "
-                   "stats.allocated), plus dirty and muzzy pages ((pdirty + pmuzzy) x arenas.page, summed over the arenas: what "
+                   "stats.allocated), plus dirty and muzzy pages ((pdirty + pmuzzy) x arenas.page, "
+                   "summed over the arenas: what "
                    "arena.<ALL>.purge returns now), plus metadata pages (stats.resident - stats.active - dirty "
                    "pages, at most stats.metadata); virtual adds stats.retained (address space kept, not resident)",
         detail={"route": MALLCTL_ROUTE, "page_slack": parts["page_slack"], "purgeable": parts["purgeable"],

@@ -148,7 +148,8 @@ def _spell(snap: dict[str, Any], last_seen: float | None) -> str:
     return f"{last_seen - since:.1f} s"
 
 
-def idle_of_process(entry: dict[str, Any], timeline: list[dict[str, Any]], start: float | None) -> dict[str, Any] | None:
+def idle_of_process(entry: dict[str, Any], timeline: list[dict[str, Any]],
+                    start: float | None) -> dict[str, Any] | None:
     """A run document's process entry -> its idle, as the run document keeps it."""
     samples = [s for s in timeline if s["pid"] == entry["pid"]]
     last_seen = max([s.get("time", 0) for s in entry["snapshots"]]

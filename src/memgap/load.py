@@ -14,7 +14,8 @@ import os
 import re
 import subprocess
 import time
-from typing import Callable
+from collections.abc import Callable
+from typing import Any
 
 READY_QUIET = 0.5     # seconds of a quiet tree that mean the service is up and waiting
 READY_TIMEOUT = 120.0  # seconds: a service that never goes quiet gets its load anyway
@@ -25,12 +26,12 @@ class LoadDriver:
     """Steps through starting -> loading -> resting -> done, one look per recorder sample."""
 
     def __init__(self, cmd: list[str], record_dir: str, rest: float,
-                 write: Callable[[dict], None]) -> None:  # type: ignore[type-arg]
+                 write: Callable[[dict[str, Any]], None]) -> None:
         self.cmd, self.rest, self.write = cmd, rest, write
         self.output_path = os.path.join(record_dir, LOAD_OUTPUT)
         self.state = "starting"
         self.started = self.quiet_since = time.monotonic()
-        self.proc: subprocess.Popen | None = None  # type: ignore[type-arg]
+        self.proc: subprocess.Popen[bytes] | None = None
         self.load_seconds = 0.0
 
     def step(self, busy: bool) -> bool:

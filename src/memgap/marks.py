@@ -14,7 +14,9 @@ import re
 import sys
 import threading
 import time
-from typing import IO
+from typing import IO, TypeVar
+
+_T = TypeVar("_T")
 
 
 class StdoutMarks:
@@ -24,8 +26,8 @@ class StdoutMarks:
     def __init__(self, stream: IO[bytes], pattern: str, echo: bool, metric_pattern: str = "") -> None:
         self.regex = re.compile(pattern) if pattern else None
         self.metric_regex = re.compile(metric_pattern) if metric_pattern else None
-        self.marks: "queue.Queue[str]" = queue.Queue()
-        self.values: "queue.Queue[float]" = queue.Queue()
+        self.marks: queue.Queue[str] = queue.Queue()
+        self.values: queue.Queue[float] = queue.Queue()
         self.echo = echo
         # Set when a mark arrives, and when the stream ends (the program exited, mostly):
         # the recorder's loop wakes at once instead of at its next sample.
@@ -53,8 +55,8 @@ class StdoutMarks:
         self.arrived.set()
 
     @staticmethod
-    def _drain(q: "queue.Queue") -> list:  # type: ignore[type-arg]
-        items = []
+    def _drain(q: queue.Queue[_T]) -> list[_T]:
+        items: list[_T] = []
         while True:
             try:
                 items.append(q.get_nowait())

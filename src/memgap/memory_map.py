@@ -7,13 +7,13 @@ uses the bitmaps read here, so one snapshot sees one instant as closely as
 """
 from __future__ import annotations
 
+import itertools
 import resource
 import struct
 from dataclasses import dataclass, field
 
 from .sources.glibc_heaps import ResidentMap
-from .sources.procfs import (PAGE_SIZE, Mapping, PageCounts, ProcReader, count_pagemap, exclusive_bitmap,
-                             present_bitmap)
+from .sources.procfs import PAGE_SIZE, Mapping, PageCounts, ProcReader, count_pagemap, exclusive_bitmap, present_bitmap
 
 DEFAULT_STACK = 8 << 20
 TCB_PAGES = 2  # glibc puts a thread's struct pthread at the top of its stack block (2368 bytes below here)
@@ -66,8 +66,8 @@ def _stack_limit(reader: ProcReader) -> int:
     try:
         for line in reader.read_text("limits").splitlines():
             if line.startswith("Max stack size"):
-                soft = line.split()[3]
-                return int(soft) if soft.isdigit() else 32 << 20  # glibc's default when unlimited
+                word = line.split()[3]
+                return int(word) if word.isdigit() else 32 << 20  # glibc's default when unlimited
     except Exception:  # noqa: BLE001 - a missing limits file is no reason to fail a snapshot
         pass
     soft, _ = resource.getrlimit(resource.RLIMIT_STACK)
@@ -114,7 +114,7 @@ def _contiguous_file_groups(maps: list[Mapping]) -> list[list[Mapping]]:
 def _guarded(maps: list[Mapping]) -> list[Mapping]:
     """Private anonymous read-write mappings directly above a PROT_NONE one: the shape
     of a glibc thread stack (its guard below it, the stack growing down towards it)."""
-    return [m for below, m in zip(maps, maps[1:])
+    return [m for below, m in itertools.pairwise(maps)
             if below.end == m.start and below.perms == "---p" and m.perms == "rw-p"
             and not below.is_file and not m.is_file and not m.path]
 
@@ -179,7 +179,7 @@ def find_stacks(maps: list[Mapping], reader: ProcReader, extra: tuple[int, ...],
             found[m.start] = (m.start, m.end, "main thread stack")
     page_buffer = bytearray(PAGE_SIZE)  # one for all reads: see _self_pointer
     for m in _guarded(maps) if resident is not None else []:
-        if _thread_control_block(reader, resident, m, page_buffer) is not None:  # type: ignore[arg-type]
+        if resident is not None and _thread_control_block(reader, resident, m, page_buffer) is not None:
             found[m.start] = (m.start, m.end, "thread stack (struct pthread at its top)")
     anon = [m for m in maps if m.writable and not m.is_file and not m.path]
     for label, address in [*((f"thread {tid} stack", sp) for tid, sp in pointers.items()),

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
 
 from .model import Snapshot
 
@@ -103,8 +103,8 @@ def label_by_command(processes: Iterable[Process]) -> dict[int, tuple[str, int]]
     return out
 
 
-def _family(name: str, help: str, type: str = "gauge") -> Family:
-    return Family(name, type, help)
+def _family(name: str, help_text: str, kind: str = "gauge") -> Family:
+    return Family(name, kind, help_text)
 
 
 def process_families(targets: Sequence[Target]) -> list[Family]:

@@ -19,8 +19,16 @@ import psutil
 
 from .collect import Options, snapshot_pid
 from .errors import MemgapError, NoSuchProcess
-from .metrics_export import Process, Target, collection_families, label_by_command, label_tree, \
-    process_families, render, scrape_families
+from .metrics_export import (
+    Process,
+    Target,
+    collection_families,
+    label_by_command,
+    label_tree,
+    process_families,
+    render,
+    scrape_families,
+)
 from .sources.procfs import ProcReader
 
 
@@ -160,7 +168,7 @@ class Scraper:
             self._wake.clear()
             try:
                 self.collect()
-            except Exception as exc:  # a bug must not end the refreshes: the age gauge shows it
+            except Exception as exc:  # noqa: BLE001 - a bug must not end the refreshes: the age gauge shows it
                 print(f"memgap: serve-metrics: collection failed: {exc!r}", file=self._log, flush=True)
 
     def start(self) -> None:
@@ -179,8 +187,9 @@ class Scraper:
             last = self.collect()
         else:
             self._ready.wait()  # a scrape before the first collection waits for it
+            if self._last is None:
+                raise RuntimeError("serve-metrics: no collection after the first one was signalled")
             last = self._last
-        assert last is not None
         took = time.perf_counter() - began
         tail = [*scrape_families(last.processes, took, self.errors_total),
                 *collection_families(time.monotonic() - last.started, last.cpu, last.number)]

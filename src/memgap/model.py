@@ -122,7 +122,7 @@ class Snapshot:
         return out
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Snapshot":
+    def from_dict(cls, data: dict[str, Any]) -> Snapshot:
         schema = data.get("schema", SCHEMA)
         if not str(schema).startswith("memgap.snapshot/"):
             raise ValueError(f"not a memgap snapshot (schema {schema!r})")
@@ -133,7 +133,7 @@ class Snapshot:
         return cls(**d)
 
 
-def by_pss(snaps: "list[Snapshot]") -> bool:
+def by_pss(snaps: list[Snapshot]) -> bool:
     """Whether every process's layers carry their pss (outside snapshots do), so a tree can be
     summed by PSS; else only its RSS sum can be given."""
     return bool(snaps) and all(s.pss_unexplained is not None for s in snaps)
@@ -144,7 +144,7 @@ def layer_figure(layer: Layer, pss: bool) -> int | None:
     return layer.pss if pss else layer.resident
 
 
-def tree_totals(snaps: "list[Snapshot]") -> dict[str, Any]:
+def tree_totals(snaps: list[Snapshot]) -> dict[str, Any]:
     """A process tree summed: its PSS (each shared page split among its sharers: what the tree
     costs), its USS, the RSS sum (which counts a shared page once per process that maps it),
     and each layer summed by PSS where every process has it, else by resident bytes."""

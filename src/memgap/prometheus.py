@@ -18,7 +18,7 @@ This module imports prometheus_client; ``import memgap`` does not import this mo
 from __future__ import annotations
 
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 try:
     from prometheus_client.core import REGISTRY, CounterMetricFamily, GaugeMetricFamily, Metric

@@ -39,7 +39,7 @@ class PoolRelease:
 
 
 @functools.cache
-def _release_function():  # type: ignore[no-untyped-def]
+def _release_function() -> ctypes._NamedFuncPointer:
     from .native import library
 
     lib = ctypes.PyDLL(library("pools"))  # PyDLL: the call keeps the GIL

@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 import os
 import threading
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from .envnames import RECORD_DIR_ENV
 from .errors import MalformedInput

@@ -11,14 +11,13 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from .envnames import PYMALLOC_RELEASE_ENV
 from .errors import Unsupported
 from .sources.procfs import ProcReader, status_int
 from .units import MiB
-
 
 
 @dataclass
@@ -56,7 +55,7 @@ class Trimmer:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def start(self) -> "Trimmer":
+    def start(self) -> Trimmer:
         from .sources.allocator import detect_in_process
         from .sources.glibc import glibc_malloc
 
@@ -73,7 +72,7 @@ class Trimmer:
         if self._thread is not None:
             self._thread.join()
 
-    def __enter__(self) -> "Trimmer":
+    def __enter__(self) -> Trimmer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

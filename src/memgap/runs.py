@@ -19,14 +19,14 @@ from typing import TYPE_CHECKING, Any
 
 import psutil
 
-from .envnames import RECORD_DIR_ENV, TRIM_AFTER_ENV, WALK_ENV
 from .diagnose import diagnose_series
-from .errors import MemgapError
-from .marks import CpuActivity, PhaseClock, StdoutMarks
 from .documents import ProcessRecord, RunDocument, TrimRecord, TrimRoute
-from .model import RUN_SCHEMA
-from .load import LoadDriver
+from .envnames import RECORD_DIR_ENV, TRIM_AFTER_ENV, WALK_ENV
+from .errors import MemgapError
 from .idle import QUIET_PHASE, QuietSpell, idle_of_process, quiet_after
+from .load import LoadDriver
+from .marks import CpuActivity, PhaseClock, StdoutMarks
+from .model import RUN_SCHEMA
 from .recording import RecordingWriter, child_recording_path, read_events
 from .sources.procfs import ProcReader, oom_kills, status_int
 
@@ -99,7 +99,7 @@ def tree_pids(root: int) -> list[int]:
 
 
 def _sample(writer: RecordingWriter, root: int, known: set[int], start: float,
-            quiet: "OutsideQuiet | None" = None) -> None:
+            quiet: OutsideQuiet | None = None) -> None:
     pids = tree_pids(root)
     now = time.time() - start
     for pid in pids:
@@ -159,7 +159,7 @@ class OutsideQuiet:
                 writer.write({"type": "pss", "pid": other, "time": time.time(), "pss": rollup.get("Pss")})
 
 
-def _stop(proc: subprocess.Popen, own_group: bool, grace: float = 0.0) -> None:  # type: ignore[type-arg]
+def _stop(proc: subprocess.Popen[bytes], own_group: bool, grace: float = 0.0) -> None:
     """Terminate the command (its whole process group when it has one, else it and its
     descendants), then kill it. ``grace``: seconds it may take to end by itself first (a
     terminal's Ctrl-C reaches it too, and a Python program then writes its exit snapshot)."""
@@ -296,7 +296,7 @@ class _Recording:
             self.writer.close()
             raise MemgapError(f"cannot run {options.cmd[0]!r}: {exc.strerror or exc}") from None
         self.marks = (StdoutMarks(self.proc.stdout, options.mark_regex, options.stdout is None, service_metric)
-                      if options.mark_regex or service_metric else None)
+                      if self.proc.stdout is not None and (options.mark_regex or service_metric) else None)
         self.load = (LoadDriver(options.load, options.record_dir, options.rest, self.writer.write)
                      if options.load else None)
         self.quiet = None if options.idle_after else OutsideQuiet(options.record_dir)  # else its own rule
@@ -395,7 +395,7 @@ class _Recording:
         return code
 
 
-def _exited_within(proc: subprocess.Popen, marks: StdoutMarks | None, seconds: float) -> bool:  # type: ignore[type-arg]
+def _exited_within(proc: subprocess.Popen[bytes], marks: StdoutMarks | None, seconds: float) -> bool:
     """Wait up to ``seconds`` for the command to exit; a mark's line ends the wait early, so
     that the mark is measured while the program is still at it."""
     if marks is None or not marks.thread.is_alive():  # no marks, or its output has ended

@@ -32,8 +32,14 @@ import os
 import subprocess
 from dataclasses import dataclass, field
 
-from .envnames import (ALLOCATOR_DIRS_ENV, GC_FREEZE_ENV, PYMALLOC_RELEASE_ENV, TRIM_AFTER_ENV, TRIM_EVERY_ENV,
-                        TRIMMER_ENV)
+from .envnames import (
+    ALLOCATOR_DIRS_ENV,
+    GC_FREEZE_ENV,
+    PYMALLOC_RELEASE_ENV,
+    TRIM_AFTER_ENV,
+    TRIM_EVERY_ENV,
+    TRIMMER_ENV,
+)
 from .errors import UsageError
 
 ALLOCATORS = ("glibc", "jemalloc", "tcmalloc", "mimalloc")
@@ -56,7 +62,8 @@ LIBRARY_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr
 
 # What a remedy costs to apply, cheapest first: the lab prefers the cheapest that works.
 COST_ENV, COST_TRIMMER, COST_PRELOAD = 0, 1, 2
-COST_WORDS = {COST_ENV: "environment only", COST_TRIMMER: "memgap in the process (a trimmer, or the collector frozen at fork)",
+COST_WORDS = {COST_ENV: "environment only",
+              COST_TRIMMER: "memgap in the process (a trimmer, or the collector frozen at fork)",
               COST_PRELOAD: "another allocator preloaded"}
 
 DEFAULT_SPECS = (

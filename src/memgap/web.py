@@ -34,8 +34,9 @@ import json
 import os
 import sys
 import threading
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping, Sequence
 from dataclasses import asdict
-from typing import Any, Awaitable, Callable, Iterable, MutableMapping, Sequence, Union
+from typing import Any
 from urllib.parse import parse_qs
 
 from .remedies import Trimmer
@@ -48,7 +49,7 @@ Response = tuple[int, Headers, bytes]
 Scope = MutableMapping[str, Any]
 ASGIApp = Callable[[Scope, Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]], Awaitable[None]]
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
-TrimmerOption = Union[bool, Callable[[], Trimmer]]
+TrimmerOption = bool | Callable[[], Trimmer]
 
 
 def _text(status: int, line: str, extra: Headers | None = None) -> Response:

@@ -19,8 +19,9 @@ import gc
 import os
 import re
 import time
+from collections.abc import Generator
 from dataclasses import dataclass
-from typing import Any, Generator
+from typing import Any
 
 import pytest
 
@@ -31,8 +32,9 @@ _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 
           "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30}
 
 
-def parse_size(text: str | int) -> int:
-    """ "50 MiB", "1.5G", "4096" -> bytes (binary units: MB means MiB, as in memgap's output)."""
+def parse_size(text: str | int | None) -> int:
+    """ "50 MiB", "1.5G", "4096" -> bytes (binary units: MB means MiB, as in memgap's output); None
+    (a marker without its size) raises as any other non-size does."""
     if isinstance(text, int):
         return text
     found = re.fullmatch(r"\s*([\d.]+)\s*([a-zA-Z]*)\s*", str(text))
@@ -79,10 +81,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="fail any test that retains more than SIZE of RSS (e.g. 50MiB); a marker's limit wins")
 
 
+_RESULTS = pytest.StashKey[list[Retained]]()  # each measured test's record, for the summary
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "memgap_retained(limit, warmup=0): fail when the test leaves RSS more than "
                                        "`limit` higher (after `warmup` unmeasured runs)")
-    config._memgap_results = []  # type: ignore[attr-defined]
+    config.stash[_RESULTS] = []
 
 
 def _limit_of(item: pytest.Item) -> tuple[int | None, int]:
@@ -106,7 +111,7 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, Any]:
     result = yield
     after = settled_rss()
     record = Retained(item.nodeid, before, after, limit)
-    item.config._memgap_results.append(record)  # type: ignore[attr-defined]
+    item.config.stash[_RESULTS].append(record)
     if limit is not None and record.retained > limit:
         pytest.fail(_failure(record, warmup), pytrace=False)
     return result
@@ -125,7 +130,7 @@ def _failure(record: Retained, warmup: int) -> str:
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    results = getattr(config, "_memgap_results", [])
+    results = config.stash.get(_RESULTS, [])
     if not config.getoption("--memgap") or not results:
         return
     from memgap.units import mib

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 from ..errors import MalformedInput, MemgapError
 from ..sources.glibc import Mallinfo2, MallocInfo, parse_malloc_info
@@ -123,7 +124,7 @@ def _parse_report(text: str, source: str) -> AgentReport:
     for line in records:
         name, *words = line.split()
         if name == "trimmer":
-            report.trimmer = {"mode": words and words[0] or "off",
+            report.trimmer = {"mode": (words and words[0]) or "off",
                               **{k: float(v) for k, v in _pairs(words[1:], source).items()}}
             continue
         values = _pairs(words, source)
@@ -171,7 +172,7 @@ def _ask(path: str, command: str, timeout: float) -> str:
         conn.settimeout(timeout)
         conn.connect(path)
         conn.sendall(command.encode() + b"\n")
-        chunks = []
+        chunks: list[bytes] = []
         while True:
             chunk = conn.recv(1 << 16)
             if not chunk:

@@ -4,8 +4,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from collections.abc import Sequence
 from types import ModuleType
-from typing import NoReturn, Sequence
+from typing import NoReturn
 
 from ..errors import MemgapError, UsageError
 
@@ -66,7 +67,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.command:
             parser.print_help()
             return 2
-        return command_module(args.command).main(args)
+        code: int = command_module(args.command).main(args)
+        return code
     except MemgapError as exc:
         print(f"memgap: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -19,7 +19,8 @@ import re
 import shutil
 import sys
 import tempfile
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from ..errors import MemgapError, UsageError
 
@@ -104,7 +105,7 @@ def write_text(text: str, path: str) -> None:
         raise MemgapError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
-def write_lab(lab: dict, json_path: str | None, html: str | None, markdown: str | None) -> None:  # type: ignore[type-arg]
+def write_lab(lab: dict[str, Any], json_path: str | None, html: str | None, markdown: str | None) -> None:
     """Every output asked for, then the tables (unless the JSON goes to stdout)."""
     from ..report.html import render_html
     from ..report.lab import markdown_table, render_lab

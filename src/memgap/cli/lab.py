@@ -39,12 +39,16 @@ import shutil
 import signal
 import sys
 import tempfile
+from typing import TYPE_CHECKING
 
 from ..errors import UsageError
 from ..lab.runner import LabInterrupted, LabOptions, run_lab
 from ..variants import DEFAULT_SPECS, parse_variant, resolve
 from . import _common
 from ._common import write_lab
+
+if TYPE_CHECKING:  # rich is imported only where a terminal shows the bar
+    from rich.progress import Progress, TaskID
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -104,9 +108,10 @@ class _Progress:
 
     def __init__(self, total: int) -> None:
         self.total = total
-        self.bar = None
+        self.bar: Progress | None = None
+        self.task: TaskID | None = None
 
-    def __enter__(self) -> "_Progress":
+    def __enter__(self) -> _Progress:
         if sys.stderr.isatty():
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
@@ -122,7 +127,8 @@ class _Progress:
             print(line, file=sys.stderr, flush=True)
         else:
             self.bar.console.print(line, markup=False, highlight=False)
-            self.bar.advance(self.task)
+            if self.task is not None:
+                self.bar.advance(self.task)
 
     def __exit__(self, *exc: object) -> None:
         if self.bar is not None:

@@ -15,10 +15,10 @@ import sys
 from ..documents import LabDocument, RunDocument, RunFigures, load_document
 from ..errors import MalformedInput, UsageError
 from ..lab.runner import LabOptions, lab_document
-from ..variants import LIBRARIES, find_library, parse_variant
 from ..recording import read_events
 from ..report.runs import render_run
 from ..runs import SAMPLES_FILE, load_run
+from ..variants import LIBRARIES, find_library, parse_variant
 from ._common import write_json, write_lab
 
 

@@ -31,7 +31,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("pid", type=_common.pid, nargs="?", help="process ID (with --tree: the tree's root)")
     p.add_argument("--tree", action="store_true", help="the process and all its descendants (master and workers)")
     p.add_argument("--match", metavar="REGEX", help="every process whose command line matches (re.search)")
-    p.add_argument("--port", type=_common.port, default=DEFAULT_PORT, metavar="N", help=f"port to listen on ({DEFAULT_PORT})")
+    p.add_argument("--port", type=_common.port, default=DEFAULT_PORT, metavar="N",
+                   help=f"port to listen on ({DEFAULT_PORT})")
     p.add_argument("--address", default="0.0.0.0", metavar="A",
                    help="address to listen on (0.0.0.0: every interface; 127.0.0.1: this machine only)")
     p.add_argument("--refresh", type=_common.seconds_or_zero, default=DEFAULT_REFRESH, metavar="S",
@@ -61,12 +62,12 @@ class _Server(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
 
-    def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
+    def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
         if path == "/metrics":
             try:
                 body, status, ctype = self.server.scraper.scrape().encode(), 200, CONTENT_TYPE
-            except Exception as exc:  # a bug must not end the server: Prometheus sees the scrape fail
+            except Exception as exc:  # noqa: BLE001 - a bug must not end the server: Prometheus sees the scrape fail
                 body, status, ctype = f"memgap: scrape failed: {exc}\n".encode(), 500, "text/plain; charset=utf-8"
         elif path == "/":
             body, status, ctype = b"memgap serve-metrics: see /metrics\n", 200, "text/plain; charset=utf-8"
@@ -78,14 +79,14 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the stdlib method's own parameter name
         pass  # one line per scrape would fill a journal; errors are logged by the scraper
 
 
 def listen(address: str, port: int) -> _Server:
     """The HTTP server, bound (not yet serving); a port in use or an address not ours is a MemgapError."""
     family = socket.AF_INET6 if ":" in address else socket.AF_INET
-    server_class = type("_Server", (_Server,), {"address_family": family})
+    server_class: type[_Server] = type("_Server", (_Server,), {"address_family": family})
     try:
         return server_class((address, port), _Handler)
     except OSError as exc:
@@ -95,7 +96,9 @@ def listen(address: str, port: int) -> _Server:
 def main(args: argparse.Namespace) -> int:
     chosen = selection(args)
     if not find_processes(chosen):
-        raise NoSuchProcess(chosen.pid) if chosen.match is None else NoMatchingProcess(chosen.match.pattern)
+        if chosen.match is not None:
+            raise NoMatchingProcess(chosen.match.pattern)
+        raise NoSuchProcess(chosen.pid or 0)  # no --match: a PID was given
     server = listen(args.address, args.port)
     try:
         scraper = Scraper(chosen, refresh=args.refresh)
@@ -106,7 +109,7 @@ def main(args: argparse.Namespace) -> int:
             scraper.start()
             signal.signal(signal.SIGUSR1, lambda signum, frame: scraper.refresh_now())
         server.scraper = scraper
-        host, port = server.server_address[:2]
+        host, port = str(server.server_address[0]), server.server_address[1]  # (host, port[, flow, scope])
         host = f"[{host}]" if ":" in host else host  # an IPv6 address in a URL
         print(f"memgap: serving http://{host}:{port}/metrics ({chosen.describe()}, "
               f"{scraper.last_processes} now)", flush=True)

@@ -56,7 +56,7 @@ def _snapshots(pid: int, tree: bool, started: int | None) -> tuple[list[Snapshot
 
 def main(args: argparse.Namespace) -> int:
     console = console_on(sys.stdout)
-    history: deque = deque(maxlen=HISTORY)  # type: ignore[type-arg]
+    history: deque[list[Snapshot]] = deque(maxlen=HISTORY)
     live = None
     if sys.stdout.isatty():
         from rich.live import Live

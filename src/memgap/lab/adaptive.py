@@ -16,8 +16,8 @@ another's by chance more easily. ``memgap lab --reps N`` keeps the full grid.
 """
 from __future__ import annotations
 
-from .metrics import RunMetrics
 from ..variants import Variant, parse_variant
+from .metrics import RunMetrics
 from .verdict import MATERIAL_BYTES, MATERIAL_SHARE, Verdict, summarize
 
 FAR_TOO_SLOW = 1.5  # x the slowest a variant may be (1 + budget): no later run brings it back
@@ -36,8 +36,8 @@ def cannot_win(variant: Variant, baseline: Variant, runs: list[RunMetrics], max_
         return f"no usable run ({', '.join(statuses)})"
     if not usable or not base:
         return ""
-    highest = max(r.idle for r in base)  # type: ignore[type-var]
-    if min(r.idle for r in usable) > highest - max(MATERIAL_SHARE * highest, MATERIAL_BYTES):  # type: ignore[type-var]
+    highest = max(r.idle for r in base if r.idle is not None)
+    if min(r.idle for r in usable if r.idle is not None) > highest - max(MATERIAL_SHARE * highest, MATERIAL_BYTES):
         return "its idle was not materially below the baseline's in any run"
     slowdown = _slowdown(variant, runs, baseline)
     if slowdown is not None and slowdown > FAR_TOO_SLOW * (1 + max_slowdown):
@@ -61,10 +61,11 @@ def _dominates(spec: str, usable: list[RunMetrics], runs: list[RunMetrics], base
     theirs = [r for r in runs if r.variant == spec]
     if not theirs or any(r.status != "ok" or r.idle is None for r in theirs):
         return False
-    lowest = min(r.idle for r in usable)  # type: ignore[type-var]
+    lowest = min(r.idle for r in usable if r.idle is not None)
     gap = max(2 * MATERIAL_SHARE * lowest, 2 * MATERIAL_BYTES)
     slowdown = _slowdown(parse_variant(spec), runs, baseline)
-    return max(r.idle for r in theirs) < lowest - gap and (slowdown or 1.0) <= 1 + max_slowdown  # type: ignore[type-var]
+    highest = max(r.idle for r in theirs if r.idle is not None)
+    return highest < lowest - gap and (slowdown or 1.0) <= 1 + max_slowdown
 
 
 def needs_every_rep(verdict: Verdict) -> bool:

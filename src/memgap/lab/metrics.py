@@ -1,6 +1,7 @@
 """What one lab run measured, from its recording (pure: a run document in, figures out)."""
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import statistics
@@ -8,11 +9,12 @@ from typing import Any
 
 from ..documents import ProcessRecord, RunDocument, RunFigures, RunStatus, TrimMode
 from ..idle import BEFORE_EXIT_PHASE, QUIET_PHASE, idle_of_process
-from ..variants import Variant, parse_variant
 from ..units import MiB
+from ..variants import Variant, parse_variant
 
 MAX_POINTS = 300  # timeline points kept per run for charts
-UNMARKED = (QUIET_PHASE, BEFORE_EXIT_PHASE, "exit", "after-trim")  # snapshots memgap takes, not phases the program marked
+# snapshots memgap takes, not phases the program marked
+UNMARKED = (QUIET_PHASE, BEFORE_EXIT_PHASE, "exit", "after-trim")
 NO_IDLE = ("no idle: the workload marked no phase named idle, showed no quiet spell and left no moment "
            "before its exit to read")
 
@@ -55,7 +57,7 @@ def classify_pattern(values: list[int]) -> tuple[str, str]:
     if len(values) < 3:
         return "", ""
     evidence = " -> ".join(f"{v / MiB:.0f}" for v in values) + " MiB"
-    steps = [b - a for a, b in zip(values, values[1:])]
+    steps = [b - a for a, b in itertools.pairwise(values)]
     scale = max(2 * MiB, 0.03 * max(values))
     if all(abs(s) < scale for s in steps):
         return "flat", evidence

@@ -102,7 +102,8 @@ def recommendation_lines(variant: Variant, python: bool = True) -> dict[str, Any
         "setup": setup,
         "shell": [f"{k}={_quote(v)}" for k, v in items],
         "dockerfile": "\n".join([*(f"RUN {_command(c)}" for c in setup),
-                                 *(["ENV " + " \\\n    ".join(f"{k}={_quote(v)}" for k, v in items)] if items else [])]),
+                                 *(["ENV " + " \\\n    ".join(f"{k}={_quote(v)}" for k, v in items)]
+                                   if items else [])]),
         "systemd": [f'Environment="{k}={v}"' for k, v in items],
         "python": ("import os\n"
                    "# before the child process starts: the allocator reads these when it starts\n"

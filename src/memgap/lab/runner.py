@@ -7,21 +7,22 @@ import resource
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from ..documents import LAB_SCHEMA, LabDocument, RunStatus, TrimMode
+from ..envnames import TRIM_AFTER_ENV
 from ..errors import Unsupported
 from ..model import verdict_word
 from ..recording import RecordingWriter
-from ..sources.cgroup import read_memory_cgroup
 from ..runs import RunOptions, load_run, machine_info, record_run
+from ..sources.cgroup import read_memory_cgroup
+from ..variants import Variant
 from .adaptive import cannot_win, needs_every_rep
 from .cgroup_limit import CgroupParent, find_parent, make_run_cgroup
 from .metrics import RunMetrics, run_metrics
 from .remedy_lines import recommendation_lines
-from ..envnames import TRIM_AFTER_ENV
-from ..variants import Variant
 from .verdict import Verdict, decide, material, run_to_run_spread, summarize
 
 TRIM_HINT = 0.8  # a trim at idle that leaves less than this share of the baseline's idle is worth trying
@@ -57,7 +58,7 @@ class LabOptions:
     def cells(self) -> list[dict[str, str]]:
         """Every combination of the swept parameters (one empty cell without any)."""
         names = [name for name, _ in self.params]
-        return [dict(zip(names, values)) for values in itertools.product(*(v for _, v in self.params))]
+        return [dict(zip(names, values, strict=True)) for values in itertools.product(*(v for _, v in self.params))]
 
 
 def _cpu_of_children() -> float:
@@ -125,7 +126,7 @@ def _find_cgroup_parent(options: LabOptions) -> None:
 
 
 def _schedule(options: LabOptions, cells: list[dict[str, str]], results: list[RunMetrics],
-              progress: Callable[[str], None]):  # type: ignore[no-untyped-def]
+              progress: Callable[[str], None]) -> Iterator[tuple[int, dict[str, str], Variant]]:
     """(rep, cell, variant) in the lab's order: interleaved, the baseline first in each round.
     Adaptive: after the first round only the variants that can still win run on, until two
     rounds in a row give every cell the same verdict (``results`` grows as the runs finish)."""
@@ -261,7 +262,8 @@ def _cell_verdict(options: LabOptions, runs: list[RunMetrics]) -> tuple[Verdict,
                           **recommendation_lines(chosen, python)}
         quiet_specs = {v.spec for v in options.variants if TrimMode.of(v.trim) is TrimMode.QUIET}
         trimmer_runs = [r for r in runs if r.variant in quiet_specs and r.status == RunStatus.OK]
-        if TrimMode.of(chosen.trim) is TrimMode.IDLE and trimmer_runs and all("did not trim" in r.note for r in trimmer_runs):
+        never_trimmed = trimmer_runs and all("did not trim" in r.note for r in trimmer_runs)
+        if TrimMode.of(chosen.trim) is TrimMode.IDLE and never_trimmed:
             recommendation["notes"].append(
                 "in this lab the idle trimmer never trimmed (the trim=quiet runs): the program ended within 2 s "
                 "of going quiet; a long-running process gets its trims, this workload as run here does not; "
@@ -307,7 +309,8 @@ def _throughput_warnings(options: LabOptions, results: list[RunMetrics], baselin
     walls = sorted(r.wall for r in results if r.variant == baseline.spec and r.status == RunStatus.OK and r.wall > 0)
     if not walls or walls[len(walls) // 2] >= SHORT_WORKLOAD:
         return []
-    return [f"the workload's work lasts {walls[len(walls) // 2]:.2f} s (baseline runs {walls[0]:.2f}-{walls[-1]:.2f} s): "
+    return [f"the workload's work lasts {walls[len(walls) // 2]:.2f} s "
+            f"(baseline runs {walls[0]:.2f}-{walls[-1]:.2f} s): "
             f"the wall time of runs under {SHORT_WORKLOAD:g} s swings by tens of percent from scheduling noise "
             "alone, so read slowdowns below about x1.5 with care; give it more work, or report a throughput "
             "figure (--metric)"]
@@ -330,7 +333,10 @@ def lab_document(options: LabOptions, results: list[RunMetrics], seconds: float,
                       "time_spread": round(run_to_run_spread(verdict.baseline), 4)})
     worst = max(cells, key=lambda c: c["baseline_idle"]) if cells else None
     workload_seconds = sum(r.duration for r in results)
-    cell_label = lambda r: f" [{' '.join(f'{k}={v}' for k, v in r.params.items())}]" if r.params else ""  # noqa: E731
+
+    def cell_label(r: RunMetrics) -> str:
+        return f" [{' '.join(f'{k}={v}' for k, v in r.params.items())}]" if r.params else ""
+
     return LabDocument(
         cmd=options.cmd,
         machine=machine_info(),
@@ -339,7 +345,7 @@ def lab_document(options: LabOptions, results: list[RunMetrics], seconds: float,
         max_slowdown=options.max_slowdown,
         material=material(),  # the margin below the baseline's idle that makes a variant better
         metric=options.metric or "wall time",
-        params={name: values for name, values in options.params},
+        params=dict(options.params),
         order=[f"{r.variant}#{r.rep}{cell_label(r)}" for r in results],
         runs=list(results),
         baseline=baseline.spec if baseline else None,

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
+from typing import Any
 
-from .metrics import RunMetrics
 from ..variants import COST_WORDS, Variant
+from .metrics import RunMetrics
 
 # The share is the default slowdown budget (5% of time), asked of memory in turn. The bytes
 # are one transparent huge page: where THP is on, one touched byte can move RSS by 2 MiB.
@@ -64,7 +65,7 @@ class VariantSummary:
     reason: str = ""
 
 
-def _spread(values: list[float]) -> tuple | None:  # type: ignore[type-arg]
+def _spread(values: list[Any]) -> tuple[Any, Any, Any] | None:  # ints or floats; the median of ints may be x.5
     return (statistics.median(values), min(values), max(values)) if values else None
 
 
@@ -113,6 +114,13 @@ def run_to_run_spread(summary: VariantSummary | None) -> float:
     return (figures[2] - figures[1]) / figures[0]
 
 
+def _idle(s: VariantSummary) -> tuple[int, int, int]:
+    """The idle (median, min, max) of a variant found better, or that ran within the limit: it has one."""
+    if s.idle is None:
+        raise ValueError(f"{s.spec} has no idle figures")
+    return s.idle
+
+
 def decide(summaries: list[VariantSummary], baseline_spec: str, max_slowdown: float) -> Verdict:
     base = next((s for s in summaries if s.spec == baseline_spec), None)
     noise = run_to_run_spread(base)
@@ -123,7 +131,7 @@ def decide(summaries: list[VariantSummary], baseline_spec: str, max_slowdown: fl
             s.within_budget = False
         if base is not None and base.idle and s.idle and s is not base and s.ok == s.runs:
             s.better = materially_lower(s.idle, base.idle)
-    eligible = sorted((s for s in summaries if s.better and s.within_budget), key=lambda s: s.idle[0])
+    eligible = sorted((s for s in summaries if s.better and s.within_budget), key=lambda s: _idle(s)[0])
     ranked = eligible + sorted(
         [s for s in summaries if s not in eligible], key=lambda s: (s.idle is None, s.idle[0] if s.idle else 0))
     if base is not None and base.statuses.get("oom-killed"):
@@ -136,14 +144,15 @@ def decide(summaries: list[VariantSummary], baseline_spec: str, max_slowdown: fl
                        "slowdown budget: keep the defaults")
     # The best median is never undercut (the whole range of anything clearly lower would lie below it).
     standing = [s for s in eligible if not any(clearly_lower(t, s) for t in eligible)]
-    choice = min(standing, key=lambda s: (s.cost, s.settings, s.idle[0]))
-    reason = (f"idle {'PSS summed over the tree' if choice.tree else 'RSS'} {choice.idle[0] / 2**20:.0f} MiB "
-              f"(range {choice.idle[1] / 2**20:.0f}-{choice.idle[2] / 2**20:.0f}) against the baseline's "
-              f"{base.idle[0] / 2**20:.0f} ({base.idle[1] / 2**20:.0f}-{base.idle[2] / 2**20:.0f}), "
+    choice = min(standing, key=lambda s: (s.cost, s.settings, _idle(s)[0]))
+    idle, base_idle = _idle(choice), _idle(base)
+    reason = (f"idle {'PSS summed over the tree' if choice.tree else 'RSS'} {idle[0] / 2**20:.0f} MiB "
+              f"(range {idle[1] / 2**20:.0f}-{idle[2] / 2**20:.0f}) against the baseline's "
+              f"{base_idle[0] / 2**20:.0f} ({base_idle[1] / 2**20:.0f}-{base_idle[2] / 2**20:.0f}), "
               f"slowdown x{choice.slowdown or 1:.2f} (by {'its throughput' if choice.throughput else 'wall time'}); "
               f"{COST_WORDS[choice.cost]}")
     if choice is not eligible[0]:
-        reason += (f"; chosen over {eligible[0].spec} ({eligible[0].idle[0] / 2**20:.0f} MiB) "
+        reason += (f"; chosen over {eligible[0].spec} ({_idle(eligible[0])[0] / 2**20:.0f} MiB) "
                    f"as the simpler remedy: that one's range does not clear it by {MATERIAL_SHARE:.0%}")
     return Verdict(ranked, base, choice, reason)
 
@@ -152,7 +161,7 @@ def _within_the_limit(summaries: list[VariantSummary], base: VariantSummary) -> 
     """The baseline was OOM-killed at the lab's memory limit: a variant that ran within it in
     every run is a fix by itself (the cheapest one no other clearly undercuts). Its cost in
     time cannot be measured against a baseline that did not finish."""
-    fit = sorted((s for s in summaries if s is not base and s.idle and s.ok == s.runs), key=lambda s: s.idle[0])
+    fit = sorted((s for s in summaries if s is not base and s.idle and s.ok == s.runs), key=lambda s: _idle(s)[0])
     for s in fit:
         s.better = True
     ranked = fit + [s for s in summaries if s not in fit]
@@ -161,11 +170,11 @@ def _within_the_limit(summaries: list[VariantSummary], base: VariantSummary) -> 
     if not fit:
         return Verdict(ranked, base, None, f"{killed}, and no variant ran within it in every run")
     standing = [s for s in fit if not any(clearly_lower(t, s) for t in fit)]
-    choice = min(standing, key=lambda s: (s.cost, s.settings, s.idle[0]))
+    choice = min(standing, key=lambda s: (s.cost, s.settings, _idle(s)[0]))
     peak = f", cgroup peak {choice.cgroup_peak[2] / 2**20:.0f} MiB at most" if choice.cgroup_peak else ""
     runs = f"{choice.runs} run{'s' * (choice.runs != 1)}"
     return Verdict(ranked, base, choice, f"{killed}; {choice.spec} ran within it in each of its {runs} (idle RSS "
-                                         f"{choice.idle[0] / 2**20:.0f} MiB{peak}); {COST_WORDS[choice.cost]}; "
+                                         f"{_idle(choice)[0] / 2**20:.0f} MiB{peak}); {COST_WORDS[choice.cost]}; "
                                          "its cost in time is not measured: the baseline did not finish")
 
 

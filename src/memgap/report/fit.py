@@ -9,8 +9,9 @@ essential ones do not fit, each row is printed as ``label: value`` lines.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from rich.cells import cell_len
 from rich.console import Group, RenderableType
@@ -128,20 +129,20 @@ def fit_table(title: str, cols: Sequence[Col], rows: Sequence[Sequence[str]], wi
               styles: Sequence[str | None] = ()) -> RenderableType:
     """A table of ``rows`` (text cells) that fits ``width`` columns; ``styles``: one per row."""
     # a shortened column holds one line: a command's newlines (a `python -c` script) become spaces
-    rows = [[c.replace("\n", " ") if col.kind == CUT else c for col, c in zip(cols, row)] for row in rows]
+    rows = [[c.replace("\n", " ") if col.kind == CUT else c for col, c in zip(cols, row, strict=False)] for row in rows]
     columns = [[row[i] for row in rows] for i in range(len(cols))]
-    bounds = [_bounds(c, cells) for c, cells in zip(cols, columns)]
+    bounds = [_bounds(c, cells) for c, cells in zip(cols, columns, strict=True)]
     shown = _choose(cols, [b[0] for b in bounds], columns, width)
     if shown is None:
         return vertical(title, cols, rows, width, styles)
     widths = _widths([bounds[i][0] for i in shown], [bounds[i][1] for i in shown],
                      [cols[i].kind == WHOLE for i in shown], width)
     table = Table(title=title, title_justify="left")
-    for i, w in zip(shown, widths):
+    for i, w in zip(shown, widths, strict=True):
         justify: Any = cols[i].justify or ("right" if cols[i].kind == WHOLE else "left")
         table.add_column("\n".join(wrap(cols[i].header, w)), justify=justify, width=w, no_wrap=True)
     for n, row in enumerate(rows):
-        table.add_row(*(_cell(cols[i], row[i], w) for i, w in zip(shown, widths)),
+        table.add_row(*(_cell(cols[i], row[i], w) for i, w in zip(shown, widths, strict=True)),
                       style=styles[n] if n < len(styles) else None)
     left_out = list(dict.fromkeys(cols[i].header.replace("\n", " ") for i in range(len(cols)) if i not in shown))
     if not left_out:
@@ -167,7 +168,7 @@ def vertical(title: str, cols: Sequence[Col], rows: Sequence[Sequence[str]], wid
     for n, row in enumerate(rows):
         style = (styles[n] if n < len(styles) else None) or ""
         lines = _label_lines(labels[0], row[0], width, "")
-        for label, value in zip(labels[1:], row[1:]):
+        for label, value in zip(labels[1:], row[1:], strict=False):
             if value:  # an empty cell says nothing; '-' (not measured) does
                 lines += _label_lines(label, value, width, "  ")
         parts.append(Text("\n".join(lines), style=style, no_wrap=True))

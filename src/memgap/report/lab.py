@@ -26,7 +26,7 @@ def _verdict_word(lab: dict[str, Any], v: dict[str, Any]) -> str:
 def _pattern(v: dict[str, Any]) -> str:
     """The commonest pattern word over the repetitions."""
     words = v.get("pattern_counts") or {}
-    return max(words, key=words.get) if words else ", ".join(v.get("patterns", []))
+    return max(words, key=lambda w: words[w]) if words else ", ".join(v.get("patterns", []))
 
 
 def table_rows(lab: dict[str, Any]) -> list[list[str]]:
@@ -290,8 +290,8 @@ def render_lab(lab: dict[str, Any], stream: TextIO, width: int | None = None) ->
         console.print(better_line(lab))
     for warning in lab.get("warnings", []):
         console.print(f"! {warning}")
-    shown = [lab.get("baseline"), (lab.get("recommendation") or {}).get("variant")]
-    for spec in dict.fromkeys(filter(None, shown)):
+    named = [lab.get("baseline"), (lab.get("recommendation") or {}).get("variant")]
+    for spec in dict.fromkeys(filter(None, named)):
         lines = pattern_evidence(lab, spec)
         if lines:
             console.print(f"Pattern of {spec} (RSS at each phase after the first): " + "; ".join(lines))

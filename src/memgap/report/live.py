@@ -15,7 +15,7 @@ from .runs import sparkline, squeeze
 from .terminal import LAYER_TITLES, arenas_table, layers_table, tree_title
 
 
-def _private_table(history: deque, snaps: list[Snapshot], width: int) -> RenderableType:  # type: ignore[type-arg]
+def _private_table(history: deque[list[Snapshot]], snaps: list[Snapshot], width: int) -> RenderableType:
     """A tree's processes: private memory (USS) now and over the refreshes, and how much of it
     is pages copied from the parent (a worker's collections writing into shared objects grow
     this; a leak grows its own)."""
@@ -30,7 +30,7 @@ def _private_table(history: deque, snaps: list[Snapshot], width: int) -> Rendera
     return fit_table(f"each process's private memory, last {len(history)} refreshes", cols, rows, width)
 
 
-def _trend_table(history: deque, snaps: list[Snapshot], width: int) -> RenderableType:  # type: ignore[type-arg]
+def _trend_table(history: deque[list[Snapshot]], snaps: list[Snapshot], width: int) -> RenderableType:
     """Each layer now and over the refreshes; a tree's summed by PSS, a shared page split among its sharers."""
     tree = len(snaps) > 1
     pss = tree and all(by_pss(frame) for frame in history)
@@ -50,7 +50,7 @@ def _trend_table(history: deque, snaps: list[Snapshot], width: int) -> Renderabl
     return fit_table(title, cols, rows, width)
 
 
-def frame(history: deque, snaps: list[Snapshot], width: int = 120) -> Group:  # type: ignore[type-arg]
+def frame(history: deque[list[Snapshot]], snaps: list[Snapshot], width: int = 120) -> Group:
     parts = [_trend_table(history, snaps, width)]
     main = snaps[0]
     if len(snaps) == 1:

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import io
 import os
-from typing import Any, Sequence, TextIO
+from collections.abc import Sequence
+from typing import Any, TextIO
 
 from rich.console import Console, RenderableType
 
@@ -66,7 +67,8 @@ def layers_table(snap: Snapshot, width: int = 120) -> RenderableType:
     def row(name: str, figures: list[str], private: list[str], source: str) -> list[str]:
         return [name, *figures, *(private if shares else []), source]
 
-    rows, styles = [], []
+    rows: list[list[str]] = []
+    styles: list[str | None] = []
     for name, layer in snap.layers.items():
         if layer.resident is None:
             rows.append(row(LAYER_TITLES.get(name, name), ["-", "-", "-"], ["-", "-"], f"not measured: {layer.note}"))
@@ -119,7 +121,7 @@ def arenas_table(snap: Snapshot, limit: int = 10, width: int = 120) -> Renderabl
                      [None] * (len(table_rows) - 1) + ["bold"])
 
 
-def allocator_lines(allocator: dict) -> list[tuple[str, str]]:
+def allocator_lines(allocator: dict[str, Any]) -> list[tuple[str, str]]:
     """(which, how we know) for every allocator found: the one serving malloc, then those beside it."""
     lines = []
     for f in allocator.get("found") or []:

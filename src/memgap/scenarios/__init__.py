@@ -15,12 +15,13 @@ Every knob is a ``--flag`` (dashes or underscores) and an environment variable
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Tuple, Union
+from typing import Any
 
-KnobValue = Union[int, float, str]
+KnobValue = int | float | str
 #: knob name -> (environment variable, default, one-line help)
-KnobSpec = Tuple[str, KnobValue, str]
+KnobSpec = tuple[str, KnobValue, str]
 
 __all__ = [
     "KnobSpec",
@@ -43,7 +44,7 @@ def flag(knob: str) -> str:
     return "--" + knob.replace("_", "-")
 
 
-def _knobs(*specs: Tuple[str, KnobValue, str]) -> Dict[str, KnobSpec]:
+def _knobs(*specs: tuple[str, KnobValue, str]) -> dict[str, KnobSpec]:
     return {name: (env_var(name), default, help_) for name, default, help_ in specs}
 
 
@@ -61,15 +62,15 @@ class ScenarioInfo:
     #: For ``multiproc`` these are the distinct names in a typical order: the
     #: parent marks post-import, post-spawn, post-workers, idle; each worker
     #: marks post-import, post-<phase> per phase, idle.
-    phases: Tuple[str, ...] = ()
+    phases: tuple[str, ...] = ()
 
-    def defaults(self) -> Dict[str, KnobValue]:
+    def defaults(self) -> dict[str, KnobValue]:
         return {k: spec[1] for k, spec in self.knobs.items()}
 
 
 _REST_HELP = "seconds to stay alive, idle, at the end"
 
-SCENARIOS: Dict[str, ScenarioInfo] = {
+SCENARIOS: dict[str, ScenarioInfo] = {
     info.name: info
     for info in (
         ScenarioInfo(
@@ -176,7 +177,7 @@ def _format_value(value: Any) -> str:
     return str(value)
 
 
-def scenario_command(name: str, **knobs: Any) -> List[str]:
+def scenario_command(name: str, **knobs: Any) -> list[str]:
     """The command line that runs scenario ``name`` with the given knobs.
 
     Knobs left out are not passed, so the scenario's own resolution applies

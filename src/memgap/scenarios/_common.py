@@ -19,7 +19,8 @@ import os
 import re
 import sys
 import time
-from typing import Any, Callable, Mapping, Optional, Sequence, Tuple
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from . import SCENARIOS, KnobValue, ScenarioInfo, flag
 
@@ -60,10 +61,10 @@ def _converter(default: KnobValue) -> Callable[[str], KnobValue]:
 
 def parse_knobs(
     scenario: str,
-    argv: Optional[Sequence[str]] = None,
+    argv: Sequence[str] | None = None,
     *,
-    bounds: Optional[Mapping[str, Tuple[Optional[float], Optional[float]]]] = None,
-    environ: Optional[Mapping[str, str]] = None,
+    bounds: Mapping[str, tuple[float | None, float | None]] | None = None,
+    environ: Mapping[str, str] | None = None,
     announce: bool = True,
 ) -> argparse.Namespace:
     """Resolve the knobs of ``scenario``: ``--flag``, then ``MEMGAP_<KNOB>``, then default.
@@ -103,8 +104,8 @@ def _knob_parser(info: ScenarioInfo) -> argparse.ArgumentParser:
     return parser
 
 
-def _resolve(parser: argparse.ArgumentParser, value: Optional[KnobValue], var: str, default: KnobValue,
-             env: Mapping[str, str]) -> Tuple[KnobValue, str]:
+def _resolve(parser: argparse.ArgumentParser, value: KnobValue | None, var: str, default: KnobValue,
+             env: Mapping[str, str]) -> tuple[KnobValue, str]:
     """A knob's value and where it came from: its flag, its environment variable, or the default."""
     if value is not None:
         return value, "flag"
@@ -118,7 +119,7 @@ def _resolve(parser: argparse.ArgumentParser, value: Optional[KnobValue], var: s
 
 
 def _check_range(parser: argparse.ArgumentParser, knob: str, value: KnobValue, source: str,
-                 bound: Tuple[Optional[float], Optional[float]]) -> None:
+                 bound: tuple[float | None, float | None]) -> None:
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return
     low, high = bound

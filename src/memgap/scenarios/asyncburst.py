@@ -17,7 +17,8 @@ import gc
 import json
 import random
 import sys
-from typing import Any, List, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from . import _common
 
@@ -38,12 +39,12 @@ _KINDS = ("grammar", "spelling", "style", "clarity", "punctuation", "terminology
 #: allocator's. A little of it is allocated during every burst and outlives it;
 #: that is all it takes to keep glibc's heap from shrinking (the report's
 #: mechanism: Python itself held 0.5 MB).
-LAST_SEEN: dict = {}
+LAST_SEEN: dict[int, bytes] = {}
 #: With ``--keep-small 1``, also each stream's cursor and a ring of recent event
 #: ids, kept as the small objects json.loads made: they pin the pymalloc arenas
 #: they sit in (field report 002's mechanism), which no trim gives back.
-CURSORS: dict = {}
-RECENT: "collections.deque[str]" = collections.deque(maxlen=256)
+CURSORS: dict[str, Any] = {}
+RECENT: collections.deque[str] = collections.deque(maxlen=256)
 
 
 def _sentence(rng: random.Random, n_words: int) -> str:
@@ -59,7 +60,7 @@ def build_event(rng: random.Random, seq: int, payload_kib: int, text_share: floa
     small dicts, short strings and floats (pymalloc's).
     """
     target = payload_kib * 1024
-    event: dict = {
+    event: dict[str, Any] = {
         "id": f"{seq:08d}-{rng.getrandbits(32):08x}",
         "event": "progress",
         "seq": seq,
@@ -90,11 +91,11 @@ def build_event(rng: random.Random, seq: int, payload_kib: int, text_share: floa
 
 
 async def subscriber(
-    stream: str, slot: int, texts: List[bytes], events: int, start: int, held: List[List[Any]],
+    stream: str, slot: int, texts: list[bytes], events: int, start: int, held: list[list[Any]],
     keep_small: bool = False,
 ) -> int:
     """Decode ``events`` payloads into a list that the burst holds until it ends."""
-    kept: List[Any] = []
+    kept: list[Any] = []
     held.append(kept)
     for i in range(events):
         raw = texts[(start + i) % len(texts)]
@@ -108,10 +109,10 @@ async def subscriber(
     return len(kept)
 
 
-async def run_bursts(args: Any, texts: List[bytes]) -> int:
+async def run_bursts(args: Any, texts: list[bytes]) -> int:
     decoded = 0
     for k in range(1, args.bursts + 1):
-        held: List[List[Any]] = []
+        held: list[list[Any]] = []
         counts = await asyncio.gather(
             *(
                 subscriber(f"stream-{k}-{c}", c, texts, args.events, c * 7, held, bool(args.keep_small))
@@ -129,7 +130,7 @@ async def run_bursts(args: Any, texts: List[bytes]) -> int:
     return decoded
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     args = _common.parse_knobs(NAME, argv, bounds={"rest": (0, None), "keep_small": (0, 1)})
     _common.mark("post-import")
 

@@ -19,8 +19,9 @@ import sys
 import threading
 import time
 import zlib
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Dict, Optional, Sequence
+from typing import Any
 
 from . import _common
 
@@ -46,7 +47,7 @@ def build_template(payload_kib: int) -> bytes:
     return "".join(rows).encode("ascii")[:target]
 
 
-def handle(request_id: int, template: bytes) -> Dict[str, object]:
+def handle(request_id: int, template: bytes) -> dict[str, Any]:
     """Serve one request on a pool thread; return a small response.
 
     The response carries the compressed reply body, which the caller (the
@@ -63,7 +64,7 @@ def handle(request_id: int, template: bytes) -> Dict[str, object]:
     return {"id": request_id, "rows": len(rows), "retried": retried, "reply": reply}
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     args = _common.parse_knobs(NAME, argv, bounds={"rest": (0, None)})
     _common.mark("post-import")
 

@@ -20,7 +20,7 @@ import multiprocessing
 import random
 import sys
 import time
-from typing import Deque, List, Optional, Sequence
+from collections.abc import Sequence
 
 from . import _common
 
@@ -32,7 +32,7 @@ PHASE_NAMES = ("import-changesets", "import-manifests", "import-files")
 CHURN = 3
 
 
-def phase_names(count: int) -> List[str]:
+def phase_names(count: int) -> list[str]:
     """``count`` phase names: the three cinnabar ones, then ``import-phase-<k>``."""
     names = list(PHASE_NAMES[:count])
     names += [f"import-phase-{k}" for k in range(len(names) + 1, count + 1)]
@@ -43,8 +43,8 @@ def run_phase(
     index: int,
     phases: int,
     max_mib: int,
-    ledger: List[bytes],
-    held: Deque[bytearray],
+    ledger: list[bytes],
+    held: collections.deque[bytearray],
     rng: random.Random,
 ) -> None:
     """Phase ``index`` (1-based) of ``phases``.
@@ -58,7 +58,7 @@ def run_phase(
     target = max(1, max_mib * MIB * index // phases)
     size = float(min(8 * KIB * 4 ** (index - 1), 2 * MIB))
     cap = min(size * 64, 8 * MIB, target)
-    window: Deque[bytearray] = collections.deque()
+    window: collections.deque[bytearray] = collections.deque()
     live = 0
     allocated = 0
     first_phase = index == 1
@@ -86,8 +86,8 @@ def worker(number: int, phases: int, max_mib: int, rest: float) -> None:
     """One spawned worker process: its own ``post-import``, a mark per phase, ``idle``."""
     _common.mark("post-import")
     rng = random.Random(300 + number)
-    ledger: List[bytes] = []
-    held: Deque[bytearray] = collections.deque()
+    ledger: list[bytes] = []
+    held: collections.deque[bytearray] = collections.deque()
     names = phase_names(phases)
     for index, name in enumerate(names, start=1):
         run_phase(index, phases, max_mib, ledger, held, rng)
@@ -97,7 +97,7 @@ def worker(number: int, phases: int, max_mib: int, rest: float) -> None:
     _common.idle(rest)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     args = _common.parse_knobs(NAME, argv, bounds={"rest": (0, None)})
     _common.mark("post-import")
 

@@ -16,11 +16,11 @@ import gc
 import sys
 import threading
 import zlib
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import List, Optional, Sequence
 
 import numpy as np
-import numpy.random  # noqa: F401 - numpy loads it lazily: count it as an import, not as session state
+import numpy.random  # numpy loads it lazily: count it as an import, not as session state
 
 from . import _common
 
@@ -29,7 +29,7 @@ NAME = "threadpool"
 N_PAYLOADS = 16
 
 
-def build_payloads(payload_kib: int, count: int = N_PAYLOADS, seed: int = 0) -> List[bytes]:
+def build_payloads(payload_kib: int, count: int = N_PAYLOADS, seed: int = 0) -> list[bytes]:
     """Compressed chunks that decompress to ``payload_kib`` KiB each.
 
     Small geometric-distributed integers: compressible (to about a third)
@@ -56,10 +56,11 @@ def decode(payload: bytes) -> np.ndarray:
     values = codes.astype(np.float64)           # 8x the payload
     scaled = values * 0.5 + 1.0                  # temporaries
     centered = scaled - scaled.mean(axis=0)
-    return np.abs(centered).sum(axis=0)
+    sums: np.ndarray = np.abs(centered).sum(axis=0)
+    return sums
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     args = _common.parse_knobs(NAME, argv)
     _common.mark("post-import")
 

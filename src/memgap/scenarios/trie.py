@@ -14,7 +14,7 @@ import gc
 import random
 import string
 import sys
-from typing import Dict, List, Optional, Sequence
+from collections.abc import Sequence
 
 from . import _common
 
@@ -28,11 +28,11 @@ class Node:
 
     def __init__(self, label: str) -> None:
         self.label = label
-        self.children: Dict[str, "Node"] = {}
+        self.children: dict[str, Node] = {}
         self.terminal = False
 
 
-def random_words(count: int, seed: int = 2) -> List[str]:
+def random_words(count: int, seed: int = 2) -> list[str]:
     rng = random.Random(seed)
     letters = string.ascii_lowercase
     # word lengths 3..12, skewed short like a dictionary
@@ -55,9 +55,10 @@ def delete(root: Node, word: str) -> None:
     path = [root]
     node = root
     for ch in word:
-        node = node.children.get(ch)  # type: ignore[assignment]
-        if node is None:
+        child = node.children.get(ch)
+        if child is None:
             return
+        node = child
         path.append(node)
     if not node.terminal:
         return
@@ -99,7 +100,7 @@ def count_nodes(root: Node) -> int:
     return total
 
 
-def pymalloc_arenas() -> Optional[int]:
+def pymalloc_arenas() -> int | None:
     """Arenas pymalloc holds now ("arenas allocated current"), or None."""
     import io
     import os
@@ -128,7 +129,7 @@ def pymalloc_arenas() -> Optional[int]:
     return None
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     args = _common.parse_knobs(
         NAME, argv, bounds={"prune_pct": (0, 100), "compress": (0, 1), "rest": (0, None)}
     )

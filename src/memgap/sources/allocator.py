@@ -147,7 +147,7 @@ def _kind_of(path: str) -> str | None:
     for prefix, kind in _LIBRARIES:
         if base.startswith(prefix):
             return kind
-    if base.startswith("libc.so") or base.startswith("libc-2."):
+    if base.startswith(("libc.so", "libc-2.")):
         return "glibc"
     return None
 
@@ -188,15 +188,15 @@ def lookup_order(exe: str, objects: dict[str, ElfInfo], preload: list[str]) -> l
             by_name.setdefault(info.soname, path)
     order = [exe] if exe in objects else []
     for entry in preload:
-        path = entry if entry in objects else by_name.get(os.path.basename(entry))
-        if path and path not in order:
-            order.append(path)
+        candidate = entry if entry in objects else by_name.get(os.path.basename(entry))
+        if candidate and candidate not in order:
+            order.append(candidate)
     i = 0
     while i < len(order):
         for needed in objects[order[i]].needed:
-            path = by_name.get(needed) or by_name.get(os.path.basename(needed))
-            if path and path not in order:
-                order.append(path)
+            candidate = by_name.get(needed) or by_name.get(os.path.basename(needed))
+            if candidate and candidate not in order:
+                order.append(candidate)
         i += 1
     return order
 
@@ -234,9 +234,9 @@ def classify(exe: str, objects: dict[str, ElfInfo], preload: list[str],
                                      any(n in info.exported for n in names))
             kinds = kinds[1:]
         elif path == server:
-            family = next(iter(markers.get(path, [])), None)
-            if family is not None:
-                serving = FoundAllocator(family, path, "", f"{role}; {_by_messages(info, family)}", True)
+            marked = next(iter(markers.get(path, [])), None)
+            if marked is not None:
+                serving = FoundAllocator(marked, path, "", f"{role}; {_by_messages(info, marked)}", True)
         for family, prefix, names in kinds:
             if family != "glibc":  # libc is in every process; its malloc counts only where it serves
                 found.append(FoundAllocator(family, path, prefix, "defines " + ", ".join(names[:3]), False,

@@ -38,7 +38,7 @@ def _chunk_at(reader: MemoryReader, address: int, limit: int) -> int:
     if data is None:
         return 0
     prev_size, raw = _CHUNK.unpack(data)
-    size = raw & ~0x7
+    size: int = raw & ~0x7
     if prev_size or raw & 0x7 != IS_MMAPPED or size % PAGE_SIZE or not 0 < size <= limit - address:
         return 0
     return size

@@ -11,8 +11,9 @@ Parsers take the files' text; `read_memory_cgroup` is the thin reader. Read-only
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from ..errors import MalformedInput
 

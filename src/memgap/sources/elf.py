@@ -20,8 +20,9 @@ from __future__ import annotations
 import os
 import stat
 import struct
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any
 
 from ..errors import MalformedInput, Unsupported
 
@@ -84,7 +85,7 @@ def _layout(ident: bytes) -> _Layout:
     return _Layout("<" if ident[5] == 1 else ">", header, section, symbol, dyn, is64)
 
 
-def _unpack(fmt: str, data: bytes, offset: int, what: str) -> tuple:
+def _unpack(fmt: str, data: bytes, offset: int, what: str) -> tuple[Any, ...]:
     try:
         return struct.unpack_from(fmt, data, offset)
     except struct.error:
@@ -144,7 +145,7 @@ def parse_elf(read: Read, size: int) -> ElfInfo:
     needed: list[str] = []
     soname = ""
     dynamic = False
-    for name, kind, offset, length, link, entsize in sections:
+    for _name, kind, offset, length, link, entsize in sections:
         if kind in (SHT_DYNSYM, SHT_SYMTAB):
             strings = data_of(link, "symbol names")
             symbols = _read(read, size, offset, length, "symbol table")
@@ -169,7 +170,7 @@ def parse_elf(read: Read, size: int) -> ElfInfo:
                    dynamic, has_symtab, named)
 
 
-def _symbols(lay: _Layout, data: bytes, entsize: int, strings: bytes):  # type: ignore[no-untyped-def]
+def _symbols(lay: _Layout, data: bytes, entsize: int, strings: bytes) -> Iterator[tuple[str, bool, bool]]:
     """(name, defined, local) of each named symbol; the version suffix (``@GLIBC_2.2.5``) left off."""
     if entsize < lay.symbol_size:
         raise MalformedInput("ELF file", f"symbol entry size {entsize}")
@@ -185,7 +186,7 @@ def _symbols(lay: _Layout, data: bytes, entsize: int, strings: bytes):  # type: 
             yield name, st_shndx != SHN_UNDEF, st_info >> 4 == STB_LOCAL
 
 
-def _dynamic(lay: _Layout, data: bytes, entsize: int):  # type: ignore[no-untyped-def]
+def _dynamic(lay: _Layout, data: bytes, entsize: int) -> Iterator[tuple[int, int]]:
     """(tag, value) of each dynamic entry up to DT_NULL."""
     step = max(entsize, struct.calcsize(lay.order + lay.dyn))
     for pos in range(0, len(data) - step + 1, step):
@@ -202,7 +203,7 @@ def parse_elf_bytes(data: bytes) -> ElfInfo:
 
 # by the file's identity, not its path: one library seen through /proc/PID/root of each process of
 # a tree (nine workers of one server) is one file, parsed once
-_FILES: dict[tuple[int, int, int, int], "ElfInfo | MalformedInput"] = {}
+_FILES: dict[tuple[int, int, int, int], ElfInfo | MalformedInput] = {}
 _FILES_KEPT = 2048
 
 

@@ -46,13 +46,20 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 from ..errors import MalformedInput, MemgapError, NoSuchProcess, PtraceDisallowed, ToolMissing
 from .gdb_mi import MiRecord, mi_quote, parse_int, parse_memory, parse_mi_line, parse_threads
-from .gdb_target import (check_attachable, check_start_time, comm, continue_if_left_stopped, sigint_pending, task_states,
-                         tgkill)
+from .gdb_target import (
+    check_attachable,
+    check_start_time,
+    comm,
+    continue_if_left_stopped,
+    sigint_pending,
+    task_states,
+    tgkill,
+)
 from .procfs import ProcReader, status_int
 from .ptrace_access import has_cap_sys_ptrace, ptrace_refusal, read_yama_scope
 
@@ -157,7 +164,7 @@ class GdbSession:
 
     # -- lifecycle
 
-    def __enter__(self) -> "GdbSession":
+    def __enter__(self) -> GdbSession:
         try:
             self.attach()
         except BaseException:
@@ -182,7 +189,8 @@ class GdbSession:
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
                                       start_new_session=True)
         self._selector = selectors.DefaultSelector()
-        self._selector.register(self._proc.stdout, selectors.EVENT_READ)  # type: ignore[arg-type]
+        assert self._proc.stdout is not None  # stdout=PIPE
+        self._selector.register(self._proc.stdout, selectors.EVENT_READ)
         for command, required in SETUP:
             rec = self._command(command, "setting gdb up")
             if rec.cls == "error" and required:
@@ -239,9 +247,8 @@ class GdbSession:
                                               f"{mi_quote(f'(int) munmap((void *) {address}, {size})')}")
                 elif self._pages:
                     self.notes.append("a page memgap mapped in the process stays mapped")
-            if self._attach_sent:
-                if self._cleanup_command("-target-detach") is None:
-                    self.notes.append("gdb did not answer the detach; it was ended (the kernel then detaches)")
+            if self._attach_sent and self._cleanup_command("-target-detach") is None:
+                self.notes.append("gdb did not answer the detach; it was ended (the kernel then detaches)")
             self._send("-gdb-exit")
         except (GdbFailed, OSError, MalformedInput):
             pass  # gdb is gone or unusable: _end_gdb ends it, the kernel detaches what it traced

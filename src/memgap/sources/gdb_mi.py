@@ -33,7 +33,8 @@ def _cstring(s: str, i: int) -> tuple[str, int]:
     """A C string starting at s[i] == '"'; returns (text, index after the closing quote)."""
     if i >= len(s) or s[i] != '"':
         raise MalformedInput("gdb MI output", f"expected a string at {s[i:i + 20]!r}")
-    out, i = [], i + 1
+    out: list[str] = []
+    i += 1
     while i < len(s):
         c = s[i]
         if c == '"':

@@ -18,7 +18,7 @@ from .ptrace_access import has_cap_sys_ptrace, ptrace_refusal, read_yama_scope
 
 def task_states(pid: int, proc_root: str = "/proc") -> dict[int, str]:
     """TID -> state letter (R, S, D, T, t, Z...) of every thread; empty when the process is gone."""
-    out = {}
+    out: dict[int, str] = {}
     try:
         tids = os.listdir(f"{proc_root}/{pid}/task")
     except OSError:
@@ -37,8 +37,8 @@ def tgkill(tgid: int, tid: int, sig: int) -> bool:
     libc = ctypes.CDLL(None, use_errno=True)
     fn = getattr(libc, "tgkill", None)
     if fn is not None:
-        return fn(tgid, tid, sig) == 0
-    return libc.syscall(234, tgid, tid, sig) == 0  # SYS_tgkill on x86_64, for a glibc before 2.30
+        return bool(fn(tgid, tid, sig) == 0)
+    return bool(libc.syscall(234, tgid, tid, sig) == 0)  # SYS_tgkill on x86_64, for a glibc before 2.30
 
 
 def sigint_pending(pid: int, tid: int, proc_root: str = "/proc") -> bool:

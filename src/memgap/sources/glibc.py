@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..errors import MalformedInput, Unsupported
@@ -110,11 +111,12 @@ class _Block:
     def add(self, tag: str, line: str) -> None:
         attrs = _attrs(line)
         if tag in ("size", "unsorted"):
-            entry = tuple(_number(attrs, k, line) for k in ("from", "to", "total", "count"))
+            lo, hi, total, count = (_number(attrs, k, line) for k in ("from", "to", "total", "count"))
+            entry = (lo, hi, total, count)
             if tag == "size":
-                self.bins.append(entry)  # type: ignore[arg-type]
+                self.bins.append(entry)
             else:
-                self.unsorted = entry  # type: ignore[assignment]
+                self.unsorted = entry
         elif tag == "total":
             self.totals[attrs.get("type", "")] = (_number(attrs, "count", line), _number(attrs, "size", line))
         else:
@@ -164,7 +166,7 @@ def parse_malloc_info(xml_text: str, bins: bool = True) -> MallocInfo:
                 raise MalformedInput("malloc_info", "</heap> without <heap>")
             arenas.append(heap.arena())
             heap = None
-        elif line in ("<sizes>", "</sizes>", "<sizes/>") or not bins and line.startswith(("<size ", "<unsorted ")):
+        elif line in ("<sizes>", "</sizes>", "<sizes/>") or (not bins and line.startswith(("<size ", "<unsorted "))):
             continue
         else:
             tag = line[1:].split(" ", 1)[0]
@@ -212,7 +214,7 @@ class GlibcMalloc:
         s = self.libc.mallinfo2()
         return Mallinfo2(*(getattr(s, name) for name, _ in s._fields_))
 
-    def capture_to_memory(self, write) -> str:  # type: ignore[no-untyped-def]
+    def capture_to_memory(self, write: Callable[[int], object]) -> str:
         """Run ``write(FILE*)`` into an in-memory stream and return its text."""
         buf, size = ctypes.c_void_p(), ctypes.c_size_t()
         fp = self.libc.open_memstream(ctypes.byref(buf), ctypes.byref(size))

@@ -91,7 +91,7 @@ class ResidentMap:
             i += 1
         return total
 
-    def set_shares(self, mappings: "list[MappingPss]") -> None:
+    def set_shares(self, mappings: list[MappingPss]) -> None:
         """Each range's PSS bytes per shared resident byte, from the smaps mapping that holds
         its start (smaps read apart from pagemap may show a mapping grown or split since)."""
         starts = [m.start for m in mappings]
@@ -367,7 +367,7 @@ def _find_main_arena(reader: MemoryReader, thread_arenas: list[int], libc_data: 
     chunk that ends where the heap ends, and whose ``system_mem`` fits the heap.
     """
     for address in thread_arenas:
-        seen = set()
+        seen: set[int] = set()
         while address and address not in seen and len(seen) < 4096:
             seen.add(address)
             raw = reader.read_memory(address + OFF_NEXT, 8)
@@ -402,7 +402,7 @@ def _libc_data_mappings(mappings: list[Mapping]) -> list[Mapping]:
     out = []
     for i, m in enumerate(mappings):
         name = m.path.rsplit("/", 1)[-1]
-        if m.writable and (name.startswith("libc.so") or name.startswith("libc-")):
+        if m.writable and name.startswith(("libc.so", "libc-")):
             out.append(m)
             if i + 1 < len(mappings) and not mappings[i + 1].path and mappings[i + 1].writable:
                 out.append(mappings[i + 1])

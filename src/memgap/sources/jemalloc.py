@@ -4,6 +4,7 @@ from __future__ import annotations
 import ctypes
 import json
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import MalformedInput, Unsupported
 from .procfs import SmapsEntry
@@ -61,7 +62,7 @@ class _Mallctl:
         func.restype = ctypes.c_int
         self.func = func
 
-    def read(self, name: str, ctype: type) -> object:
+    def read(self, name: str, ctype: type[ctypes._SimpleCData[Any]]) -> Any:  # int, or bytes for c_char_p
         value = ctype()
         size = ctypes.c_size_t(ctypes.sizeof(value))
         rc = self.func(name.encode(), ctypes.byref(value), ctypes.byref(size), None, 0)

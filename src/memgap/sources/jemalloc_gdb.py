@@ -80,7 +80,7 @@ def encode_slots(ctls: list[Ctl]) -> bytes:
 def batch_expression(symbol: str, ctls: list[Ctl], names: list[int], block: int) -> str:
     """One gdb expression calling ``symbol`` for every name, each return code stored in its slot."""
     calls = []
-    for i, (ctl, name) in enumerate(zip(ctls, names)):
+    for i, (ctl, name) in enumerate(zip(ctls, names, strict=True)):
         value, length, rc = block + SLOT * i, block + SLOT * i + 8, block + SLOT * i + 16
         new, new_len = (value, ctl.size) if ctl.write else (0, 0)
         calls.append(f"(*(int *) {rc} = (int) {symbol}((char *) {name}, (void *) {value}, "
@@ -179,8 +179,9 @@ def figures(symbol: str, totals: dict[str, int | None], arenas: dict[str, int | 
                  for i in range(narenas) if arenas.get(f"stats.arenas.{i}.pdirty") is not None)
     flag = {k: None if totals.get(k) is None else bool(totals[k])
             for k in ("opt.background_thread", "background_thread")}
+    allocated, active, resident, retained, mapped, metadata = (int(totals[f"stats.{t}"] or 0) for t in TOTALS)
     return JemallocDeep(
-        symbol, *(int(totals[f"stats.{t}"] or 0) for t in TOTALS), page=int(totals["arenas.page"] or 0),
+        symbol, allocated, active, resident, retained, mapped, metadata, page=int(totals["arenas.page"] or 0),
         narenas=narenas, arenas=used,
         all_pdirty=totals.get(f"stats.arenas.{MALLCTL_ARENAS_ALL}.pdirty"),
         all_pmuzzy=totals.get(f"stats.arenas.{MALLCTL_ARENAS_ALL}.pmuzzy"),

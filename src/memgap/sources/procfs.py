@@ -238,7 +238,7 @@ class PageCounts:
     exclusive: int = 0       # present and mapped by this process alone (bit 56)
     anon_exclusive: int = 0  # ...and private anonymous
 
-    def __add__(self, other: "PageCounts") -> "PageCounts":
+    def __add__(self, other: PageCounts) -> PageCounts:
         return PageCounts(self.present + other.present, self.anon_present + other.anon_present,
                           self.swapped + other.swapped, self.exclusive + other.exclusive,
                           self.anon_exclusive + other.anon_exclusive)
@@ -510,7 +510,7 @@ class ProcReader:
                 os.close(fd)
         self._pagemap_fd = self._mem_fd = None
 
-    def __enter__(self) -> "ProcReader":
+    def __enter__(self) -> ProcReader:
         return self
 
     def __exit__(self, *exc: object) -> None:

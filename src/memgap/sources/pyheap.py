@@ -7,12 +7,13 @@ is O(objects): memgap takes it at phases, not in every sample.
 """
 from __future__ import annotations
 
+import _tracemalloc  # the C module: importing tracemalloc.py would add to the observed heap
 import array
 import gc
 import sys
-import _tracemalloc  # the C module: importing tracemalloc.py would add to the observed heap
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 SMALL_REQUEST_THRESHOLD = 512  # pymalloc serves requests up to this size; larger go to malloc
 LARGE_BUFFER_REPORT = 1 << 20  # buffers listed one by one from this size up
@@ -39,13 +40,13 @@ def _buffer_size(obj: object) -> int:
     # Cheap length tests first: at most 100 characters (4 bytes each) or 256 bytes
     # cannot exceed pymalloc's 512-byte limit, and most strings are short.
     if t is str:
-        return sys.getsizeof(obj) if len(obj) > 100 else 0  # type: ignore[arg-type]
+        return sys.getsizeof(obj) if len(obj) > 100 else 0  # type: ignore[arg-type]  # t is type(obj), kept for speed
     if t is bytes:
-        return sys.getsizeof(obj) if len(obj) > 256 else 0  # type: ignore[arg-type]
+        return sys.getsizeof(obj) if len(obj) > 256 else 0  # type: ignore[arg-type]  # as above
     if t is bytearray or t is array.array:
         return sys.getsizeof(obj)
     if t.__name__ == "ndarray" and t.__module__ == "numpy":
-        return int(obj.nbytes) if getattr(obj, "base", None) is None else 0  # type: ignore[attr-defined]
+        return int(obj.nbytes) if getattr(obj, "base", None) is None else 0  # type: ignore[attr-defined]  # an ndarray by type name
     return 0
 
 
@@ -56,7 +57,7 @@ def walk_gc(class_names: Iterable[str] = ()) -> PythonHeap:
     seen: set[int] = set()
     total = count = 0
     largest: list[tuple[int, str]] = []
-    def visit(refs: list) -> None:  # type: ignore[type-arg]
+    def visit(refs: list[Any]) -> None:
         nonlocal total, count
         for ref in refs:
             t = type(ref)

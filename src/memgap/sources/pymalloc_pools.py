@@ -11,8 +11,9 @@ read: a pool in use has written its header, and reading never faults a page in.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable, NamedTuple
+from typing import NamedTuple
 
 from .glibc_heaps import MemoryReader, ResidentMap
 from .procfs import PAGE_SIZE
@@ -23,7 +24,7 @@ _POOL = struct.Struct("<QQQQIIII")
 
 
 class PoolHeader(NamedTuple):  # a tuple: made once per resident pool, 20k times for 300 MiB
-    count: int        # blocks in use
+    count: int  # type: ignore[assignment]  # blocks in use; shadows tuple.count, which nothing here calls
     arena_index: int
     block_size: int
 
@@ -99,14 +100,15 @@ def census(reader: MemoryReader, resident: ResidentMap, arenas: Iterable[tuple[i
     out = PoolCensus()
     unpack = _POOL.unpack
     for lo, hi in spans:
-        first = _valid(unpack(raw[lo]), pool_size) if hi > lo and raw[lo] is not None else None  # type: ignore[arg-type]
-        if first is None:
+        data = raw[lo] if hi > lo else None
+        head = _valid(unpack(data), pool_size) if data is not None else None
+        if head is None:
             continue
         out.arenas += 1
         out.pools_read += hi - lo
         for data in raw[lo:hi]:  # 20k pools for 300 MiB of objects: no object made per pool
             header = _valid(unpack(data), pool_size) if data is not None else None
-            if header is None or header[1] != first[1]:
+            if header is None or header[1] != head[1]:
                 out.pools_rejected += 1
             elif header[0]:
                 out.pools_in_use += 1

@@ -129,6 +129,7 @@ def figures(values: dict[str, int | None]) -> TcmallocDeep:
     missing = [name for name, _ in PROPERTIES[:REQUIRED] if values.get(name) is None]
     if missing:
         raise Unsupported(f"tcmalloc's {GET} knows no {', '.join(missing)} (not gperftools' tcmalloc?)")
+    # the required fields' values are ints: checked just above
     return TcmallocDeep(**{field: values.get(name) for name, field in PROPERTIES})  # type: ignore[arg-type]
 
 

@@ -11,7 +11,7 @@ KEEP: dict[int, list[bytes]] = {}
 
 
 class Handler(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 - the http.server API
+    def do_GET(self) -> None:
         chunks = [bytes(3000) for _ in range(4000)]
         KEEP[len(KEEP) % 64] = chunks[::16]
         del chunks

@@ -18,7 +18,7 @@ def client() -> None:
         with lock:
             if next(left, None) is None:
                 return
-        for attempt in range(50):  # the service may still be starting
+        for _attempt in range(50):  # the service may still be starting
             try:
                 urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=30).read()
                 break
