@@ -95,3 +95,20 @@ def test_memory_given_back_at_rest_restarts_the_spell_but_not_the_rest():
     assert _feed(spell, readings) == [(1.0, "quiet"), (1.5, "end"), (2.5, "quiet")]
     assert spell.since == 1.5 and spell.rested_since == 0.0
     assert spell.update(3.0, 0.01, 120 * MiB) == "end" and spell.rested_since == 3.0  # RSS rose: work
+
+
+def test_a_pss_read_again_counts_only_while_the_spell_held():
+    """A quiet process's PSS is read again as others go quiet (a master's PSS falls as its workers
+    copy, its RSS steady). A reading whose RSS moved beyond the spell's slack came after the spell
+    ended unseen (a program freeing its memory as it exits): the driver of a lab test once summed
+    to 29 MiB that way, its 117 MiB of ballast gone."""
+    from memgap.idle import QUIET_PHASE, _pss_at_idle
+
+    snap = {"phase": QUIET_PHASE, "time": 10.0, "rss": 117 * MiB, "status": {"Pss": 110 * MiB}}
+    master = {"pss_reads": [[11.0, 90 * MiB, 117 * MiB], [12.0, 80 * MiB, 116 * MiB]]}
+    assert _pss_at_idle(snap, master) == 80 * MiB  # shared pages copied by others: PSS falls, RSS holds
+    exiting = {"pss_reads": [[11.0, 100 * MiB, 117 * MiB], [12.0, 5 * MiB, 8 * MiB]]}
+    assert _pss_at_idle(snap, exiting) == 100 * MiB
+    ended = {"pss_reads": [[11.0, 100 * MiB, 117 * MiB], [13.0, 50 * MiB, 117 * MiB]], "quiet_ends": [12.0]}
+    assert _pss_at_idle(snap, ended) == 100 * MiB
+    assert _pss_at_idle(snap, {"pss_reads": [[11.0, 70 * MiB]]}) == 70 * MiB  # recorded before RSS was kept

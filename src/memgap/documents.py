@@ -223,7 +223,7 @@ class ProcessRecord:
     quiet_ends: list[float] | None = None  # when its quiet spells ended
     agent_exit: dict[str, Any] | None = None  # the statistics its agent wrote as it exited
     idle: dict[str, Any] | None = None  # the idle found, with its rule (memgap.idle.idle_of_process)
-    pss_reads: list[list[float]] | None = None  # [time, Pss] read again while it was quiet (a tree's idle)
+    pss_reads: list[list[float]] | None = None  # [time, Pss, Rss] read again while it was quiet (a tree's idle)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"pid": self.pid, "ppid": self.ppid, "cmd": self.cmd, "snapshots": self.snapshots}

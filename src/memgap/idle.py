@@ -170,10 +170,13 @@ def idle_of_process(entry: dict[str, Any], timeline: list[dict[str, Any]],
 def _pss_at_idle(snap: dict[str, Any], entry: dict[str, Any]) -> int | None:
     """A process's PSS at its idle: the last reading of it within the quiet spell its idle
     snapshot opened (the recorder reads the quiet ones again as each other process goes quiet),
-    else the snapshot's."""
+    else the snapshot's. A reading whose RSS moved beyond a spell's slack came after the spell:
+    a process that exits while quiet frees its memory in its shutdown, with no spell end seen."""
     pss = (snap.get("status") or {}).get("Pss")
     if snap.get("phase") != QUIET_PHASE or snap.get("time") is None:
         return pss
     end = min((t for t in entry.get("quiet_ends", []) if t > snap["time"]), default=float("inf"))
-    later = [value for t, value in entry.get("pss_reads", []) if snap["time"] < t < end]
+    rss = snap.get("rss") or 0
+    later = [read[1] for read in entry.get("pss_reads", []) if snap["time"] < read[0] < end
+             and (len(read) < 3 or abs(read[2] - rss) <= max(RSS_SLACK, RSS_SHARE * rss))]
     return later[-1] if later else pss

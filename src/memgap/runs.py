@@ -156,7 +156,8 @@ class OutsideQuiet:
             except MemgapError:
                 continue  # it exited
             if rollup is not None:
-                writer.write({"type": "pss", "pid": other, "time": time.time(), "pss": rollup.get("Pss")})
+                writer.write({"type": "pss", "pid": other, "time": time.time(), "pss": rollup.get("Pss"),
+                              "rss": rollup.get("Rss")})
 
 
 def _stop(proc: subprocess.Popen[bytes], own_group: bool, grace: float = 0.0) -> None:
@@ -425,7 +426,8 @@ def _add_event(processes: dict[int, dict[str, Any]], errors: list[dict[str, Any]
     elif kind == "quiet-end":
         _process_entry(processes, event["pid"]).setdefault("quiet_ends", []).append(event["time"])
     elif kind == "pss":  # a quiet process's PSS read again as another one went quiet
-        _process_entry(processes, event["pid"]).setdefault("pss_reads", []).append([event["time"], event["pss"]])
+        read = [event["time"], event["pss"]] + ([event["rss"]] if event.get("rss") is not None else [])
+        _process_entry(processes, event["pid"]).setdefault("pss_reads", []).append(read)
     elif kind == "snapshot":
         entry = _process_entry(processes, event["pid"])
         snap = event["snapshot"]

@@ -276,7 +276,7 @@ def _tree_total(m: RunFigures, run: RunDocument, proc: ProcessRecord, variant: V
     for s in run.timeline:
         last_seen[s["pid"]] = max(last_seen.get(s["pid"], 0.0), start + s["t"])
     for p in run.processes:  # read from outside later than sampled: the recorder's rounds wait on snapshots
-        times = [s.get("time") or 0.0 for s in p.snapshots] + [t for t, _ in p.pss_reads or []]
+        times = [s.get("time") or 0.0 for s in p.snapshots] + [read[0] for read in p.pss_reads or []]
         last_seen[p.pid] = max([last_seen.get(p.pid, 0.0), *times])
     alive = [p for p in run.processes if p.idle and (p is proc or last_seen.get(p.pid, 0.0) >= at - ALIVE_SLACK)]
     if len(alive) < 2:
