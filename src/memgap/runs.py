@@ -486,8 +486,9 @@ def load_run(record_dir: str) -> RunDocument:
             _add_event(processes, errors, metrics, event)
     for path in sorted(glob.glob(os.path.join(record_dir, "agent-*.txt"))):  # the agents' last words
         _add_agent_exit(processes, errors, path)
-    for entry in processes.values():  # marks read from outside and the program's own, in time order
-        entry["snapshots"].sort(key=lambda snap: snap.get("time", 0))
+    for entry in processes.values():  # marks read from outside and the program's own, in time order:
+        # by when each read began (a read from outside takes a while, and the program goes on)
+        entry["snapshots"].sort(key=lambda snap: snap.get("time", 0) - snap.get("collect_seconds", 0))
         entry["idle"] = idle_of_process(entry, timeline, header.get("start"))
     run = RunDocument.from_dict({
         "schema": RUN_SCHEMA,
