@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import atexit
+import importlib
 import os
 import threading
 
@@ -118,6 +119,9 @@ def install() -> None:
     if os.environ.get(GC_FREEZE_ENV) == "1":
         freeze_at_fork()
     if os.environ.get(RECORD_DIR_ENV):
+        # the snapshot machinery loaded now, before the program runs: its phases must not carry
+        # memgap's own import (about 3 MiB), which `import memgap` alone no longer pays for
+        importlib.import_module(".api", __package__)
         atexit.register(_at_exit)
         _snapshot_before_exit()
     if os.environ.get(TRIMMER_ENV) == "1":

@@ -34,7 +34,8 @@ from .gdb_layers import jemalloc_gdb_layers, mimalloc_gdb_layers, tcmalloc_gdb_l
 from .model import Snapshot
 from .sources import jemalloc_gdb, mimalloc_gdb, tcmalloc_gdb
 from .sources.allocator import process_root
-from .sources.gdb_attach import DEFAULT_TIMEOUT, CallFailed, GdbSession, GdbTimeout
+from .sources.gdb_attach import CallFailed, GdbSession, GdbTimeout
+from .sources.gdb_target import DEFAULT_TIMEOUT
 from .sources.glibc import MallocInfo, parse_malloc_info
 from .sources.jemalloc_gdb import JemallocDeep
 from .sources.mimalloc_gdb import MimallocDeep

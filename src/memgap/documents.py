@@ -212,7 +212,7 @@ _PROCESS_OPTIONAL = ("trimmer", "trims", "quiet_ends", "agent_exit", "pss_reads"
 @dataclass
 class ProcessRecord:
     """One process of a run: what memgap saw of it, its snapshots (each a snapshot's JSON
-    with its ``phase``; one read from outside also has ``rss_at_mark``) and its idle."""
+    with its ``phase``; one read from outside also has ``rss_at_mark`` and ``read_began``) and its idle."""
 
     pid: int
     snapshots: list[dict[str, Any]]

@@ -211,6 +211,7 @@ def _outside_snapshot(writer: RecordingWriter, pid: int, phase: str, start: floa
 
     try:
         # The program runs on while memgap reads it: its RSS at the mark comes first.
+        read_began = time.time()
         rss_at_mark = status_int(ProcReader(pid).status(), "VmRSS")
         snap = snapshot_pid(pid, Options(regions=False))
     except MemgapError as exc:
@@ -219,7 +220,7 @@ def _outside_snapshot(writer: RecordingWriter, pid: int, phase: str, start: floa
     snap.phase = phase
     snap.quiet_since, snap.rested_since = quiet_since, rested_since
     record = snap.to_dict(regions=False)
-    record["rss_at_mark"] = rss_at_mark
+    record["rss_at_mark"], record["read_began"] = rss_at_mark, read_began
     writer.write({"type": "snapshot", "pid": pid, "t": round(time.time() - start, 4), "snapshot": record})
     if phase == trim_after and "agent" in snap.allocator:
         _agent_trim(writer, pid, start)
@@ -487,8 +488,8 @@ def load_run(record_dir: str) -> RunDocument:
     for path in sorted(glob.glob(os.path.join(record_dir, "agent-*.txt"))):  # the agents' last words
         _add_agent_exit(processes, errors, path)
     for entry in processes.values():  # marks read from outside and the program's own, in time order:
-        # by when each read began (a read from outside takes a while, and the program goes on)
-        entry["snapshots"].sort(key=lambda snap: snap.get("time", 0) - snap.get("collect_seconds", 0))
+        # a read from outside by when it began (it takes a while, and the program goes on meanwhile)
+        entry["snapshots"].sort(key=lambda snap: snap.get("read_began") or snap.get("time", 0))
         entry["idle"] = idle_of_process(entry, timeline, header.get("start"))
     run = RunDocument.from_dict({
         "schema": RUN_SCHEMA,

@@ -29,7 +29,7 @@ from ..errors import NoSuchProcess, PidReused, UsageError
 from ..model import Snapshot, tree_totals
 from ..processes import descendants, start_time
 from ..report.terminal import render_snapshot, render_tree
-from ..sources.gdb_attach import DEFAULT_TIMEOUT
+from ..sources.gdb_target import DEFAULT_TIMEOUT  # not gdb_attach: loaded only for --deep
 from . import _common
 from ._common import write_json
 

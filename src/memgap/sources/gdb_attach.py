@@ -52,6 +52,7 @@ from contextlib import contextmanager
 from ..errors import MalformedInput, MemgapError, NoSuchProcess, PtraceDisallowed, ToolMissing
 from .gdb_mi import MiRecord, mi_quote, parse_int, parse_memory, parse_mi_line, parse_threads
 from .gdb_target import (
+    DEFAULT_TIMEOUT,
     check_attachable,
     check_start_time,
     comm,
@@ -63,7 +64,6 @@ from .gdb_target import (
 from .procfs import ProcReader, status_int
 from .ptrace_access import has_cap_sys_ptrace, ptrace_refusal, read_yama_scope
 
-DEFAULT_TIMEOUT = 20.0
 GRACE_ON_CPU = 2.0     # more seconds for a call still running on the CPU at the deadline
 INTERRUPT_WAIT = 3.0   # for gdb to unwind an interrupted call
 CLEANUP_WAIT = 3.0     # for each cleanup command (errno, free, detach)

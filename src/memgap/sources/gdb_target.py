@@ -15,6 +15,8 @@ from ..errors import MalformedInput, NoSuchProcess, PidReused, PtraceDisallowed
 from .procfs import ProcReader, parse_stat, status_int
 from .ptrace_access import has_cap_sys_ptrace, ptrace_refusal, read_yama_scope
 
+DEFAULT_TIMEOUT = 20.0  # s: for everything gdb does in one --deep or --trim, attach to last call
+
 
 def task_states(pid: int, proc_root: str = "/proc") -> dict[int, str]:
     """TID -> state letter (R, S, D, T, t, Z...) of every thread; empty when the process is gone."""
