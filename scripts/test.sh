@@ -14,4 +14,4 @@ cd "$(dirname "$0")/.."
 sh scripts/setup.sh
 .venv/bin/ruff check src tests
 .venv/bin/mypy
-exec .venv/bin/python -m pytest -q --no-skips --cargo -n 4 --dist loadfile "$@"
+exec .venv/bin/python -m pytest -q --no-skips --cargo -n 4 --dist loadfile --no-loadscope-reorder "$@"
