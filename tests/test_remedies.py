@@ -68,11 +68,12 @@ for i in range(len(keep)):                   # a burst of small objects: pymallo
 for i in range(len(keep)):
     if i % 5000:                             # most freed, a few left in every arena
         keep[i] = None
-deadline = time.time() + 5
-while len(trims) < 2 and time.time() < deadline:
+during = len(trims) - 1                      # trims within the burst (a machine busy elsewhere can starve it
+deadline = time.time() + 5                   # so that it looks quiet): counted, not judged
+while len(trims) < 2 + during and time.time() < deadline:
     time.sleep(0.05)
 trimmer.stop()
-print(json.dumps(trims))
+print(json.dumps({"trims": trims, "during": during}))
 """
 
 
@@ -84,9 +85,10 @@ def test_trimmer_with_the_pool_release_sees_a_burst_of_small_objects():
     out = subprocess.run([sys.executable, "-c", SMALL_OBJECT_BURST], capture_output=True, text=True, timeout=60,
                          env=child_env(MEMGAP_PYMALLOC_RELEASE="1"))
     assert out.returncode == 0, out.stderr
-    trims = json.loads(out.stdout)
-    assert len(trims) == 2, trims  # the start-up one, then the one after the burst
-    assert trims[1] > 16 << 20, trims  # the emptied pools' pages (the burst made about 70 MiB of them)
+    said = json.loads(out.stdout)
+    trims = said["trims"]
+    assert len(trims) == 2 + said["during"], said  # the start-up one, any within the burst, the one after it
+    assert trims[-1] > 16 << 20, said  # the emptied pools' pages (the burst made about 70 MiB of them)
 
 
 @pytest.mark.skipif(not os.path.exists(JEMALLOC), reason="libjemalloc2 is not installed")
