@@ -259,7 +259,7 @@ def test_lab_measures_freezing_the_collector_at_fork_on_a_preforked_tree(tmp_pat
         r = runs[variant]
         pss = sum(row[2] for row in own)
         assert r["status"] == "ok" and r["tree_how"], r
-        assert abs(r["idle"] - pss) <= 0.1 * pss, (variant, r["idle"], pss)
+        assert abs(r["idle"] - pss) <= 0.1 * pss, (variant, r["idle"], pss, r["tree_how"], r["tree"], own)
     # the workers' collections copied the master's objects; frozen, they did not
     assert runs["glibc:gc=freeze-at-fork"]["idle"] <= 0.6 * runs["glibc"]["idle"], runs
     assert max(row[3] for row in rows[4:]) < 0.25 * min(row[3] for row in rows[1:4]), rows  # workers' USS
