@@ -1,6 +1,8 @@
 """The lab's pure parts: variant specs, the environment they set, metrics and the verdict."""
+import json
 import os
 import pathlib
+import re
 
 import pytest
 
@@ -66,6 +68,11 @@ def test_recommendation_lines():
     assert lines["shell"] == ["MALLOC_ARENA_MAX=2", "MALLOC_MMAP_THRESHOLD_=131072"]
     assert lines["dockerfile"].startswith("ENV MALLOC_ARENA_MAX=2 \\")
     assert lines["systemd"] == ['Environment="MALLOC_ARENA_MAX=2"', 'Environment="MALLOC_MMAP_THRESHOLD_=131072"']
+    # the Kubernetes env list: each name with its value as a quoted string (read as YAML's double-quoted
+    # scalars, which are JSON's strings)
+    pairs = re.findall(r"^  - name: (\S+)\n    value: (\".*\")$", lines["kubernetes"], re.M)
+    assert lines["kubernetes"].startswith("env:\n") and {k: json.loads(v) for k, v in pairs} == lines["env"]
+    assert len(lines["kubernetes"].splitlines()) == 1 + 2 * len(pairs)
     namespace = {}
     exec(lines["python"], namespace)  # the Python it prints runs
     assert os.environ.pop("MALLOC_ARENA_MAX") == "2" and os.environ.pop("MALLOC_MMAP_THRESHOLD_") == "131072"

@@ -6,7 +6,8 @@ Each has ``to_dict()``, the JSON memgap writes (docs/json.md), and ``from_dict()
 checks the fields it knows (missing or of the wrong type: ``MalformedInput``, exit code 6)
 and fills in what a document of an earlier version of the same schema lacks (fields are
 only ever added within a version). This module sits below the lab and the report: it
-imports neither.
+imports neither, except the report's HTML renderer when a notebook shows a lab
+(``LabDocument._repr_html_``), as ``model.Snapshot`` does.
 """
 from __future__ import annotations
 
@@ -384,6 +385,13 @@ class LabDocument:
             out[f.name] = getattr(self, f.name)
         out["runs"] = [r.to_dict() for r in self.runs]
         return {k: out[k] for k in _LAB_ORDER}
+
+    def _repr_html_(self) -> str:
+        """Jupyter's rich display: the verdict, the variants table and the lines that apply the
+        recommendation, as self-contained HTML (no script, no network)."""
+        from .report.html import lab_fragment  # the renderers only when shown
+
+        return lab_fragment(self.to_dict())
 
     @classmethod
     def from_dict(cls, data: Any, what: str = "lab document") -> LabDocument:

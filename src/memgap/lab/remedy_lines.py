@@ -8,6 +8,7 @@ dependency, the few lines of plain Python that do what was measured.
 """
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from ..envnames import TRIM_AFTER_ENV, TRIMMER_ENV
@@ -55,8 +56,9 @@ def _plain_python(variant: Variant) -> str:
 
 
 def recommendation_lines(variant: Variant, python: bool = True) -> dict[str, Any]:
-    """Every way to apply ``variant``: setup commands, env lines, Dockerfile, systemd,
-    Python for spawned children, and plain Python without memgap where that can do it.
+    """Every way to apply ``variant``: setup commands, env lines, Dockerfile, systemd, a
+    Kubernetes container's ``env:`` list, Python for spawned children, and plain Python
+    without memgap where that can do it.
 
     ``python``: the workload is a Python program (a trimmer comes from memgap's
     .pth file in its environment); otherwise from memgap's native agent.
@@ -105,6 +107,7 @@ def recommendation_lines(variant: Variant, python: bool = True) -> dict[str, Any
                                  *(["ENV " + " \\\n    ".join(f"{k}={_quote(v)}" for k, v in items)]
                                    if items else [])]),
         "systemd": [f'Environment="{k}={v}"' for k, v in items],
+        "kubernetes": kubernetes_env(items),
         "python": ("import os\n"
                    "# before the child process starts: the allocator reads these when it starts\n"
                    f"os.environ.update({dict(items)!r})\n"
@@ -112,6 +115,15 @@ def recommendation_lines(variant: Variant, python: bool = True) -> dict[str, Any
         "python_plain": _plain_python(variant),
         "notes": notes,
     }
+
+
+def kubernetes_env(items: list[tuple[str, str]]) -> str:
+    """A container's ``env:`` list in a Kubernetes manifest (a Deployment's
+    ``spec.template.spec.containers[]``); every value a quoted string, as Kubernetes requires
+    ("" where there is nothing to set)."""
+    if not items:
+        return ""
+    return "env:\n" + "".join(f"  - name: {k}\n    value: {json.dumps(v)}\n" for k, v in items).rstrip("\n")
 
 
 def _command(line: str) -> str:

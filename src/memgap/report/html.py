@@ -11,6 +11,7 @@ verdict and the recommendation in every form the terminal gives it.
 from __future__ import annotations
 
 import json
+from html import escape
 from typing import Any
 
 from .lab import across_line, apply_lines, cgroup_lines, pattern_evidence, table_rows, too_slow_line, variant_columns
@@ -222,3 +223,47 @@ function drawLayers(run) {
 def render_html(lab: dict[str, Any]) -> str:
     """The report page for a lab document."""
     return PAGE.replace("__DATA__", safe_json(_chart_data(lab)))
+
+
+_FRAGMENT_STYLE = """<style>
+.memgap-lab { font: 13px system-ui, sans-serif; color: #222; }
+.memgap-lab table { border-collapse: collapse; margin: 6px 0; }
+.memgap-lab td, .memgap-lab th { border-bottom: 1px solid #ddd; padding: 2px 8px; text-align: right; white-space: nowrap; }
+.memgap-lab td:first-child, .memgap-lab th:first-child, .memgap-lab td:nth-last-child(-n+2) { text-align: left; }
+.memgap-lab tr.recommended { font-weight: bold; }
+.memgap-lab pre { background: #f6f6f6; padding: 8px; white-space: pre-wrap; }
+</style>"""
+
+
+def _median(value: Any) -> str:
+    """A variant's median in bytes, for a data- attribute ("" where it has none)."""
+    return str(value[0]) if value else ""
+
+
+def _variants_table(lab: dict[str, Any]) -> str:
+    """The variants table as the terminal prints it; each row also carries the variant's idle,
+    after-trim and peak medians in exact bytes (data- attributes), for programs reading it."""
+    recommended = (lab.get("recommendation") or {}).get("variant")
+    head = "<tr>" + "".join(f"<th>{escape(c.header)}</th>" for c in variant_columns(lab)) + "</tr>"
+    rows = []
+    for v, cells in zip(lab["variants"], table_rows(lab), strict=True):
+        attrs = (f' data-variant="{escape(v["spec"])}" data-idle="{_median(v["idle"])}"'
+                 f' data-after-trim="{_median(v["after_trim"])}" data-peak="{_median(v["peak"])}"'
+                 + (' class="recommended"' if v["spec"] == recommended else ""))
+        rows.append(f"<tr{attrs}>" + "".join(f"<td>{escape(c)}</td>" for c in cells) + "</tr>")
+    return "<table>" + head + "".join(rows) + "</table>"
+
+
+def lab_fragment(lab: dict[str, Any]) -> str:
+    """A lab document as an HTML fragment (a ``div`` with its own scoped style; no script, no
+    network), for notebooks: the workload, the verdict, the variants table and the lines that
+    apply the recommendation, in the words of the terminal's report."""
+    rec = lab.get("recommendation")
+    notes = [too_slow_line(lab), across_line(lab), *cgroup_lines(lab), *lab.get("warnings", [])]
+    return ('<div class="memgap-lab">' + _FRAGMENT_STYLE
+            + f"<p>memgap lab of <code>{escape(' '.join(lab['cmd']))}</code>, {lab['reps']} repetitions</p>"
+            + f'<p>Verdict: <b class="verdict">{escape(lab["verdict"])}</b></p>'
+            + _variants_table(lab)
+            + "".join(f"<p>{escape(n)}</p>" for n in notes if n)
+            + (f"<pre>{escape(chr(10).join(apply_lines(rec)))}</pre>" if rec else "")
+            + "</div>")

@@ -131,7 +131,7 @@ def better_line(lab: dict[str, Any]) -> str:
 
 
 def apply_block(rec: dict[str, Any]) -> list[tuple[str, bool]]:
-    """The recommendation in every form it is given (shell, Dockerfile, systemd, Python, notes),
+    """The recommendation in every form it is given (shell, Dockerfile, systemd, Kubernetes, Python, notes),
     each line with whether it is one to copy: those are printed whole, never wrapped."""
     lines = [(f"Apply {rec['variant']}:", False)]
     lines += [(f"  setup, once:  {line}", True) for line in rec.get("setup", [])]
@@ -139,6 +139,9 @@ def apply_block(rec: dict[str, Any]) -> list[tuple[str, bool]]:
     if rec["dockerfile"]:
         lines.append(("  Dockerfile:   " + rec["dockerfile"].replace("\n", "\n                "), True))
     lines.append(("  systemd:      " + " ".join(rec["systemd"]), True))
+    if rec.get("kubernetes"):  # a lab saved before it has none
+        lines.append(("  Kubernetes (the container's env):", False))
+        lines += [("    " + line, True) for line in rec["kubernetes"].splitlines()]
     lines.append(("  Python (children spawned by this process):", False))
     lines += [("    " + line, True) for line in rec["python"].splitlines()]
     if rec.get("python_plain"):

@@ -1,0 +1,169 @@
+"""The recipes of docs/recipes.md, each measured on a real program: the page's gunicorn
+config (a trim after a request) against the same server without it; the multiprocessing lines
+(a pool with the spawn start method: the child's environ and its trimmer's trim); and the
+Dockerfile and Kubernetes lines, rendered from the lab's remedy lines, given to a process as
+a container runtime would (its environ, its arena count read by memgap from outside, against
+the same program started without them)."""
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from conftest import HERE, child_env
+from helpers import MiB, http, vmrss
+from memgap.collect import snapshot_pid
+from memgap.lab.remedy_lines import recommendation_lines
+from memgap.runs import BOOTSTRAP_DIR
+from memgap.sources.procfs import ProcReader
+from memgap.variants import parse_variant
+
+PAGE = os.path.join(HERE, "..", "docs", "recipes.md")
+PROGRAMS = os.path.join(HERE, "programs")
+BURSTS = 4
+VARIANT = "glibc:arena_max=2,trim=quiet"  # the lab's variant whose lines the container recipe renders
+
+
+def page():
+    with open(PAGE) as f:
+        return f.read()
+
+
+def block(first_line):
+    """The page's fenced code block whose first line is ``first_line``."""
+    found = re.search(r"```[a-z]*\n(" + re.escape(first_line) + r"\n.*?)```", page(), re.S)
+    assert found, f"no block starting {first_line!r} in docs/recipes.md"
+    return found.group(1)
+
+
+def installed_env(**extra):
+    """The environment of a program where memgap is installed: its bootstrap on PYTHONPATH stands
+    in for the memgap-activate.pth a pip install puts in site-packages (test_remedy_ships.py runs
+    that wheel)."""
+    env = child_env(**extra)
+    env["PYTHONPATH"] = BOOTSTRAP_DIR + os.pathsep + env["PYTHONPATH"]
+    return env
+
+
+def gunicorn(*args):
+    proc = subprocess.Popen([sys.executable, "-m", "gunicorn", "--chdir", PROGRAMS, "--bind", "127.0.0.1:0",
+                             "--workers", "2", "--preload", "--no-control-socket", *args, "web_apps:_plain_wsgi"],
+                            stderr=subprocess.PIPE, text=True, env=child_env(), start_new_session=True)
+    url, booted, seen = None, 0, []
+    for line in proc.stderr:
+        seen.append(line)
+        m = re.search(r"Listening at: (http://127\.0\.0\.1:\d+)", line)
+        url = m.group(1) if m else url
+        booted += "Booting worker with pid" in line
+        if booted == 2:
+            return proc, url
+    os.killpg(proc.pid, signal.SIGKILL)
+    pytest.fail(f"gunicorn did not start: {''.join(seen)}")
+
+
+def workers_rss(proc):
+    return sum(vmrss(c.pid) for c in psutil.Process(proc.pid).children())
+
+
+def test_a_trim_after_requests_instead_of_max_requests(tmp_path):
+    config = tmp_path / "gunicorn.conf.py"
+    config.write_text(block("# gunicorn.conf.py: a trim after a request that left memory free"))
+    servers = []
+    try:
+        servers.append(gunicorn())
+        servers.append(gunicorn("--config", str(config)))
+        (plain, plain_url), (hooked, hooked_url) = servers
+        for _ in range(BURSTS):  # the same requests to both: each a burst, one in eight blocks kept
+            for url in (plain_url, hooked_url):
+                status, _, body = http(url + "/burst")
+                assert status == 200, body
+        # the hook runs after the response is sent: the workers are read until they are below
+        # 0.7 of the plain server's (read each time too), or the deadline says they did not get there
+        deadline = time.monotonic() + 10
+        while True:
+            without, with_hook = workers_rss(plain), workers_rss(hooked)
+            if with_hook < 0.7 * without or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        print(f"after {BURSTS} bursts per server: workers' VmRSS {without / MiB:.0f} MiB without the hook, "
+              f"{with_hook / MiB:.0f} MiB with it ({with_hook / without:.2f}x)")
+        assert with_hook < 0.7 * without, (with_hook, without)
+    finally:
+        for proc, _ in servers:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            proc.stderr.close()
+
+
+def test_multiprocessing_children_started_by_spawn_trim():
+    with open(os.path.join(PROGRAMS, "spawn_pool.py")) as f:
+        program = f.read()
+    recipe = program.split("# recipe: start\n")[1].split("    # recipe: end")[0]
+    assert recipe.replace("\n    ", "\n").strip() in page()  # the page's lines are the ones that run
+    proc = subprocess.Popen([sys.executable, os.path.join(PROGRAMS, "spawn_pool.py")], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True, env=installed_env(), start_new_session=True)
+    try:
+        child = int(proc.stdout.readline())
+        after_burst = vmrss(child)
+        assert ProcReader(child).environ().get("MEMGAP_TRIMMER") == "1"
+        assert "MEMGAP_TRIMMER" not in ProcReader(proc.pid).environ()  # set by the recipe, not by the test
+        # the child's trimmer trims once it has been quiet for 2 s: its VmRSS, read here, drops
+        deadline, now = time.monotonic() + 15, after_burst
+        while after_burst - now < 40 * MiB and time.monotonic() < deadline:
+            time.sleep(0.2)
+            now = vmrss(child)
+        print(f"spawned child: VmRSS {after_burst / MiB:.0f} MiB after its burst, {now / MiB:.0f} MiB after its "
+              "trimmer's trim")
+        assert after_burst - now >= 40 * MiB, (after_burst, now)
+    finally:
+        proc.stdin.close()
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        proc.stdout.close()
+
+
+def kubernetes_env(manifest):
+    """The name and value pairs of a container's env: list (values as YAML's double-quoted scalars)."""
+    return {k: json.loads(v) for k, v in re.findall(r"- name: (\S+)\n\s+value: (\".*\")", manifest)}
+
+
+def arenas(env):
+    """A program with 8 threads, each holding a few allocations of its own, started with ``env``:
+    its environ as the kernel keeps it, and its glibc arena count read by memgap from outside."""
+    threads = ("import sys, threading\n"
+               "ready, done = threading.Barrier(9), threading.Barrier(9)\n"
+               "def work():\n    keep = [bytes(50_000) for _ in range(4)]\n    ready.wait(); done.wait()\n"
+               "for _ in range(8): threading.Thread(target=work).start()\n"
+               "ready.wait(); print('ready', flush=True); sys.stdin.readline(); done.wait()\n")
+    proc = subprocess.Popen([sys.executable, "-c", threads], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True, env=env)
+    try:
+        assert proc.stdout.readline() == "ready\n"
+        snap = snapshot_pid(proc.pid)
+        return ProcReader(proc.pid).environ(), snap.layers["allocator_free"].detail["arena_count"]
+    finally:
+        proc.communicate("\n", timeout=30)
+
+
+def test_container_env_reaches_the_process_and_its_allocator():
+    lines = recommendation_lines(parse_variant(VARIANT))
+    text = page()
+    # the page's Dockerfile and Kubernetes lines are the lab's own, rendered from its data
+    assert f"```dockerfile\n{lines['dockerfile']}\n```" in text
+    assert f"```yaml\n{lines['kubernetes']}\n```" in text
+    manifest = kubernetes_env(lines["kubernetes"])
+    assert manifest == {"MALLOC_ARENA_MAX": "2", "MEMGAP_TRIMMER": "1"}
+    # started with the manifest's env, as the container runtime starts the image's command
+    environ, count = arenas(installed_env(**manifest))
+    assert {k: environ.get(k) for k in manifest} == manifest
+    assert count <= 2, count
+    # the control: the same program without them has an arena per thread
+    plain = {k: v for k, v in child_env().items() if k not in manifest}
+    _, control = arenas(plain)
+    print(f"arenas: {count} with the manifest's env, {control} without")
+    assert control > 2, control
