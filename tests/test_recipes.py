@@ -127,6 +127,30 @@ def test_multiprocessing_children_started_by_spawn_trim():
         proc.stdout.close()
 
 
+def test_a_forked_worker_starts_its_own_trimmer():
+    """MEMGAP_TRIMMER=1 reaches a worker forked after start-up (gunicorn, Celery prefork, a fork
+    Pool): a thread does not survive fork(), so the bootstrap starts a trimmer in each child.
+    The worker's own threads (the kernel's count) and its VmRSS after a burst, read here."""
+    proc = subprocess.Popen([sys.executable, os.path.join(PROGRAMS, "fork_worker.py")], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True, env=installed_env(MEMGAP_TRIMMER="1"),
+                            start_new_session=True)
+    try:
+        child = int(proc.stdout.readline())
+        threads = int(ProcReader(child).status()["Threads"])
+        after_burst = vmrss(child)
+        deadline, now = time.monotonic() + 15, after_burst
+        while after_burst - now < 40 * MiB and time.monotonic() < deadline:
+            time.sleep(0.2)
+            now = vmrss(child)
+        assert threads == 2, threads  # its main thread and the trimmer
+        assert after_burst - now >= 40 * MiB, (after_burst, now)
+    finally:
+        proc.stdin.close()
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        proc.stdout.close()
+
+
 def kubernetes_env(manifest):
     """The name and value pairs of a container's env: list (values as YAML's double-quoted scalars)."""
     return {k: json.loads(v) for k, v in re.findall(r"- name: (\S+)\n\s+value: (\".*\")", manifest)}

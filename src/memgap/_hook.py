@@ -111,6 +111,20 @@ def freeze_at_fork() -> None:
     os.register_at_fork(before=gc.freeze, after_in_child=gc.enable)
 
 
+def _start_trimmer() -> bool:
+    """memgap's idle trimmer in this process (MEMGAP_TRIMMER=1); False where malloc is not glibc's."""
+    from .errors import Unsupported
+    from .remedies import Trimmer
+
+    try:
+        trimmer = Trimmer(on_trim=_record_trim if os.environ.get(RECORD_DIR_ENV) else None).start()
+    except Unsupported:
+        return False  # not glibc: nothing to trim, and the program runs as it would
+    atexit.register(trimmer.stop)
+    _trimmer_started("idle")
+    return True
+
+
 def install() -> None:
     global _installed
     if _installed:
@@ -124,17 +138,10 @@ def install() -> None:
         importlib.import_module(".api", __package__)
         atexit.register(_at_exit)
         _snapshot_before_exit()
-    if os.environ.get(TRIMMER_ENV) == "1":
-        from .errors import Unsupported
-        from .remedies import Trimmer
-
-        try:
-            trimmer = Trimmer(on_trim=_record_trim if os.environ.get(RECORD_DIR_ENV) else None).start()
-        except Unsupported:
-            pass  # not glibc: nothing to trim, and the program runs as it would
-        else:
-            atexit.register(trimmer.stop)
-            _trimmer_started("idle")
+    if os.environ.get(TRIMMER_ENV) == "1" and _start_trimmer():
+        # a thread does not survive fork(): each forked worker (gunicorn, Celery prefork, a fork
+        # Pool) starts one of its own, or MEMGAP_TRIMMER=1 would reach the master alone
+        os.register_at_fork(after_in_child=_start_trimmer)
     every = os.environ.get(TRIM_EVERY_ENV)
     if every:
         try:

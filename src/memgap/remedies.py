@@ -63,6 +63,11 @@ class Trimmer:
         if not detection.is_glibc:
             raise Unsupported(f"the trimmer needs glibc's malloc; this process runs {detection.name}")
         self._libc = glibc_malloc()
+        # imported here, not in the thread: a fork() while the thread imported it would leave
+        # the child a half-made module (a forked worker's trimmer then failed to start)
+        from .pymalloc_release import release_if_asked
+
+        self._release = release_if_asked
         self._thread = threading.Thread(target=self._loop, name="memgap-trimmer", daemon=True)
         self._thread.start()
         return self
@@ -79,8 +84,6 @@ class Trimmer:
         self.stop()
 
     def _loop(self) -> None:
-        from .pymalloc_release import release_if_asked
-
         status = ProcReader("self")
         pools = os.environ.get(PYMALLOC_RELEASE_ENV) == "1"
         last_in_use = last_blocks = None
@@ -107,7 +110,7 @@ class Trimmer:
             before = status_int(status.status(), "VmRSS")
             started = time.perf_counter()
             self._libc.trim(0)
-            release_if_asked()
+            self._release()
             self.stats.seconds += time.perf_counter() - started
             after = status_int(status.status(), "VmRSS")
             released = max(0, before - after)
