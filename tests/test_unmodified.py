@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from helpers import memgap, recommended
+from helpers import memgap, recommended, run_recorded
 
 PROGRAMS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "programs")
 BURST = os.path.join(PROGRAMS, "unmarked_burst.py")
@@ -219,25 +219,34 @@ def test_lab_ranks_a_c_program_on_the_quiet_spell_it_found_from_outside(tmp_path
     assert trim["status"] == "not-applied" and "trim=quiet" in trim["note"], trim
 
 
-def test_lab_ranks_a_preforked_tree_on_its_pss_total(tmp_path):
-    """A master and two forked workers sharing its data, all resting at once: the lab's idle
-    is the tree's sum by PSS, as each process read its own at rest, not the RSS sum that
-    counts the shared pages three times; each process's idle is in the JSON."""
+def test_lab_sweeps_a_preforked_tree_s_workers_and_ranks_each_on_its_pss_total(tmp_path):
+    """A master and one or two forked workers (--param WORKERS=1,2, the workload's env) sharing its
+    data, all resting at once: each cell's idle is the tree's sum by PSS, as each process read its
+    own at rest, not the RSS sum that counts the shared pages once per process; its peak is the
+    tree's (one sampling round's RSS summed), not its largest process's; the sweep's table shows both."""
     readings = tmp_path / "readings.txt"
     out = tmp_path / "lab.json"
-    proc = memgap("lab", "--reps", "1", "--variant", "glibc", "--json", str(out), "--dir", str(tmp_path / "runs"),
-                  "--", sys.executable, os.path.join(PROGRAMS, "forked_tree.py"), str(readings), "rest",
-                  timeout=120)
+    proc = memgap("lab", "--reps", "1", "--variant", "glibc", "--param", "WORKERS=1,2", "--json", str(out),
+                  "--dir", str(tmp_path / "runs"), "--", sys.executable, os.path.join(PROGRAMS, "forked_tree.py"),
+                  str(readings), "rest", timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    run = json.loads(out.read_text())["runs"][0]
+    runs = sorted(json.loads(out.read_text())["runs"], key=lambda r: r["order"])
     rows = [list(map(int, line.split())) for line in readings.read_text().splitlines()]
-    assert len(rows) == 3 and run["status"] == "ok" and len(run["tree"]) == 3, (rows, run)
-    pss, rss = sum(r[2] for r in rows), sum(r[1] for r in rows)
-    assert abs(run["idle"] - pss) <= 0.1 * pss, (run["idle"], pss, run["tree_how"])
-    assert rss > 2 * pss  # the shared data: what summing RSS would have counted three times
-    largest = max(r[1] for r in rows)  # the largest process on its own: its RSS
-    assert abs(run["process_idle"] - largest) <= 0.1 * largest, (run["process_idle"], rows)
-    assert "Idle is the tree's total" in " ".join(proc.stdout.split())
+    assert [r["params"] for r in runs] == [{"WORKERS": "1"}, {"WORKERS": "2"}] and len(rows) == 5, (runs, rows)
+    for run, own in ((runs[0], rows[:2]), (runs[1], rows[2:])):  # run one after the other: the readings too
+        assert run["status"] == "ok" and len(run["tree"]) == len(own), (run, own)
+        pss, rss = sum(r[2] for r in own), sum(r[1] for r in own)
+        assert abs(run["idle"] - pss) <= 0.1 * pss, (run["idle"], pss, run["tree_how"])
+        assert rss > 1.5 * pss  # the shared data: what summing RSS would have counted once per process
+        largest = max(r[1] for r in own)  # the largest process on its own: its RSS
+        assert abs(run["process_idle"] - largest) <= 0.1 * largest, (run["process_idle"], own)
+        # the tree's peak: at least its RSS summed at rest (each process's own reading), above its largest's
+        assert run["peak"] >= 0.95 * rss and run["process_peak"] < 0.8 * rss, (run["peak"], run["process_peak"], own)
+    text = " ".join(proc.stdout.split())
+    assert "Idle is the tree's total" in text and "the peak is the tree's" in text
+    assert "the tree's idle PSS and peak RSS per setting" in text
+    for cell, run in zip(("WORKERS=1", "WORKERS=2"), runs, strict=True):  # each cell's row: the tree's PSS
+        assert f"{cell} │ {run['idle'] / 2**20:.0f} │" in text, (cell, text)
 
 
 def test_lab_measures_freezing_the_collector_at_fork_on_a_preforked_tree(tmp_path):
@@ -267,3 +276,21 @@ def test_lab_measures_freezing_the_collector_at_fork_on_a_preforked_tree(tmp_pat
     rec = lab["recommendation"]
     assert rec["env"] == {"MEMGAP_GC_FREEZE_AT_FORK": "1"} and "gc.freeze" in rec["python_plain"]
     assert "pre_fork" in " ".join(rec["notes"])
+
+
+def test_run_totals_a_preforked_tree_by_pss_at_idle(tmp_path):
+    """`memgap run` on a master and two forked workers sharing its data, all resting at once: the
+    run's JSON and its report total the tree at idle by PSS, as each process read its own at rest,
+    beside the RSS sum (which counts the shared pages once per process)."""
+    readings = tmp_path / "readings.txt"
+    proc, run = run_recorded(tmp_path, [sys.executable, os.path.join(PROGRAMS, "forked_tree.py"), str(readings),
+                                        "rest"])
+    rows = [list(map(int, line.split())) for line in readings.read_text().splitlines()]
+    tree = run["tree"]
+    assert len(rows) == 3 and sorted(tree["pids"]) == sorted(r[0] for r in rows), (tree, rows)
+    pss, rss = sum(r[2] for r in rows), sum(r[1] for r in rows)
+    assert abs(tree["pss"] - pss) <= 0.1 * pss, (tree, pss)
+    assert abs(tree["rss_sum"] - rss) <= 0.1 * rss and rss > 2 * pss, (tree, rss)
+    text = " ".join(proc.stdout.split())
+    assert f"The tree at idle: 3 processes, PSS {tree['pss'] / 2**20:.1f} MiB" in text, text[-3000:]
+    assert f"RSS summed {tree['rss_sum'] / 2**20:.1f} MiB (counts a shared page once per process)" in text

@@ -273,13 +273,14 @@ class RunDocument:
     errors: list[dict[str, Any]] = field(default_factory=list)
     metrics: dict[str, float] = field(default_factory=dict)
     record_dir: str = ""
+    tree: dict[str, Any] | None = None  # the tree at idle, summed (memgap.tree_idle.TreeAtIdle.to_dict)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"schema": RUN_SCHEMA}
         for f in dataclasses.fields(self):
             out[f.name] = getattr(self, f.name)
         out["processes"] = [p.to_dict() for p in self.processes]
-        return {k: out[k] for k in _RUN_ORDER}
+        return {k: out[k] for k in _RUN_ORDER if k not in _RUN_OPTIONAL or out[k] is not None}
 
     @classmethod
     def from_dict(cls, data: Any, what: str = "run document") -> RunDocument:
@@ -290,7 +291,8 @@ class RunDocument:
 # The run document's fields in the order load_run has always written them.
 _RUN_ORDER = ("schema", "cmd", "start", "machine", "interval", "exit_code", "complete", "timed_out",
               "stopped_at_idle", "load_seconds", "oom_kills", "cgroup", "env", "agent", "duration", "processes",
-              "timeline", "findings", "errors", "metrics", "record_dir")
+              "timeline", "findings", "errors", "metrics", "record_dir", "tree")
+_RUN_OPTIONAL = ("tree",)  # added since 8a6ec88: written where there is one
 
 
 @dataclass
@@ -328,6 +330,7 @@ class RunFigures:
     tree: list[dict[str, Any]] = field(default_factory=list)  # every process's idle: cmd, rss, pss, rule
     process_idle: int | None = None  # the measured process's own idle figure, where idle is the tree's total
     tree_how: str = ""             # how the tree's total was summed, where idle is the tree's total
+    process_peak: int | None = None  # the measured process's own peak, where peak is the tree's
     cgroup_peak: int | None = None   # the run's own memory cgroup's highest charge (its tree's, page cache included)
     cgroup_limit: int | None = None  # that cgroup's limit (memgap lab --memory-limit)
 
@@ -337,6 +340,8 @@ class RunFigures:
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         out["status"] = self.status.value
+        if self.process_peak is None:  # added since 8a6ec88: written where the peak is the tree's
+            del out["process_peak"]
         return out
 
     @classmethod

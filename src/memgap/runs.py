@@ -29,6 +29,7 @@ from .marks import CpuActivity, PhaseClock, StdoutMarks
 from .model import RUN_SCHEMA
 from .recording import RecordingWriter, child_recording_path, read_events
 from .sources.procfs import ProcReader, oom_kills, status_int
+from .tree_idle import tree_at_idle
 
 if TYPE_CHECKING:
     from .lab.cgroup_limit import RunCgroup
@@ -514,6 +515,7 @@ def load_run(record_dir: str) -> RunDocument:
         "record_dir": record_dir,
     }, f"recording {record_dir}")
     run.findings = _series_findings(run.processes)
+    run.tree = tree.to_dict() if (tree := tree_at_idle(run)) is not None else None  # summed by PSS
     return run
 
 

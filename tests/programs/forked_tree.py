@@ -1,7 +1,7 @@
 """A preforked tree, as users run them: a master builds about 50 MiB of small Python
-objects, forks two workers that keep them (shared copy-on-write) and each fill 24 MiB of
-their own. Nothing imports memgap. Each process appends "PID RSS PSS USS" (bytes, from
-its own /proc/self) to argv[1]:
+objects, forks two workers ($WORKERS: a lab's --param sweeps it) that keep them (shared
+copy-on-write) and each fill 24 MiB of their own. Nothing imports memgap. Each process
+appends "PID RSS PSS USS" (bytes, from its own /proc/self) to argv[1]:
 
     python forked_tree.py READINGS_FILE hold   # each says "ready PID" on stdout, reads on
                                                # SIGUSR1, and rests until killed (60 s at most)
@@ -35,7 +35,7 @@ def rest() -> None:
 
 data = [str(i) * 4 for i in range(600_000)]  # about 50 MiB of small objects, shared after the fork
 workers = []
-for _ in range(2):
+for _ in range(int(os.environ.get("WORKERS", "2"))):
     pid = os.fork()
     if pid == 0:
         private = bytearray(os.urandom(1 << 20) * 24)  # 24 MiB of the worker's own

@@ -9,6 +9,7 @@ from typing import Any
 
 from ..documents import ProcessRecord, RunDocument, RunFigures, RunStatus, TrimMode
 from ..idle import BEFORE_EXIT_PHASE, QUIET_PHASE, idle_of_process
+from ..tree_idle import peak_of_tree, tree_at_idle
 from ..units import MiB
 from ..variants import Variant, parse_variant
 
@@ -261,46 +262,30 @@ def _idle_after_the_trimmer(m: RunFigures, proc: ProcessRecord) -> None:
                                          "16 MiB free or pymalloc=release is on)"]))
 
 
-ALIVE_SLACK = 0.5  # s: a process last sampled this long before the idle moment was still there
-
-
 def _tree_total(m: RunFigures, run: RunDocument, proc: ProcessRecord, variant: Variant) -> None:
     """Where several processes of the tree live at the measured process's idle, rank on their
-    sum counted without double-counting shared pages: each one's PSS at its own idle, less
-    what the variant's trims then released (private pages: PSS falls by as much)."""
-    at = _idle_began(proc)
-    start = run.start
-    if m.idle is None or at is None or start is None:
+    sum counted without double-counting shared pages (memgap.tree_idle): each one's PSS at its
+    own idle, less what the variant's trims then released (private pages: PSS falls by as much).
+    The peak becomes the tree's: the highest sum of the RSS of one sampling round (no PSS is
+    sampled: reading smaps_rollup ten times a second would cost the tree's sampling its rate)."""
+    if m.idle is None:
         return
-    last_seen: dict[int, float] = {}
-    for s in run.timeline:
-        last_seen[s["pid"]] = max(last_seen.get(s["pid"], 0.0), start + s["t"])
-    for p in run.processes:  # read from outside later than sampled: the recorder's rounds wait on snapshots
-        times = [s.get("time") or 0.0 for s in p.snapshots] + [read[0] for read in p.pss_reads or []]
-        last_seen[p.pid] = max([last_seen.get(p.pid, 0.0), *times])
-    alive = [p for p in run.processes if p.idle and (p is proc or last_seen.get(p.pid, 0.0) >= at - ALIVE_SLACK)]
-    if len(alive) < 2:
+    tree = tree_at_idle(run, proc)
+    if tree is None:
         return
-    total, by_rss = 0, 0
-    for p in alive:
+    total = 0
+    for p in tree.processes:
         idle = p.idle or {}
         after = m.idle if p is proc else _after_variant(p, variant)
         released = max(0, idle["rss"] - after)
-        if idle.get("pss") is None:
-            by_rss += 1
         total += max(0, (idle["pss"] if idle.get("pss") is not None else idle["rss"]) - released)
     m.process_idle, m.idle = m.idle, total
-    m.tree_how = (f"the sum over the {len(alive)} processes alive at idle of each one's PSS at its idle"
-                  + (f" (RSS for {by_rss} read without a snapshot)" if by_rss else "")
-                  + (", less what the variant's trims released" if variant.trim else ""))
-
-
-def _idle_began(proc: ProcessRecord) -> float | None:
-    """When the measured process's idle began: its quiet spell's start where a spell found it
-    (processes alive during that spell are its tree at idle), else the idle moment."""
-    idle = proc.idle or {}
-    snap = next((s for s in proc.snapshots if s.get("time") == idle.get("time")), {})
-    return snap.get("quiet_since") or idle.get("time")
+    m.tree_how = tree.how() + (", less what the variant's trims released" if variant.trim else "")
+    peak = peak_of_tree(run.timeline)
+    if peak is not None:  # never below the measured process's own (its VmHWM may pass its samples)
+        m.process_peak, m.peak = m.peak, max(peak[0], m.peak or 0)
+        m.tree_how += (f"; the peak is the tree's: the highest sum of its processes' RSS sampled at one round "
+                       f"({peak[1]} processes; RSS counts a shared page once per process)")
 
 
 def _after_variant(p: ProcessRecord, variant: Variant) -> int:

@@ -199,7 +199,9 @@ def sweep_table(lab: dict[str, Any], spec: str, width: int = 170) -> RenderableT
     rows = lab.get("sweep", {}).get(spec)
     if not rows:
         return None
-    title = f"{spec}: idle and peak RSS per setting (MiB), growth over the first setting"
+    tree = any(r.get("tree_how") for r in lab["runs"] if r["variant"] == spec)  # a tree's totals (measured_line)
+    what = "the tree's idle PSS and peak RSS" if tree else "idle and peak RSS"
+    title = f"{spec}: {what} per setting (MiB), growth over the first setting"
     names = list(lab["params"])
     if len(names) == 2:
         return _sweep_grid(lab, rows, title, width)

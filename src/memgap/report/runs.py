@@ -91,6 +91,12 @@ def agent_exit_line(pid: int, last: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
+def tree_line(tree: dict[str, Any]) -> str:
+    """The tree's total at idle (the run document's ``tree``), in one line."""
+    return (f"The tree at idle: {tree['processes']} processes, PSS {mib(tree['pss'])} MiB ({tree['how']}: what "
+            f"the tree costs); RSS summed {mib(tree['rss_sum'])} MiB (counts a shared page once per process)")
+
+
 def render_run(run: dict[str, Any], stream: TextIO, width: int | None = None) -> None:
     console = console_on(stream, width)
     if run["timeline"]:
@@ -112,6 +118,8 @@ def render_run(run: dict[str, Any], stream: TextIO, width: int | None = None) ->
             console.print(f"...and at exit (after the program's own teardown began): RSS {mib(at_exit[-1]['rss'])} "
                           f"MiB against {mib(snap['rss'])} at {moment}")
             render_snapshot(Snapshot.from_dict(at_exit[-1]), stream, width)
+    if run.get("tree"):
+        console.print(tree_line(run["tree"]))
     if run["findings"]:
         console.print("Over the phases:")
         print_findings(console, [Finding(**{k: v for k, v in f.items() if k != "pid"}) for f in run["findings"]])
