@@ -4,8 +4,8 @@ import pathlib
 
 import pytest
 
-from memgap import allocators
 from memgap import variants as V  # noqa: N812 - a short alias, on most lines
+from memgap.allocators import CATALOGUE, Allocator, find_library
 from memgap.errors import UsageError
 from memgap.lab.metrics import RunMetrics, classify_pattern
 from memgap.lab.runner import recommendation_lines as remedy_lines
@@ -55,8 +55,8 @@ def test_bad_specs_are_usage_errors(spec):
 
 
 def test_missing_allocator_is_skipped_with_the_install_line(monkeypatch):
-    monkeypatch.setitem(allocators.CATALOGUE, "mimalloc",
-                        allocators.Allocator("mimalloc", "libmimalloc-not-here.so.9", "libmimalloc2.0", "MIMALLOC_*"))
+    missing = Allocator("mimalloc", "libmimalloc-not-here.so.9", "libmimalloc2.0", "MIMALLOC_*")
+    monkeypatch.setitem(CATALOGUE, "mimalloc", missing)
     ready, skipped = V.resolve([V.parse_variant("glibc"), V.parse_variant("mimalloc")])
     assert [v.spec for v in ready] == ["glibc"]
     assert skipped == ["mimalloc: libmimalloc-not-here.so.9 not found; install it with "
@@ -297,7 +297,7 @@ def test_a_variant_that_failed_a_run_is_not_recommended():
 def test_allocators_in_the_users_folders_come_first(monkeypatch, tmp_path):
     (tmp_path / "libjemalloc.so.2").write_bytes(b"")  # a path lookup: the file is never loaded here
     monkeypatch.setenv("MEMGAP_ALLOCATOR_DIRS", f"/nonexistent:{tmp_path}")
-    assert allocators.find_library("jemalloc") == str(tmp_path / "libjemalloc.so.2")
+    assert find_library("jemalloc") == str(tmp_path / "libjemalloc.so.2")
 
 
 def test_a_pymalloc_setting_on_a_program_that_is_not_python_did_not_apply():

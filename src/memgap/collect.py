@@ -301,21 +301,14 @@ def _allocator_dict(detection: allocator_source.AllocatorDetection, mallinfo: Ma
 
 def _ask_agent(reader: ProcReader, pid: int, proc_root: str) -> tuple[AgentReport | None, str]:
     """The report of the native agent preloaded in ``pid`` (None if it has none), and why not."""
-    from .agent.client import query, socket_path
+    from .agent.client import find_socket, query
 
     try:
-        environ = reader.environ()
-        uid = os.stat(f"{proc_root}/{pid}").st_uid
-    except (OSError, MemgapError):
+        path = find_socket(pid, proc_root, reader)
+    except MemgapError as exc:
+        return None, str(exc)
+    if path is None:
         return None, ""
-    if "memgap" not in environ.get("LD_PRELOAD", ""):
-        return None, ""
-    path = socket_path(pid, environ, uid)
-    try:
-        if os.stat(path).st_uid != uid:  # a socket the process's owner did not make is not its agent
-            return None, f"agent socket {path} is not owned by the process's user"
-    except OSError:
-        return None, f"the agent is preloaded but has no socket at {path}"
     try:
         return query(path), ""
     except MemgapError as exc:
