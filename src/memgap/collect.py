@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .attribution import PSS_DERIVATION, Measurements, attribute
-from .errors import MemgapError, PidReused, Unsupported
+from .errors import MemgapError, Unsupported
 from .memory_map import MappedPages, MemoryMap, read_memory_map
 from .model import Layer, Region, Snapshot
+from .processes import ProcessIdentity
 from .sources import allocator as allocator_source
 from .sources.anon_objects import find_anon_objects
 from .sources.cgroup import read_memory_cgroup
@@ -355,8 +356,7 @@ def snapshot_pid(pid: int, options: Options | None = None, proc_root: str = "/pr
         pools = census(reader, memmap.resident, [(r.start, r.end) for r in regions if r.owner == "pymalloc-arena"],
                        DEFAULT_POOL_SIZE) if is_python else None
         cmd = reader.cmdline()
-        if reader.stat().start_time != stat_before.start_time:
-            raise PidReused(pid, "its start time changed while memgap read it")
+        ProcessIdentity(pid, stat_before.start_time).check(now=reader.stat().start_time)
     rss = status_int(status, "VmRSS")
     measured = Measurements(rss, regions, detection.name, layout, notes=notes, pools=pools)
     _take_agent_figures(measured, report)
