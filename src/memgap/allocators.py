@@ -37,7 +37,7 @@ CATALOGUE = {a.name: a for a in (
     Allocator("mimalloc", "libmimalloc.so.2", "libmimalloc2.0", "MIMALLOC_*"),
 )}
 ALLOCATORS = tuple(CATALOGUE)
-PRELOADED = tuple(name for name, a in CATALOGUE.items() if a.library)  # those run by preloading a library
+PRELOADABLE = tuple(name for name, a in CATALOGUE.items() if a.library)  # those run by preloading a library
 
 # glibc's tunables by their short names, each set through its MALLOC_*_ variable; any tunable
 # named in full (TUNABLE_PREFIX...) goes through GLIBC_TUNABLES

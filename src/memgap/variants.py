@@ -1,4 +1,5 @@
-"""Allocator variants: parsing ``--variant`` specs, finding allocators, building env.
+"""Allocator variants: parsing ``--variant`` specs, their libraries found, their environment built
+(the allocators themselves, their libraries and option variables: ``allocators``).
 
 Below the lab (which runs the variants) and the remedies (``preload_env`` builds its
 environment from one), so that neither has to import the other.
@@ -35,7 +36,7 @@ from .allocators import (
     ALLOCATORS,
     CATALOGUE,
     GLIBC_TUNABLES,
-    PRELOADED,
+    PRELOADABLE,
     TUNABLE_PREFIX,
     find_library,
     install_hint,
@@ -213,7 +214,7 @@ def resolve(variants: list[Variant]) -> tuple[list[Variant], list[str]]:
     check_tunables(variants)
     ready, skipped = [], []
     for v in variants:
-        if v.allocator in PRELOADED:
+        if v.allocator in PRELOADABLE:
             path = find_library(v.allocator)
             if path is None:
                 skipped.append(f"{v.spec}: {CATALOGUE[v.allocator].library} not found; install it with "

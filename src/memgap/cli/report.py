@@ -12,7 +12,7 @@ import json
 import os
 import sys
 
-from ..allocators import CATALOGUE, PRELOADED, find_library
+from ..allocators import CATALOGUE, PRELOADABLE, find_library
 from ..documents import LabDocument, RunDocument, RunFigures, load_document
 from ..errors import MalformedInput, UsageError
 from ..lab.runner import LabOptions, lab_document
@@ -68,7 +68,7 @@ def _lab_from_folder(path: str) -> LabDocument:
     except (KeyError, TypeError, ValueError) as exc:
         raise MalformedInput(where, f"not a lab's header and runs ({exc!r})") from None
     for v in variants:  # the preload the recommendation prints: where this machine has the library
-        if v.allocator in PRELOADED:
+        if v.allocator in PRELOADABLE:
             v.library = find_library(v.allocator) or CATALOGUE[v.allocator].library
     options = LabOptions(cmd, variants, reps, lab_dir=path,
                          skipped=list(header.get("skipped", [])), params=_swept(runs),
