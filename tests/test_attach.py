@@ -383,12 +383,19 @@ def test_trim_of_a_non_glibc_process_is_unsupported(tmp_path, spawn):
 
 def test_pid_reused_before_gdb_attaches(target_exe, spawn, monkeypatch, capsys):
     """memgap read a process whose start time differs from the one the PID has at attach."""
+    import dataclasses
+
     import memgap.cli
     import memgap.cli.inspect as inspect_cli
 
     t = spawn(target_exe, "hold")
-    real = inspect_cli.start_time(t.pid)
-    monkeypatch.setattr(inspect_cli, "start_time", lambda pid, proc_root="/proc": real - 1)
+    checked = inspect_cli.snapshot_checked
+
+    def read_earlier(*args):  # the outside read saw a process that started one tick before this one
+        snap, identity = checked(*args)
+        return snap, dataclasses.replace(identity, start_time=identity.start_time - 1)
+
+    monkeypatch.setattr(inspect_cli, "snapshot_checked", read_earlier)
     assert memgap.cli.main(["inspect", str(t.pid), "--deep"]) == 7
     assert "was reused" in capsys.readouterr().err
     t.check_unharmed()
@@ -396,17 +403,17 @@ def test_pid_reused_before_gdb_attaches(target_exe, spawn, monkeypatch, capsys):
 
 def test_top_stops_when_the_pid_is_reused(target_exe, spawn, monkeypatch, capsys):
     import memgap.cli
-    import memgap.cli.top as top_cli
+    import memgap.processes
 
     t = spawn(target_exe, "hold")
-    real = top_cli.start_time(t.pid)
+    real = memgap.processes.start_time(t.pid)
     calls = []
 
-    def fake(pid):
+    def fake(pid, proc_root="/proc"):
         calls.append(pid)
         return real if len(calls) <= 2 else real + 100  # the second refresh finds another process
 
-    monkeypatch.setattr(top_cli, "start_time", fake)
+    monkeypatch.setattr(memgap.processes, "start_time", fake)
     assert memgap.cli.main(["top", str(t.pid), "--iterations", "5", "--interval", "0.01"]) == 7
     captured = capsys.readouterr()
     assert captured.out.count("---") == 1 and "was reused" in captured.err

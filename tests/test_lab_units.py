@@ -7,10 +7,12 @@ import re
 import pytest
 
 from memgap import variants as V  # noqa: N812 - a short alias, on most lines
+from memgap.allocators import CATALOGUE, Allocator, find_library
 from memgap.errors import UsageError
 from memgap.lab.metrics import RunMetrics, classify_pattern
-from memgap.lab.runner import recommendation_lines
+from memgap.lab.runner import recommendation_lines as remedy_lines
 from memgap.lab.verdict import decide, summarize
+from memgap.report.remedy import remedy_forms
 
 MiB = 1 << 20
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
@@ -55,11 +57,17 @@ def test_bad_specs_are_usage_errors(spec):
 
 
 def test_missing_allocator_is_skipped_with_the_install_line(monkeypatch):
-    monkeypatch.setitem(V.LIBRARIES, "mimalloc", ("libmimalloc-not-here.so.9", "libmimalloc2.0"))
+    missing = Allocator("mimalloc", "libmimalloc-not-here.so.9", "libmimalloc2.0", "MIMALLOC_*")
+    monkeypatch.setitem(CATALOGUE, "mimalloc", missing)
     ready, skipped = V.resolve([V.parse_variant("glibc"), V.parse_variant("mimalloc")])
     assert [v.spec for v in ready] == ["glibc"]
     assert skipped == ["mimalloc: libmimalloc-not-here.so.9 not found; install it with "
                        "`apt-get install libmimalloc2.0`"]
+
+
+def recommendation_lines(variant, python=True):
+    """The recommendation as the lab document holds it: the lines, rendered."""
+    return remedy_forms(remedy_lines(variant, python))
 
 
 def test_recommendation_lines():
@@ -296,7 +304,7 @@ def test_a_variant_that_failed_a_run_is_not_recommended():
 def test_allocators_in_the_users_folders_come_first(monkeypatch, tmp_path):
     (tmp_path / "libjemalloc.so.2").write_bytes(b"")  # a path lookup: the file is never loaded here
     monkeypatch.setenv("MEMGAP_ALLOCATOR_DIRS", f"/nonexistent:{tmp_path}")
-    assert V.find_library("jemalloc") == str(tmp_path / "libjemalloc.so.2")
+    assert find_library("jemalloc") == str(tmp_path / "libjemalloc.so.2")
 
 
 def test_a_pymalloc_setting_on_a_program_that_is_not_python_did_not_apply():

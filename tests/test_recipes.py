@@ -19,6 +19,7 @@ from conftest import HERE, child_env
 from helpers import MiB, http, vmrss
 from memgap.collect import snapshot_pid
 from memgap.lab.remedy_lines import recommendation_lines
+from memgap.report.remedy import remedy_forms
 from memgap.runs import BOOTSTRAP_DIR
 from memgap.sources.procfs import ProcReader
 from memgap.variants import parse_variant
@@ -175,7 +176,7 @@ def arenas(env):
 
 
 def test_container_env_reaches_the_process_and_its_allocator():
-    lines = recommendation_lines(parse_variant(VARIANT))
+    lines = remedy_forms(recommendation_lines(parse_variant(VARIANT)))
     text = page()
     # the page's Dockerfile and Kubernetes lines are the lab's own, rendered from its data
     assert f"```dockerfile\n{lines['dockerfile']}\n```" in text

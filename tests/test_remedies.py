@@ -9,6 +9,7 @@ import pytest
 
 from conftest import child_env
 from helpers import JEMALLOC
+from memgap.allocators import find_library, preloaded
 from memgap.remedies import preload_env, spawn_env, verify_env
 from memgap.runs import BOOTSTRAP_DIR
 
@@ -143,3 +144,20 @@ def test_periodic_trim_from_the_bootstrap():
     env = {"MEMGAP_TRIM_EVERY": "0.3", "PYTHONPATH": BOOTSTRAP_DIR + os.pathsep + child_env()["PYTHONPATH"]}
     trimmed = _burst(**env)
     assert trimmed["after"] < 60 << 20, trimmed
+
+
+def test_a_library_goes_in_front_of_ld_preload_once():
+    assert preloaded("/l/je.so") == "/l/je.so"                                   # nothing there before
+    assert preloaded("/l/je.so", "/u/b.so") == "/l/je.so /u/b.so"                # the user's kept, after it
+    assert preloaded("/l/je.so", "/u/b.so /l/je.so") == "/l/je.so /u/b.so"       # once, in front
+    assert preloaded("/l/je.so", "/u/b.so:/l/je.so  /u/c.so") == "/l/je.so /u/b.so /u/c.so"  # ld.so's colons
+
+
+def test_the_preloaded_libraries_are_mapped():
+    """A program started with the value maps the library put in front and the one already there."""
+    jemalloc, mimalloc = find_library("jemalloc"), find_library("mimalloc")
+    assert jemalloc and mimalloc, "scripts/setup.sh installs libjemalloc2 and libmimalloc2.0"
+    env = child_env(LD_PRELOAD=preloaded(jemalloc, mimalloc))
+    maps = subprocess.run(["cat", "/proc/self/maps"], env=env, capture_output=True, text=True, check=True).stdout
+    mapped = {os.path.realpath(line.split()[-1]) for line in maps.splitlines() if line.split()[-1].startswith("/")}
+    assert {os.path.realpath(jemalloc), os.path.realpath(mimalloc)} <= mapped

@@ -102,3 +102,17 @@ def test_trim_estimate_knows_fastbin_consolidation_merges_into_the_top(tmp_path)
     assert thread["bins_free_resident"] >= 700 << 10  # in a bin: a walk of the bins alone would count it
     assert thread["joins_top_resident"] >= 700 << 10 and thread["trim_releasable"] <= 64 << 10, thread
     assert released <= 128 << 10  # and the trim indeed gave back none of it
+
+
+def test_a_process_is_its_pid_and_start_time():
+    from memgap.errors import PidReused
+    from memgap.processes import ProcessIdentity
+
+    with open(f"/proc/{os.getpid()}/stat") as fh:  # field 22, after the command name in parentheses
+        started = int(fh.read().rpartition(")")[2].split()[19])
+    me = ProcessIdentity.of(os.getpid())
+    assert me == ProcessIdentity(os.getpid(), started)
+    me.check()  # still this process
+    with pytest.raises(PidReused, match=r"was reused by another process \(its start time changed while") as err:
+        ProcessIdentity(os.getpid(), started + 1).check()
+    assert err.value.exit_code == 7

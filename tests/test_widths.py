@@ -268,7 +268,8 @@ def inside(holder):
 
     if not shutil.which("gdb"):
         pytest.skip("gdb is not installed")
-    snap, started = snapshot_checked(holder.pid, Options(regions=True), "/proc")
+    snap, identity = snapshot_checked(holder.pid, Options(regions=True), "/proc")
+    started = identity.start_time
     try:
         found = deep(holder.pid, snap, started, GdbOptions())
         trimmed = trim(holder.pid, snap, started, GdbOptions())
@@ -318,7 +319,8 @@ def _inside(cmd, env=None):
     try:
         proc.stdout.readline()
         assert proc.stdout.readline() == "ready\n"
-        snap, started = snapshot_checked(proc.pid, Options(regions=True), "/proc")
+        snap, identity = snapshot_checked(proc.pid, Options(regions=True), "/proc")
+        started = identity.start_time
         found = deep(proc.pid, snap, started, GdbOptions())
         trimmed = trim(proc.pid, snap, started, GdbOptions())
         after = snapshot_pid(proc.pid, Options(regions=False))

@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .attribution import PSS_DERIVATION, Measurements, attribute
-from .errors import MemgapError, PidReused, Unsupported
+from .errors import MemgapError, Unsupported
 from .memory_map import MappedPages, MemoryMap, read_memory_map
 from .model import Layer, Region, Snapshot
+from .processes import ProcessIdentity
 from .sources import allocator as allocator_source
 from .sources.anon_objects import find_anon_objects
 from .sources.cgroup import read_memory_cgroup
@@ -301,21 +302,14 @@ def _allocator_dict(detection: allocator_source.AllocatorDetection, mallinfo: Ma
 
 def _ask_agent(reader: ProcReader, pid: int, proc_root: str) -> tuple[AgentReport | None, str]:
     """The report of the native agent preloaded in ``pid`` (None if it has none), and why not."""
-    from .agent.client import query, socket_path
+    from .agent.client import find_socket, query
 
     try:
-        environ = reader.environ()
-        uid = os.stat(f"{proc_root}/{pid}").st_uid
-    except (OSError, MemgapError):
+        path = find_socket(pid, proc_root, reader)
+    except MemgapError as exc:
+        return None, str(exc)
+    if path is None:
         return None, ""
-    if "memgap" not in environ.get("LD_PRELOAD", ""):
-        return None, ""
-    path = socket_path(pid, environ, uid)
-    try:
-        if os.stat(path).st_uid != uid:  # a socket the process's owner did not make is not its agent
-            return None, f"agent socket {path} is not owned by the process's user"
-    except OSError:
-        return None, f"the agent is preloaded but has no socket at {path}"
     try:
         return query(path), ""
     except MemgapError as exc:
@@ -362,8 +356,7 @@ def snapshot_pid(pid: int, options: Options | None = None, proc_root: str = "/pr
         pools = census(reader, memmap.resident, [(r.start, r.end) for r in regions if r.owner == "pymalloc-arena"],
                        DEFAULT_POOL_SIZE) if is_python else None
         cmd = reader.cmdline()
-        if reader.stat().start_time != stat_before.start_time:
-            raise PidReused(pid, "its start time changed while memgap read it")
+        ProcessIdentity(pid, stat_before.start_time).check(now=reader.stat().start_time)
     rss = status_int(status, "VmRSS")
     measured = Measurements(rss, regions, detection.name, layout, notes=notes, pools=pools)
     _take_agent_figures(measured, report)

@@ -510,10 +510,9 @@ def gdb_seconds(session: GdbSession) -> dict[str, float]:
 
 
 def _trim_via_agent(pid: int, proc_root: str, estimate: dict[str, Any]) -> dict[str, Any]:
-    from .agent.client import socket_path, trim as agent_trim
+    from .agent.client import trim_pid
 
-    environ = ProcReader(pid, proc_root).environ()
-    result = agent_trim(socket_path(pid, environ, os.stat(f"{proc_root}/{pid}").st_uid))
+    result = trim_pid(pid, proc_root)
     return TrimRecord(result.rss_before, result.rss_after, TrimRoute.AGENT, seconds=result.seconds,
                       details={"returned": None, "notes": [], **estimate}).to_dict()
 

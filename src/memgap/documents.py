@@ -350,6 +350,22 @@ class RunFigures:
 
 
 @dataclass
+class RemedyLines:
+    """What applies a lab's recommendation where the program is deployed, as data (``report.remedy``
+    renders it for a shell, a Dockerfile, systemd and Python; the lab document holds both).
+
+    ``env``: the variables to set; ``setup``: commands to run once (each may end in a
+    ``   # comment``); ``python_plain``: plain Python doing the same without memgap ("" where
+    none can); ``notes``: what was measured and what the lines do (gunicorn's and uWSGI's
+    hooks among them)."""
+
+    env: dict[str, str] = field(default_factory=dict)
+    setup: list[str] = field(default_factory=list)
+    python_plain: str = ""
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
 class LabDocument:
     """A lab's result (``memgap.lab/1``, docs/json.md): every run's figures, each variant's
     summary per cell (``variants``, ``cells``: dicts, fields in docs/json.md) and the verdict."""

@@ -29,6 +29,7 @@ from .metrics_export import (
     render,
     scrape_families,
 )
+from .processes import ProcessIdentity
 from .sources.procfs import ProcReader
 
 
@@ -122,11 +123,10 @@ class Scraper:
         self._ready = threading.Event()
         self._wake = threading.Event()
 
-    def _read(self, proc: Process) -> Target | None:
+    def _read(self, proc: Process) -> Target:
         snap = snapshot_pid(proc.pid, Options(regions=False))
-        # a PID reused since it was found names another process: it is found afresh next scrape
-        if ProcReader(proc.pid).stat().start_time != proc.start:
-            return None
+        # a PID reused since it was found names another process (PidReused): it is found afresh next scrape
+        ProcessIdentity(proc.pid, proc.start).check()
         return Target(snap, "", 0)
 
     def targets(self) -> list[Target]:
@@ -142,8 +142,7 @@ class Scraper:
                 errors.append(exc)
                 print(f"memgap: serve-metrics: {exc}", file=self._log, flush=True)
                 continue
-            if target is not None:
-                read.append((proc, target))
+            read.append((proc, target))
         procs = [p for p, _ in read]
         labels = label_tree(procs) if self.selection.tree else label_by_command(procs)
         self.errors_total += len(errors)

@@ -1,8 +1,12 @@
 """A process's identity and its tree, as the commands that read it from outside need them."""
 from __future__ import annotations
 
-from .errors import NoSuchProcess
+from dataclasses import dataclass
+
+from .errors import NoSuchProcess, PidReused
 from .sources.procfs import ProcReader
+
+WHILE_READ = "its start time changed while memgap read it"
 
 
 def descendants(pid: int) -> list[int]:
@@ -18,3 +22,22 @@ def descendants(pid: int) -> list[int]:
 def start_time(pid: int, proc_root: str = "/proc") -> int:
     """When the process started (clock ticks after boot): with the PID, it names one process."""
     return ProcReader(pid, proc_root).stat().start_time
+
+
+@dataclass(frozen=True)
+class ProcessIdentity:
+    """One process: its PID and its start time (a PID alone may name another process later)."""
+
+    pid: int
+    start_time: int
+
+    @classmethod
+    def of(cls, pid: int, proc_root: str = "/proc") -> ProcessIdentity:
+        """The process that has ``pid`` now."""
+        return cls(pid, start_time(pid, proc_root))
+
+    def check(self, detail: str = WHILE_READ, proc_root: str = "/proc", now: int | None = None) -> None:
+        """Raise PidReused (saying ``detail``) where the PID now names another process: its start
+        time (``now``, one just read by the caller, or read here) is not this one's."""
+        if (start_time(self.pid, proc_root) if now is None else now) != self.start_time:
+            raise PidReused(self.pid, detail)

@@ -142,7 +142,8 @@ def preload_env(allocator: str, base: dict[str, str] | None = None, **options: s
     become MALLOC_CONF, the others' their TCMALLOC_*/MIMALLOC_* variables.
     Raises Unsupported when the allocator is not installed (with the install line).
     """
-    from .variants import find_library, install_hint, parse_variant
+    from .allocators import find_library, install_hint, preloaded
+    from .variants import parse_variant
 
     spec = allocator + (":" + ",".join(f"{k}={v}" for k, v in options.items()) if options else "")
     variant = parse_variant(spec)
@@ -152,11 +153,8 @@ def preload_env(allocator: str, base: dict[str, str] | None = None, **options: s
     if library is None:
         raise Unsupported(f"{allocator} is not installed here: {install_hint(variant.allocator)}")
     env = dict(os.environ if base is None else base)
-    existing = env.get("LD_PRELOAD", "")
-    variant.library = library
-    settings = variant.env()
-    settings["LD_PRELOAD"] = f"{library} {existing}".strip()
-    env.update(settings)
+    env.update(variant.env())  # its options (no library set on the variant: LD_PRELOAD comes from ``base``)
+    env["LD_PRELOAD"] = preloaded(library, env.get("LD_PRELOAD", ""))
     return env
 
 

@@ -228,12 +228,11 @@ def _outside_snapshot(writer: RecordingWriter, pid: int, phase: str, start: floa
 
 
 def _agent_trim(writer: RecordingWriter, pid: int, start: float) -> None:
-    from .agent.client import socket_path, trim
+    from .agent.client import trim_pid
     from .collect import Options, snapshot_pid
 
     try:
-        reader = ProcReader(pid)
-        result = trim(socket_path(pid, reader.environ(), os.stat(f"/proc/{pid}").st_uid))
+        result = trim_pid(pid)
         snap = snapshot_pid(pid, Options(regions=False))
     except (MemgapError, OSError) as exc:
         writer.write({"type": "error", "pid": pid, "phase": "after-trim", "error": str(exc)})

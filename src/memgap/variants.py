@@ -1,4 +1,5 @@
-"""Allocator variants: parsing ``--variant`` specs, finding allocators, building env.
+"""Allocator variants: parsing ``--variant`` specs, their libraries found, their environment built
+(the allocators themselves, their libraries and option variables: ``allocators``).
 
 Below the lab (which runs the variants) and the remedies (``preload_env`` builds its
 environment from one), so that neither has to import the other.
@@ -29,11 +30,20 @@ A spec is ``NAME[:key=value,...]``:
 from __future__ import annotations
 
 import os
-import subprocess
 from dataclasses import dataclass, field
 
+from .allocators import (
+    ALLOCATORS,
+    CATALOGUE,
+    GLIBC_TUNABLES,
+    PRELOADABLE,
+    TUNABLE_PREFIX,
+    find_library,
+    install_hint,
+    option_env,
+    preloaded,
+)
 from .envnames import (
-    ALLOCATOR_DIRS_ENV,
     GC_FREEZE_ENV,
     PYMALLOC_RELEASE_ENV,
     TRIM_AFTER_ENV,
@@ -41,24 +51,6 @@ from .envnames import (
     TRIMMER_ENV,
 )
 from .errors import UsageError
-
-ALLOCATORS = ("glibc", "jemalloc", "tcmalloc", "mimalloc")
-TUNABLE_PREFIX = "glibc."  # a full tunable name, set through GLIBC_TUNABLES
-GLIBC_TUNABLES = {
-    "arena_max": "MALLOC_ARENA_MAX",
-    "mmap_threshold": "MALLOC_MMAP_THRESHOLD_",
-    "trim_threshold": "MALLOC_TRIM_THRESHOLD_",
-    "top_pad": "MALLOC_TOP_PAD_",
-    "mmap_max": "MALLOC_MMAP_MAX_",
-}
-# library file name, Debian package
-LIBRARIES = {
-    "jemalloc": ("libjemalloc.so.2", "libjemalloc2"),
-    "tcmalloc": ("libtcmalloc_minimal.so.4", "libtcmalloc-minimal4"),
-    "mimalloc": ("libmimalloc.so.2", "libmimalloc2.0"),
-}
-LIBRARY_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib",
-                "/usr/local/lib", "/lib/x86_64-linux-gnu")
 
 # What a remedy costs to apply, cheapest first: the lab prefers the cheapest that works.
 COST_ENV, COST_TRIMMER, COST_PRELOAD = 0, 1, 2
@@ -131,21 +123,9 @@ class Variant:
         GLIBC_TUNABLES keeps the user's tunables, before the variant's (a later
         entry wins).
         """
-        env: dict[str, str] = {}
-        if self.allocator == "glibc":
-            env.update({GLIBC_TUNABLES[k]: v for k, v in self.options.items() if k in GLIBC_TUNABLES})
-            tunables = [f"{k}={v}" for k, v in self.options.items() if k.startswith(TUNABLE_PREFIX)]
-            if tunables:
-                env["GLIBC_TUNABLES"] = ":".join(filter(None, [os.environ.get("GLIBC_TUNABLES", ""), *tunables]))
-        elif self.allocator == "jemalloc":
-            if self.options:
-                env["MALLOC_CONF"] = ",".join(f"{k}:{v}" for k, v in self.options.items())
-        else:
-            prefix = "TCMALLOC_" if self.allocator == "tcmalloc" else "MIMALLOC_"
-            env.update({prefix + k.upper(): v for k, v in self.options.items()})
+        env = option_env(self.allocator, self.options, os.environ.get("GLIBC_TUNABLES", ""))
         if self.library:
-            existing = os.environ.get("LD_PRELOAD", "")
-            env["LD_PRELOAD"] = f"{self.library} {existing}".strip()
+            env["LD_PRELOAD"] = preloaded(self.library, os.environ.get("LD_PRELOAD", ""))
         if self.trim == "idle":
             env[TRIM_AFTER_ENV] = "idle"
         elif self.trim == "quiet":
@@ -208,28 +188,6 @@ def _positive(text: str) -> bool:
         return False
 
 
-def find_library(allocator: str) -> str | None:
-    """The allocator's shared library on this machine (folders in MEMGAP_ALLOCATOR_DIRS first), or None."""
-    filename = LIBRARIES[allocator][0]
-    extra = [d for d in os.environ.get(ALLOCATOR_DIRS_ENV, "").split(os.pathsep) if d]
-    for directory in (*extra, *LIBRARY_DIRS):  # the user's folders first
-        path = os.path.join(directory, filename)
-        if os.path.exists(path):
-            return path
-    try:
-        out = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    for line in out.splitlines():
-        if line.strip().startswith(filename) and "=>" in line:
-            return line.split("=>", 1)[1].strip()
-    return None
-
-
-def install_hint(allocator: str) -> str:
-    return f"apt-get install {LIBRARIES[allocator][1]}"
-
-
 def check_tunables(variants: list[Variant]) -> None:
     """Raise UsageError for a full tunable name this machine's glibc does not list, or a
     value outside its range (glibc would ignore either without a word)."""
@@ -256,10 +214,10 @@ def resolve(variants: list[Variant]) -> tuple[list[Variant], list[str]]:
     check_tunables(variants)
     ready, skipped = [], []
     for v in variants:
-        if v.allocator in LIBRARIES:
+        if v.allocator in PRELOADABLE:
             path = find_library(v.allocator)
             if path is None:
-                skipped.append(f"{v.spec}: {LIBRARIES[v.allocator][0]} not found; install it with "
+                skipped.append(f"{v.spec}: {CATALOGUE[v.allocator].library} not found; install it with "
                                f"`{install_hint(v.allocator)}`")
                 continue
             v.library = path

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 
+from ..allocators import preloaded
 from ..native_build import shared_library
 from .client import AgentReport, AgentTrim, parse_report, query, socket_path, trim
 
@@ -36,16 +37,13 @@ def library_path() -> str:
 
 
 def agent_env(base: dict[str, str] | None = None, mode: str = "on") -> dict[str, str]:
-    """``base`` (default os.environ) with the agent added after any LD_PRELOAD already there.
+    """``base`` (default os.environ) with the agent preloaded, in front of any LD_PRELOAD
+    already there (it defines no malloc: an allocator's further on is still malloc).
 
     ``mode`` "auto" leaves Python interpreters alone (memgap's bootstrap
     observes those from inside).
     """
     env = dict(os.environ if base is None else base)
-    library = library_path()
-    preload = env.get("LD_PRELOAD", "").split()
-    if library not in preload:
-        preload.append(library)  # after an allocator preload: the agent defines no malloc
-    env["LD_PRELOAD"] = " ".join(preload)
+    env["LD_PRELOAD"] = preloaded(library_path(), env.get("LD_PRELOAD", ""))
     env[AGENT_ENV] = mode
     return env

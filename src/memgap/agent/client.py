@@ -6,6 +6,7 @@ reply without ``end`` was cut short and is reported as such.
 """
 from __future__ import annotations
 
+import os
 import socket
 import time
 from collections.abc import Callable
@@ -15,6 +16,7 @@ from typing import Any, TypeVar
 from ..errors import MalformedInput, MemgapError
 from ..sources.glibc import Mallinfo2, MallocInfo, parse_malloc_info
 from ..sources.jemalloc import JemallocStats
+from ..sources.procfs import ProcReader
 
 T = TypeVar("T")
 PROTOCOL = 1
@@ -165,6 +167,38 @@ def socket_path(pid: int, environ: dict[str, str], uid: int) -> str:
     if folder and len(f"{folder}/{name}".encode()) < SUN_PATH_MAX:
         return f"{folder}/{name}"
     return f"/tmp/memgap-agent-{uid}/{name}"  # none given, or too long for a socket address
+
+
+def find_socket(pid: int, proc_root: str = "/proc", reader: ProcReader | None = None) -> str | None:
+    """The socket of memgap's agent in ``pid``, found and checked: None where the process does
+    not preload the agent (or cannot be read: its environment and owner say where the socket is).
+
+    Raises MemgapError where it preloads the agent but there is no socket at its place, or one
+    the process's owner did not make (that one is not its agent).
+    """
+    try:
+        environ = (reader or ProcReader(pid, proc_root)).environ()
+        uid = os.stat(f"{proc_root}/{pid}").st_uid
+    except (OSError, MemgapError):
+        return None
+    if "memgap" not in environ.get("LD_PRELOAD", ""):
+        return None
+    path = socket_path(pid, environ, uid)
+    try:
+        owner = os.stat(path).st_uid
+    except OSError:
+        raise MemgapError(f"the agent is preloaded but has no socket at {path}") from None
+    if owner != uid:
+        raise MemgapError(f"agent socket {path} is not owned by the process's user")
+    return path
+
+
+def trim_pid(pid: int, proc_root: str = "/proc", timeout: float = 30.0) -> AgentTrim:
+    """Ask the agent in ``pid`` to trim its allocator now (MemgapError where it has none)."""
+    path = find_socket(pid, proc_root)
+    if path is None:
+        raise MemgapError(f"PID {pid} has no memgap agent preloaded")
+    return trim(path, timeout)
 
 
 def _ask(path: str, command: str, timeout: float) -> str:

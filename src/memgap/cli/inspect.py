@@ -25,9 +25,9 @@ from dataclasses import asdict
 from ..collect import Options, snapshot_pid
 from ..cow import add_copied_from_parent
 from ..diagnose import diagnose_tree
-from ..errors import NoSuchProcess, PidReused, UsageError
+from ..errors import NoSuchProcess, UsageError
 from ..model import Snapshot, tree_totals
-from ..processes import descendants, start_time
+from ..processes import ProcessIdentity, descendants
 from ..report.terminal import render_snapshot, render_tree
 from ..sources.gdb_target import DEFAULT_TIMEOUT  # not gdb_attach: loaded only for --deep
 from . import _common
@@ -54,13 +54,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gdb", default="gdb", metavar="PATH", help="the gdb to run (gdb)")
 
 
-def snapshot_checked(pid: int, options: Options, proc_root: str) -> tuple[Snapshot, int]:
-    """An outside snapshot, and the start time of the process it is of (checked on both sides)."""
-    started = start_time(pid, proc_root)
+def snapshot_checked(pid: int, options: Options, proc_root: str) -> tuple[Snapshot, ProcessIdentity]:
+    """An outside snapshot, and the process it is of (its start time checked on both sides)."""
+    identity = ProcessIdentity.of(pid, proc_root)
     snap = snapshot_pid(pid, options, proc_root)
-    if start_time(pid, proc_root) != started:
-        raise PidReused(pid, "its start time changed while memgap read it")
-    return snap, started
+    identity.check(proc_root=proc_root)
+    return snap, identity
 
 
 def main(args: argparse.Namespace) -> int:
@@ -86,7 +85,8 @@ def _inside(args: argparse.Namespace) -> int:
 
     options = GdbOptions(timeout=args.gdb_timeout, gdb=args.gdb, proc_root=args.proc_root)
     # regions: the outside count of mmapped chunks, compared with malloc_info's
-    snap, started = snapshot_checked(args.pid, Options(regions=args.regions or args.deep), args.proc_root)
+    snap, identity = snapshot_checked(args.pid, Options(regions=args.regions or args.deep), args.proc_root)
+    started = identity.start_time
     found = deep(args.pid, snap, started, options) if args.deep else None
     trimmed = after = None
     if args.trim:

@@ -12,13 +12,14 @@ import json
 import os
 import sys
 
+from ..allocators import CATALOGUE, PRELOADABLE, find_library
 from ..documents import LabDocument, RunDocument, RunFigures, load_document
 from ..errors import MalformedInput, UsageError
 from ..lab.runner import LabOptions, lab_document
 from ..recording import read_events
 from ..report.runs import render_run
 from ..runs import SAMPLES_FILE, load_run
-from ..variants import LIBRARIES, find_library, parse_variant
+from ..variants import parse_variant
 from ._common import write_json, write_lab
 
 
@@ -67,8 +68,8 @@ def _lab_from_folder(path: str) -> LabDocument:
     except (KeyError, TypeError, ValueError) as exc:
         raise MalformedInput(where, f"not a lab's header and runs ({exc!r})") from None
     for v in variants:  # the preload the recommendation prints: where this machine has the library
-        if v.allocator in LIBRARIES:
-            v.library = find_library(v.allocator) or LIBRARIES[v.allocator][0]
+        if v.allocator in PRELOADABLE:
+            v.library = find_library(v.allocator) or CATALOGUE[v.allocator].library
     options = LabOptions(cmd, variants, reps, lab_dir=path,
                          skipped=list(header.get("skipped", [])), params=_swept(runs),
                          memory_limit=header.get("memory_limit"))

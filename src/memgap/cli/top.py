@@ -17,7 +17,7 @@ from ..collect import Options, snapshot_pid
 from ..cow import add_copied_from_parent
 from ..errors import NoSuchProcess, PidReused
 from ..model import Snapshot
-from ..processes import descendants, start_time
+from ..processes import ProcessIdentity, descendants
 from ..report.live import frame
 from ..report.terminal import console_on
 from . import _common
@@ -33,15 +33,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="stop after N refreshes (0: until Ctrl-C)")
 
 
-def _snapshots(pid: int, tree: bool, started: int | None) -> tuple[list[Snapshot], int]:
-    """One refresh, and the start time of the process it shows: a PID that now names
-    another process than the one the first refresh showed is PidReused, not a new view."""
-    before = start_time(pid)
-    if started is not None and before != started:
+def _snapshots(pid: int, tree: bool, shown: ProcessIdentity | None) -> tuple[list[Snapshot], ProcessIdentity]:
+    """One refresh, and the process it shows: a PID that now names another process than
+    the one the first refresh showed is PidReused, not a new view."""
+    identity = ProcessIdentity.of(pid)
+    if shown is not None and identity != shown:
         raise PidReused(pid, "another process has it since the last refresh")
     snaps = [snapshot_pid(pid, Options(regions=False))]
-    if start_time(pid) != before:
-        raise PidReused(pid, "its start time changed while memgap read it")
+    identity.check()
     for child in descendants(pid) if tree else []:
         try:  # with regions: what a child copied is told apart by where it falls, then they go
             snaps.append(snapshot_pid(child, Options(regions=True)))
@@ -51,7 +50,7 @@ def _snapshots(pid: int, tree: bool, started: int | None) -> tuple[list[Snapshot
         add_copied_from_parent(snaps)
         for s in snaps:
             s.regions = []
-    return snaps, before
+    return snaps, identity
 
 
 def main(args: argparse.Namespace) -> int:
@@ -64,11 +63,11 @@ def main(args: argparse.Namespace) -> int:
         live = Live(console=console, auto_refresh=False, screen=False)
         live.start()
     count = 0
-    started: int | None = None
+    shown: ProcessIdentity | None = None
     try:
         while True:
             try:
-                snaps, started = _snapshots(args.pid, args.tree, started)
+                snaps, shown = _snapshots(args.pid, args.tree, shown)
             except PidReused:
                 raise
             except NoSuchProcess:

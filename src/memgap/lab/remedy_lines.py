@@ -8,11 +8,10 @@ dependency, the few lines of plain Python that do what was measured.
 """
 from __future__ import annotations
 
-import json
-from typing import Any
-
+from ..allocators import CATALOGUE, preloaded
+from ..documents import RemedyLines
 from ..envnames import TRIM_AFTER_ENV, TRIMMER_ENV
-from ..variants import LIBRARIES, Variant
+from ..variants import Variant
 
 AGENT_LINK = "/usr/local/lib/libmemgap-agent.so"  # where the setup line links the agent, on the target
 
@@ -55,10 +54,10 @@ def _plain_python(variant: Variant) -> str:
     return "\n".join(filter(None, [PLAIN_GC_FREEZE if variant.gc_freeze else "", trim]))
 
 
-def recommendation_lines(variant: Variant, python: bool = True) -> dict[str, Any]:
-    """Every way to apply ``variant``: setup commands, env lines, Dockerfile, systemd, a
-    Kubernetes container's ``env:`` list, Python for spawned children, and plain Python
-    without memgap where that can do it.
+def recommendation_lines(variant: Variant, python: bool = True) -> RemedyLines:
+    """What applies ``variant``: the environment, setup commands, notes, and plain Python
+    without memgap where that can do it (``report.remedy`` renders them for a shell, a
+    Dockerfile, systemd and Python).
 
     ``python``: the workload is a Python program (a trimmer comes from memgap's
     .pth file in its environment); otherwise from memgap's native agent.
@@ -89,50 +88,13 @@ def recommendation_lines(variant: Variant, python: bool = True) -> dict[str, Any
         from ..agent import AGENT_ENV
 
         setup.append(f'ln -sf "$(memgap agent --path)" {AGENT_LINK}   # after pip install memgap')
-        env["LD_PRELOAD"] = " ".join([*env.get("LD_PRELOAD", "").split(), AGENT_LINK])
+        env["LD_PRELOAD"] = preloaded(AGENT_LINK, env.get("LD_PRELOAD", ""))
         env[AGENT_ENV] = "on"
     if variant.pymalloc_release:
         notes.append("MEMGAP_PYMALLOC_RELEASE=1: memgap's trims also drop the pages of pymalloc's empty pools, "
                      "by editing their headers in place with the GIL held (CPython 3.10-3.13 with a GIL; "
                      "see memgap.release_pymalloc); elsewhere the trims skip it")
     if variant.library:
-        setup.append(f"apt-get update && apt-get install -y {LIBRARIES[variant.allocator][1]}   # Debian, Ubuntu")
+        setup.append(f"apt-get update && apt-get install -y {CATALOGUE[variant.allocator].package}   # Debian, Ubuntu")
         notes.append(f"{variant.library} is where Debian's package puts it; elsewhere use its path there")
-    items = list(env.items())
-    return {
-        "env": env,
-        "setup": setup,
-        "shell": [f"{k}={_quote(v)}" for k, v in items],
-        "dockerfile": "\n".join([*(f"RUN {_command(c)}" for c in setup),
-                                 *(["ENV " + " \\\n    ".join(f"{k}={_quote(v)}" for k, v in items)]
-                                   if items else [])]),
-        "systemd": [f'Environment="{k}={v}"' for k, v in items],
-        "kubernetes": kubernetes_env(items),
-        "python": ("import os\n"
-                   "# before the child process starts: the allocator reads these when it starts\n"
-                   f"os.environ.update({dict(items)!r})\n"
-                   "# multiprocessing children (spawn or forkserver) and subprocess.Popen inherit os.environ"),
-        "python_plain": _plain_python(variant),
-        "notes": notes,
-    }
-
-
-def kubernetes_env(items: list[tuple[str, str]]) -> str:
-    """A container's ``env:`` list in a Kubernetes manifest (a Deployment's
-    ``spec.template.spec.containers[]``); every value a quoted string, as Kubernetes requires
-    ("" where there is nothing to set)."""
-    if not items:
-        return ""
-    return "env:\n" + "".join(f"  - name: {k}\n    value: {json.dumps(v)}\n" for k, v in items).rstrip("\n")
-
-
-def _command(line: str) -> str:
-    """A setup line without its comment, for a Dockerfile's RUN."""
-    return line.split("   #")[0]
-
-
-def _quote(value: str) -> str:
-    """A value as the shell and a Dockerfile read it."""
-    if value and all(c.isalnum() or c in "/._-:,=+" for c in value):
-        return value
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$") + '"'
+    return RemedyLines(env, setup, _plain_python(variant), notes)

@@ -16,6 +16,7 @@ from ..envnames import TRIM_AFTER_ENV
 from ..errors import Unsupported
 from ..model import verdict_word
 from ..recording import RecordingWriter
+from ..report.remedy import remedy_forms
 from ..runs import RunOptions, load_run, machine_info, record_run
 from ..sources.cgroup import read_memory_cgroup
 from ..variants import Variant
@@ -259,7 +260,7 @@ def _cell_verdict(options: LabOptions, runs: list[RunMetrics]) -> tuple[Verdict,
         chosen = next(v for v in options.variants if v.spec == verdict.recommended.spec)
         python = any(r.python for r in runs) or not runs
         recommendation = {"variant": chosen.spec, "reason": verdict.reason,
-                          **recommendation_lines(chosen, python)}
+                          **remedy_forms(recommendation_lines(chosen, python))}
         quiet_specs = {v.spec for v in options.variants if TrimMode.of(v.trim) is TrimMode.QUIET}
         trimmer_runs = [r for r in runs if r.variant in quiet_specs and r.status == RunStatus.OK]
         never_trimmed = trimmer_runs and all("did not trim" in r.note for r in trimmer_runs)

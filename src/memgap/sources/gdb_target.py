@@ -11,7 +11,8 @@ import os
 import signal
 import time
 
-from ..errors import MalformedInput, NoSuchProcess, PidReused, PtraceDisallowed
+from ..errors import MalformedInput, NoSuchProcess, PtraceDisallowed
+from ..processes import ProcessIdentity
 from .procfs import ProcReader, parse_stat, status_int
 from .ptrace_access import has_cap_sys_ptrace, ptrace_refusal, read_yama_scope
 
@@ -83,12 +84,8 @@ def check_attachable(pid: int, proc_root: str, expected_start_time: int | None) 
 def check_start_time(pid: int, proc_root: str, expected: int | None, when: str,
                      start_time: int | None = None) -> None:
     """PidReused where the PID's start time is not the one memgap read (``expected``; None: not checked)."""
-    if expected is None:
-        return
-    if start_time is None:
-        start_time = ProcReader(pid, proc_root).stat().start_time
-    if start_time != expected:
-        raise PidReused(pid, f"its start time changed {when}")
+    if expected is not None:
+        ProcessIdentity(pid, expected).check(f"its start time changed {when}", proc_root, start_time)
 
 
 def continue_if_left_stopped(pid: int, proc_root: str, states_before: dict[int, str]) -> str:
