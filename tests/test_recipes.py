@@ -1,9 +1,11 @@
 """The recipes of docs/recipes.md, each measured on a real program: the page's gunicorn
 config (a trim after a request) against the same server without it; the multiprocessing lines
-(a pool with the spawn start method: the child's environ and its trimmer's trim); and the
+(a pool with the spawn start method: the child's environ and its trimmer's trim); its Celery
+lines and MEMGAP_TRIMMER=1 on real prefork workers, against one with neither; and the
 Dockerfile and Kubernetes lines, rendered from the lab's remedy lines, given to a process as
 a container runtime would (its environ, its arena count read by memgap from outside, against
 the same program started without them)."""
+import importlib.util
 import json
 import os
 import re
@@ -192,3 +194,68 @@ def test_container_env_reaches_the_process_and_its_allocator():
     _, control = arenas(plain)
     print(f"arenas: {count} with the manifest's env, {control} without")
     assert control > 2, control
+
+
+def celery_app():
+    """programs/celery_app.py, imported here to send its task."""
+    spec = importlib.util.spec_from_file_location("celery_app", os.path.join(PROGRAMS, "celery_app.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def celery_worker(tmp_path, name, module, **env):
+    """``celery -A module worker`` with a prefork pool of one process, its broker kombu's
+    filesystem transport in a folder of its own; the burst task sent to it at once (the message
+    waits in the folder while the worker starts). The worker and the file its task's PID goes to."""
+    folder = tmp_path / name
+    folder.mkdir()
+    env = installed_env(MEMGAP_CELERY_DIR=str(folder), **env)
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), PROGRAMS, env["PYTHONPATH"]])
+    with open(tmp_path / f"{name}.log", "w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "celery", "-A", module, "worker", "--pool", "prefork",
+                                 "--concurrency", "1", "--without-heartbeat", "--without-mingle", "--without-gossip",
+                                 "-l", "warning"], cwd=tmp_path, env=env, stdout=log, stderr=log,
+                                start_new_session=True)
+    pid_file = tmp_path / f"{name}.pid"
+    celery_app().make_app(str(folder)).send_task("celery_app.burst", args=[str(pid_file)])
+    return proc, pid_file
+
+
+def test_a_celery_prefork_pool_process_trims(tmp_path):
+    """The page's Celery lines (its worker_process_init hook, in the app's module) and its
+    MEMGAP_TRIMMER=1 in the worker's environment, each on a real `celery worker` whose prefork
+    pool process (forked by billiard) runs a task that makes a burst; a third worker with neither
+    is the control. Each pool process's threads (the kernel's count) and VmRSS, read here."""
+    assert "`MEMGAP_TRIMMER=1 celery -A proj worker`" in page()  # the page's form with the environment
+    (tmp_path / "recipe_app.py").write_text("from celery_app import app  # noqa: F401\n\n"
+                                            + block("from celery.signals import worker_process_init"))
+    workers = {}
+    try:
+        workers["hook"] = celery_worker(tmp_path, "hook", "recipe_app")
+        workers["env"] = celery_worker(tmp_path, "env", "celery_app", MEMGAP_TRIMMER="1")
+        workers["none"] = celery_worker(tmp_path, "none", "celery_app")
+        deadline, pids = time.monotonic() + 15, {}
+        while len(pids) < len(workers) and time.monotonic() < deadline:
+            time.sleep(0.05)
+            pids.update((k, int(f.read_text())) for k, (_, f) in workers.items() if f.exists())
+        assert len(pids) == len(workers), {k: (tmp_path / f"{k}.log").read_text() for k in workers if k not in pids}
+        after_burst, read_at = {k: vmrss(pid) for k, pid in pids.items()}, time.monotonic()
+        threads = {k: int(ProcReader(pid).status()["Threads"]) for k, pid in pids.items()}
+        # each trimmer trims once its pool process has been quiet for 2 s: VmRSS, read here, drops
+        now = dict(after_burst)
+        while (min(after_burst[k] - now[k] for k in ("hook", "env")) < 40 * MiB
+               and time.monotonic() < deadline):
+            time.sleep(0.2)
+            now = {k: vmrss(pid) for k, pid in pids.items()}
+        print("celery pool processes: " + ", ".join(
+            f"{k}: {threads[k]} threads, VmRSS {after_burst[k] / MiB:.0f} MiB after the burst, {now[k] / MiB:.0f} MiB "
+            f"{time.monotonic() - read_at:.1f} s later" for k in pids))
+        assert threads == {"hook": 2, "env": 2, "none": 1}, threads  # the trimmer's thread, or none
+        for k in ("hook", "env"):
+            assert after_burst[k] - now[k] >= 40 * MiB, (k, after_burst[k], now[k])
+        assert after_burst["none"] - now["none"] < 8 * MiB, (after_burst["none"], now["none"])  # no trimmer
+    finally:
+        for proc, _ in workers.values():
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
