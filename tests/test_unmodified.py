@@ -167,8 +167,8 @@ def test_lab_process_names_the_process_whose_figures_count(tmp_path):
     proc = memgap("lab", "--reps", "1", "--variant", "glibc", "--json", str(out), "--dir", str(tmp_path / "runs2"),
                   "--", sys.executable, str(script), timeout=120)
     run = json.loads(out.read_text())["runs"][0]
-    assert run["idle"] > 96 << 20, {k: run.get(k) for k in ("process", "idle", "process_idle", "tree", "tree_how",
-                                                            "note", "idle_rule")}
+    assert run["idle"] > 96 << 20, json.dumps({k: run.get(k) for k in ("process", "idle", "process_idle", "tree",
+                                                                       "tree_how", "note", "idle_rule")})
 
 
 SERVICE = os.path.join(PROGRAMS, "service")
