@@ -209,15 +209,15 @@ def test_threadpool_bad_env_value_fails_cleanly():
 
 
 def test_threadpool_retention_and_the_fixed_mmap_threshold():
-    # Seed 000 at its defaults but one pass (the first pass already fills the thread
-    # arenas). Measured (MiB, 4 runs each, interleaved, loaded machine): default glibc
-    # idle 89-102 over post-import 35 (numpy.random counted as an import); with
-    # MALLOC_MMAP_THRESHOLD_=131072 idle 43 every time. 3 passes gave 62-92 and 42-44.
-    default = ok(run_scenario("threadpool", "--passes", "1", "--rest", "0"))
+    # Seed 000 at its defaults but one pass of 128 chunks (the first pass already fills the
+    # thread arenas). Measured (MiB, 3 runs each, interleaved): default glibc idle 76-101
+    # over post-import 33 (numpy.random counted as an import); with
+    # MALLOC_MMAP_THRESHOLD_=131072 idle 41 every time. 3 passes of 256 gave 62-92 and 42-44.
+    default = ok(run_scenario("threadpool", "--passes", "1", "--chunks", "128", "--rest", "0"))
     gap = default.rss("idle") - default.rss("post-import")
     assert gap > 15 * MIB, default.phases
     fixed = ok(run_scenario(
-        "threadpool", "--passes", "1", "--rest", "0",
+        "threadpool", "--passes", "1", "--chunks", "128", "--rest", "0",
         env={"MALLOC_MMAP_THRESHOLD_": "131072"},
     ))
     assert fixed.rss("idle") < default.rss("idle") - 8 * MIB, (default.phases, fixed.phases)
