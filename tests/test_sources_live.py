@@ -116,3 +116,23 @@ def test_a_process_is_its_pid_and_start_time():
     with pytest.raises(PidReused, match=r"was reused by another process \(its start time changed while") as err:
         ProcessIdentity(os.getpid(), started + 1).check()
     assert err.value.exit_code == 7
+
+
+def test_a_snapshot_names_its_process_by_pid_and_start_time():
+    """Each snapshot, in-process or from outside, carries the start time the kernel keeps for its
+    PID (field 22 of /proc/PID/stat, parsed here), so a saved one names one process."""
+    from memgap.collect import snapshot_pid, snapshot_self
+
+    def started(pid):
+        with open(f"/proc/{pid}/stat") as fh:
+            return int(fh.read().rpartition(")")[2].split()[19])
+
+    assert snapshot_self().start_time == started(os.getpid())
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        snap = snapshot_pid(child.pid)
+        assert snap.start_time == started(child.pid)
+        assert snap.to_dict()["start_time"] == started(child.pid)
+    finally:
+        child.kill()
+        child.wait()

@@ -236,6 +236,7 @@ def _snapshot_self(phase: str | None, options: Options | None) -> Snapshot:
     # figure read after it, maps included, sees the heap as the walk left it.
     heap = pyheap.python_heap(options.walk_python, options.class_names)
     with ProcReader("self") as reader:
+        started_at = reader.stat().start_time
         maps = reader.maps()
         detection = allocator_source.detect_in_process(maps)
         mallinfo = malloc_info = jemalloc = None
@@ -282,6 +283,7 @@ def _snapshot_self(phase: str | None, options: Options | None) -> Snapshot:
         regions=regions if options.regions else [],
         pss_note="not split by layer in-process: the anonymous pages' residency comes from mincore(2), which "
                  "does not tell pages shared with another process (an outside snapshot reads pagemap's bit 56)",
+        start_time=started_at,
     )
     return _finish(snap, started)
 
@@ -370,7 +372,7 @@ def snapshot_pid(pid: int, options: Options | None = None, proc_root: str = "/pr
         pid=pid, time=time.time(), rss=rss, layers=layers, unexplained=unexplained,
         allocator=allocator, route="outside, with the agent" if report is not None else "outside",
         status=_status_subset(status), regions=regions if options.regions else [], cmd=cmd,
-        pss_unexplained=_pss_unexplained(layers, status), pss_note=PSS_DERIVATION,
+        pss_unexplained=_pss_unexplained(layers, status), pss_note=PSS_DERIVATION, start_time=stat_before.start_time,
     )
     return _finish(snap, started, proc_root)
 

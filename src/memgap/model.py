@@ -97,6 +97,7 @@ class Snapshot:
     copied_from_parent: dict[str, Any] | None = None  # a forked process in a tree: memgap.cow.CowSplit
     pss_unexplained: int | None = None  # PSS (smaps_rollup) minus the layers' pss; None where they have none
     pss_note: str = ""                  # how the layers' pss was derived, or why there is none
+    start_time: int | None = None       # /proc/PID/stat's starttime (clock ticks after boot): with the PID, one process
 
     @property
     def pss(self) -> int | None:
