@@ -71,6 +71,11 @@ class GdbOptions:
     gdb: str = "gdb"
     proc_root: str = "/proc"
 
+    def session(self, pid: int, start_time: int | None) -> GdbSession:
+        """A gdb session on ``pid`` under these options, refusing a process started at another time."""
+        return GdbSession(pid, timeout=self.timeout, gdb=self.gdb, proc_root=self.proc_root,
+                          expected_start_time=start_time)
+
 
 @dataclass
 class DeepResult:
@@ -355,8 +360,7 @@ def deep(pid: int, outside: Snapshot, start_time: int | None, options: GdbOption
     plan, notes = _allocator_plan(pid, outside, python, options.proc_root)
     beside_symbol, beside_label, why_not = beside_jemalloc(pid, outside, options.proc_root)
     result = DeepResult(pid, notes=notes + ([why_not] if why_not else []))
-    session = GdbSession(pid, timeout=options.timeout, gdb=options.gdb, proc_root=options.proc_root,
-                         expected_start_time=start_time)
+    session = options.session(pid, start_time)
     try:
         with ExitStack() as stack:
             stack.enter_context(session)
@@ -493,8 +497,7 @@ def trim(pid: int, before: Snapshot, start_time: int | None, options: GdbOptions
         raise Unsupported(f"malloc_trim is glibc's: PID {pid} runs {name} malloc"
                           + (f" ({before.allocator.get('library')})" if before.allocator.get("library") else ""))
     reader = ProcReader(pid, options.proc_root)
-    session = GdbSession(pid, timeout=options.timeout, gdb=options.gdb, proc_root=options.proc_root,
-                         expected_start_time=start_time)
+    session = options.session(pid, start_time)
     with session:
         rss_before = status_int(reader.status(), "VmRSS")
         returned = session.call_int("(int) malloc_trim(0)", "malloc_trim")
@@ -525,8 +528,7 @@ def _purge_jemalloc(pid: int, before: Snapshot, start_time: int | None, options:
         raise Unsupported(why_not)
     symbol = plan.symbol
     reader = ProcReader(pid, options.proc_root)
-    session = GdbSession(pid, timeout=options.timeout, gdb=options.gdb, proc_root=options.proc_root,
-                         expected_start_time=start_time)
+    session = options.session(pid, start_time)
     with session:
         figures = jemalloc_gdb.read_jemalloc(session, symbol)
         rss_before = status_int(reader.status(), "VmRSS")
@@ -546,8 +548,7 @@ def _release_via_gdb(pid: int, before: Snapshot, start_time: int | None, options
     if plan is None:
         raise Unsupported(why_not)
     reader, module, notes = ProcReader(pid, options.proc_root), READERS[plan.allocator], []
-    session = GdbSession(pid, timeout=options.timeout, gdb=options.gdb, proc_root=options.proc_root,
-                         expected_start_time=start_time)
+    session = options.session(pid, start_time)
     own_after = None
     with session:
         own_before = module.read_figures(session)

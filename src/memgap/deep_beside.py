@@ -18,7 +18,6 @@ from .errors import Unsupported
 from .model import Snapshot
 from .sources import jemalloc_gdb
 from .sources.allocator import allocator_label, process_root
-from .sources.gdb_attach import GdbSession
 from .sources.procfs import ProcReader, status_int
 
 if TYPE_CHECKING:  # deep imports this module
@@ -51,8 +50,7 @@ def trim_glibc_and_jemalloc(pid: int, before: Snapshot, start_time: int | None, 
     (glibc's from the outside walk, jemalloc's dirty and muzzy pages read just before the purge)."""
     detail = before.layers["allocator_free"].detail if "allocator_free" in before.layers else {}
     reader = ProcReader(pid, options.proc_root)
-    session = GdbSession(pid, timeout=options.timeout, gdb=options.gdb, proc_root=options.proc_root,
-                         expected_start_time=start_time)
+    session = options.session(pid, start_time)
     with session:
         rss_before = status_int(reader.status(), "VmRSS")
         returned = session.call_int("(int) malloc_trim(0)", "malloc_trim")
