@@ -7,7 +7,9 @@ tracked by the collector; 1.7M rows is about 500 MiB of RSS), forks ``--workers`
 that each run one full collection (which copies the pages of every dict and list, as a
 busy preforked worker's do) and rest. Here, interleaved (A B C D E F, A B C D E F, ...):
   - `memgap inspect --tree MASTER --json FILE`, the whole command (interpreter start included),
-  - snapshot_pid() of each process (the layers, each split into shared, private and PSS),
+  - snapshot_tree() of the master (every snapshot and the split below, in process; pool headers
+    on page frames a worker shares with its master read once for the tree),
+  - snapshot_pid() of each process apart (the layers, each split into shared, private and PSS),
   - add_copied_from_parent() on those snapshots (pagemap bit 56 of each worker and the master),
   - smaps of each process read and parsed per mapping (the PSS share inside the snapshots),
   - smaps_rollup of each process (the kernel's PSS total, no split: what an RSS/PSS-only sum reads),
@@ -29,6 +31,7 @@ sys.path.insert(0, SRC)
 
 from memgap.collect import Options, snapshot_pid  # noqa: E402
 from memgap.cow import add_copied_from_parent  # noqa: E402
+from memgap.trees import snapshot_tree  # noqa: E402
 from memgap.sources.procfs import ProcReader  # noqa: E402
 
 TREE = ("import gc, os, sys, time\n"
@@ -80,6 +83,9 @@ def main() -> None:
         def snapshots() -> None:
             snaps[:] = [snapshot_pid(pid, Options(regions=True)) for pid in pids]
 
+        def tree_read() -> None:
+            snapshot_tree(master)
+
         def smaps() -> None:
             for pid in pids:
                 with ProcReader(pid) as reader:
@@ -87,7 +93,8 @@ def main() -> None:
 
         cases = {
             "inspect --tree (command)": lambda: subprocess.run(cli, env=env, check=True, stdout=subprocess.DEVNULL),
-            "9 x snapshot_pid()": snapshots,
+            "snapshot_tree()": tree_read,
+            "9 x snapshot_pid() apart": snapshots,
             "add_copied_from_parent()": lambda: add_copied_from_parent(snaps),
             "9 x smaps, per mapping": smaps,
             "9 x smaps_rollup": lambda: _read_all(pids, "smaps_rollup"),

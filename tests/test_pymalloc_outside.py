@@ -196,6 +196,9 @@ class FakeMemory:
         assert pool in self.resident_pools and address % POOL == 0, "read a page that is not resident"
         return self.headers.get(pool, bytes(48))[:size]
 
+    def read_many(self, addresses, size):
+        return [self.read_memory(a, size) for a in addresses]
+
     def resident_map(self, pools):
         from memgap.sources.glibc_heaps import ResidentMap
 
@@ -244,3 +247,57 @@ def test_any_header_claims_at_most_its_pool(count, szidx, nextoffset, consistent
     data = struct.pack("<QQQQIIII", count, 0, 0, 0, 7, szidx, nextoffset % (2 * pool_size), maxnext)
     h = parse_pool_header(data, pool_size)
     assert h is None or (h.count * h.block_size <= pool_size - 48 and h.block_size <= 1024)
+
+
+class FramedMemory(FakeMemory):
+    """FakeMemory with pagemap entries: page frame numbers as root reads them (``frames``: pool ->
+    frame), each page exclusive or not; reads are counted."""
+
+    def __init__(self, base, headers, resident_pools, frames, exclusive=()):
+        super().__init__(base, headers, resident_pools)
+        self.frames, self.exclusive, self.reads = frames, set(exclusive), 0
+
+    def read_memory(self, address, size):
+        self.reads += 1
+        return super().read_memory(address, size)
+
+    def pagemap(self, start, end):
+        out = bytearray()
+        for page in range(start // PAGE, -(-end // PAGE)):
+            pool, first = divmod(page * PAGE - self.base, POOL)
+            entry = 0
+            if first == 0 and pool in self.resident_pools:
+                entry = (1 << 63) | self.frames.get(pool, 0) | ((1 << 56) if pool in self.exclusive else 0)
+            out += entry.to_bytes(8, "little")
+        return bytes(out)
+
+
+def test_shared_frames_read_once_and_only_shared_pages():
+    from memgap.sources.pymalloc_pools import SharedFrames
+
+    base = 0x7F0000000000
+    headers = {p: header(p + 1, 1) for p in range(4)}
+    # two processes at the same addresses: pools 0-1 on frames both map, pool 2 copied (exclusive
+    # here and there, with different contents), pool 3 on the same frame number but exclusive
+    first = FramedMemory(base, headers, {0, 1, 2, 3}, {0: 100, 1: 101, 2: 102, 3: 103}, exclusive={2, 3})
+    second_headers = {**headers, 2: header(9, 1)}
+    second = FramedMemory(base, second_headers, {0, 1, 2, 3}, {0: 100, 1: 101, 2: 202, 3: 103}, exclusive={2, 3})
+    shared = SharedFrames()
+    one = census(first, first.resident_map(4), [(base, base + 4 * POOL)], POOL, shared)
+    two = census(second, second.resident_map(4), [(base, base + 4 * POOL)], POOL, shared)
+    assert (first.reads, second.reads, shared.reused, shared.usable) == (4, 2, 2, True)
+    assert one.in_use == (1 + 2 + 3 + 4) * 32
+    assert two.in_use == (1 + 2 + 9 + 4) * 32  # its own copy of pool 2 read, not the first's
+
+
+def test_shared_frames_without_frame_numbers_read_everything():
+    """Not root: pagemap's frame numbers read as 0, and every header is read from each process."""
+    from memgap.sources.pymalloc_pools import SharedFrames
+
+    base = 0x7F0000000000
+    headers = {p: header(p + 1, 1) for p in range(3)}
+    procs = [FramedMemory(base, headers, {0, 1, 2}, {}) for _ in range(2)]
+    shared = SharedFrames()
+    got = [census(p, p.resident_map(3), [(base, base + 3 * POOL)], POOL, shared).in_use for p in procs]
+    assert got == [(1 + 2 + 3) * 32] * 2
+    assert ([p.reads for p in procs], shared.usable, shared.reused) == ([3, 3], False, 0)

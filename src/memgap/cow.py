@@ -19,6 +19,8 @@ privilege is needed (no page frame numbers are read).
 """
 from __future__ import annotations
 
+import bisect
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -80,6 +82,7 @@ def copied_from_parent(child: int, parent: int, regions: Sequence[Region] = (), 
     """The split of ``child``'s private pages in what it inherited from ``parent``; with the
     child's labelled ``regions`` (a snapshot taken with regions), the copied bytes by group."""
     split = CowSplit()
+    by_start = sorted(regions, key=lambda r: r.start)
     with ProcReader(child, proc_root) as mine, ProcReader(parent, proc_root) as theirs:
         for lo, hi in inherited_ranges(mine.maps(), theirs.maps()):
             copied, own, bitmap = split_pages(mine.pagemap(lo, hi), theirs.pagemap(lo, hi))
@@ -87,16 +90,20 @@ def copied_from_parent(child: int, parent: int, regions: Sequence[Region] = (), 
             split.own += own * PAGE_SIZE
             split.inherited += hi - lo
             if copied:
-                _by_group(split.by_group, lo, bitmap, regions)
+                _by_group(split.by_group, lo, bitmap, by_start)
     return split
 
 
 def _by_group(out: dict[str, int], start: int, copied: bytes, regions: Sequence[Region]) -> None:
     """Add the copied pages of one range (``copied``: a byte per page from ``start``) to the
-    group of the region each falls in."""
+    group of the region each falls in (``regions`` sorted by start, not overlapping)."""
     end = start + len(copied) * PAGE_SIZE
     claimed = 0
-    for r in regions:
+    # the first region that may reach into the range: thousands of regions, hundreds of ranges
+    i = max(bisect.bisect_right(regions, start, key=lambda r: r.start) - 1, 0)
+    for r in itertools.islice(regions, i, None):
+        if r.start >= end:
+            break
         lo, hi = max(start, r.start), min(end, r.end)
         if lo >= hi:
             continue

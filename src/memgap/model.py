@@ -6,7 +6,7 @@ adding a field keeps the version.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 SCHEMA = "memgap.snapshot/1"
@@ -117,7 +117,8 @@ class Snapshot:
 
     def to_dict(self, regions: bool = True) -> dict[str, Any]:
         out: dict[str, Any] = {"schema": SCHEMA}
-        out.update(asdict(self))
+        # without its regions, none converted: a tree's thousands of them were most of its JSON's cost
+        out.update(asdict(self if regions else replace(self, regions=[])))
         if not regions:
             out.pop("regions")
         return out

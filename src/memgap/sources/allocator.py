@@ -286,13 +286,27 @@ def detect_from_maps(mappings: list[Mapping], exe: str | None = None, preload: l
     return replace(detection, others=list(detection.others), found=list(detection.found))
 
 
-@functools.lru_cache(maxsize=256)
+# classify() per set of objects named, each with its file's identity (a file changed on disk is
+# read again): the same for every process of a tree of workers, and for every refresh of `top`
+# (a worker's 30 objects' symbol sets cost about 3 ms to look through). Not keyed by ``root``:
+# /proc/PID/root differs per process, and the identities already tell one file from another.
+_CLASSIFIED: dict[tuple[str, tuple[str, ...], tuple[tuple[str, tuple[int, int, int, int]], ...]],
+                  AllocatorDetection | None] = {}
+
+
 def _classified(root: str, exe: str, preload: tuple[str, ...],
                 live: tuple[tuple[str, tuple[int, int, int, int]], ...]) -> AllocatorDetection | None:
-    """classify() over the objects named (each with its file's identity: a file changed on disk
-    is read again): the same for
-    every scrape of a tree of workers, and for every refresh of `top` (a worker's 30 objects'
-    symbol sets cost about 3 ms to look through)."""
+    """classify() over the objects named in ``live`` (read under ``root``), once per identity."""
+    key = (exe, preload, live)
+    if key not in _CLASSIFIED:
+        if len(_CLASSIFIED) >= 256:
+            _CLASSIFIED.clear()  # a long `top` over changing programs: start again rather than grow
+        _CLASSIFIED[key] = _classify_files(root, exe, preload, live)
+    return _CLASSIFIED[key]
+
+
+def _classify_files(root: str, exe: str, preload: tuple[str, ...],
+                    live: tuple[tuple[str, tuple[int, int, int, int]], ...]) -> AllocatorDetection | None:
     objects: dict[str, ElfInfo] = {}
     markers: dict[str, list[str]] = {}
     for path, _identity in live:

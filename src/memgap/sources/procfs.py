@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..errors import MalformedInput, NoSuchProcess, translate_os_error
@@ -493,6 +494,20 @@ class ProcReader:
         except OSError:
             return None
         return data if len(data) == size else None
+
+    def read_many(self, addresses: list[int], size: int) -> Sequence[bytes | None]:
+        """``size`` bytes at each address, None where unmapped: read_memory's answers, without
+        its call per address where every read succeeds (the census reads 33,000 headers)."""
+        if self._mem_fd is None:
+            self._mem_fd = self._open("mem")
+        fd, pread = self._mem_fd, os.pread
+        try:
+            data = [pread(fd, size, a) for a in addresses]
+        except OSError:  # one unmapped: each on its own
+            return [self.read_memory(a, size) for a in addresses]
+        if sum(map(len, data)) != size * len(data):  # a short read: that one is None
+            return [d if len(d) == size else None for d in data]
+        return data
 
     def read_memory_into(self, address: int, buffer: bytearray) -> bool:
         """Fill ``buffer`` from the process's memory; False where unmapped. A buffer reused across

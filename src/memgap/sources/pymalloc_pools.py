@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import itertools
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from .glibc_heaps import MemoryReader, ResidentMap
 from .procfs import PAGE_SIZE
@@ -58,6 +58,57 @@ def read_pool_header(reader: MemoryReader, address: int, pool_size: int) -> Pool
     return None if data is None else parse_pool_header(data, pool_size)
 
 
+class HeaderReader(MemoryReader, Protocol):
+    def read_many(self, addresses: list[int], size: int) -> Sequence[bytes | None]: ...
+
+
+# pagemap entry bits (the kernel's Documentation/admin-guide/mm/pagemap.rst)
+_PRESENT, _EXCLUSIVE, _FRAME = 1 << 63, 1 << 56, (1 << 55) - 1
+
+
+class SharedFrames:
+    """Pool headers on pages that several processes map, read once per page frame across the
+    processes of one tree read at one moment.
+
+    A preforked worker shares most of its arenas' pages with its master (copy on write): the
+    same frame, so the same header. A shared anonymous page is write-protected in every process
+    that maps it until one writes (and gets a copy), so its content holds while it is shared.
+    Frame numbers are in pagemap only with CAP_SYS_ADMIN; without it they read as 0 and every
+    header is read from each process, as without this. One instance per tree read: a frame freed
+    and reused later holds something else.
+    """
+
+    def __init__(self) -> None:
+        self.headers: dict[tuple[int, int], bytes] = {}  # (frame, offset in page) -> header bytes
+        self.usable: bool | None = None  # None until a shared page's entry shows whether frames are readable
+        self.reused = 0  # headers taken from another process's read
+
+    def read(self, reader: HeaderReader, addresses: list[int], size: int) -> list[bytes | None]:
+        """The headers at ``addresses`` (sorted), from this cache where another process read the
+        same frame, else read (and kept where their page is shared)."""
+        if self.usable is False or not addresses:
+            return list(reader.read_many(addresses, size))
+        base = addresses[0] // PAGE_SIZE
+        entries = memoryview(reader.pagemap(addresses[0], addresses[-1] + 1)).cast("Q")
+        keys = [_frame_key(entries[a // PAGE_SIZE - base], a) for a in addresses]
+        if self.usable is None and any(k is not None for k in keys):
+            self.usable = any(k is not None and k[0] for k in keys)
+        out = [self.headers.get(k) if k is not None else None for k in keys]
+        missing = [i for i, data in enumerate(out) if data is None]
+        self.reused += len(addresses) - len(missing)
+        for i, data in zip(missing, reader.read_many([addresses[i] for i in missing], size), strict=True):
+            out[i] = data
+            key = keys[i]
+            if data is not None and key is not None and key[0]:
+                self.headers[key] = data
+        return out
+
+
+def _frame_key(entry: int, address: int) -> tuple[int, int] | None:
+    """(frame, offset) of a present page that other processes map too; None for any other."""
+    return (entry & _FRAME, address % PAGE_SIZE) if entry & (_PRESENT | _EXCLUSIVE) == _PRESENT else None
+
+
 @dataclass
 class PoolCensus:
     """Blocks in use in the pymalloc arenas found, summed from their pool headers."""
@@ -69,8 +120,8 @@ class PoolCensus:
     pools_rejected: int = 0  # of them, no valid header of the arena's (a pool memgap released, or garbage)
 
 
-def census(reader: MemoryReader, resident: ResidentMap, arenas: Iterable[tuple[int, int]],
-           pool_size: int) -> PoolCensus:
+def census(reader: HeaderReader, resident: ResidentMap, arenas: Iterable[tuple[int, int]],
+           pool_size: int, shared: SharedFrames | None = None) -> PoolCensus:
     """Read the header of every pool on a resident page of ``arenas`` ((start, end), each
     starting at its first pool, as anon_objects finds them) and count the blocks in use.
 
@@ -83,7 +134,8 @@ def census(reader: MemoryReader, resident: ResidentMap, arenas: Iterable[tuple[i
     one call: it pins the pages it reads, and since Linux 5.19 pinning a page that a forked
     process shares with its parent makes the kernel copy it first (measured: the copies of
     test_cow.py's workers grew when their headers were read that way). Reading must not
-    change the target.
+    change the target. With ``shared``, a header on a page another process of the tree maps
+    (same frame) is read once for all of them.
     """
     out = PoolCensus()
     for start, end in arenas:
@@ -96,9 +148,9 @@ def census(reader: MemoryReader, resident: ResidentMap, arenas: Iterable[tuple[i
             continue
         pools = range(start, min(end, r_end) - pool_size + 1, pool_size)
         # pools on pages never carved (or swapped out) are left: nothing to read without faulting them in
-        _count_arena(out, [reader.read_memory(a, _POOL.size)
-                           for a in itertools.compress(pools, _header_pages(bitmap, first, pools, pool_size))],
-                     pool_size)
+        wanted = list(itertools.compress(pools, _header_pages(bitmap, first, pools, pool_size)))
+        raw = reader.read_many(wanted, _POOL.size) if shared is None else shared.read(reader, wanted, _POOL.size)
+        _count_arena(out, raw, pool_size)
     return out
 
 
@@ -112,7 +164,7 @@ def _header_pages(bitmap: bytes, first: int, pools: range, pool_size: int) -> by
     return bytes(bitmap[first + (pool - pools.start) // PAGE_SIZE] for pool in pools)
 
 
-def _count_arena(out: PoolCensus, raw: list[bytes | None], pool_size: int) -> None:
+def _count_arena(out: PoolCensus, raw: Sequence[bytes | None], pool_size: int) -> None:
     """Add one arena's headers (its first pool's first; None: unreadable) to ``out``: none when
     the first is not a valid header."""
     head = _valid(_POOL.unpack(raw[0]), pool_size) if raw and raw[0] is not None else None
@@ -120,14 +172,28 @@ def _count_arena(out: PoolCensus, raw: list[bytes | None], pool_size: int) -> No
         return
     out.arenas += 1
     out.pools_read += len(raw)
-    arena = head[1]
     unread = raw.count(None)
     out.pools_rejected += unread
     headers = b"".join([data for data in raw if data is not None])
-    for fields in _POOL.iter_unpack(headers):  # 20k pools for 300 MiB of objects: no object made per pool
-        header = _valid(fields, pool_size)
-        if header is None or header[1] != arena:
-            out.pools_rejected += 1
-        elif header[0]:
-            out.pools_in_use += 1
-            out.in_use += header[0] * header[2]
+    in_use, pools, rejected = _sum_headers(headers, head[1], pool_size)
+    out.in_use += in_use
+    out.pools_in_use += pools
+    out.pools_rejected += rejected
+
+
+def _sum_headers(headers: bytes, arena: int, pool_size: int) -> tuple[int, int, int]:
+    """(bytes in use, pools with a block in use, headers rejected) of an arena's headers laid end
+    to end: _valid's checks on their 32-bit words side by side (20k pools for 300 MiB of objects,
+    no tuple made per pool: the census's hottest loop)."""
+    words = memoryview(headers).cast("I")  # native order, as the process wrote them (little-endian x86/arm64)
+    in_use = pools = rejected = 0
+    for count, index, szidx, nextoffset, maxnext in zip(words[0::12], words[8::12], words[9::12], words[10::12],
+                                                        words[11::12], strict=True):
+        size = (szidx + 1) * ALIGNMENT
+        if (index != arena or szidx >= 64 or maxnext != pool_size - size or not POOL_OVERHEAD <= nextoffset <= pool_size
+                or count > (pool_size - POOL_OVERHEAD) // size):
+            rejected += 1
+        elif count:
+            pools += 1
+            in_use += count * size
+    return in_use, pools, rejected
