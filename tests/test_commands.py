@@ -441,3 +441,23 @@ def test_ctrl_c_to_memgap_alone_ends_the_commands_children_too(tmp_path):
     alive = os.path.exists(f"/proc/{grandchild}") and \
         Path(f"/proc/{grandchild}/stat").read_text().split(")")[1].split()[0] != "Z"
     assert not alive, f"sleep {grandchild} outlived memgap"
+
+
+def test_a_snapshot_of_a_process_whose_memory_is_gone_says_it_exited():
+    """A process read as it exits (its memory torn down, its status without VmRSS, as a zombie's)
+    is gone, not a snapshot of 0 bytes: a lab once summed such a driver's idle PSS as 0."""
+    from memgap.collect import snapshot_pid
+    from memgap.errors import NoSuchProcess
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; print(1, flush=True); time.sleep(30)"],
+                            stdout=subprocess.PIPE)
+    proc.stdout.readline()
+    proc.kill()
+    try:
+        while Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+            time.sleep(0.01)
+        assert "VmRSS" not in Path(f"/proc/{proc.pid}/status").read_text()
+        with pytest.raises(NoSuchProcess, match="exited while memgap read it"):
+            snapshot_pid(proc.pid)
+    finally:
+        proc.wait()

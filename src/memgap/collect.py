@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .attribution import PSS_DERIVATION, Measurements, attribute
-from .errors import MemgapError, Unsupported
+from .errors import MemgapError, NoSuchProcess, Unsupported
 from .memory_map import MappedPages, MemoryMap, read_memory_map
 from .model import Layer, Region, Snapshot
 from .processes import ProcessIdentity
@@ -184,6 +184,9 @@ def _with_pss(reader: ProcReader, smaps: list[MappingPss] | None = None) -> dict
     mappings' figures are what smaps_rollup adds up: the kernel's walk of every page table is
     not made twice, 3 ms for an 85 MiB worker), else from smaps_rollup."""
     status = reader.status()
+    if "VmRSS" not in status:  # its memory is gone: read as it exited, it would be a snapshot of 0 bytes
+        raise NoSuchProcess(reader.numeric_pid, "it exited while memgap read it (its status shows no memory; "
+                                                "or it is a kernel thread, which has none)")
     if smaps is not None:
         status["Pss"] = sum(m.pss for m in smaps)
         status["Uss"] = sum(m.private for m in smaps)
