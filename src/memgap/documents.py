@@ -7,17 +7,17 @@ checks the fields it knows (missing or of the wrong type: ``MalformedInput``, ex
 and fills in what a document of an earlier version of the same schema lacks (fields are
 only ever added within a version). This module sits below the lab and the report: it
 imports neither, except the report's HTML renderer when a notebook shows a lab
-(``LabDocument._repr_html_``), as ``model.Snapshot`` does.
+(``LabDocument._repr_html_``), as ``model.Snapshot`` does. How fields are read and checked:
+memgap.doc_fields.
 """
 from __future__ import annotations
 
 import dataclasses
 import enum
-import types
-import typing
 from dataclasses import dataclass, field
 from typing import Any
 
+from .doc_fields import _fields, _of, _typed, check_schema
 from .errors import MalformedInput
 from .model import RUN_SCHEMA, Snapshot
 
@@ -68,85 +68,6 @@ class TrimMode(Word):
     def of(cls, setting: str) -> TrimMode | None:
         """The mode of a ``trim=`` setting (``every:5`` is EVERY); None for no trim."""
         return cls(setting.split(":", 1)[0]) if setting else None
-
-
-def _typed(value: Any, hint: Any, where: str) -> Any:
-    """``value`` checked against the type ``hint`` (nested: lists, dicts, tuples, enums, documents)."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if hint is Any:
-        return value
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        kinds = [a for a in args if a is not type(None)]
-        if len(kinds) == 1:  # X | None: what is wrong with it as an X
-            return _typed(value, kinds[0], where)
-        for arg in kinds:
-            try:
-                return _typed(value, arg, where)
-            except MalformedInput:
-                continue
-        raise _wrong(where, value, hint)
-    if isinstance(hint, type) and issubclass(hint, enum.Enum):
-        try:
-            return hint(value)
-        except ValueError:
-            raise MalformedInput(where, f"{value!r} is not one of {', '.join(str(m.value) for m in hint)}") from None
-    if hasattr(hint, "from_dict"):
-        return hint.from_dict(value, where)
-    if origin is list:
-        return [_typed(v, args[0], where) for v in _of(value, list, where)]
-    if origin is tuple:
-        if not isinstance(value, (list, tuple)) or len(value) != len(args):
-            raise _wrong(where, value, hint)
-        return tuple(_typed(v, a, where) for v, a in zip(value, args, strict=True))
-    if origin is dict:
-        return {k: _typed(v, args[1], where) for k, v in _of(value, dict, where).items()}
-    if hint is float:
-        return value if isinstance(value, (int, float)) and not isinstance(value, bool) else _fail(where, value, hint)
-    if hint is int and isinstance(value, bool):
-        raise _wrong(where, value, hint)
-    return _of(value, hint, where)
-
-
-def _of(value: Any, kind: type, where: str) -> Any:
-    if not isinstance(value, kind):
-        raise _wrong(where, value, kind)
-    return value
-
-
-def _wrong(where: str, value: Any, hint: Any) -> MalformedInput:
-    name = getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
-    return MalformedInput(where, f"{type(value).__name__} where {name} belongs")
-
-
-def _fail(where: str, value: Any, hint: Any) -> Any:
-    raise _wrong(where, value, hint)
-
-
-def _fields(cls: type, data: Any, what: str, skip: tuple[str, ...] = ()) -> dict[str, Any]:
-    """The keyword arguments of dataclass ``cls`` from ``data``: every field it has, checked;
-    a field without a default must be there; keys it does not know are left out."""
-    data = _of(data, dict, what)
-    hints = typing.get_type_hints(cls)
-    out: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):
-        if f.name in skip:
-            continue
-        if f.name in data:
-            out[f.name] = _typed(data[f.name], hints[f.name], f"{what}, field {f.name!r}")
-        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            raise MalformedInput(what, f"no field {f.name!r}")
-    return out
-
-
-def check_schema(data: Any, family: str, current: str, what: str) -> None:
-    """Refuse a document of another kind, or of a version of ``family`` this memgap does not read."""
-    schema = _of(data, dict, what).get("schema")
-    if not isinstance(schema, str) or not schema.startswith(family + "/"):
-        raise MalformedInput(what, f"not a {family} document (schema {schema!r})")
-    if schema != current:
-        raise MalformedInput(what, f"schema {schema!r}: this memgap reads {current}; a newer memgap wrote it")
 
 
 # The keys of a trim record that are its typed fields; any other key is the route's detail.
