@@ -1,6 +1,7 @@
 """The documents that cross modules, as classes: a trim record, a run (`memgap run`'s
 recording assembled by ``runs.load_run``) and its processes, one lab run's figures, and a
-lab's result (``lab.runner.lab_document``).
+lab's result (``lab.runner.lab_document``), whose summaries are memgap.lab_document's classes
+(importable from here too).
 
 Each has ``to_dict()``, the JSON memgap writes (docs/json.md), and ``from_dict()``, which
 checks the fields it knows (missing or of the wrong type: ``MalformedInput``, exit code 6)
@@ -19,6 +20,7 @@ from typing import Any
 
 from .doc_fields import _fields, _of, _typed, check_schema
 from .errors import MalformedInput
+from .lab_document import AcrossCell, Cell, Recommendation, SweepRow, VariantSummary
 from .model import RUN_SCHEMA, Snapshot
 
 LAB_SCHEMA = "memgap.lab/1"
@@ -289,7 +291,7 @@ class RemedyLines:
 @dataclass
 class LabDocument:
     """A lab's result (``memgap.lab/1``, docs/json.md): every run's figures, each variant's
-    summary per cell (``variants``, ``cells``: dicts, fields in docs/json.md) and the verdict."""
+    summary per cell (``variants``, ``cells``: memgap.lab_document's classes) and the verdict."""
 
     cmd: list[str]
     runs: list[RunFigures]
@@ -303,14 +305,14 @@ class LabDocument:
     order: list[str] = field(default_factory=list)
     baseline: str | None = None
     cell: dict[str, str] = field(default_factory=dict)
-    variants: list[dict[str, Any]] = field(default_factory=list)
+    variants: list[VariantSummary] = field(default_factory=list)  # the worst cell's (``cell``), ranked
     verdict: str = ""
     stopped: str = ""
-    recommendation: dict[str, Any] | None = None
+    recommendation: Recommendation | None = None
     time_spread: float = 0.0
-    cells: list[dict[str, Any]] = field(default_factory=list)
-    sweep: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    across_cells: list[dict[str, Any]] = field(default_factory=list)
+    cells: list[Cell] = field(default_factory=list)
+    sweep: dict[str, list[SweepRow]] = field(default_factory=dict)  # per variant, where more than one cell ran
+    across_cells: list[AcrossCell] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     adaptive: bool = False
     dropped: list[str] = field(default_factory=list)
@@ -320,12 +322,19 @@ class LabDocument:
     complete: bool = False
     lab_dir: str = ""
     cgroup: dict[str, Any] = field(default_factory=dict)
+    # ``material`` ({"share", "bytes"}) and ``cgroup`` ({"limit", "note", "per_run"}) stay dicts: the
+    # lab's settings, stated as given, that a lab of 04f183d lacks and is written back with as {}
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"schema": LAB_SCHEMA}
         for f in dataclasses.fields(self):
             out[f.name] = getattr(self, f.name)
         out["runs"] = [r.to_dict() for r in self.runs]
+        out["variants"] = [v.to_dict() for v in self.variants]
+        out["recommendation"] = self.recommendation.to_dict() if self.recommendation else None
+        out["cells"] = [c.to_dict() for c in self.cells]
+        out["sweep"] = {spec: [row.to_dict() for row in rows] for spec, rows in self.sweep.items()}
+        out["across_cells"] = [a.to_dict() for a in self.across_cells]
         return {k: out[k] for k in _LAB_ORDER}
 
     def _repr_html_(self) -> str:
