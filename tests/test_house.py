@@ -2,8 +2,8 @@
 
 - no function or method in src/ longer than MAX_FUNCTION lines, no module longer than MAX_MODULE;
 - no command (``memgap.cli.*``) imports another command, only the common module;
-- ``memgap.remedies``, ``memgap.report.*``, ``memgap.model`` and ``memgap.documents`` import nothing from the lab or
-  the commands (imports inside functions included);
+- ``memgap.remedies``, ``memgap.report.*``, ``memgap.model``, ``memgap.documents`` (with ``memgap.lab_document``
+  and ``memgap.doc_fields``) import nothing from the lab or the commands (imports inside functions included);
 - a private name (``_x``: a module, or a module's function) is imported only inside its own
   package (and the packages within it).
 """
@@ -16,7 +16,8 @@ SRC = Path(__file__).resolve().parent.parent / "src"
 MAX_FUNCTION = 60
 MAX_MODULE = 600
 CLI_COMMON = "memgap.cli._common"
-BELOW_THE_LAB = ("memgap.remedies", "memgap.report", "memgap.model", "memgap.documents")
+BELOW_THE_LAB = ("memgap.remedies", "memgap.report", "memgap.model", "memgap.documents", "memgap.lab_document",
+                 "memgap.doc_fields")
 ABOVE_THEM = ("memgap.lab", "memgap.cli")
 
 

@@ -371,12 +371,44 @@ def test_a_recommended_idle_trim_says_when_the_idle_trimmer_never_got_to_trim():
                                                          ("glibc:trim=quiet", 43, never))]
     options = LabOptions(cmd=["work"], variants=[V.parse_variant(s) for s in specs], lab_dir="/nonexistent")
     rec = lab_document(options, runs, 1.0).recommendation
-    assert rec["variant"] == "glibc:trim=idle" and "never trimmed" in rec["notes"][-1]
+    assert rec is not None and rec.variant == "glibc:trim=idle" and "never trimmed" in rec.notes[-1]
     trimmed = [r for r in runs if r.variant != "glibc:trim=quiet"] + [
         RunMetrics("glibc:trim=quiet", rep, 0, "ok", wall=1.4, idle=30 * MiB, baseline=23 * MiB) for rep in (1, 2, 3)]
     rec = lab_document(options, trimmed, 1.0).recommendation
-    assert not any("never trimmed" in note for note in rec["notes"])
+    assert rec is not None and not any("never trimmed" in note for note in rec.notes)
 
+
+
+def test_a_sweeps_summaries_are_classes_and_write_the_labs_json():
+    """lab_document with two cells: each cell, its summaries and recommendation, the sweep's rows
+    and the top recommendation across the cells as memgap.lab_document's classes, written as the
+    lab has always written them (the keys in their order)."""
+    from memgap.lab.runner import LabOptions, lab_document
+    from memgap.lab_document import AcrossCell, Cell, Recommendation, SweepRow
+
+    runs = []
+    for n, base in (("1", 40), ("2", 80)):
+        for rep in (1, 2):
+            for spec, idle in (("glibc", base), ("glibc:trim=idle", 20)):
+                runs.append(RunMetrics(spec, rep, 0, "ok", wall=1.0, idle=idle * MiB, peak=2 * base * MiB))
+                runs[-1].params = {"N": n}
+    options = LabOptions(cmd=["work"], variants=[V.parse_variant(s) for s in ("glibc", "glibc:trim=idle")],
+                         reps=2, lab_dir="/nonexistent", params=[("N", ["1", "2"])])
+    doc = lab_document(options, runs, 1.0)
+    assert [type(c) for c in doc.cells] == [Cell, Cell] and doc.cell == {"N": "2"}
+    assert isinstance(doc.recommendation, Recommendation) and doc.recommendation.variant == "glibc:trim=idle"
+    assert doc.variants[0].spec == "glibc:trim=idle" and doc.variants[0].word("glibc:trim=idle", "glibc")
+    rows = doc.sweep["glibc"]
+    assert all(isinstance(r, SweepRow) for r in rows) and rows[1].idle_growth == 1.0 and rows[0].idle_growth == 0.0
+    assert [a.word for a in doc.across_cells] == ["recommended", "recommended"]
+    assert isinstance(doc.across_cells[1], AcrossCell) and doc.across_cells[1].baseline_idle == 80 * MiB
+    data = json.loads(json.dumps(doc.to_dict()))
+    assert list(data["cells"][0]) == ["params", "variants", "verdict", "recommendation", "baseline_idle",
+                                      "time_spread"]
+    assert list(data["sweep"]["glibc"][0]) == ["params", "idle", "peak", "idle_growth", "peak_growth"]
+    assert list(data["across_cells"][0]) == ["params", "word", "idle", "baseline_idle"]
+    assert list(data["recommendation"])[:2] == ["variant", "reason"] and "kubernetes" in data["recommendation"]
+    assert data["variants"] == data["cells"][1]["variants"]
 
 def _fixed_runs(spec, idles, status="ok", wall=1.0):
     return [RunMetrics(variant=spec, rep=k + 1, order=0, status=status, idle=idle, wall=wall)

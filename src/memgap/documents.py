@@ -1,24 +1,26 @@
 """The documents that cross modules, as classes: a trim record, a run (`memgap run`'s
 recording assembled by ``runs.load_run``) and its processes, one lab run's figures, and a
-lab's result (``lab.runner.lab_document``).
+lab's result (``lab.runner.lab_document``), whose summaries are memgap.lab_document's classes
+(importable from here too).
 
 Each has ``to_dict()``, the JSON memgap writes (docs/json.md), and ``from_dict()``, which
 checks the fields it knows (missing or of the wrong type: ``MalformedInput``, exit code 6)
 and fills in what a document of an earlier version of the same schema lacks (fields are
 only ever added within a version). This module sits below the lab and the report: it
 imports neither, except the report's HTML renderer when a notebook shows a lab
-(``LabDocument._repr_html_``), as ``model.Snapshot`` does.
+(``LabDocument._repr_html_``), as ``model.Snapshot`` does. How fields are read and checked:
+memgap.doc_fields.
 """
 from __future__ import annotations
 
 import dataclasses
 import enum
-import types
-import typing
 from dataclasses import dataclass, field
 from typing import Any
 
+from .doc_fields import _fields, _of, _typed, check_schema
 from .errors import MalformedInput
+from .lab_document import AcrossCell, Cell, Recommendation, SweepRow, VariantSummary
 from .model import RUN_SCHEMA, Snapshot
 
 LAB_SCHEMA = "memgap.lab/1"
@@ -68,85 +70,6 @@ class TrimMode(Word):
     def of(cls, setting: str) -> TrimMode | None:
         """The mode of a ``trim=`` setting (``every:5`` is EVERY); None for no trim."""
         return cls(setting.split(":", 1)[0]) if setting else None
-
-
-def _typed(value: Any, hint: Any, where: str) -> Any:
-    """``value`` checked against the type ``hint`` (nested: lists, dicts, tuples, enums, documents)."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if hint is Any:
-        return value
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        kinds = [a for a in args if a is not type(None)]
-        if len(kinds) == 1:  # X | None: what is wrong with it as an X
-            return _typed(value, kinds[0], where)
-        for arg in kinds:
-            try:
-                return _typed(value, arg, where)
-            except MalformedInput:
-                continue
-        raise _wrong(where, value, hint)
-    if isinstance(hint, type) and issubclass(hint, enum.Enum):
-        try:
-            return hint(value)
-        except ValueError:
-            raise MalformedInput(where, f"{value!r} is not one of {', '.join(str(m.value) for m in hint)}") from None
-    if hasattr(hint, "from_dict"):
-        return hint.from_dict(value, where)
-    if origin is list:
-        return [_typed(v, args[0], where) for v in _of(value, list, where)]
-    if origin is tuple:
-        if not isinstance(value, (list, tuple)) or len(value) != len(args):
-            raise _wrong(where, value, hint)
-        return tuple(_typed(v, a, where) for v, a in zip(value, args, strict=True))
-    if origin is dict:
-        return {k: _typed(v, args[1], where) for k, v in _of(value, dict, where).items()}
-    if hint is float:
-        return value if isinstance(value, (int, float)) and not isinstance(value, bool) else _fail(where, value, hint)
-    if hint is int and isinstance(value, bool):
-        raise _wrong(where, value, hint)
-    return _of(value, hint, where)
-
-
-def _of(value: Any, kind: type, where: str) -> Any:
-    if not isinstance(value, kind):
-        raise _wrong(where, value, kind)
-    return value
-
-
-def _wrong(where: str, value: Any, hint: Any) -> MalformedInput:
-    name = getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
-    return MalformedInput(where, f"{type(value).__name__} where {name} belongs")
-
-
-def _fail(where: str, value: Any, hint: Any) -> Any:
-    raise _wrong(where, value, hint)
-
-
-def _fields(cls: type, data: Any, what: str, skip: tuple[str, ...] = ()) -> dict[str, Any]:
-    """The keyword arguments of dataclass ``cls`` from ``data``: every field it has, checked;
-    a field without a default must be there; keys it does not know are left out."""
-    data = _of(data, dict, what)
-    hints = typing.get_type_hints(cls)
-    out: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):
-        if f.name in skip:
-            continue
-        if f.name in data:
-            out[f.name] = _typed(data[f.name], hints[f.name], f"{what}, field {f.name!r}")
-        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            raise MalformedInput(what, f"no field {f.name!r}")
-    return out
-
-
-def check_schema(data: Any, family: str, current: str, what: str) -> None:
-    """Refuse a document of another kind, or of a version of ``family`` this memgap does not read."""
-    schema = _of(data, dict, what).get("schema")
-    if not isinstance(schema, str) or not schema.startswith(family + "/"):
-        raise MalformedInput(what, f"not a {family} document (schema {schema!r})")
-    if schema != current:
-        raise MalformedInput(what, f"schema {schema!r}: this memgap reads {current}; a newer memgap wrote it")
 
 
 # The keys of a trim record that are its typed fields; any other key is the route's detail.
@@ -368,7 +291,7 @@ class RemedyLines:
 @dataclass
 class LabDocument:
     """A lab's result (``memgap.lab/1``, docs/json.md): every run's figures, each variant's
-    summary per cell (``variants``, ``cells``: dicts, fields in docs/json.md) and the verdict."""
+    summary per cell (``variants``, ``cells``: memgap.lab_document's classes) and the verdict."""
 
     cmd: list[str]
     runs: list[RunFigures]
@@ -382,14 +305,14 @@ class LabDocument:
     order: list[str] = field(default_factory=list)
     baseline: str | None = None
     cell: dict[str, str] = field(default_factory=dict)
-    variants: list[dict[str, Any]] = field(default_factory=list)
+    variants: list[VariantSummary] = field(default_factory=list)  # the worst cell's (``cell``), ranked
     verdict: str = ""
     stopped: str = ""
-    recommendation: dict[str, Any] | None = None
+    recommendation: Recommendation | None = None
     time_spread: float = 0.0
-    cells: list[dict[str, Any]] = field(default_factory=list)
-    sweep: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    across_cells: list[dict[str, Any]] = field(default_factory=list)
+    cells: list[Cell] = field(default_factory=list)
+    sweep: dict[str, list[SweepRow]] = field(default_factory=dict)  # per variant, where more than one cell ran
+    across_cells: list[AcrossCell] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     adaptive: bool = False
     dropped: list[str] = field(default_factory=list)
@@ -399,12 +322,19 @@ class LabDocument:
     complete: bool = False
     lab_dir: str = ""
     cgroup: dict[str, Any] = field(default_factory=dict)
+    # ``material`` ({"share", "bytes"}) and ``cgroup`` ({"limit", "note", "per_run"}) stay dicts: the
+    # lab's settings, stated as given, that a lab of 04f183d lacks and is written back with as {}
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"schema": LAB_SCHEMA}
         for f in dataclasses.fields(self):
             out[f.name] = getattr(self, f.name)
         out["runs"] = [r.to_dict() for r in self.runs]
+        out["variants"] = [v.to_dict() for v in self.variants]
+        out["recommendation"] = self.recommendation.to_dict() if self.recommendation else None
+        out["cells"] = [c.to_dict() for c in self.cells]
+        out["sweep"] = {spec: [row.to_dict() for row in rows] for spec, rows in self.sweep.items()}
+        out["across_cells"] = [a.to_dict() for a in self.across_cells]
         return {k: out[k] for k in _LAB_ORDER}
 
     def _repr_html_(self) -> str:

@@ -167,16 +167,3 @@ def tree_totals(snaps: list[Snapshot]) -> dict[str, Any]:
         # forked processes: their private pages the parent has its own copy of (memgap.cow)
         "copied_from_parent": sum(s.copied_from_parent["copied"] for s in snaps if s.copied_from_parent),
     }
-
-
-def verdict_word(summary: dict[str, Any], recommended: str | None, baseline: str | None) -> str:
-    """One variant's word in a lab's table, from its summary as the lab document holds it. It lives
-    here, below the lab (which words a sweep's cells with it) and the report (which words each
-    variant's row), so that the report reads the document without importing the lab."""
-    if summary["spec"] == recommended:
-        return "recommended"
-    if summary["reason"]:
-        return str(summary["reason"])
-    if summary["better"]:
-        return "better" if summary["within_budget"] else "too slow"
-    return "baseline" if summary["spec"] == baseline else "not better"

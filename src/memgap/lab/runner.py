@@ -8,13 +8,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
 
 from ..documents import LAB_SCHEMA, LabDocument, RunStatus, TrimMode
 from ..envnames import TRIM_AFTER_ENV
 from ..errors import Unsupported
-from ..model import verdict_word
+from ..lab_document import AcrossCell, Cell, Recommendation, SweepRow
 from ..recording import RecordingWriter
 from ..report.remedy import remedy_forms
 from ..runs import RunOptions, load_run, machine_info, record_run
@@ -242,7 +241,7 @@ def _progress_line(order: int, total: str, r: RunMetrics) -> str:
     return f"[{order}/{total}] {r.variant}{' ' + cell if cell else ''} (rep {r.rep}): {idle}, {r.wall:.1f} s{status}"
 
 
-def _cell_verdict(options: LabOptions, runs: list[RunMetrics]) -> tuple[Verdict, dict[str, Any] | None]:
+def _cell_verdict(options: LabOptions, runs: list[RunMetrics]) -> tuple[Verdict, Recommendation | None]:
     by_spec = {v.spec: [r for r in runs if r.variant == v.spec] for v in options.variants}
     baseline = next((v for v in options.variants if v.is_baseline), None)
     base_runs = by_spec.get(baseline.spec, []) if baseline else []
@@ -259,47 +258,48 @@ def _cell_verdict(options: LabOptions, runs: list[RunMetrics]) -> tuple[Verdict,
     if verdict.recommended is not None:
         chosen = next(v for v in options.variants if v.spec == verdict.recommended.spec)
         python = any(r.python for r in runs) or not runs
-        recommendation = {"variant": chosen.spec, "reason": verdict.reason,
-                          **remedy_forms(recommendation_lines(chosen, python))}
+        forms = remedy_forms(recommendation_lines(chosen, python))
+        recommendation = Recommendation(chosen.spec, verdict.reason, **forms)
         quiet_specs = {v.spec for v in options.variants if TrimMode.of(v.trim) is TrimMode.QUIET}
         trimmer_runs = [r for r in runs if r.variant in quiet_specs and r.status == RunStatus.OK]
         never_trimmed = trimmer_runs and all("did not trim" in r.note for r in trimmer_runs)
         if TrimMode.of(chosen.trim) is TrimMode.IDLE and never_trimmed:
-            recommendation["notes"].append(
+            recommendation.notes.append(
                 "in this lab the idle trimmer never trimmed (the trim=quiet runs): the program ended within 2 s "
                 "of going quiet; a long-running process gets its trims, this workload as run here does not; "
                 "MEMGAP_TRIM_AFTER=idle applies the measured trim where the program marks its idle phase")
     return verdict, recommendation
 
 
-def _sweep(cells: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+def _sweep(cells: list[Cell]) -> dict[str, list[SweepRow]]:
     """Per variant, its idle and peak medians in every cell and the growth over the first cell."""
-    table: dict[str, list[dict[str, Any]]] = {}
+    table: dict[str, list[SweepRow]] = {}
     for cell in cells:
-        for v in cell["variants"]:
-            table.setdefault(v["spec"], []).append({
-                "params": cell["params"], "idle": v["idle"][0] if v["idle"] else None,
-                "peak": v["peak"][0] if v["peak"] else None})
+        for v in cell.variants:
+            table.setdefault(v.spec, []).append(SweepRow(cell.params, v.idle[0] if v.idle else None,
+                                                         v.peak[0] if v.peak else None))
     for rows in table.values():
         first = rows[0]
         for row in rows:
-            for key in ("idle", "peak"):
-                row[f"{key}_growth"] = (row[key] / first[key] - 1) if row[key] and first[key] else None
+            row.idle_growth = _growth(row.idle, first.idle)
+            row.peak_growth = _growth(row.peak, first.peak)
     return table
 
 
+def _growth(value: float | None, first: float | None) -> float | None:
+    """A median's growth over the first cell's, as a share of it; None where either is unknown."""
+    return (value / first - 1) if value and first else None
 
 
-def _across_cells(cells: list[dict[str, Any]], spec: str) -> list[dict[str, Any]]:
+def _across_cells(cells: list[Cell], spec: str) -> list[AcrossCell]:
     """How one variant fares in every cell of a sweep: its word there, its idle and the baseline's."""
     found = []
     for cell in cells:
-        v = next((x for x in cell["variants"] if x["spec"] == spec), None)
+        v = next((x for x in cell.variants if x.spec == spec), None)
         if v is None:
             continue
-        word = verdict_word(v, (cell["recommendation"] or {}).get("variant"), None)
-        found.append({"params": cell["params"], "word": word, "idle": v["idle"][0] if v["idle"] else None,
-                      "baseline_idle": cell["baseline_idle"] or None})
+        word = v.word(cell.recommendation.variant if cell.recommendation else None, None)
+        found.append(AcrossCell(cell.params, word, v.idle[0] if v.idle else None, cell.baseline_idle or None))
     return found
 
 
@@ -322,17 +322,16 @@ def lab_document(options: LabOptions, results: list[RunMetrics], seconds: float,
     """The lab's results. With swept parameters the verdict at the top is the one of
     the cell where the baseline idles highest (the worst case); every cell has its own."""
     baseline = next((v for v in options.variants if v.is_baseline), None)
-    cells: list[dict[str, Any]] = []
+    cells: list[Cell] = []
     for cell in options.cells():
         runs = [r for r in results if r.params == cell]
         if not runs:
             continue
         verdict, recommendation = _cell_verdict(options, runs)
-        cells.append({"params": cell, "variants": [asdict(s) for s in verdict.summaries],
-                      "verdict": verdict.reason, "recommendation": recommendation,
-                      "baseline_idle": verdict.baseline.idle[0] if verdict.baseline and verdict.baseline.idle else 0,
-                      "time_spread": round(run_to_run_spread(verdict.baseline), 4)})
-    worst = max(cells, key=lambda c: c["baseline_idle"]) if cells else None
+        cells.append(Cell(cell, verdict.summaries, verdict.reason, recommendation,
+                          verdict.baseline.idle[0] if verdict.baseline and verdict.baseline.idle else 0,
+                          round(run_to_run_spread(verdict.baseline), 4)))
+    worst = max(cells, key=lambda c: c.baseline_idle) if cells else None
     workload_seconds = sum(r.duration for r in results)
 
     def cell_label(r: RunMetrics) -> str:
@@ -350,17 +349,17 @@ def lab_document(options: LabOptions, results: list[RunMetrics], seconds: float,
         order=[f"{r.variant}#{r.rep}{cell_label(r)}" for r in results],
         runs=list(results),
         baseline=baseline.spec if baseline else None,
-        cell=worst["params"] if worst else {},
-        variants=worst["variants"] if worst else [],
-        verdict=stopped or (worst["verdict"] if worst else "no run finished"),
+        cell=worst.params if worst else {},
+        variants=worst.variants if worst else [],
+        verdict=stopped or (worst.verdict if worst else "no run finished"),
         stopped=stopped,
-        recommendation=worst["recommendation"] if worst else None,
-        time_spread=worst["time_spread"] if worst else 0.0,
+        recommendation=worst.recommendation if worst else None,
+        time_spread=worst.time_spread if worst else 0.0,
         cells=cells,
         sweep=_sweep(cells) if len(cells) > 1 else {},
         # the top recommendation in every cell of the sweep: does the worst case's remedy hold elsewhere?
-        across_cells=(_across_cells(cells, worst["recommendation"]["variant"])
-                      if len(cells) > 1 and worst and worst["recommendation"] else []),
+        across_cells=(_across_cells(cells, worst.recommendation.variant)
+                      if len(cells) > 1 and worst and worst.recommendation else []),
         skipped=options.skipped,
         adaptive=options.adaptive,
         dropped=[f"{label}: {why}" for label, why in options.dropped.items()],

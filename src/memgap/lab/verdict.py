@@ -19,9 +19,10 @@ is more than MATERIAL_SHARE lower.
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
+from ..lab_document import Spread, VariantSummary
 from ..variants import COST_WORDS, Variant
 from .metrics import RunMetrics
 
@@ -39,30 +40,6 @@ def material() -> dict[str, float]:
 def material_words() -> str:
     return (f"its whole idle range below the baseline's, and its median at least {MATERIAL_SHARE:.0%} "
             f"and {MATERIAL_BYTES / 2**20:g} MiB lower")
-
-
-@dataclass
-class VariantSummary:
-    spec: str
-    cost: int
-    settings: int
-    runs: int
-    ok: int
-    statuses: dict[str, int] = field(default_factory=dict)
-    idle: tuple[int, int, int] | None = None        # median, min, max
-    after_trim: tuple[int, int, int] | None = None
-    peak: tuple[int, int, int] | None = None
-    cgroup_peak: tuple[int, int, int] | None = None  # the run cgroup's peak, OOM-killed runs included (the limit)
-    baseline: tuple[int, int, int] | None = None    # post-import RSS
-    wall: tuple[float, float, float] | None = None
-    throughput: tuple[float, float, float] | None = None
-    tree: bool = False              # its idle is a tree's sum by PSS (several processes alive at idle)
-    slowdown: float | None = None   # median over reps: wall / baseline wall, or baseline throughput / throughput
-    patterns: list[str] = field(default_factory=list)
-    pattern_counts: dict[str, int] = field(default_factory=dict)
-    better: bool = False
-    within_budget: bool = True
-    reason: str = ""
 
 
 def _spread(values: list[Any]) -> tuple[Any, Any, Any] | None:  # ints or floats; the median of ints may be x.5
@@ -114,7 +91,7 @@ def run_to_run_spread(summary: VariantSummary | None) -> float:
     return (figures[2] - figures[1]) / figures[0]
 
 
-def _idle(s: VariantSummary) -> tuple[int, int, int]:
+def _idle(s: VariantSummary) -> Spread:
     """The idle (median, min, max) of a variant found better, or that ran within the limit: it has one."""
     if s.idle is None:
         raise ValueError(f"{s.spec} has no idle figures")
@@ -178,7 +155,7 @@ def _within_the_limit(summaries: list[VariantSummary], base: VariantSummary) -> 
                                          "its cost in time is not measured: the baseline did not finish")
 
 
-def materially_lower(idle: tuple[int, int, int], base: tuple[int, int, int]) -> bool:
+def materially_lower(idle: Spread, base: Spread) -> bool:
     """Whether an idle (median, min, max) is below the baseline's by the material margin."""
     margin = base[0] - idle[0]
     return idle[2] < base[1] and margin >= MATERIAL_SHARE * base[0] and margin >= MATERIAL_BYTES

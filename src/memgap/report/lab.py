@@ -6,7 +6,7 @@ from typing import Any, TextIO
 
 from rich.console import RenderableType
 
-from ..model import verdict_word
+from ..lab_document import VariantSummary
 from ..units import mib
 from .fit import WRAP, Col, fit_table
 from .terminal import console_on
@@ -20,7 +20,8 @@ def _spread(value: Any) -> str:
 
 
 def _verdict_word(lab: dict[str, Any], v: dict[str, Any]) -> str:
-    return verdict_word(v, (lab.get("recommendation") or {}).get("variant"), lab.get("baseline"))
+    summary = VariantSummary.from_dict(v, "lab document, variant")
+    return summary.word((lab.get("recommendation") or {}).get("variant"), lab.get("baseline"))
 
 
 def _pattern(v: dict[str, Any]) -> str:

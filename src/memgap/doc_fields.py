@@ -1,0 +1,93 @@
+"""How the document classes (memgap.documents, memgap.lab_document) read their fields from JSON:
+each value checked against its field's type, nested documents built with their own ``from_dict``;
+what is missing or of the wrong type is ``MalformedInput`` naming the field. A module of its
+own so that the document modules below and above one another share it without a cycle.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+import types
+import typing
+from typing import Any
+
+from .errors import MalformedInput
+
+
+def _typed(value: Any, hint: Any, where: str) -> Any:
+    """``value`` checked against the type ``hint`` (nested: lists, dicts, tuples, enums, documents)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        kinds = [a for a in args if a is not type(None)]
+        if len(kinds) == 1:  # X | None: what is wrong with it as an X
+            return _typed(value, kinds[0], where)
+        for arg in kinds:
+            try:
+                return _typed(value, arg, where)
+            except MalformedInput:
+                continue
+        raise _wrong(where, value, hint)
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        try:
+            return hint(value)
+        except ValueError:
+            raise MalformedInput(where, f"{value!r} is not one of {', '.join(str(m.value) for m in hint)}") from None
+    if hasattr(hint, "from_dict"):
+        return hint.from_dict(value, where)
+    if origin is list:  # an item's place in the list, and a value's key, in where it is: which one is wrong
+        return [_typed(v, args[0], f"{where}[{i}]") for i, v in enumerate(_of(value, list, where))]
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)) or len(value) != len(args):
+            raise _wrong(where, value, hint)
+        return tuple(_typed(v, a, where) for v, a in zip(value, args, strict=True))
+    if origin is dict:
+        return {k: _typed(v, args[1], f"{where}[{k!r}]") for k, v in _of(value, dict, where).items()}
+    if hint is float:
+        return value if isinstance(value, (int, float)) and not isinstance(value, bool) else _fail(where, value, hint)
+    if hint is int and isinstance(value, bool):
+        raise _wrong(where, value, hint)
+    return _of(value, hint, where)
+
+
+def _of(value: Any, kind: type, where: str) -> Any:
+    if not isinstance(value, kind):
+        raise _wrong(where, value, kind)
+    return value
+
+
+def _wrong(where: str, value: Any, hint: Any) -> MalformedInput:
+    name = getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
+    return MalformedInput(where, f"{type(value).__name__} where {name} belongs")
+
+
+def _fail(where: str, value: Any, hint: Any) -> Any:
+    raise _wrong(where, value, hint)
+
+
+def _fields(cls: type, data: Any, what: str, skip: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The keyword arguments of dataclass ``cls`` from ``data``: every field it has, checked;
+    a field without a default must be there; keys it does not know are left out."""
+    data = _of(data, dict, what)
+    hints = typing.get_type_hints(cls)
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.name in skip:
+            continue
+        if f.name in data:
+            out[f.name] = _typed(data[f.name], hints[f.name], f"{what}, field {f.name!r}")
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise MalformedInput(what, f"no field {f.name!r}")
+    return out
+
+
+def check_schema(data: Any, family: str, current: str, what: str) -> None:
+    """Refuse a document of another kind, or of a version of ``family`` this memgap does not read."""
+    schema = _of(data, dict, what).get("schema")
+    if not isinstance(schema, str) or not schema.startswith(family + "/"):
+        raise MalformedInput(what, f"not a {family} document (schema {schema!r})")
+    if schema != current:
+        raise MalformedInput(what, f"schema {schema!r}: this memgap reads {current}; a newer memgap wrote it")
