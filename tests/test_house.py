@@ -5,7 +5,9 @@
 - ``memgap.remedies``, ``memgap.report.*``, ``memgap.model``, ``memgap.documents`` (with ``memgap.lab_document``
   and ``memgap.doc_fields``) import nothing from the lab or the commands (imports inside functions included);
 - a private name (``_x``: a module, or a module's function) is imported only inside its own
-  package (and the packages within it).
+  package (and the packages within it);
+- in ``memgap.cli``, only ``main`` and ``from_args`` take an ``argparse.Namespace``: options become
+  a typed request at the edge, and everything past it takes the request.
 """
 from __future__ import annotations
 
@@ -120,3 +122,27 @@ def test_a_private_name_is_imported_only_in_its_own_package():
             if home != owner and not home.startswith(owner + "."):  # its package and those inside it
                 crossed.append(f"{name} line {line}: {module}{'.' + imported if imported else ''}")
     assert not crossed, f"private names used outside their package (make them public): {crossed}"
+
+
+NAMESPACE_AT_THE_EDGE = ("main", "from_args")
+
+
+def _takes_a_namespace(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    args = node.args
+    params = args.posonlyargs + args.args + args.kwonlyargs + [a for a in (args.vararg, args.kwarg) if a]
+    names = {ast.unparse(p.annotation).strip("'\"") for p in params if p.annotation is not None}
+    return bool(names & {"argparse.Namespace", "Namespace"})
+
+
+def test_only_main_and_from_args_take_a_namespace():
+    at_the_edge, crossed = [], []
+    for name, (_path, tree) in MODULES.items():
+        if not _within(name, ("memgap.cli",)):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _takes_a_namespace(node):
+                where = f"{name}.{node.name} (line {node.lineno})"
+                (at_the_edge if node.name in NAMESPACE_AT_THE_EDGE else crossed).append(where)
+    commands = [name for name in MODULES if name.startswith("memgap.cli.") and not _private(name.rpartition(".")[2])]
+    assert len(at_the_edge) >= 2 * len(commands), f"the rule reads every command's main and from_args: {at_the_edge}"
+    assert not crossed, f"only main and from_args take an argparse.Namespace; pass the typed request on: {crossed}"

@@ -20,9 +20,12 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import MemgapError, UsageError
+
+if TYPE_CHECKING:  # the recorder is loaded only by the commands that record (run, demo)
+    from ..runs import RunOptions
 
 # --- argument types ---------------------------------------------------------------------
 
@@ -122,22 +125,20 @@ def write_lab(lab: dict[str, Any], json_path: str | None, html: str | None, mark
 
 # --- a run recorded and shown (run, demo) -------------------------------------------------
 
-def run_and_report(cmd: list[str], interval: float, json_path: str | None, walk: bool = False,
-                   phase_regex: str = "", agent: bool = True, load: list[str] | None = None,
-                   rest: float = 3.0) -> int:
-    """Record ``cmd`` as `memgap run` does (into JSON_PATH.d, or a temporary folder), write the
-    run as JSON where asked, show its tables; the command's exit code."""
-    from ..runs import RunOptions, record_run
+def record_folder(json_path: str | None) -> str:
+    """Where a run is recorded: beside its JSON (JSON_PATH.d), else a new temporary folder."""
+    return f"{json_path}.d" if json_path and json_path != "-" else tempfile.mkdtemp(prefix="memgap-run-")
 
-    if cmd and cmd[0] == "--":
-        cmd = cmd[1:]
-    if not cmd:
-        raise UsageError("no command given: memgap run [options] -- CMD ...")
-    record_dir = f"{json_path}.d" if json_path and json_path != "-" else tempfile.mkdtemp(prefix="memgap-run-")
+
+def run_and_report(options: RunOptions, json_path: str | None) -> int:
+    """Record a run as `memgap run` does (into ``options.record_dir``: see ``record_folder``), write
+    the run as JSON where asked, show its tables; the command's exit code."""
+    from ..runs import record_run
+
+    record_dir = options.record_dir
     _replace_earlier(record_dir)
     try:
-        code = record_run(RunOptions(cmd, record_dir, interval, walk, mark_regex=phase_regex, agent=agent,
-                                     load=load or [], rest=rest))
+        code = record_run(options)
     except KeyboardInterrupt:
         # Ctrl-C: the recording up to it is kept. Write and show it as for a run that ended (the
         # lab does the same), and say where it is: without --json, a temporary folder nobody was told of.

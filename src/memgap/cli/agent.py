@@ -9,6 +9,7 @@ own statistics, and to run memgap's idle trimmer without changing the program:
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 
 from ..agent import AGENT_ENV, library_path
 
@@ -17,9 +18,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--path", action="store_true", help="print only the library's path")
 
 
+@dataclass(frozen=True)
+class AgentRequest:
+    """``memgap agent``'s one option."""
+
+    path: bool = False  # print only the library's path
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> AgentRequest:
+        return cls(path=args.path)
+
+
 def main(args: argparse.Namespace) -> int:
+    return execute(AgentRequest.from_args(args))
+
+
+def execute(request: AgentRequest) -> int:
     path = library_path()
-    if args.path:
+    if request.path:
         print(path)
         return 0
     print(f"agent library: {path}")

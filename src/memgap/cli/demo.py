@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 
+from ..errors import UsageError
 from . import _common
-from ._common import run_and_report
+from ._common import record_folder, run_and_report
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -20,16 +22,40 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--walk", action="store_true", help="as for memgap run")
 
 
+@dataclass(frozen=True)
+class DemoRequest:
+    """``memgap demo``'s options: a scenario this memgap has (unless the scenarios are only listed)."""
+
+    name: str = "threadpool"
+    list_scenarios: bool = False
+    json: str | None = None
+    interval: float = 0.1
+    walk: bool = False
+
+    def __post_init__(self) -> None:
+        from ..scenarios import SCENARIOS
+
+        if not self.list_scenarios and self.name not in SCENARIOS:
+            raise UsageError(f"no scenario {self.name!r}; choose from {', '.join(SCENARIOS)}")
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> DemoRequest:
+        return cls(name=args.name, list_scenarios=args.list, json=args.json, interval=args.interval, walk=args.walk)
+
+
 def main(args: argparse.Namespace) -> int:
-    from ..errors import UsageError
+    return execute(DemoRequest.from_args(args))
+
+
+def execute(request: DemoRequest) -> int:
+    from ..runs import RunOptions
     from ..scenarios import SCENARIOS, scenario_command
 
-    if args.list:
+    if request.list_scenarios:
         for name, info in SCENARIOS.items():
             print(f"{name:<14} seed {info.seed}  {info.summary}")
         return 0
-    if args.name not in SCENARIOS:
-        raise UsageError(f"no scenario {args.name!r}; choose from {', '.join(SCENARIOS)}")
-    info = SCENARIOS[args.name]
+    info = SCENARIOS[request.name]
     print(f"memgap demo: {info.name} (seed {info.seed}): {info.summary}", file=sys.stderr)
-    return run_and_report(scenario_command(args.name), args.interval, args.json, walk=args.walk)
+    options = RunOptions(scenario_command(request.name), record_folder(request.json), request.interval, request.walk)
+    return run_and_report(options, request.json)

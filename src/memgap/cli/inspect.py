@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 from ..collect import Options, snapshot_pid
 from ..cow import add_copied_from_parent
@@ -32,6 +33,9 @@ from ..report.terminal import render_snapshot, render_tree
 from ..sources.gdb_target import DEFAULT_TIMEOUT  # not gdb_attach: loaded only for --deep
 from . import _common
 from ._common import write_json
+
+if TYPE_CHECKING:  # memgap.deep is loaded only for --deep and --trim
+    from ..deep import GdbOptions
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -62,71 +66,104 @@ def snapshot_checked(pid: int, options: Options, proc_root: str) -> tuple[Snapsh
     return snap, identity
 
 
+@dataclass(frozen=True)
+class InspectRequest:
+    """``memgap inspect``'s options, checked: --deep and --trim are of one process, not a tree."""
+
+    pid: int
+    tree: bool = False
+    json: str | None = None
+    regions: bool = False
+    proc_root: str = "/proc"
+    deep: bool = False
+    trim: bool = False
+    gdb_timeout: float = DEFAULT_TIMEOUT
+    gdb: str = "gdb"
+
+    def __post_init__(self) -> None:
+        if self.tree and (self.deep or self.trim):
+            raise UsageError("--deep and --trim look inside one process: leave out --tree")
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> InspectRequest:
+        return cls(pid=args.pid, tree=args.tree, json=args.json, regions=args.regions, proc_root=args.proc_root,
+                   deep=args.deep, trim=args.trim, gdb_timeout=args.gdb_timeout, gdb=args.gdb)
+
+    def gdb_options(self) -> GdbOptions:
+        from ..deep import GdbOptions  # loaded only for --deep and --trim
+
+        return GdbOptions(timeout=self.gdb_timeout, gdb=self.gdb, proc_root=self.proc_root)
+
+
 def main(args: argparse.Namespace) -> int:
-    if args.tree and (args.deep or args.trim):
-        raise UsageError("--deep and --trim look inside one process: leave out --tree")
-    if args.tree:
-        return _tree(args)
-    if not (args.deep or args.trim):
-        snap = snapshot_pid(args.pid, Options(regions=args.regions), args.proc_root)
-        if args.json:
-            write_json(snap.to_dict(regions=args.regions), args.json)
-        if args.json != "-":
+    return execute(InspectRequest.from_args(args))
+
+
+def execute(request: InspectRequest) -> int:
+    if request.tree:
+        return _tree(request)
+    if not (request.deep or request.trim):
+        snap = snapshot_pid(request.pid, Options(regions=request.regions), request.proc_root)
+        if request.json:
+            write_json(snap.to_dict(regions=request.regions), request.json)
+        if request.json != "-":
             render_snapshot(snap, sys.stdout)
-            _print_regions(snap, args.regions)
+            _print_regions(snap, request.regions)
         return 0
-    return _inside(args)
+    return _inside(request)
 
 
-def _inside(args: argparse.Namespace) -> int:
+def _inside(request: InspectRequest) -> int:
     """--deep and --trim: the outside snapshot first, then gdb, each figure with its route."""
-    from ..deep import GdbOptions, deep, trim
+    from ..deep import deep, trim
     from ..report.attach import render_after_trim, render_deep, render_trim
 
-    options = GdbOptions(timeout=args.gdb_timeout, gdb=args.gdb, proc_root=args.proc_root)
+    options = request.gdb_options()
+    pid, proc_root = request.pid, request.proc_root
     # regions: the outside count of mmapped chunks, compared with malloc_info's
-    snap, identity = snapshot_checked(args.pid, Options(regions=args.regions or args.deep), args.proc_root)
+    snap, identity = snapshot_checked(pid, Options(regions=request.regions or request.deep), proc_root)
     started = identity.start_time
-    found = deep(args.pid, snap, started, options) if args.deep else None
+    found = deep(pid, snap, started, options) if request.deep else None
     trimmed = after = None
-    if args.trim:
-        trimmed = trim(args.pid, snap, started, options)
-        after = snapshot_pid(args.pid, Options(regions=False), args.proc_root)
+    if request.trim:
+        trimmed = trim(pid, snap, started, options)
+        after = snapshot_pid(pid, Options(regions=False), proc_root)
         after.phase, after.trim = "after-trim", trimmed
-    if args.json:
-        doc = snap.to_dict(regions=args.regions)
+    if request.json:
+        doc = snap.to_dict(regions=request.regions)
         if found is not None:
             doc["deep"] = found.to_dict()
         if after is not None:
             doc["after_trim"] = after.to_dict(regions=False)
-        write_json(doc, args.json)
-    if args.json != "-":
+        write_json(doc, request.json)
+    if request.json != "-":
         render_snapshot(snap, sys.stdout)
-        _print_regions(snap, args.regions)
+        _print_regions(snap, request.regions)
         if found is not None:
             render_deep(found, sys.stdout)
         if trimmed is not None and after is not None:
-            render_trim(args.pid, trimmed, sys.stdout)
+            render_trim(pid, trimmed, sys.stdout)
             render_after_trim(after, sys.stdout)
     return 0
 
 
-def _tree(args: argparse.Namespace) -> int:
-    snaps = [snapshot_pid(args.pid, Options(regions=True), args.proc_root)]
-    for child in descendants(args.pid):
+def _tree(request: InspectRequest) -> int:
+    pid, proc_root = request.pid, request.proc_root
+    snaps = [snapshot_pid(pid, Options(regions=True), proc_root)]
+    for child in descendants(pid):
         try:
-            snaps.append(snapshot_pid(child, Options(regions=True), args.proc_root))
+            snaps.append(snapshot_pid(child, Options(regions=True), proc_root))
         except NoSuchProcess:
             continue  # exited while we read the tree
-    add_copied_from_parent(snaps, args.proc_root)
-    if args.json:
+    add_copied_from_parent(snaps, proc_root)
+    if request.json:
         totals = tree_totals(snaps)
-        write_json({"schema": "memgap.tree/1", "pid": args.pid,
+        write_json({"schema": "memgap.tree/1", "pid": pid,
                     "processes": [s.to_dict(regions=False) for s in snaps],
                     # total_rss counts a shared page once per process; total_pss is what the tree costs
                     "total_rss": totals["rss_sum"], "total_pss": totals["pss"], "totals": totals,
-                    "findings": [asdict(f) for f in diagnose_tree(snaps)]}, args.json)
-    if args.json != "-":
+                    "findings": [asdict(f) for f in diagnose_tree(snaps)]}, request.json)
+    if request.json != "-":
         render_tree(snaps, sys.stdout)
     return 0
 

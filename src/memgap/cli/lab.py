@@ -39,11 +39,13 @@ import shutil
 import signal
 import sys
 import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from ..errors import UsageError
 from ..lab.runner import LabInterrupted, LabOptions, run_lab
-from ..variants import DEFAULT_SPECS, parse_variant, resolve
+from ..variants import DEFAULT_SPECS, Variant, parse_variant, resolve
 from . import _common
 from ._common import write_lab
 
@@ -135,9 +137,77 @@ class _Progress:
             self.bar.stop()
 
 
-def _parse_param(text: str) -> tuple[str, list[str]]:
+@dataclass(frozen=True)
+class LabRequest:
+    """``memgap lab``'s options, checked where they are read: a workload given, the patterns
+    compile, --metric-regex has its --metric, the variant specs and the --param sweeps parse.
+    The lab's LabOptions (memgap.lab.runner) is built from it by ``lab_options``, once the variants
+    are looked for on this machine and the recordings' folder is made."""
+
+    cmd: tuple[str, ...]
+    variants: tuple[Variant, ...]  # parsed, the glibc baseline first where none was asked for
+    reps: int | None = None        # None: adaptive, up to 3 each
+    timeout: float = 600.0
+    max_slowdown: float = 0.05
+    params: tuple[tuple[str, tuple[str, ...]], ...] = ()  # swept variables and their values, in order
+    phase_regex: str = ""
+    idle_after: float = 0.0
+    load: tuple[str, ...] = ()
+    rest: float = 3.0
+    process: str = ""
+    agent: bool = True
+    metric: str = ""
+    metric_regex: str = ""
+    memory_limit: int | None = None
+    json: str | None = None
+    markdown: str | None = None
+    html: str | None = None
+    lab_dir: str | None = None     # --dir
+    show_output: bool = False
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> LabRequest:
+        cmd = list(args.cmd)
+        if cmd and cmd[0] == "--":
+            cmd = cmd[1:]
+        if not cmd:
+            raise UsageError("no workload given: memgap lab [options] -- CMD ...")
+        for flag, pattern in (("--phase-regex", args.phase_regex), ("--metric-regex", args.metric_regex),
+                              ("--process", args.process)):
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise UsageError(f"{flag}: {exc}") from None
+        if args.metric_regex and not args.metric:
+            raise UsageError("--metric-regex needs --metric NAME (what the number is)")
+        return cls(cmd=tuple(cmd), variants=_variants(args.variant or DEFAULT_SPECS), reps=args.reps,
+                   timeout=args.timeout, max_slowdown=args.max_slowdown,
+                   params=tuple(_parse_param(p) for p in args.param), phase_regex=args.phase_regex,
+                   idle_after=args.idle_after, load=tuple(args.load), rest=args.rest, process=args.process,
+                   agent=not args.no_agent, metric=args.metric, metric_regex=args.metric_regex,
+                   memory_limit=args.memory_limit, json=args.json, markdown=args.markdown, html=args.html,
+                   lab_dir=args.dir, show_output=args.show_output)
+
+    def lab_options(self, variants: list[Variant], skipped: list[str], lab_dir: str) -> LabOptions:
+        """The lab's options: ``variants`` those of the request that can run here, ``skipped`` why the others cannot."""
+        return LabOptions(list(self.cmd), variants, self.reps or 3, self.timeout, self.max_slowdown,
+                          adaptive=self.reps is None, lab_dir=lab_dir, quiet_workload=not self.show_output,
+                          skipped=skipped, metric=self.metric, params=[(n, list(v)) for n, v in self.params],
+                          phase_regex=self.phase_regex, idle_after=self.idle_after,
+                          metric_regex=self.metric_regex, agent=self.agent, process=self.process,
+                          load=list(self.load), rest=self.rest, memory_limit=self.memory_limit)
+
+
+def _variants(specs: Sequence[str]) -> tuple[Variant, ...]:
+    variants = [parse_variant(s) for s in specs]
+    if not any(v.is_baseline for v in variants):
+        variants.insert(0, parse_variant("glibc"))  # every comparison needs the baseline
+    return tuple(variants)
+
+
+def _parse_param(text: str) -> tuple[str, tuple[str, ...]]:
     name, eq, values = text.partition("=")
-    items = [v.strip() for v in values.split(",") if v.strip()]
+    items = tuple(v.strip() for v in values.split(",") if v.strip())
     if not eq or not name.strip() or not items:
         raise UsageError(f"--param {text!r}: expected NAME=V1,V2,...")
     return name.strip(), items
@@ -165,42 +235,24 @@ def _lab_dir(path: str | None) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    cmd = list(args.cmd)
-    if cmd and cmd[0] == "--":
-        cmd = cmd[1:]
-    if not cmd:
-        raise UsageError("no workload given: memgap lab [options] -- CMD ...")
-    for flag, pattern in (("--phase-regex", args.phase_regex), ("--metric-regex", args.metric_regex),
-                          ("--process", args.process)):
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise UsageError(f"{flag}: {exc}") from None
-    if args.metric_regex and not args.metric:
-        raise UsageError("--metric-regex needs --metric NAME (what the number is)")
-    specs = args.variant or list(DEFAULT_SPECS)
-    variants = [parse_variant(s) for s in specs]
-    if not any(v.is_baseline for v in variants):
-        variants.insert(0, parse_variant("glibc"))  # every comparison needs the baseline
-    variants, skipped = resolve(variants)
+    return execute(LabRequest.from_args(args))
+
+
+def execute(request: LabRequest) -> int:
+    # resolve fills in each variant's library: copies, so that the request's stay as parsed
+    variants, skipped = resolve([replace(v) for v in request.variants])
     for line in skipped:
         print(f"memgap lab: skipping {line}", file=sys.stderr)
-    params = [_parse_param(p) for p in args.param]
-    options = LabOptions(cmd, variants, args.reps or 3, args.timeout, args.max_slowdown, adaptive=args.reps is None,
-                         lab_dir=_lab_dir(args.dir),
-                         quiet_workload=not args.show_output, skipped=skipped, metric=args.metric,
-                         params=params, phase_regex=args.phase_regex, idle_after=args.idle_after,
-                         metric_regex=args.metric_regex, agent=not args.no_agent, process=args.process,
-                         load=args.load, rest=args.rest, memory_limit=args.memory_limit)
+    options = request.lab_options(variants, skipped, _lab_dir(request.lab_dir))
     total = len(options.variants) * options.reps * len(options.cells())
     signal.signal(signal.SIGTERM, _interrupt)  # like Ctrl-C: the run stopped, its cgroup removed, the rest kept
     try:
         with _Progress(total) as progress:
             lab = run_lab(options, progress=progress)
     except LabInterrupted as stop:
-        write_lab(stop.document.to_dict(), args.json, args.html, args.markdown)
+        write_lab(stop.document.to_dict(), request.json, request.html, request.markdown)
         raise KeyboardInterrupt from None
-    write_lab(lab.to_dict(), args.json, args.html, args.markdown)
+    write_lab(lab.to_dict(), request.json, request.html, request.markdown)
     if lab.stopped:
         print(f"memgap lab: {lab.stopped}", file=sys.stderr)
         return 1

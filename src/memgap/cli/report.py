@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import sys
+from dataclasses import dataclass
 
 from ..allocators import CATALOGUE, PRELOADABLE, find_library
 from ..documents import LabDocument, RunDocument, RunFigures, load_document
@@ -99,16 +100,35 @@ def _planned(options: LabOptions, runs: list[RunFigures]) -> int:
     return len(variants) * options.reps * len(options.cells())
 
 
+@dataclass(frozen=True)
+class ReportRequest:
+    """``memgap report``'s options. Whether --html and --markdown apply depends on what PATH holds
+    (a lab's results), so that check waits until it is read."""
+
+    path: str
+    json: str | None = None
+    html: str | None = None
+    markdown: str | None = None
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> ReportRequest:
+        return cls(path=args.path, json=args.json, html=args.html, markdown=args.markdown)
+
+
 def main(args: argparse.Namespace) -> int:
-    doc = _load(args.path)
+    return execute(ReportRequest.from_args(args))
+
+
+def execute(request: ReportRequest) -> int:
+    doc = _load(request.path)
     if isinstance(doc, LabDocument):
-        write_lab(doc.to_dict(), args.json, args.html, args.markdown)
+        write_lab(doc.to_dict(), request.json, request.html, request.markdown)
         return 0
-    if args.html or args.markdown:
+    if request.html or request.markdown:
         raise UsageError("--html and --markdown are for a lab's results")
     run = doc.to_dict()
-    if args.json:
-        write_json(run, args.json)
-    if args.json != "-":
+    if request.json:
+        write_json(run, request.json)
+    if request.json != "-":
         render_run(run, sys.stdout)
     return 0

@@ -10,9 +10,15 @@ Prints the phase table of each process and the final breakdown.
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from ..errors import UsageError
 from . import _common
-from ._common import run_and_report
+from ._common import record_folder, run_and_report
+
+if TYPE_CHECKING:  # the recorder is loaded when the run starts
+    from ..runs import RunOptions
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -35,7 +41,42 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- the command to run")
 
 
-def main(args: argparse.Namespace) -> int:
-    return run_and_report(list(args.cmd), args.interval, args.json, walk=args.walk, phase_regex=args.phase_regex,
-                          agent=not args.no_agent, load=args.load, rest=args.rest)
+@dataclass(frozen=True)
+class RunRequest:
+    """``memgap run``'s options: the command and how to record it (memgap.runs.RunOptions, built by
+    ``run_options`` once the recording's folder is known), and where the run's JSON goes."""
 
+    cmd: tuple[str, ...]
+    interval: float = 0.1
+    json: str | None = None
+    walk: bool = False
+    phase_regex: str = ""
+    agent: bool = True
+    load: tuple[str, ...] = ()
+    rest: float = 3.0
+
+    def __post_init__(self) -> None:
+        if not self.cmd:
+            raise UsageError("no command given: memgap run [options] -- CMD ...")
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> RunRequest:
+        cmd = list(args.cmd)
+        if cmd and cmd[0] == "--":
+            cmd = cmd[1:]
+        return cls(cmd=tuple(cmd), interval=args.interval, json=args.json, walk=args.walk,
+                   phase_regex=args.phase_regex, agent=not args.no_agent, load=tuple(args.load), rest=args.rest)
+
+    def run_options(self, record_dir: str) -> RunOptions:
+        from ..runs import RunOptions
+
+        return RunOptions(list(self.cmd), record_dir, self.interval, self.walk, mark_regex=self.phase_regex,
+                          agent=self.agent, load=list(self.load), rest=self.rest)
+
+
+def main(args: argparse.Namespace) -> int:
+    return execute(RunRequest.from_args(args))
+
+
+def execute(request: RunRequest) -> int:
+    return run_and_report(request.run_options(record_folder(request.json)), request.json)

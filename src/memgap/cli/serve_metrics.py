@@ -16,6 +16,7 @@ import argparse
 import re
 import signal
 import socket
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from ..errors import MemgapError, NoMatchingProcess, NoSuchProcess, UsageError
@@ -40,18 +41,34 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "0: read the processes at every scrape")
 
 
-def selection(args: argparse.Namespace) -> Selection:
+@dataclass(frozen=True)
+class ServeMetricsRequest:
+    """``memgap serve-metrics``'s options: the processes to read (PID, --tree and --match, checked
+    into a Selection of memgap.metrics_scrape) and where to serve them."""
+
+    selection: Selection
+    port: int = DEFAULT_PORT
+    address: str = "0.0.0.0"
+    refresh: float = DEFAULT_REFRESH
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> ServeMetricsRequest:
+        return cls(selection=_selection(args.pid, args.tree, args.match), port=args.port, address=args.address,
+                   refresh=args.refresh)
+
+
+def _selection(pid: int | None, tree: bool, match: str | None) -> Selection:
     """The targets asked for, checked: exactly one of PID and --match."""
-    if (args.pid is None) == (args.match is None):
+    if (pid is None) == (match is None):
         raise UsageError("serve-metrics: give a PID, --tree PID or --match REGEX (one of them)")
-    if args.match is None:
-        return Selection(pid=args.pid, tree=args.tree)
-    if args.tree:
+    if match is None:
+        return Selection(pid=pid, tree=tree)
+    if tree:
         raise UsageError("serve-metrics: --tree takes a PID, not --match")
     try:
-        return Selection(match=re.compile(args.match))
+        return Selection(match=re.compile(match))
     except re.error as exc:
-        raise UsageError(f"serve-metrics: --match {args.match!r} is not a regular expression: {exc}") from None
+        raise UsageError(f"serve-metrics: --match {match!r} is not a regular expression: {exc}") from None
 
 
 class _Server(ThreadingHTTPServer):
@@ -94,18 +111,22 @@ def listen(address: str, port: int) -> _Server:
 
 
 def main(args: argparse.Namespace) -> int:
-    chosen = selection(args)
+    return execute(ServeMetricsRequest.from_args(args))
+
+
+def execute(request: ServeMetricsRequest) -> int:
+    chosen = request.selection
     if not find_processes(chosen):
         if chosen.match is not None:
             raise NoMatchingProcess(chosen.match.pattern)
         raise NoSuchProcess(chosen.pid or 0)  # no --match: a PID was given
-    server = listen(args.address, args.port)
+    server = listen(request.address, request.port)
     try:
-        scraper = Scraper(chosen, refresh=args.refresh)
+        scraper = Scraper(chosen, refresh=request.refresh)
         scraper.collect()  # a first read: what cannot be read at all is said now, not at every scrape
         if not scraper.last_processes and scraper.last_errors:
             raise scraper.last_errors[0]
-        if args.refresh > 0:
+        if request.refresh > 0:
             scraper.start()
             signal.signal(signal.SIGUSR1, lambda signum, frame: scraper.refresh_now())
         server.scraper = scraper

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 
 from ..api import snapshot
 from ..report.terminal import render_snapshot
@@ -16,10 +17,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", metavar="FILE", help="write the snapshot as JSON ('-' for stdout)")
 
 
+@dataclass(frozen=True)
+class SnapshotRequest:
+    """``memgap snapshot``'s one option."""
+
+    json: str | None = None
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> SnapshotRequest:
+        return cls(json=args.json)
+
+
 def main(args: argparse.Namespace) -> int:
+    return execute(SnapshotRequest.from_args(args))
+
+
+def execute(request: SnapshotRequest) -> int:
     snap = snapshot(walk=True)
-    if args.json:
-        write_json(snap.to_dict(regions=False), args.json)
-    if args.json != "-":
+    if request.json:
+        write_json(snap.to_dict(regions=False), request.json)
+    if request.json != "-":
         render_snapshot(snap, sys.stdout)
     return 0

@@ -12,6 +12,7 @@ import argparse
 import sys
 import time
 from collections import deque
+from dataclasses import dataclass
 
 from ..collect import Options, snapshot_pid
 from ..cow import add_copied_from_parent
@@ -53,7 +54,25 @@ def _snapshots(pid: int, tree: bool, shown: ProcessIdentity | None) -> tuple[lis
     return snaps, identity
 
 
+@dataclass(frozen=True)
+class TopRequest:
+    """``memgap top``'s options."""
+
+    pid: int
+    interval: float = 1.0
+    tree: bool = False
+    iterations: int = 0  # 0: until Ctrl-C
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> TopRequest:
+        return cls(pid=args.pid, interval=args.interval, tree=args.tree, iterations=args.iterations)
+
+
 def main(args: argparse.Namespace) -> int:
+    return execute(TopRequest.from_args(args))
+
+
+def execute(request: TopRequest) -> int:
     console = console_on(sys.stdout)
     history: deque[list[Snapshot]] = deque(maxlen=HISTORY)
     live = None
@@ -67,12 +86,12 @@ def main(args: argparse.Namespace) -> int:
     try:
         while True:
             try:
-                snaps, shown = _snapshots(args.pid, args.tree, shown)
+                snaps, shown = _snapshots(request.pid, request.tree, shown)
             except PidReused:
                 raise
             except NoSuchProcess:
                 if count:
-                    console.print(f"PID {args.pid} exited")
+                    console.print(f"PID {request.pid} exited")
                     return 0
                 raise
             history.append(snaps)
@@ -83,9 +102,9 @@ def main(args: argparse.Namespace) -> int:
                 console.print(f"--- {time.strftime('%H:%M:%S')}")
                 console.print(view)
             count += 1
-            if args.iterations and count >= args.iterations:
+            if request.iterations and count >= request.iterations:
                 return 0
-            time.sleep(args.interval)
+            time.sleep(request.interval)
     finally:
         if live is not None:
             live.stop()
