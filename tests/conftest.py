@@ -163,8 +163,11 @@ def wheel_venv(tmp_path_factory):
     venv = where / "venv"
     # no pip of its own (ensurepip took 9 s of the fixture's 15): the suite's pip installs into it
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    # without PYTHONPATH: a src/ on it (tests run from a checkout) holds memgap.egg-info, and pip
+    # then takes memgap as installed already and leaves the venv without it
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "-q", wheel,
-                    "uvicorn"], check=True, capture_output=True)
+                    "uvicorn"], check=True, capture_output=True, env=env)
     return venv
 
 
