@@ -24,13 +24,13 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 from ..collect import Options, snapshot_pid
-from ..cow import add_copied_from_parent
 from ..diagnose import diagnose_tree
-from ..errors import NoSuchProcess, UsageError
+from ..errors import UsageError
 from ..model import Snapshot, tree_totals
-from ..processes import ProcessIdentity, descendants
+from ..processes import ProcessIdentity
 from ..report.terminal import render_snapshot, render_tree
 from ..sources.gdb_target import DEFAULT_TIMEOUT  # not gdb_attach: loaded only for --deep
+from ..trees import snapshot_tree
 from . import _common
 from ._common import write_json
 
@@ -148,14 +148,8 @@ def _inside(request: InspectRequest) -> int:
 
 
 def _tree(request: InspectRequest) -> int:
-    pid, proc_root = request.pid, request.proc_root
-    snaps = [snapshot_pid(pid, Options(regions=True), proc_root)]
-    for child in descendants(pid):
-        try:
-            snaps.append(snapshot_pid(child, Options(regions=True), proc_root))
-        except NoSuchProcess:
-            continue  # exited while we read the tree
-    add_copied_from_parent(snaps, proc_root)
+    pid = request.pid
+    snaps = snapshot_tree(pid, request.proc_root)
     if request.json:
         totals = tree_totals(snaps)
         write_json({"schema": "memgap.tree/1", "pid": pid,

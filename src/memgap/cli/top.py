@@ -15,12 +15,12 @@ from collections import deque
 from dataclasses import dataclass
 
 from ..collect import Options, snapshot_pid
-from ..cow import add_copied_from_parent
 from ..errors import NoSuchProcess, PidReused
 from ..model import Snapshot
-from ..processes import ProcessIdentity, descendants
+from ..processes import ProcessIdentity
 from ..report.live import frame
 from ..report.terminal import console_on
+from ..trees import snapshot_tree
 from . import _common
 
 HISTORY = 60
@@ -40,17 +40,8 @@ def _snapshots(pid: int, tree: bool, shown: ProcessIdentity | None) -> tuple[lis
     identity = ProcessIdentity.of(pid)
     if shown is not None and identity != shown:
         raise PidReused(pid, "another process has it since the last refresh")
-    snaps = [snapshot_pid(pid, Options(regions=False))]
+    snaps = snapshot_tree(pid) if tree else [snapshot_pid(pid, Options(regions=False))]
     identity.check()
-    for child in descendants(pid) if tree else []:
-        try:  # with regions: what a child copied is told apart by where it falls, then they go
-            snaps.append(snapshot_pid(child, Options(regions=True)))
-        except NoSuchProcess:
-            continue
-    if tree:
-        add_copied_from_parent(snaps)
-        for s in snaps:
-            s.regions = []
     return snaps, identity
 
 
