@@ -7,8 +7,7 @@ tracked by the collector; 1.7M rows is about 500 MiB of RSS), forks ``--workers`
 that each run one full collection (which copies the pages of every dict and list, as a
 busy preforked worker's do) and rest. Here, interleaved (A B C D E F, A B C D E F, ...):
   - `memgap inspect --tree MASTER --json FILE`, the whole command (interpreter start included),
-  - snapshot_tree() of the master (every snapshot and the split below, in process; pool headers
-    on page frames a worker shares with its master read once for the tree),
+  - snapshot_tree() of the master (every snapshot and the split below, in process: what the command does),
   - snapshot_pid() of each process apart (the layers, each split into shared, private and PSS),
   - add_copied_from_parent() on those snapshots (pagemap bit 56 of each worker and the master),
   - smaps of each process read and parsed per mapping (the PSS share inside the snapshots),

@@ -62,53 +62,6 @@ class HeaderReader(MemoryReader, Protocol):
     def read_many(self, addresses: list[int], size: int) -> Sequence[bytes | None]: ...
 
 
-# pagemap entry bits (the kernel's Documentation/admin-guide/mm/pagemap.rst)
-_PRESENT, _EXCLUSIVE, _FRAME = 1 << 63, 1 << 56, (1 << 55) - 1
-
-
-class SharedFrames:
-    """Pool headers on pages that several processes map, read once per page frame across the
-    processes of one tree read at one moment.
-
-    A preforked worker shares most of its arenas' pages with its master (copy on write): the
-    same frame, so the same header. A shared anonymous page is write-protected in every process
-    that maps it until one writes (and gets a copy), so its content holds while it is shared.
-    Frame numbers are in pagemap only with CAP_SYS_ADMIN; without it they read as 0 and every
-    header is read from each process, as without this. One instance per tree read: a frame freed
-    and reused later holds something else.
-    """
-
-    def __init__(self) -> None:
-        self.headers: dict[tuple[int, int], bytes] = {}  # (frame, offset in page) -> header bytes
-        self.usable: bool | None = None  # None until a shared page's entry shows whether frames are readable
-        self.reused = 0  # headers taken from another process's read
-
-    def read(self, reader: HeaderReader, addresses: list[int], size: int) -> list[bytes | None]:
-        """The headers at ``addresses`` (sorted), from this cache where another process read the
-        same frame, else read (and kept where their page is shared)."""
-        if self.usable is False or not addresses:
-            return list(reader.read_many(addresses, size))
-        base = addresses[0] // PAGE_SIZE
-        entries = memoryview(reader.pagemap(addresses[0], addresses[-1] + 1)).cast("Q")
-        keys = [_frame_key(entries[a // PAGE_SIZE - base], a) for a in addresses]
-        if self.usable is None and any(k is not None for k in keys):
-            self.usable = any(k is not None and k[0] for k in keys)
-        out = [self.headers.get(k) if k is not None else None for k in keys]
-        missing = [i for i, data in enumerate(out) if data is None]
-        self.reused += len(addresses) - len(missing)
-        for i, data in zip(missing, reader.read_many([addresses[i] for i in missing], size), strict=True):
-            out[i] = data
-            key = keys[i]
-            if data is not None and key is not None and key[0]:
-                self.headers[key] = data
-        return out
-
-
-def _frame_key(entry: int, address: int) -> tuple[int, int] | None:
-    """(frame, offset) of a present page that other processes map too; None for any other."""
-    return (entry & _FRAME, address % PAGE_SIZE) if entry & (_PRESENT | _EXCLUSIVE) == _PRESENT else None
-
-
 @dataclass
 class PoolCensus:
     """Blocks in use in the pymalloc arenas found, summed from their pool headers."""
@@ -121,7 +74,7 @@ class PoolCensus:
 
 
 def census(reader: HeaderReader, resident: ResidentMap, arenas: Iterable[tuple[int, int]],
-           pool_size: int, shared: SharedFrames | None = None) -> PoolCensus:
+           pool_size: int) -> PoolCensus:
     """Read the header of every pool on a resident page of ``arenas`` ((start, end), each
     starting at its first pool, as anon_objects finds them) and count the blocks in use.
 
@@ -134,8 +87,9 @@ def census(reader: HeaderReader, resident: ResidentMap, arenas: Iterable[tuple[i
     one call: it pins the pages it reads, and since Linux 5.19 pinning a page that a forked
     process shares with its parent makes the kernel copy it first (measured: the copies of
     test_cow.py's workers grew when their headers were read that way). Reading must not
-    change the target. With ``shared``, a header on a page another process of the tree maps
-    (same frame) is read once for all of them.
+    change the target. Nor are headers on page frames a forked worker shares with its master
+    taken from the master's read (frame numbers, as root): measured on 9 processes of 500 MiB,
+    the look-ups cost nearly what the 2.5 us preads they spare did (benchmarks/README.md).
     """
     out = PoolCensus()
     for start, end in arenas:
@@ -149,8 +103,7 @@ def census(reader: HeaderReader, resident: ResidentMap, arenas: Iterable[tuple[i
         pools = range(start, min(end, r_end) - pool_size + 1, pool_size)
         # pools on pages never carved (or swapped out) are left: nothing to read without faulting them in
         wanted = list(itertools.compress(pools, _header_pages(bitmap, first, pools, pool_size)))
-        raw = reader.read_many(wanted, _POOL.size) if shared is None else shared.read(reader, wanted, _POOL.size)
-        _count_arena(out, raw, pool_size)
+        _count_arena(out, reader.read_many(wanted, _POOL.size), pool_size)
     return out
 
 
