@@ -248,3 +248,61 @@ def test_any_header_claims_at_most_its_pool(count, szidx, nextoffset, consistent
     h = parse_pool_header(data, pool_size)
     assert h is None or (h.count * h.block_size <= pool_size - 48 and h.block_size <= 1024)
 
+
+
+class FramedMemory(FakeMemory):
+    """FakeMemory with pagemap entries as root reads them: ``frames`` maps a pool to the page frame
+    of its header page (present), ``exclusive`` the pools whose page this process alone maps; reads
+    are counted."""
+
+    def __init__(self, base, headers, resident_pools, frames, exclusive=()):
+        super().__init__(base, headers, resident_pools)
+        self.frames, self.exclusive, self.reads = frames, set(exclusive), 0
+
+    def read_memory(self, address, size):
+        self.reads += 1
+        return super().read_memory(address, size)
+
+    def pagemap(self, start, end):
+        out = bytearray()
+        for page in range(start // PAGE, -(-end // PAGE)):
+            pool, offset = divmod(page * PAGE - self.base, POOL)
+            entry = 0
+            if offset == 0 and pool in self.resident_pools:
+                entry = (1 << 63) | self.frames.get(pool, 0) | ((1 << 56) if pool in self.exclusive else 0)
+            out += entry.to_bytes(8, "little")
+        return bytes(out)
+
+
+def test_a_tree_reads_a_header_on_a_shared_frame_once():
+    from memgap.sources.pymalloc_pools import TreeHeaders
+
+    base = 0x7F0000000000
+    headers = {p: header(p + 1, 1) for p in range(4)}
+    # a master and a worker at the same addresses: pools 0-1 on frames both map (not exclusive);
+    # pool 2 copied (each has its own frame, exclusive, the worker's with another count); pool 3
+    # exclusive in both with equal frame numbers (a frame freed and reused: must not be taken)
+    master = FramedMemory(base, headers, {0, 1, 2, 3}, {0: 100, 1: 101, 2: 102, 3: 103}, exclusive={2, 3})
+    worker = FramedMemory(base, {**headers, 2: header(9, 1)}, {0, 1, 2, 3}, {0: 100, 1: 101, 2: 202, 3: 103},
+                          exclusive={2, 3})
+    tree = TreeHeaders()
+    arena = [(base, base + 4 * POOL)]
+    first = census(master, master.resident_map(4), arena, POOL, tree)
+    second = census(worker, worker.resident_map(4), arena, POOL, tree)
+    assert (master.reads, worker.reads, tree.reused, tree.frames) == (4, 2, 2, True)
+    assert first.in_use == (1 + 2 + 3 + 4) * 32
+    assert second.in_use == (1 + 2 + 9 + 4) * 32  # its own copy of pool 2, read from it
+    assert second.pools_read == 4
+
+
+def test_without_frame_numbers_a_tree_reads_every_header():
+    """Not root: pagemap's frame numbers read as 0, so nothing tells a shared frame: all are read."""
+    from memgap.sources.pymalloc_pools import TreeHeaders
+
+    base = 0x7F0000000000
+    headers = {p: header(p + 1, 1) for p in range(3)}
+    procs = [FramedMemory(base, headers, {0, 1, 2}, {}) for _ in range(2)]
+    tree = TreeHeaders()
+    got = [census(p, p.resident_map(3), [(base, base + 3 * POOL)], POOL, tree).in_use for p in procs]
+    assert got == [(1 + 2 + 3) * 32] * 2
+    assert ([p.reads for p in procs], tree.frames, tree.reused) == ([3, 3], False, 0)

@@ -127,14 +127,32 @@ def test_in_process_leaves_them_unmeasured_and_says_why():
 
 def test_a_tree_read_at_once_has_every_process_and_what_each_copied(tree):
     """snapshot_tree (inspect --tree and top --tree): the master first, then each worker, with
-    the census its own snapshot reads and what it copied from the master."""
-    from memgap.trees import snapshot_tree
+    the census its own snapshot reads (headers taken from the master's read where the frame is
+    the same) and what it copied from the master."""
+    import memgap.trees
+    from memgap.sources.pymalloc_pools import TreeHeaders
+
+    made = []
+
+    class Kept(TreeHeaders):
+        def __init__(self):
+            super().__init__()
+            made.append(self)
 
     master, pids, _readings = tree
-    snaps = snapshot_tree(master)
+    memgap.trees.TreeHeaders, original = Kept, memgap.trees.TreeHeaders
+    try:
+        snaps = memgap.trees.snapshot_tree(master)
+    finally:
+        memgap.trees.TreeHeaders = original
     assert snaps[0].pid == master and sorted(s.pid for s in snaps) == sorted(pids)
     for snap in snaps:  # the workers rest: their objects stay where they are between the two reads
         alone = snapshot_pid(snap.pid, Options(regions=False)).layers["python_objects"].detail
         assert snap.layers["python_objects"].detail == alone and snap.regions == [], snap.pid
         if snap.pid != master:
             assert snap.copied_from_parent["parent"] == master and snap.copied_from_parent["copied"] > 0
+    # the workers keep the master's objects shared: as root (tests/README.md), most of their
+    # headers came from the master's read, the same frames
+    assert os.geteuid() == 0 and made[0].frames is True
+    workers_pools = sum(s.layers["python_objects"].detail["pools_read"] for s in snaps if s.pid != master)
+    assert made[0].reused >= workers_pools // 2, (made[0].reused, workers_pools)

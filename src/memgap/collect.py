@@ -26,7 +26,7 @@ from .sources.glibc import Mallinfo2, MallocInfo, glibc_malloc
 from .sources.glibc_heaps import GlibcLayout, ResidentMap, find_glibc_layout
 from .sources.jemalloc import JemallocStats, noreserve_flags
 from .sources.procfs import Mapping, MappingPss, ProcReader, status_int
-from .sources.pymalloc_pools import census
+from .sources.pymalloc_pools import TreeHeaders, census
 
 if TYPE_CHECKING:  # the agent's client is imported only where a process has the agent
     from .agent.client import AgentReport
@@ -321,11 +321,13 @@ def _ask_agent(reader: ProcReader, pid: int, proc_root: str) -> tuple[AgentRepor
         return None, str(exc)
 
 
-def snapshot_pid(pid: int, options: Options | None = None, proc_root: str = "/proc") -> Snapshot:
+def snapshot_pid(pid: int, options: Options | None = None, proc_root: str = "/proc",
+                 tree: TreeHeaders | None = None) -> Snapshot:
     """A snapshot of another process, read from /proc without stopping or changing it.
 
     When the process has memgap's native agent preloaded, the agent's allocator
-    statistics (mallinfo2, malloc_info, jemalloc's) join what /proc shows.
+    statistics (mallinfo2, malloc_info, jemalloc's) join what /proc shows. ``tree``: the pool
+    headers the processes of a tree read at the same moment share (``memgap.trees``).
     """
     options = options or Options()
     started = time.perf_counter()
@@ -359,7 +361,7 @@ def snapshot_pid(pid: int, options: Options | None = None, proc_root: str = "/pr
         status = _with_pss(reader, smaps)
         # after VmRSS, which belongs beside the pagemap; headers only on the pages that pagemap saw resident
         pools = census(reader, memmap.resident, [(r.start, r.end) for r in regions if r.owner == "pymalloc-arena"],
-                       DEFAULT_POOL_SIZE) if is_python else None
+                       DEFAULT_POOL_SIZE, tree) if is_python else None
         cmd = reader.cmdline()
         ProcessIdentity(pid, stat_before.start_time).check(now=reader.stat().start_time)
     rss = status_int(status, "VmRSS")

@@ -1,5 +1,6 @@
 """A process tree read from outside at one moment: each process's snapshot, and what each
-forked process copied from its parent.
+forked process copied from its parent. The snapshots share one ``TreeHeaders``: a worker's
+pool headers on page frames it still shares with its master are read once (as root).
 """
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from .cow import add_copied_from_parent
 from .errors import NoSuchProcess
 from .model import Snapshot
 from .processes import descendants
+from .sources.pymalloc_pools import TreeHeaders
 
 
 def snapshot_tree(pid: int, proc_root: str = "/proc", keep_regions: bool = False) -> list[Snapshot]:
@@ -15,10 +17,11 @@ def snapshot_tree(pid: int, proc_root: str = "/proc", keep_regions: bool = False
     with what it copied from its parent where that parent is in the tree (``copied_from_parent``).
     The descendants' regions tell where the copied pages lie, then go unless ``keep_regions``.
     Raises what ``snapshot_pid`` raises for ``pid`` itself."""
-    snaps = [snapshot_pid(pid, Options(regions=keep_regions), proc_root)]
+    headers = TreeHeaders()
+    snaps = [snapshot_pid(pid, Options(regions=keep_regions), proc_root, headers)]
     for child in descendants(pid):
         try:
-            snaps.append(snapshot_pid(child, Options(regions=True), proc_root))
+            snaps.append(snapshot_pid(child, Options(regions=True), proc_root, headers))
         except NoSuchProcess:
             continue  # exited while the tree was read
     add_copied_from_parent(snaps, proc_root)

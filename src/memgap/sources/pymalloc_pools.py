@@ -62,6 +62,56 @@ class HeaderReader(MemoryReader, Protocol):
     def read_many(self, addresses: list[int], size: int) -> Sequence[bytes | None]: ...
 
 
+# pagemap entry bits (the kernel's Documentation/admin-guide/mm/pagemap.rst)
+_PRESENT, _EXCLUSIVE, _FRAME = 1 << 63, 1 << 56, (1 << 55) - 1
+
+
+class TreeHeaders:
+    """Pool headers on page frames a tree's processes share, read once for the tree.
+
+    A preforked worker shares most of its arenas' pages with its master until either writes one
+    (copy on write): the same frame holds the same header, write-protected while shared. The
+    first process read records, per arena, each pool's header-page pagemap entry (where it is
+    present, not exclusive, and shows its frame: as root) beside the header read there; a later
+    process whose entry for that pool is equal (the same frame, still shared) takes the header
+    instead of reading it. Compared an arena at a time, list against list: a look-up per pool
+    cost as much as the 2.5 us pread it spared (benchmarks/README.md). Without frame numbers (not
+    root: they read as 0) every header is read, as without this. One instance per tree read.
+    """
+
+    def __init__(self) -> None:
+        self.arenas: dict[int, tuple[list[int], list[bytes | None]]] = {}  # start -> entries, headers per pool
+        self.frames: bool | None = None  # whether pagemap shows frame numbers; None until a page shows
+        self.reused = 0  # headers taken from an earlier process's read
+
+    def read(self, reader: HeaderReader, pools: range, resident: bytes) -> list[bytes | None]:
+        """The headers of ``pools`` (one whole number of pages each) whose ``resident`` byte is set, in order."""
+        wanted = list(itertools.compress(range(len(pools)), resident))
+        if self.frames is False or not wanted:
+            return list(reader.read_many([pools[i] for i in wanted], _POOL.size))
+        entries = memoryview(reader.pagemap(pools.start, pools[-1] + 1)).cast("Q")[::pools.step // PAGE_SIZE]
+        known = self.arenas.get(pools.start)
+        theirs, their_headers = known if known is not None and len(known[0]) == len(pools) else ([], [])
+        take = [m != 0 and w == m for w, m in zip(entries.tolist(), theirs, strict=True)] if theirs else []
+        out = [their_headers[i] if take and take[i] else None for i in wanted]
+        missing = [j for j, data in enumerate(out) if data is None]
+        self.reused += len(wanted) - len(missing)
+        for j, data in zip(missing, reader.read_many([pools[wanted[j]] for j in missing], _POOL.size), strict=True):
+            out[j] = data
+        if known is None:
+            self._record(pools.start, entries.tolist(), wanted, out)
+        return out
+
+    def _record(self, start: int, entries: list[int], wanted: list[int], headers: list[bytes | None]) -> None:
+        shareable = [e if e & (_PRESENT | _EXCLUSIVE) == _PRESENT and e & _FRAME else 0 for e in entries]
+        if self.frames is None and any(e & _PRESENT for e in entries):
+            self.frames = any(shareable)  # a shared page with no frame: not root, no header will match
+        by_pool: list[bytes | None] = [None] * len(entries)
+        for i, data in zip(wanted, headers, strict=True):
+            by_pool[i] = data
+        self.arenas[start] = (shareable, by_pool)
+
+
 @dataclass
 class PoolCensus:
     """Blocks in use in the pymalloc arenas found, summed from their pool headers."""
@@ -74,7 +124,7 @@ class PoolCensus:
 
 
 def census(reader: HeaderReader, resident: ResidentMap, arenas: Iterable[tuple[int, int]],
-           pool_size: int) -> PoolCensus:
+           pool_size: int, tree: TreeHeaders | None = None) -> PoolCensus:
     """Read the header of every pool on a resident page of ``arenas`` ((start, end), each
     starting at its first pool, as anon_objects finds them) and count the blocks in use.
 
@@ -87,9 +137,8 @@ def census(reader: HeaderReader, resident: ResidentMap, arenas: Iterable[tuple[i
     one call: it pins the pages it reads, and since Linux 5.19 pinning a page that a forked
     process shares with its parent makes the kernel copy it first (measured: the copies of
     test_cow.py's workers grew when their headers were read that way). Reading must not
-    change the target. Nor are headers on page frames a forked worker shares with its master
-    taken from the master's read (frame numbers, as root): measured on 9 processes of 500 MiB,
-    the look-ups cost nearly what the 2.5 us preads they spare did (benchmarks/README.md).
+    change the target. With ``tree``, headers on page frames another process of the tree
+    shares were read once, there.
     """
     out = PoolCensus()
     for start, end in arenas:
@@ -102,8 +151,11 @@ def census(reader: HeaderReader, resident: ResidentMap, arenas: Iterable[tuple[i
             continue
         pools = range(start, min(end, r_end) - pool_size + 1, pool_size)
         # pools on pages never carved (or swapped out) are left: nothing to read without faulting them in
-        wanted = list(itertools.compress(pools, _header_pages(bitmap, first, pools, pool_size)))
-        _count_arena(out, reader.read_many(wanted, _POOL.size), pool_size)
+        on_pages = _header_pages(bitmap, first, pools, pool_size)
+        if tree is not None and pool_size % PAGE_SIZE == 0:
+            _count_arena(out, tree.read(reader, pools, on_pages), pool_size)
+        else:
+            _count_arena(out, reader.read_many(list(itertools.compress(pools, on_pages)), _POOL.size), pool_size)
     return out
 
 
