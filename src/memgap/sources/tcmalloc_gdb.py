@@ -129,8 +129,8 @@ def figures(values: dict[str, int | None]) -> TcmallocDeep:
     missing = [name for name, _ in PROPERTIES[:REQUIRED] if values.get(name) is None]
     if missing:
         raise Unsupported(f"tcmalloc's {GET} knows no {', '.join(missing)} (not gperftools' tcmalloc?)")
-    # the required fields' values are ints: checked just above
-    return TcmallocDeep(**{field: values.get(name) for name, field in PROPERTIES})  # type: ignore[arg-type]
+    fields = {field: values.get(name) for name, field in PROPERTIES}
+    return TcmallocDeep(**fields)  # type: ignore[arg-type]  # the required ones are ints: checked above
 
 
 # --- the calls ------------------------------------------------------------------------------
