@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar, TypeVar
 
 from .doc_fields import _fields
 
@@ -20,9 +20,29 @@ from .doc_fields import _fields
 Spread = tuple[float, float, float]
 
 
+_P = TypeVar("_P", bound="_Part")
+
+
+class _Part:
+    """A part written as its fields (``dataclasses.asdict``) and read back checked; ``WHAT``
+    names it in an error."""
+
+    WHAT: ClassVar[str] = "lab document part"
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = dataclasses.asdict(self)  # type: ignore[call-overload]  # every subclass is a dataclass
+        return out
+
+    @classmethod
+    def from_dict(cls: type[_P], data: Any, what: str = "") -> _P:
+        return cls(**_fields(cls, data, what or cls.WHAT))
+
+
 @dataclass
-class VariantSummary:
+class VariantSummary(_Part):
     """One variant's runs in one cell, summed up, and what the verdict made of them."""
+
+    WHAT = "variant summary"
 
     spec: str
     cost: int
@@ -55,18 +75,14 @@ class VariantSummary:
             return "better" if self.within_budget else "too slow"
         return "baseline" if self.spec == baseline else "not better"
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Any, what: str = "variant summary") -> VariantSummary:
-        return cls(**_fields(cls, data, what))
 
 
 @dataclass
-class Recommendation:
+class Recommendation(_Part):
     """The variant the verdict chose, why, and the lines that apply it in every form
     (``report.remedy.remedy_forms``)."""
+
+    WHAT = "recommendation"
 
     variant: str
     reason: str
@@ -80,18 +96,14 @@ class Recommendation:
     python_plain: str = ""
     notes: list[str] = field(default_factory=list)
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Any, what: str = "recommendation") -> Recommendation:
-        return cls(**_fields(cls, data, what))
 
 
 @dataclass
-class Cell:
+class Cell(_Part):
     """One setting of the swept parameters (the one empty cell without any): its variants,
     ranked as the verdict ranked them, and its own verdict."""
+
+    WHAT = "lab cell"
 
     params: dict[str, str]
     variants: list[VariantSummary]
@@ -105,15 +117,14 @@ class Cell:
                 "recommendation": self.recommendation.to_dict() if self.recommendation else None,
                 "baseline_idle": self.baseline_idle, "time_spread": self.time_spread}
 
-    @classmethod
-    def from_dict(cls, data: Any, what: str = "lab cell") -> Cell:
-        return cls(**_fields(cls, data, what))
 
 
 @dataclass
-class SweepRow:
+class SweepRow(_Part):
     """One variant in one cell of a sweep: its idle and peak medians, and their growth over
     the first cell's (None where either is unknown)."""
+
+    WHAT = "sweep row"
 
     params: dict[str, str]
     idle: float | None
@@ -121,27 +132,17 @@ class SweepRow:
     idle_growth: float | None = None
     peak_growth: float | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Any, what: str = "sweep row") -> SweepRow:
-        return cls(**_fields(cls, data, what))
 
 
 @dataclass
-class AcrossCell:
+class AcrossCell(_Part):
     """The top recommendation in one cell of a sweep: its word there, its idle median and the
     baseline's (None where unknown)."""
+
+    WHAT = "across-cells row"
 
     params: dict[str, str]
     word: str
     idle: float | None
     baseline_idle: float | None
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Any, what: str = "across-cells row") -> AcrossCell:
-        return cls(**_fields(cls, data, what))
