@@ -23,7 +23,7 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
 
-from memgap.scenarios import scenario_command  # noqa: E402
+from memgap.scenarios import scenario_command
 
 SHARE_GOAL, AGREE_GOAL = 0.60, 0.8
 

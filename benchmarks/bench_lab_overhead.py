@@ -30,7 +30,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
 
-from memgap.lab.variants import parse_variant, resolve  # noqa: E402
+from memgap.lab.variants import parse_variant, resolve
 
 VARIANTS = ["glibc", "glibc:arena_max=2", "glibc:trim=idle", "jemalloc:dirty_decay_ms=1000"]
 WORKLOAD = [sys.executable, "-m", "memgap.scenarios.asyncburst"]

@@ -21,10 +21,10 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
 
-from memgap.collect import DEFAULT_POOL_SIZE, Options, label_regions, snapshot_pid  # noqa: E402
-from memgap.memory_map import read_memory_map  # noqa: E402
-from memgap.sources.procfs import ProcReader  # noqa: E402
-from memgap.sources.pymalloc_pools import census  # noqa: E402
+from memgap.collect import DEFAULT_POOL_SIZE, Options, label_regions, snapshot_pid
+from memgap.memory_map import read_memory_map
+from memgap.sources.procfs import ProcReader
+from memgap.sources.pymalloc_pools import census
 
 CHILD = ("import sys, time\n"
          "keep = [(i, str(i)) for i in range(int(sys.argv[1]))]\n"

@@ -47,7 +47,6 @@ import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Dict, List, Optional
 
 SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
 sys.path.insert(0, SRC)
@@ -80,11 +79,11 @@ class Run:
     observer: str
     rep: int
     wall: float  # seconds, the whole command
-    span: Optional[float]  # seconds from the scenario's first line to its idle line
+    span: float | None  # seconds from the scenario's first line to its idle line
     cpu: float  # user + system seconds of the command and the children it reaped
-    idle_kib: Optional[int]
+    idle_kib: int | None
     peak_kib: int  # ru_maxrss of the command (see the module docstring)
-    observer_peak_kib: Optional[int] = None  # memgap's own VmHWM, memgap-run only
+    observer_peak_kib: int | None = None  # memgap's own VmHWM, memgap-run only
     exit_code: int = 0
     error: str = ""
 
@@ -97,7 +96,7 @@ def memray_available() -> bool:
     return True
 
 
-def command(observer: str, knobs: Dict[str, object], workdir: str, rep: int) -> List[str]:
+def command(observer: str, knobs: dict[str, object], workdir: str, rep: int) -> list[str]:
     plain = scenario_command(SCENARIO, **knobs)  # [python, -m, module, --knob, value, ...]
     if observer in ("unobserved", "tracemalloc"):
         return plain
@@ -111,7 +110,7 @@ def command(observer: str, knobs: Dict[str, object], workdir: str, rep: int) -> 
     raise ValueError(observer)
 
 
-def environment(observer: str, workdir: str) -> Dict[str, str]:
+def environment(observer: str, workdir: str) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (SRC, env.get("PYTHONPATH")) if p)
     env["TMPDIR"] = workdir  # memgap run keeps its recording under a temp folder
@@ -123,7 +122,7 @@ def environment(observer: str, workdir: str) -> Dict[str, str]:
     return env
 
 
-def _poll_hwm(pid: int, result: List[int], stop: threading.Event) -> None:
+def _poll_hwm(pid: int, result: list[int], stop: threading.Event) -> None:
     """Keep the last VmHWM (KiB) of ``pid`` in result[0] until ``stop``."""
     path = f"/proc/{pid}/status"
     while not stop.is_set():
@@ -138,7 +137,7 @@ def _poll_hwm(pid: int, result: List[int], stop: threading.Event) -> None:
         stop.wait(0.05)
 
 
-def measure(observer: str, rep: int, knobs: Dict[str, object], workdir: str) -> Run:
+def measure(observer: str, rep: int, knobs: dict[str, object], workdir: str) -> Run:
     cmd = command(observer, knobs, workdir, rep)
     stderr_path = os.path.join(workdir, "stderr.txt")
     with open(stderr_path, "wb") as stderr:
@@ -196,24 +195,24 @@ class Summary:
     observer: str
     runs: int
     failed: int
-    wall: List[float] = field(default_factory=list)  # median, min, max
-    ratio: Optional[float] = None  # median of per-repetition wall ratios to unobserved
-    span: Optional[float] = None
-    span_ratio: Optional[float] = None  # the same, for the span (the scenario's own run)
-    cpu: Optional[float] = None
-    idle_mib: List[float] = field(default_factory=list)  # median, min, max
-    idle_delta_mib: Optional[float] = None  # median idle minus unobserved median idle
-    peak_mib: Optional[float] = None
-    observer_peak_mib: Optional[float] = None
+    wall: list[float] = field(default_factory=list)  # median, min, max
+    ratio: float | None = None  # median of per-repetition wall ratios to unobserved
+    span: float | None = None
+    span_ratio: float | None = None  # the same, for the span (the scenario's own run)
+    cpu: float | None = None
+    idle_mib: list[float] = field(default_factory=list)  # median, min, max
+    idle_delta_mib: float | None = None  # median idle minus unobserved median idle
+    peak_mib: float | None = None
+    observer_peak_mib: float | None = None
 
 
-def _spread(values: List[float]) -> List[float]:
+def _spread(values: list[float]) -> list[float]:
     return [statistics.median(values), min(values), max(values)] if values else []
 
 
-def summarize(runs: List[Run], observers: List[str]) -> Dict[str, Summary]:
+def summarize(runs: list[Run], observers: list[str]) -> dict[str, Summary]:
     base = {r.rep: r for r in runs if r.observer == "unobserved" and not r.error}
-    out: Dict[str, Summary] = {}
+    out: dict[str, Summary] = {}
     for name in observers:
         mine = [r for r in runs if r.observer == name]
         ok = [r for r in mine if not r.error]
@@ -239,13 +238,13 @@ def summarize(runs: List[Run], observers: List[str]) -> Dict[str, Summary]:
     return out
 
 
-def _fmt(x: Optional[float], spec: str = ".2f", signed: bool = False) -> str:
+def _fmt(x: float | None, spec: str = ".2f", signed: bool = False) -> str:
     if x is None:
         return "-"
     return format(x, ("+" if signed else "") + spec)
 
 
-def render_table(summaries: Dict[str, Summary]) -> str:
+def render_table(summaries: dict[str, Summary]) -> str:
     header = ("observer", "ok", "wall s med [min-max]", "ratio", "span s", "ratio", "cpu s",
               "idle MiB med [min-max]", "d idle", "peak MiB")
     rows = [header]
@@ -256,13 +255,13 @@ def render_table(summaries: Dict[str, Summary]) -> str:
                      _fmt(s.span_ratio, ".3f"),
                      _fmt(s.cpu), idle, _fmt(s.idle_delta_mib, ".1f", signed=True), _fmt(s.peak_mib, ".1f")))
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
              for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
 
 
-def goals(summaries: Dict[str, Summary]) -> List[str]:
+def goals(summaries: dict[str, Summary]) -> list[str]:
     """One line per goal for memgap run: held, MISSED (by how much) or unknown."""
     m, u = summaries.get("memgap-run"), summaries.get("unobserved")
     if not m or not u or m.ratio is None or not m.idle_mib or not u.idle_mib:
@@ -282,12 +281,12 @@ def goals(summaries: Dict[str, Summary]) -> List[str]:
     return out
 
 
-def machine() -> Dict[str, object]:
+def machine() -> dict[str, object]:
     return {"cpus": os.cpu_count(), "glibc": " ".join(platform.libc_ver()),
             "python": platform.python_version(), "kernel": platform.release()}
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=5, help="interleaved repetitions (5)")
     parser.add_argument("--json", metavar="FILE", help="also write every run and the summary as JSON")
@@ -309,7 +308,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             run = measure(name, 0, WARMUP_KNOBS, workdir)
             if run.error:
                 print(f"  warm-up {name}: {run.error}")
-        runs: List[Run] = []
+        runs: list[Run] = []
         for rep in range(1, opts.reps + 1):
             for name in observers:
                 run = measure(name, rep, KNOBS, workdir)

@@ -21,8 +21,8 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
 
-import memgap  # noqa: E402
-from memgap.sources.procfs import parse_smaps  # noqa: E402
+import memgap
+from memgap.sources.procfs import parse_smaps
 
 
 def _timed(fn) -> float:  # type: ignore[no-untyped-def]

@@ -30,8 +30,8 @@ sys.path.insert(0, SRC)
 
 from memgap.collect import Options, snapshot_pid  # noqa: E402
 from memgap.cow import add_copied_from_parent  # noqa: E402
-from memgap.trees import snapshot_tree  # noqa: E402
 from memgap.sources.procfs import ProcReader  # noqa: E402
+from memgap.trees import snapshot_tree  # noqa: E402
 
 TREE = ("import gc, os, sys, time\n"
         "table = [{'id': i, 'tags': [i]} for i in range(int(sys.argv[1]))]\n"
@@ -70,7 +70,8 @@ def main() -> None:
     args = parser.parse_args()
     tree = subprocess.Popen([sys.executable, "-c", TREE, str(args.rows), str(args.workers)],
                             stdout=subprocess.PIPE, text=True, start_new_session=True)
-    out = tempfile.NamedTemporaryFile(suffix=".json", delete=False).name
+    fd, out = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
     env = dict(os.environ, PYTHONPATH=SRC)
     try:
         assert tree.stdout is not None

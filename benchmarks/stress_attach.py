@@ -60,6 +60,11 @@ def states(pid: int) -> list[str]:
     return out
 
 
+def _read(path: str) -> str:
+    with open(path) as fh:
+        return fh.read()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=100)
@@ -72,7 +77,7 @@ def main() -> int:
     out_path, err_path = os.path.join(work, "out"), os.path.join(work, "err")
     with open(out_path, "w") as out, open(err_path, "w") as err:
         target = subprocess.Popen([exe], stdout=out, stderr=err, start_new_session=True)
-    while "ready" not in open(out_path).read():
+    while "ready" not in _read(out_path):
         time.sleep(0.01)
     latencies: dict[str, list[float]] = {"outside": [], "deep": []}
     failures = []
@@ -96,10 +101,10 @@ def main() -> int:
     finally:
         target.send_signal(signal.SIGKILL)
         target.wait()
-    lines = open(out_path).read().split("\n")
+    lines = _read(out_path).split("\n")
     numbers = [int(x) for x in lines[lines.index("ready") + 1:-1]]
     continuous = numbers == list(range(len(numbers)))
-    stderr = open(err_path).read()
+    stderr = _read(err_path)
     for kind, values in latencies.items():
         print(f"{kind}: {len(values)} attaches, median {statistics.median(values):.3f} s, max {max(values):.3f} s")
     print(f"target alive throughout: {not any('died' in f for f in failures)}; "

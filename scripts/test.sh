@@ -12,6 +12,6 @@ set -eu
 unset PYTHONDONTWRITEBYTECODE
 cd "$(dirname "$0")/.."
 sh scripts/setup.sh
-.venv/bin/ruff check src tests
+.venv/bin/ruff check src tests benchmarks
 .venv/bin/mypy
 exec .venv/bin/python -m pytest -q --no-skips --cargo -n 4 --dist loadfile --no-loadscope-reorder "$@"
