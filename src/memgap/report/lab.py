@@ -282,8 +282,7 @@ def render_lab(lab: LabDocument, stream: TextIO, width: int | None = None) -> No
     for line in lab.dropped:
         console.print(f"dropped after its first runs (adaptive lab; --reps N runs the full grid): {line}")
     if lab.sweep:
-        shown = {lab.baseline, recommended(lab)}
-        for spec in filter(None, shown):
+        for spec in dict.fromkeys(filter(None, [lab.baseline, recommended(lab)])):  # the baseline's first
             table = sweep_table(lab, spec, console.width)
             if table is not None:
                 console.print(table)
