@@ -158,14 +158,16 @@ def limited(unlimited, tmp_path_factory):
 def test_the_limited_lab_keeps_every_figure_whole(limited, width):
     from test_widths import _lab_figures, check, copy_lines, rendered
 
+    from memgap.documents import LabDocument
     from memgap.report.lab import cgroup_lines, render_lab
 
     lab = limited[2]
     figures = _lab_figures(lab)
     assert len(figures) == 8  # idle, cgroup peak, slowdown and verdict of the two variants
-    text = rendered(lambda out, w: render_lab(lab, out, w), width)
+    doc = LabDocument.from_dict(lab)
+    text = rendered(lambda out, w: render_lab(doc, out, w), width)
     check(text, width, figures, copy_lines(lab["recommendation"]))
-    assert " ".join(cgroup_lines(lab)[0].split()) in " ".join(text.split())
+    assert " ".join(cgroup_lines(doc)[0].split()) in " ".join(text.split())
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])

@@ -219,11 +219,12 @@ def test_the_lab_document_and_its_report_state_the_margin():
             for rep in (1, 2) for spec, idle in (("glibc", 37), ("glibc:arena_max=2", 37.01))]
     options = LabOptions(cmd=["work"], variants=[V.parse_variant(s) for s in ("glibc", "glibc:arena_max=2")],
                          reps=2, lab_dir="/nonexistent")
-    lab = lab_document(options, runs, 1.0).to_dict()
+    doc = lab_document(options, runs, 1.0)
+    lab = doc.to_dict()
     assert lab["material"] == {"share": 0.05, "bytes": 2097152}
     assert lab["recommendation"] is None
     out = io.StringIO()
-    render_lab(lab, out)
+    render_lab(doc, out)
     text = " ".join(out.getvalue().split())
     assert "Better: its whole idle range below the baseline's, and its median at least 5% and 2 MiB lower" in text
     assert "keep the defaults" in text

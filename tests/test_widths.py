@@ -214,20 +214,23 @@ def test_run(run, width):
 def _lab_figures(lab):
     """The figures of the lab's essential columns (idle, slowdown, verdict, and the cgroup peak
     under --memory-limit): the table keeps them at any width."""
+    from memgap.documents import LabDocument
     from memgap.report.lab import table_rows, variant_columns
 
-    columns = variant_columns(lab)
+    doc = LabDocument.from_dict(lab)
+    columns = variant_columns(doc)
     essential = [k for k, c in enumerate(columns) if not c.optional and c.header != "variant"]
     assert {columns[k].header for k in essential} >= {"idle", "slowdown", "verdict"}
-    return [row[k] for row in table_rows(lab) for k in essential]
+    return [row[k] for row in table_rows(doc) for k in essential]
 
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_lab_with_one_swept_setting(lab_one_param, width):
+    from memgap.documents import LabDocument
     from memgap.report.lab import render_lab
 
     lab = lab_one_param
-    text = rendered(lambda out, w: render_lab(lab, out, w), width)
+    text = rendered(lambda out, w: render_lab(LabDocument.from_dict(lab), out, w), width)
     assert "recommended" in _lab_figures(lab)
     sweep = [mib(row["idle"], 0) for rows in lab["sweep"].values() for row in rows]
     check(text, width, _lab_figures(lab) + sweep, copy_lines(lab["recommendation"]))
@@ -235,10 +238,11 @@ def test_lab_with_one_swept_setting(lab_one_param, width):
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_lab_with_a_grid_and_plain_python_lines(lab_grid, width):
+    from memgap.documents import LabDocument
     from memgap.report.lab import render_lab
 
     lab = lab_grid
-    text = rendered(lambda out, w: render_lab(lab, out, w), width)
+    text = rendered(lambda out, w: render_lab(LabDocument.from_dict(lab), out, w), width)
     assert lab["recommendation"]["python_plain"] and lab["recommendation"]["setup"]
     sweep = [mib(row["idle"], 0) for rows in lab["sweep"].values() for row in rows]
     check(text, width, _lab_figures(lab) + sweep, copy_lines(lab["recommendation"]))

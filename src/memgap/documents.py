@@ -342,7 +342,7 @@ class LabDocument:
         recommendation, as self-contained HTML (no script, no network)."""
         from .report.html import lab_fragment  # the renderers only when shown
 
-        return lab_fragment(self.to_dict())
+        return lab_fragment(self)
 
     @classmethod
     def from_dict(cls, data: Any, what: str = "lab document") -> LabDocument:

@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import MemgapError, UsageError
 
-if TYPE_CHECKING:  # the recorder is loaded only by the commands that record (run, demo)
+if TYPE_CHECKING:  # loaded only by the commands that use them: the recorder (run, demo), a lab (lab, report)
+    from ..documents import LabDocument
     from ..runs import RunOptions
 
 # --- argument types ---------------------------------------------------------------------
@@ -108,13 +109,13 @@ def write_text(text: str, path: str) -> None:
         raise MemgapError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
-def write_lab(lab: dict[str, Any], json_path: str | None, html: str | None, markdown: str | None) -> None:
+def write_lab(lab: LabDocument, json_path: str | None, html: str | None, markdown: str | None) -> None:
     """Every output asked for, then the tables (unless the JSON goes to stdout)."""
     from ..report.html import render_html
     from ..report.lab import markdown_table, render_lab
 
     if json_path:
-        write_json(lab, json_path)
+        write_json(lab.to_dict(), json_path)
     if html:
         write_text(render_html(lab), html)
     if markdown:

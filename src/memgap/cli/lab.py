@@ -250,9 +250,9 @@ def execute(request: LabRequest) -> int:
         with _Progress(total) as progress:
             lab = run_lab(options, progress=progress)
     except LabInterrupted as stop:
-        write_lab(stop.document.to_dict(), request.json, request.html, request.markdown)
+        write_lab(stop.document, request.json, request.html, request.markdown)
         raise KeyboardInterrupt from None
-    write_lab(lab.to_dict(), request.json, request.html, request.markdown)
+    write_lab(lab, request.json, request.html, request.markdown)
     if lab.stopped:
         print(f"memgap lab: {lab.stopped}", file=sys.stderr)
         return 1

@@ -122,7 +122,7 @@ def main(args: argparse.Namespace) -> int:
 def execute(request: ReportRequest) -> int:
     doc = _load(request.path)
     if isinstance(doc, LabDocument):
-        write_lab(doc.to_dict(), request.json, request.html, request.markdown)
+        write_lab(doc, request.json, request.html, request.markdown)
         return 0
     if request.html or request.markdown:
         raise UsageError("--html and --markdown are for a lab's results")

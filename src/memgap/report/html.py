@@ -14,7 +14,18 @@ import json
 from html import escape
 from typing import Any
 
-from .lab import across_line, apply_lines, cgroup_lines, pattern_evidence, table_rows, too_slow_line, variant_columns
+from ..documents import LabDocument
+from ..lab_document import Spread
+from .lab import (
+    across_line,
+    apply_lines,
+    cgroup_lines,
+    pattern_evidence,
+    recommended,
+    table_rows,
+    too_slow_line,
+    variant_columns,
+)
 
 LAYER_COLORS = {
     "files": "#9e9e9e", "python_objects": "#3f51b5", "pymalloc_free": "#9fa8da",
@@ -29,20 +40,21 @@ def safe_json(data: Any) -> str:
             .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
 
 
-def _chart_data(lab: dict[str, Any]) -> dict[str, Any]:
-    """Only what the page shows (the runs' timelines and layers, not their every figure): keeps it small."""
-    runs = [{"variant": r["variant"], "rep": r["rep"], "params": r.get("params", {}), "status": r["status"],
-             "timeline": r.get("timeline", []), "layers": r.get("layers", [])} for r in lab["runs"]]
-    rec = lab.get("recommendation")
-    return {"cmd": lab["cmd"], "machine": lab["machine"], "reps": lab["reps"], "verdict": lab["verdict"],
+def _chart_data(lab: LabDocument) -> dict[str, Any]:
+    """Only what the page shows (the runs' timelines and layers, not their every figure): keeps it
+    small. The runs and variants go as the document writes them (``to_dict``), for the page's script."""
+    data = lab.to_dict()
+    runs = [{"variant": r["variant"], "rep": r["rep"], "params": r["params"], "status": r["status"],
+             "timeline": r["timeline"], "layers": r["layers"]} for r in data["runs"]]
+    return {"cmd": lab.cmd, "machine": lab.machine, "reps": lab.reps, "verdict": lab.verdict,
             "columns": [c.header for c in variant_columns(lab)], "rows": table_rows(lab),
-            "too_slow": too_slow_line(lab), "warnings": cgroup_lines(lab) + lab.get("warnings", []),
-            "apply": apply_lines(rec) if rec else [],
+            "too_slow": too_slow_line(lab), "warnings": cgroup_lines(lab) + lab.warnings,
+            "apply": apply_lines(lab.recommendation) if lab.recommendation else [],
             "across": across_line(lab),
-            "evidence": {v["spec"]: pattern_evidence(lab, v["spec"]) for v in lab["variants"]},
-            "recommendation": (lab.get("recommendation") or {}).get("variant"), "cell": lab.get("cell", {}),
+            "evidence": {v.spec: pattern_evidence(lab, v.spec) for v in lab.variants},
+            "recommendation": recommended(lab), "cell": lab.cell,
             "variants": [{"spec": v["spec"], "idle": v["idle"], "after_trim": v["after_trim"], "peak": v["peak"],
-                          "slowdown": v["slowdown"]} for v in lab["variants"]],
+                          "slowdown": v["slowdown"]} for v in data["variants"]],
             "runs": runs, "colors": LAYER_COLORS}
 
 
@@ -220,7 +232,7 @@ function drawLayers(run) {
 """
 
 
-def render_html(lab: dict[str, Any]) -> str:
+def render_html(lab: LabDocument) -> str:
     """The report page for a lab document."""
     return PAGE.replace("__DATA__", safe_json(_chart_data(lab)))
 
@@ -235,34 +247,33 @@ _FRAGMENT_STYLE = """<style>
 </style>"""
 
 
-def _median(value: Any) -> str:
+def _median(value: Spread | None) -> str:
     """A variant's median in bytes, for a data- attribute ("" where it has none)."""
     return str(value[0]) if value else ""
 
 
-def _variants_table(lab: dict[str, Any]) -> str:
+def _variants_table(lab: LabDocument) -> str:
     """The variants table as the terminal prints it; each row also carries the variant's idle,
     after-trim and peak medians in exact bytes (data- attributes), for programs reading it."""
-    recommended = (lab.get("recommendation") or {}).get("variant")
     head = "<tr>" + "".join(f"<th>{escape(c.header)}</th>" for c in variant_columns(lab)) + "</tr>"
     rows = []
-    for v, cells in zip(lab["variants"], table_rows(lab), strict=True):
-        attrs = (f' data-variant="{escape(v["spec"])}" data-idle="{_median(v["idle"])}"'
-                 f' data-after-trim="{_median(v["after_trim"])}" data-peak="{_median(v["peak"])}"'
-                 + (' class="recommended"' if v["spec"] == recommended else ""))
+    for v, cells in zip(lab.variants, table_rows(lab), strict=True):
+        attrs = (f' data-variant="{escape(v.spec)}" data-idle="{_median(v.idle)}"'
+                 f' data-after-trim="{_median(v.after_trim)}" data-peak="{_median(v.peak)}"'
+                 + (' class="recommended"' if v.spec == recommended(lab) else ""))
         rows.append(f"<tr{attrs}>" + "".join(f"<td>{escape(c)}</td>" for c in cells) + "</tr>")
     return "<table>" + head + "".join(rows) + "</table>"
 
 
-def lab_fragment(lab: dict[str, Any]) -> str:
+def lab_fragment(lab: LabDocument) -> str:
     """A lab document as an HTML fragment (a ``div`` with its own scoped style; no script, no
     network), for notebooks: the workload, the verdict, the variants table and the lines that
     apply the recommendation, in the words of the terminal's report."""
-    rec = lab.get("recommendation")
-    notes = [too_slow_line(lab), across_line(lab), *cgroup_lines(lab), *lab.get("warnings", [])]
+    rec = lab.recommendation
+    notes = [too_slow_line(lab), across_line(lab), *cgroup_lines(lab), *lab.warnings]
     return ('<div class="memgap-lab">' + _FRAGMENT_STYLE
-            + f"<p>memgap lab of <code>{escape(' '.join(lab['cmd']))}</code>, {lab['reps']} repetitions</p>"
-            + f'<p>Verdict: <b class="verdict">{escape(lab["verdict"])}</b></p>'
+            + f"<p>memgap lab of <code>{escape(' '.join(lab.cmd))}</code>, {lab.reps} repetitions</p>"
+            + f'<p>Verdict: <b class="verdict">{escape(lab.verdict)}</b></p>'
             + _variants_table(lab)
             + "".join(f"<p>{escape(n)}</p>" for n in notes if n)
             + (f"<pre>{escape(chr(10).join(apply_lines(rec)))}</pre>" if rec else "")
