@@ -129,6 +129,26 @@ class TrimRecord:
                    details={k: v for k, v in data.items() if k not in _TRIM_CORE})
 
 
+@dataclass
+class ProcessIdle:
+    """A process's idle in a run (``memgap.idle.idle_of_process``): its RSS then, by which rule
+    it was found, and when."""
+
+    rss: int
+    rule: str                       # marked, quiet, before exit, last (memgap.idle's rules)
+    label: str                      # the rule in words, as tables show it ("idle (quiet 1.8 s)")
+    time: float | None = None       # the snapshot's time (None: no snapshot at idle)
+    pss: int | None = None          # its PSS then: a tree is summed by it
+    work_ended: float | None = None  # when its work ended (its rest began, or it exited)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Any, what: str = "process idle") -> ProcessIdle:
+        return cls(**_fields(cls, data, what))
+
+
 # written only where the events were
 _PROCESS_OPTIONAL = ("trimmer", "trims", "quiet_ends", "agent_exit", "pss_reads")
 
@@ -146,7 +166,7 @@ class ProcessRecord:
     trims: list[TrimRecord] | None = None  # the trimmer's trims
     quiet_ends: list[float] | None = None  # when its quiet spells ended
     agent_exit: dict[str, Any] | None = None  # the statistics its agent wrote as it exited
-    idle: dict[str, Any] | None = None  # the idle found, with its rule (memgap.idle.idle_of_process)
+    idle: ProcessIdle | None = None  # the idle found, with its rule
     pss_reads: list[list[float]] | None = None  # [time, Pss, Rss] read again while it was quiet (a tree's idle)
 
     def to_dict(self) -> dict[str, Any]:
@@ -155,7 +175,7 @@ class ProcessRecord:
             value = getattr(self, name)
             if value is not None:
                 out[name] = [t.to_dict() for t in value] if name == "trims" else value
-        out["idle"] = self.idle
+        out["idle"] = self.idle.to_dict() if self.idle is not None else None
         return out
 
     @classmethod

@@ -29,6 +29,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from .documents import ProcessIdle
 from .units import MiB
 
 QUIET_AFTER = 1.0     # seconds of quiet that make a spell (MEMGAP_QUIET overrides it)
@@ -149,7 +150,7 @@ def _spell(snap: dict[str, Any], last_seen: float | None) -> str:
 
 
 def idle_of_process(entry: dict[str, Any], timeline: list[dict[str, Any]],
-                    start: float | None) -> dict[str, Any] | None:
+                    start: float | None) -> ProcessIdle | None:
     """A run document's process entry -> its idle, as the run document keeps it."""
     samples = [s for s in timeline if s["pid"] == entry["pid"]]
     last_seen = max([s.get("time", 0) for s in entry["snapshots"]]
@@ -159,12 +160,11 @@ def idle_of_process(entry: dict[str, Any], timeline: list[dict[str, Any]],
     if found is None:
         return None
     snap = found.snapshot or {}
-    return {"rss": found.rss, "rule": found.rule, "label": found.label, "time": snap.get("time"),
-            "pss": _pss_at_idle(snap, entry),  # a tree is summed by it
-            # when the work ended, for a found idle: its rest began (a trim in the rest restarts a spell,
-            # not the rest), or the exit did
-            "work_ended": (snap.get("rested_since") or snap.get("quiet_since")
-                           or (snap.get("time") if found.rule == "before exit" else None))}
+    # when the work ended, for a found idle: its rest began (a trim in the rest restarts a spell,
+    # not the rest), or the exit did
+    ended = snap.get("rested_since") or snap.get("quiet_since") or (snap.get("time") if found.rule == "before exit"
+                                                                      else None)
+    return ProcessIdle(found.rss, found.rule, found.label, snap.get("time"), _pss_at_idle(snap, entry), ended)
 
 
 def _pss_at_idle(snap: dict[str, Any], entry: dict[str, Any]) -> int | None:

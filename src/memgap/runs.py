@@ -456,6 +456,14 @@ def _add_agent_exit(processes: dict[int, dict[str, Any]], errors: list[dict[str,
     entry["agent_exit"] = report.summary()
 
 
+def _order_and_find_idle(entry: dict[str, Any], timeline: list[dict[str, Any]], start: float | None) -> None:
+    """A process's marks read from outside and the program's own, in time order (a read from
+    outside by when it began: it takes a while, and the program goes on meanwhile); then its idle."""
+    entry["snapshots"].sort(key=lambda snap: snap.get("read_began") or snap.get("time", 0))
+    idle = idle_of_process(entry, timeline, start)
+    entry["idle"] = idle.to_dict() if idle is not None else None
+
+
 def load_run(record_dir: str) -> RunDocument:
     """Assemble a recording folder (complete or cut short) into the run document (a recording
     whose events do not make one: MalformedInput)."""
@@ -487,10 +495,8 @@ def load_run(record_dir: str) -> RunDocument:
             _add_event(processes, errors, metrics, event)
     for path in sorted(glob.glob(os.path.join(record_dir, "agent-*.txt"))):  # the agents' last words
         _add_agent_exit(processes, errors, path)
-    for entry in processes.values():  # marks read from outside and the program's own, in time order:
-        # a read from outside by when it began (it takes a while, and the program goes on meanwhile)
-        entry["snapshots"].sort(key=lambda snap: snap.get("read_began") or snap.get("time", 0))
-        entry["idle"] = idle_of_process(entry, timeline, header.get("start"))
+    for entry in processes.values():
+        _order_and_find_idle(entry, timeline, header.get("start"))
     run = RunDocument.from_dict({
         "schema": RUN_SCHEMA,
         "cmd": header.get("cmd", []),

@@ -39,9 +39,10 @@ class TreeAtIdle:
 def idle_began(proc: ProcessRecord) -> float | None:
     """When a process's idle began: its quiet spell's start where a spell found it (processes
     alive during that spell are its tree at idle), else the idle moment."""
-    idle = proc.idle or {}
-    snap = next((s for s in proc.snapshots if s.get("time") == idle.get("time")), {})
-    return snap.get("quiet_since") or idle.get("time")
+    if proc.idle is None:
+        return None
+    snap = next((s for s in proc.snapshots if s.get("time") == proc.idle.time), {})
+    return snap.get("quiet_since") or proc.idle.time
 
 
 def alive_at_idle(run: RunDocument, proc: ProcessRecord) -> list[ProcessRecord]:
@@ -64,13 +65,13 @@ def tree_at_idle(run: RunDocument, proc: ProcessRecord | None = None) -> TreeAtI
     where two processes or more were alive then; else None."""
     if proc is None:
         idled = [p for p in run.processes if p.idle]
-        proc = max(idled, key=lambda p: int((p.idle or {})["rss"])) if idled else None
+        proc = max(idled, key=lambda p: p.idle.rss if p.idle else 0) if idled else None
     alive = alive_at_idle(run, proc) if proc is not None else []
     if len(alive) < 2:
         return None
-    idles = [p.idle or {} for p in alive]
-    return TreeAtIdle(alive, sum(i["pss"] if i.get("pss") is not None else i["rss"] for i in idles),
-                      sum(i["rss"] for i in idles), sum(i.get("pss") is None for i in idles))
+    idles = [p.idle for p in alive if p.idle is not None]
+    return TreeAtIdle(alive, sum(i.pss if i.pss is not None else i.rss for i in idles),
+                      sum(i.rss for i in idles), sum(i.pss is None for i in idles))
 
 
 def peak_of_tree(timeline: list[dict[str, Any]]) -> tuple[int, int] | None:

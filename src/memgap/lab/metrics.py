@@ -178,8 +178,8 @@ def _in_cgroup(m: RunFigures, cgroup: dict[str, Any] | None, code: int | None) -
 def _process_figures(m: RunFigures, run: RunDocument, proc: ProcessRecord) -> None:
     """The measured process's timeline, phases, layers, peak and post-rest; the tree's idles."""
     m.processes = len({s["pid"] for s in run.timeline})
-    m.tree = [{"cmd": " ".join(p.cmd)[:120], "idle": p.idle["rss"], "pss": p.idle.get("pss"),
-               "rule": p.idle["label"]} for p in run.processes if p.idle]
+    m.tree = [{"cmd": " ".join(p.cmd)[:120], "idle": p.idle.rss, "pss": p.idle.pss, "rule": p.idle.label}
+              for p in run.processes if p.idle]
     m.process = " ".join([os.path.basename(proc.cmd[0]), *proc.cmd[1:]])[:120] if proc.cmd else ""
     points = [(s["t"], s["rss"]) for s in run.timeline if s["pid"] == proc.pid]
     m.timeline = points[::max(1, len(points) // MAX_POINTS)]
@@ -231,9 +231,9 @@ def _idle_and_work(m: RunFigures, run: RunDocument, proc: ProcessRecord) -> None
     # load_run finds each process's idle; a document made otherwise may not say
     found = proc.idle if proc.idle is not None else idle_of_process(proc.to_dict(), run.timeline, run.start)
     if found:
-        m.idle, m.idle_rule = int(found["rss"]), found["label"]
-        if found.get("work_ended") and run.start:  # not the rest, nor memgap's reads at exit
-            m.wall = found["work_ended"] - run.start
+        m.idle, m.idle_rule = int(found.rss), found.label
+        if found.work_ended and run.start:  # not the rest, nor memgap's reads at exit
+            m.wall = found.work_ended - run.start
     elif m.status == RunStatus.OK:
         m.status = RunStatus.NO_IDLE
         m.note = NO_IDLE
@@ -275,10 +275,11 @@ def _tree_total(m: RunFigures, run: RunDocument, proc: ProcessRecord, variant: V
         return
     total = 0
     for p in tree.processes:
-        idle = p.idle or {}
+        if p.idle is None:
+            continue  # tree_at_idle keeps only processes with an idle
         after = m.idle if p is proc else _after_variant(p, variant)
-        released = max(0, idle["rss"] - after)
-        total += max(0, (idle["pss"] if idle.get("pss") is not None else idle["rss"]) - released)
+        released = max(0, p.idle.rss - after)
+        total += max(0, (p.idle.pss if p.idle.pss is not None else p.idle.rss) - released)
     m.process_idle, m.idle = m.idle, total
     m.tree_how = tree.how() + (", less what the variant's trims released" if variant.trim else "")
     peak = peak_of_tree(run.timeline)
@@ -290,7 +291,7 @@ def _tree_total(m: RunFigures, run: RunDocument, proc: ProcessRecord, variant: V
 
 def _after_variant(p: ProcessRecord, variant: Variant) -> int:
     """A process's idle RSS after what the variant does at idle: its trimmer's last trim, or the lab's one trim."""
-    idle = int((p.idle or {})["rss"])
+    idle = p.idle.rss if p.idle is not None else 0
     mode = TrimMode.of(variant.trim)
     if mode is TrimMode.QUIET and p.trims:
         return p.trims[-1].rss_after
