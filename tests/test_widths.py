@@ -197,9 +197,10 @@ def test_top_tree(tree, width):
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_run(run, width):
+    from memgap.documents import RunDocument
     from memgap.report.runs import render_run
 
-    text = rendered(lambda out, w: render_run(run, out, w), width)
+    text = rendered(lambda out, w: render_run(RunDocument.from_dict(run), out, w), width)
     by_pid = {}
     for sample in run["timeline"]:
         by_pid.setdefault(sample["pid"], []).append(sample["rss"])

@@ -168,9 +168,9 @@ def _write_and_show(record_dir: str, json_path: str | None) -> None:
     from ..report.runs import render_run
     from ..runs import load_run
 
-    run = load_run(record_dir).to_dict()
+    run = load_run(record_dir)
     if json_path:
-        write_json(run, json_path)
+        write_json(run.to_dict(), json_path)
     if json_path != "-":
         render_run(run, sys.stdout)
         if not json_path:

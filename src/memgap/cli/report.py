@@ -126,9 +126,8 @@ def execute(request: ReportRequest) -> int:
         return 0
     if request.html or request.markdown:
         raise UsageError("--html and --markdown are for a lab's results")
-    run = doc.to_dict()
     if request.json:
-        write_json(run, request.json)
+        write_json(doc.to_dict(), request.json)
     if request.json != "-":
-        render_run(run, sys.stdout)
+        render_run(doc, sys.stdout)
     return 0

@@ -1,4 +1,4 @@
-"""Terminal rendering of a ``memgap run`` document."""
+"""Terminal rendering of a ``memgap run`` document (``documents.RunDocument``)."""
 from __future__ import annotations
 
 import os
@@ -6,6 +6,7 @@ from typing import Any, TextIO
 
 from rich.console import RenderableType
 
+from ..documents import ProcessRecord, RunDocument
 from ..model import LAYER_NAMES, Finding, Snapshot
 from ..units import mib
 from .fit import CUT, WRAP, Col, ellipsis, fit_table
@@ -32,45 +33,44 @@ def squeeze(line: str, width: int) -> str:
     return "".join(max(line[int(i * step):int((i + 1) * step)] or " ", key=SPARK.index) for i in range(width))
 
 
-def phase_table(process: dict[str, Any], width: int = 120) -> RenderableType:
-    argv = process.get("cmd") or []
+def phase_table(process: ProcessRecord, width: int = 120) -> RenderableType:
+    argv = process.cmd
     cmd = " ".join([os.path.basename(argv[0]), *argv[1:]]).replace("\n", " ")[:70] if argv else ""
     cols = [Col("phase", WRAP), Col("RSS"), *layer_columns(LAYER_NAMES)]
     rows = []
-    for snap in process["snapshots"]:
+    for snap in process.snapshots:
         layers = snap["layers"]
         rows.append([str(snap.get("phase")), mib(snap["rss"]),
                      *(mib(layers[n]["resident"]) if n in layers else "-" for n in LAYER_NAMES),
                      mib(snap["unexplained"])])
-    return fit_table(f"PID {process['pid']} {cmd}: phases (MiB)", cols, rows, width)
+    return fit_table(f"PID {process.pid} {cmd}: phases (MiB)", cols, rows, width)
 
 
-def timeline_table(run: dict[str, Any], width: int = 120) -> RenderableType:
+def timeline_table(run: RunDocument, width: int = 120) -> RenderableType:
     cols = [Col("PID"), Col("command", CUT, optional=1, most=40), Col("samples", optional=3), Col("first"),
             Col("peak"), Col("last"), Col("shape", CUT, optional=2, shorten=squeeze)]
     by_pid: dict[int, list[int]] = {}
-    for s in run["timeline"]:
+    for s in run.timeline:
         by_pid.setdefault(s["pid"], []).append(s["rss"])
-    cmds = {p["pid"]: " ".join(p.get("cmd") or []) for p in run["processes"]}
+    cmds = {p.pid: " ".join(p.cmd) for p in run.processes}
     rows = [[str(pid), cmds.get(pid, ""), str(len(values)), mib(values[0]), mib(max(values)), mib(values[-1]),
              sparkline(values)] for pid, values in by_pid.items()]
-    return fit_table(f"RSS over time, every {run.get('interval')} s (MiB)", cols, rows, width)
+    return fit_table(f"RSS over time, every {run.interval} s (MiB)", cols, rows, width)
 
 
-def _at_rest(process: dict[str, Any]) -> tuple[dict[str, Any], str]:
+def _at_rest(process: ProcessRecord) -> tuple[dict[str, Any], str]:
     """The snapshot that shows the process at rest, and what moment it is: its idle
     (marked, or found: see memgap.idle), else its last snapshot."""
-    snapshots = process["snapshots"]
-    idle = process.get("idle") or {}
-    if idle.get("time") is not None:
+    snapshots, idle = process.snapshots, process.idle
+    if idle is not None and idle.time is not None:
         for snap in snapshots:
-            if snap.get("time") == idle["time"]:
-                return snap, idle["label"]
+            if snap.get("time") == idle.time:
+                return snap, idle.label
     return snapshots[-1], str(snapshots[-1].get("phase"))
 
 
-def _snapshots_of(run: dict[str, Any], pid: int) -> list[dict[str, Any]]:
-    return next((p["snapshots"] for p in run["processes"] if p["pid"] == pid), [])
+def _snapshots_of(run: RunDocument, pid: int) -> list[dict[str, Any]]:
+    return next((p.snapshots for p in run.processes if p.pid == pid), [])
 
 
 def agent_exit_line(pid: int, last: dict[str, Any]) -> str:
@@ -97,13 +97,13 @@ def tree_line(tree: dict[str, Any]) -> str:
             f"the tree costs); RSS summed {mib(tree['rss_sum'])} MiB (counts a shared page once per process)")
 
 
-def render_run(run: dict[str, Any], stream: TextIO, width: int | None = None) -> None:
+def render_run(run: RunDocument, stream: TextIO, width: int | None = None) -> None:
     console = console_on(stream, width)
-    if run["timeline"]:
+    if run.timeline:
         console.print(timeline_table(run, console.width))
     final = None
-    for process in run["processes"]:
-        if process["snapshots"]:
+    for process in run.processes:
+        if process.snapshots:
             console.print(phase_table(process, console.width))
             rest = _at_rest(process)
             if final is None or rest[0]["rss"] > final[0]["rss"]:
@@ -118,18 +118,18 @@ def render_run(run: dict[str, Any], stream: TextIO, width: int | None = None) ->
             console.print(f"...and at exit (after the program's own teardown began): RSS {mib(at_exit[-1]['rss'])} "
                           f"MiB against {mib(snap['rss'])} at {moment}")
             render_snapshot(Snapshot.from_dict(at_exit[-1]), stream, width)
-    if run.get("tree"):
-        console.print(tree_line(run["tree"]))
-    if run["findings"]:
+    if run.tree:
+        console.print(tree_line(run.tree))
+    if run.findings:
         console.print("Over the phases:")
-        print_findings(console, [Finding(**{k: v for k, v in f.items() if k != "pid"}) for f in run["findings"]])
-    for process in run["processes"]:
-        if process.get("agent_exit"):
-            console.print(agent_exit_line(process["pid"], process["agent_exit"]))
-    for err in run.get("errors", []):
+        print_findings(console, [Finding(**{k: v for k, v in f.items() if k != "pid"}) for f in run.findings])
+    for process in run.processes:
+        if process.agent_exit:
+            console.print(agent_exit_line(process.pid, process.agent_exit))
+    for err in run.errors:
         console.print(f"! PID {err.get('pid')}: no snapshot at {err.get('phase')} ({err.get('error')})")
-    status = "complete" if run["complete"] else "cut short: everything up to the interruption is kept"
-    ending = f"exit code {run['exit_code']}"
-    if run["exit_code"] == -9 and run.get("oom_kills"):
-        ending += f" (SIGKILL; the kernel's OOM killer killed {run['oom_kills']} process(es) while it ran)"
-    console.print(f"{ending}; {run['duration']:.1f} s; recording {status}")
+    status = "complete" if run.complete else "cut short: everything up to the interruption is kept"
+    ending = f"exit code {run.exit_code}"
+    if run.exit_code == -9 and run.oom_kills:
+        ending += f" (SIGKILL; the kernel's OOM killer killed {run.oom_kills} process(es) while it ran)"
+    console.print(f"{ending}; {run.duration:.1f} s; recording {status}")
