@@ -14,7 +14,7 @@ from helpers import JEMALLOC, memgap, memory_cgroup
 from memgap.scenarios import scenario_command
 from memgap.sources.procfs import oom_kills
 
-SMALL_THREADPOOL = scenario_command("threadpool", passes=2, chunks=128)
+SMALL_THREADPOOL = scenario_command("threadpool", passes=1, chunks=128)
 
 
 def _lab(tmp_path, script_text, *args, timeout=120):

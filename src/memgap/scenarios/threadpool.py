@@ -32,15 +32,16 @@ N_PAYLOADS = 16
 def build_payloads(payload_kib: int, count: int = N_PAYLOADS, seed: int = 0) -> list[bytes]:
     """Compressed chunks that decompress to ``payload_kib`` KiB each.
 
-    Small geometric-distributed integers: compressible (to about a third)
-    but not trivially, like genotype calls.
+    Small geometric-distributed integers: compressible (to about two fifths)
+    but not trivially, like genotype calls. zlib level 4: level 6 made each
+    payload 4% smaller for six times the CPU (0.64 s a session against 0.11).
     """
     rng = np.random.default_rng(seed)
     n = payload_kib * 1024
     out = []
     for _ in range(count):
         raw = np.minimum(rng.geometric(0.35, size=n) - 1, 255).astype(np.uint8)
-        out.append(zlib.compress(raw.tobytes(), 6))
+        out.append(zlib.compress(raw.tobytes(), 4))
     return out
 
 

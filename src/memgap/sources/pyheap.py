@@ -32,6 +32,10 @@ class PythonHeap:
 
 
 _CONTAINERS = (dict, list, tuple, set, frozenset)
+_BUFFER_TYPES = (str, bytes, bytearray, array.array)
+#: how many objects' referents one gc.get_referents call returns: a call per object cost more than
+#: the walk's own work on a table of small rows (the totals do not depend on the order)
+_BATCH = 1024
 
 
 def _buffer_size(obj: object) -> int:
@@ -45,9 +49,19 @@ def _buffer_size(obj: object) -> int:
         return sys.getsizeof(obj) if len(obj) > 256 else 0  # type: ignore[arg-type]  # as above
     if t is bytearray or t is array.array:
         return sys.getsizeof(obj)
-    if t.__name__ == "ndarray" and t.__module__ == "numpy":
+    if _is_ndarray(t):
         return int(obj.nbytes) if getattr(obj, "base", None) is None else 0  # type: ignore[attr-defined]  # an ndarray by type name
     return 0
+
+
+def _is_ndarray(t: type) -> bool:
+    return t.__name__ == "ndarray" and t.__module__ == "numpy"
+
+
+def _never_a_buffer(t: type) -> bool:
+    """Whether ``_buffer_size`` is 0 for every object of exact type ``t`` (an int, a float, a
+    class's instance): the walk then skips its objects without a call."""
+    return t not in _BUFFER_TYPES and not _is_ndarray(t)
 
 
 def walk_gc(class_names: Iterable[str] = ()) -> PythonHeap:
@@ -57,16 +71,25 @@ def walk_gc(class_names: Iterable[str] = ()) -> PythonHeap:
     seen: set[int] = set()
     total = count = 0
     largest: list[tuple[int, str]] = []
+    # types _never_a_buffer holds for, found as the walk meets them; by id (a metaclass may make
+    # its classes unhashable), each kept alive here so that its id stays its own
+    skipped: dict[int, type] = {}
+
     def visit(refs: list[Any]) -> None:
         nonlocal total, count
         for ref in refs:
             t = type(ref)
+            if id(t) in skipped:
+                continue
             if t in _CONTAINERS:
                 # Containers holding only atomic objects are untracked by the gc (a dict
                 # of bytes, a tuple of ints): follow them from their tracked referrer.
                 if not gc.is_tracked(ref) and id(ref) not in seen:
                     seen.add(id(ref))
                     visit(gc.get_referents(ref))
+                continue
+            if _never_a_buffer(t):
+                skipped[id(t)] = t
                 continue
             size = _buffer_size(ref)
             if size > SMALL_REQUEST_THRESHOLD and id(ref) not in seen:
@@ -78,12 +101,13 @@ def walk_gc(class_names: Iterable[str] = ()) -> PythonHeap:
 
     objects = gc.get_objects()
     try:
-        for obj in objects:
-            if wanted:
+        if wanted:
+            for obj in objects:
                 name = type(obj).__name__
                 if name in wanted:
                     counts[name] += 1
-            visit(gc.get_referents(obj))
+        for start in range(0, len(objects), _BATCH):
+            visit(gc.get_referents(*objects[start:start + _BATCH]))
         n_objects = len(objects)
     finally:
         del objects  # drop our references before anything else runs
