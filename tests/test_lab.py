@@ -32,7 +32,9 @@ def _lab(tmp_path, script_text, *args, timeout=120):
 def test_lab_interleaves_measures_and_recommends(tmp_path):
     out = tmp_path / "lab.json"
     variants = ["glibc", "glibc:arena_max=2,trim=idle", "jemalloc:background_thread=true,dirty_decay_ms=1000"]
-    args = ["lab", "--reps", "2", "--json", str(out), "--dir", str(tmp_path / "runs")]
+    # the budget wide open: this test is about interleaving and memory; one arena-variant run slowed
+    # by a loaded machine (x1.19 once) must not take the recommendation away (test_lab_units holds the budget)
+    args = ["lab", "--reps", "2", "--max-slowdown", "1", "--json", str(out), "--dir", str(tmp_path / "runs")]
     for v in variants:
         args += ["--variant", v]
     proc = memgap(*args, "--", *SMALL_THREADPOOL, timeout=300)

@@ -83,8 +83,9 @@ def test_a_load_driver_gets_its_server_measured_and_a_remedy_that_lowers_it_in_p
     assert re.search(r"it runs python -m uvicorn", said), said
     # each process of the tree has its own idle in the JSON: the driver's and the server's
     assert sorted("uvicorn" in p["cmd"] for p in runs["glibc"]["tree"]) == [False, True], runs["glibc"]["tree"]
-    # the work's time ends where the rest begins: the trimmer's trims in the rest do not count
-    assert runs["glibc:trim=quiet"]["wall"] < 1.5 * runs["glibc"]["wall"], runs
+    # the work's time ends where the rest begins: the trimmer's trims in the rest (3.5 s) do not count
+    trimmed = runs["glibc:trim=quiet"]
+    assert 0 < trimmed["wall"] < trimmed["duration"] - 3, trimmed
     rec = doc["recommendation"]
     assert rec is not None and rec["variant"] == "glibc:trim=quiet", doc["verdict"]
 

@@ -212,8 +212,9 @@ def test_files_grow_by_a_mapped_file_and_agree_with_smaps(start, tmp_path):
     after = w.layers()
     smaps = smaps_file_pages(w.proc.pid)
     # the same pages counted two ways (pagemap bit 61 vs the kernel's Rss - Anonymous) at the
-    # same idle moment: measured equal
-    assert abs(after["files"] - smaps) <= 16 * KiB, (after, smaps)
+    # same idle moment: measured equal on a quiet machine; 64 KiB apart once under load (a
+    # fault-around between the two reads), against the 32 MiB the file adds
+    assert abs(after["files"] - smaps) <= 64 * KiB, (after, smaps)
     # all 32 MiB read, in the page cache since it was written: every page resident; 128 KiB for
     # two fault-arounds of code nonetheless run for the first time (measured: none after the
     # warm-up; without it 0 or 128 KiB)
