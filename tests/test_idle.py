@@ -17,6 +17,16 @@ def test_a_quiet_spell_is_reported_once_after_its_length_and_ends_when_work_resu
     assert spell.since == 2.5 and not spell.reported
 
 
+def test_a_spell_after_work_is_reported_its_length_after_the_work_ended():
+    """A full core of work until 1.0 s, then rest: the spell begins where the work ended and is
+    reported 1 s later, not 1 s after the work left the busy window (2 s later: a program resting
+    2 s then ended before its quiet snapshot could be read)."""
+    spell = QuietSpell(after=1.0)
+    readings = [(t / 10, min(t / 10, 1.0), 100 * MiB) for t in range(35)]
+    assert _feed(spell, readings) == [(2.0, "quiet")]
+    assert spell.since == 1.0 and spell.rested_since == 1.0
+
+
 def test_cpu_under_a_tenth_of_a_core_is_quiet_and_above_it_is_not():
     low = QuietSpell(after=1.0)
     assert _feed(low, [(t / 10, 0.008 * t, 50 * MiB) for t in range(12)]) == [(1.0, "quiet")]  # 8% of a core

@@ -207,7 +207,9 @@ def test_files_grow_by_a_mapped_file_and_agree_with_smaps(start, tmp_path):
     # call of a libc function maps up to 64 KiB of libc around the page (the kernel's fault-around)
     w.cmd(f"file {warm}")
     before = w.layers()
-    assert abs(before["files"] - smaps_file_pages(w.proc.pid)) <= 16 * KiB, before
+    # within one fault-around (64 KiB): under load, code run for the first time between the two
+    # reads once mapped 60 KiB more; 10% of the 1.3 MiB moved to another layer is twice that
+    assert abs(before["files"] - smaps_file_pages(w.proc.pid)) <= 64 * KiB, before
     mapped = w.cmd(f"file {data}")["mapped"]
     after = w.layers()
     smaps = smaps_file_pages(w.proc.pid)

@@ -72,7 +72,6 @@ class QuietSpell:
         if self.since is None:
             self._restart(now, cpu, rss)
             self.rested_since = now
-            self._recent = [(now, cpu)]
             return None
         elapsed = now - self.since
         # over the spell, and over its last ``after`` seconds: a long spell would otherwise absorb
@@ -96,6 +95,9 @@ class QuietSpell:
 
     def _restart(self, now: float, cpu: float, rss: int) -> None:
         self.since, self._cpu0, self._rss0, self.reported = now, cpu, rss, False
+        # the window starts with the spell: kept, the work before it would restart the spell at
+        # every reading for ``after`` seconds more (a spell then reported 2 s after the work, not 1)
+        self._recent = [(now, cpu)]
 
 
 @dataclass(frozen=True)
