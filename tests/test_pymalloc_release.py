@@ -135,7 +135,9 @@ def test_release_includes_the_empty_arena_pymalloc_keeps():
 
 
 def test_threads_allocating_meanwhile_are_unharmed():
-    """Four threads build and check structures while the main thread releases again and again."""
+    """Four threads build and check structures while the main thread releases again and again
+    (10 releases: about 0.45 s each beside four busy threads, 1,900 rounds of churn among them;
+    25 took 9 s of CPU for no other check)."""
     code = textwrap.dedent("""
         import threading, gc
         from memgap.pymalloc_release import release_pymalloc
@@ -151,7 +153,7 @@ def test_threads_allocating_meanwhile_are_unharmed():
                 n += 1
         threads = [threading.Thread(target=churn, args=(s,)) for s in range(4)]
         for t in threads: t.start()
-        released = sum(release_pymalloc().pools for _ in range(25))
+        released = sum(release_pymalloc().pools for _ in range(10))
         stop.set()
         for t in threads: t.join()
         assert not errors, errors
