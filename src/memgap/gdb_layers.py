@@ -10,6 +10,8 @@ private or PSS split.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from .model import Layer
 from .sources.jemalloc_gdb import ROUTE as MALLCTL_ROUTE, JemallocDeep
 from .sources.mimalloc_gdb import ROUTE as MIMALLOC_ROUTE, MimallocDeep
@@ -31,35 +33,57 @@ def jemalloc_gdb_layers(layers: dict[str, Layer], rss: int, j: JemallocDeep,
     sits beside it (a prefixed one): that allocator's layers stay and jemalloc's bytes are
     added to them.
     """
-    pool = _unclaimed(layers)
-    parts, clamped = _take_in_order(pool, {"allocated": j.allocated, "page_slack": j.page_slack,
-                                           "purgeable": j.purgeable, "metadata": j.metadata_resident})
-    note = ("jemalloc counts more than the unclaimed anonymous pages hold (pages it counts but never touched, "
-            "or freed since the outside read): not moved: " + clamped) if clamped else ""
-    free = parts["page_slack"] + parts["purgeable"] + parts["metadata"]
-    out = dict(layers)
-    out["allocator_in_use"] = Layer(
-        "allocator_in_use", parts["allocated"], virtual=j.allocated, source=MALLCTL_ROUTE, note=note,
-        derivation=f"jemalloc stats.allocated ({MALLCTL_ROUTE}, {j.symbol} after an epoch refresh), within the "
-                   "anonymous pages the outside walk left unclaimed")
-    out["allocator_free"] = Layer(
-        "allocator_free", free, virtual=free + j.retained, source=MALLCTL_ROUTE, note=note,
-        derivation=f"jemalloc's counters ({MALLCTL_ROUTE}): slack within active pages (stats.active - "
-                   "stats.allocated), plus dirty and muzzy pages ((pdirty + pmuzzy) x arenas.page, "
-                   "summed over the arenas: what "
-                   "arena.<ALL>.purge returns now), plus metadata pages (stats.resident - stats.active - dirty "
-                   "pages, at most stats.metadata); virtual adds stats.retained (address space kept, not resident)",
-        detail={"route": MALLCTL_ROUTE, "page_slack": parts["page_slack"], "purgeable": parts["purgeable"],
-                "dirty": j.dirty_bytes, "muzzy": j.muzzy_bytes, "metadata": parts["metadata"],
-                "retained_virtual": j.retained, "trim_releasable": j.purgeable, "trim_estimate_complete": True,
-                "jemalloc": j.to_dict()})
+    parts, out = _moved(layers, _Counts(
+        "jemalloc", MALLCTL_ROUTE, {"allocated": j.allocated, "page_slack": j.page_slack, "purgeable": j.purgeable,
+                                    "metadata": j.metadata_resident},
+        "pages it counts but never touched, or freed since the outside read",
+        in_use_derivation=f"jemalloc stats.allocated ({MALLCTL_ROUTE}, {j.symbol} after an epoch refresh), within "
+                          "the anonymous pages the outside walk left unclaimed",
+        free_derivation=f"jemalloc's counters ({MALLCTL_ROUTE}): slack within active pages (stats.active - "
+                        "stats.allocated), plus dirty and muzzy pages ((pdirty + pmuzzy) x arenas.page, summed over "
+                        "the arenas: what arena.<ALL>.purge returns now), plus metadata pages (stats.resident - "
+                        "stats.active - dirty pages, at most stats.metadata); virtual adds stats.retained (address "
+                        "space kept, not resident)",
+        virtual=(j.allocated, j.retained)))
+    out["allocator_free"].detail = {
+        "route": MALLCTL_ROUTE, "page_slack": parts["page_slack"], "purgeable": parts["purgeable"],
+        "dirty": j.dirty_bytes, "muzzy": j.muzzy_bytes, "metadata": parts["metadata"], "retained_virtual": j.retained,
+        "trim_releasable": j.purgeable, "trim_estimate_complete": True, "jemalloc": j.to_dict()}
     if beside:
         for name in ("allocator_in_use", "allocator_free"):
             out[name] = _added(layers[name], out[name], beside, f"jemalloc ({j.symbol})")
-    out["other_anon"] = _less_other_anon(layers["other_anon"], pool, parts["allocated"] + free, "jemalloc",
-                                         MALLCTL_ROUTE)
-    total = sum(layer.resident or 0 for layer in out.values())
-    return out, rss - total
+    return out, rss - sum(layer.resident or 0 for layer in out.values())
+
+
+@dataclass(frozen=True)
+class _Counts:
+    """An allocator's own counts, moved out of the unclaimed anonymous pages: the first to
+    allocator_in_use, the rest to allocator_free, in order, each within what is left."""
+
+    allocator: str
+    route: str
+    wanted: dict[str, int]
+    clamp_why: str                 # why the counts may exceed the pages, in words
+    in_use_derivation: str
+    free_derivation: str
+    virtual: tuple[int, int]       # allocator_in_use's virtual bytes; what allocator_free's adds to its own
+
+
+def _moved(layers: dict[str, Layer], c: _Counts) -> tuple[dict[str, int], dict[str, Layer]]:
+    """The parts moved (by name), and the layers with them moved (allocator_free's detail left to the caller)."""
+    pool = _unclaimed(layers)
+    parts, clamped = _take_in_order(pool, c.wanted)
+    note = (f"{c.allocator} counts more than the unclaimed anonymous pages hold ({c.clamp_why}): not moved: "
+            + clamped) if clamped else ""
+    first, *rest = c.wanted
+    free = sum(parts[name] for name in rest)
+    out = dict(layers)
+    out["allocator_in_use"] = Layer("allocator_in_use", parts[first], virtual=c.virtual[0], source=c.route,
+                                    note=note, derivation=c.in_use_derivation)
+    out["allocator_free"] = Layer("allocator_free", free, virtual=free + c.virtual[1], source=c.route, note=note,
+                                  derivation=c.free_derivation)
+    out["other_anon"] = _less_other_anon(layers["other_anon"], pool, parts[first] + free, c.allocator, c.route)
+    return parts, out
 
 
 def _added(first: Layer, second: Layer, first_name: str, second_name: str) -> Layer:
@@ -112,31 +136,23 @@ def tcmalloc_gdb_layers(layers: dict[str, Layer], rss: int, t: TcmallocDeep) -> 
     leaves them), and the metadata. Unmapped spans are given back already: virtual only.
     Counted in bytes, so the moved layers carry no private or PSS split.
     """
-    pool = _unclaimed(layers)
-    parts, clamped = _take_in_order(pool, {"allocated": t.allocated, "pageheap_free": t.pageheap_free,
-                                           "caches": t.caches, "metadata": t.metadata})
-    note = ("tcmalloc counts more than the unclaimed anonymous pages hold (free spans never touched, or "
-            "memory freed since the outside read): not moved: " + clamped) if clamped else ""
-    free = parts["pageheap_free"] + parts["caches"] + parts["metadata"]
-    out = dict(layers)
-    out["allocator_in_use"] = Layer(
-        "allocator_in_use", parts["allocated"], virtual=t.allocated, source=TCMALLOC_ROUTE, note=note,
-        derivation=f"tcmalloc generic.current_allocated_bytes ({TCMALLOC_ROUTE}), within the anonymous pages the "
-                   "outside walk left unclaimed")
-    out["allocator_free"] = Layer(
-        "allocator_free", free, virtual=free + t.pageheap_unmapped, source=TCMALLOC_ROUTE, note=note,
-        derivation=f"tcmalloc's properties ({TCMALLOC_ROUTE}): the page heap's free spans "
-                   "(tcmalloc.pageheap_free_bytes: what ReleaseFreeMemory returns now), plus free objects in the "
-                   "central, transfer and thread caches (tcmalloc.*_cache_free_bytes: kept for reuse), plus metadata "
-                   "(generic.total_physical_bytes - (generic.heap_size - unmapped)); virtual adds "
-                   "tcmalloc.pageheap_unmapped_bytes (given back, still mapped)",
-        detail={"route": TCMALLOC_ROUTE, "releasable": parts["pageheap_free"], "caches": parts["caches"],
-                "metadata": parts["metadata"], "unmapped_virtual": t.pageheap_unmapped,
-                "trim_releasable": t.releasable, "trim_estimate_complete": True, "tcmalloc": t.to_dict()})
-    out["other_anon"] = _less_other_anon(layers["other_anon"], pool, parts["allocated"] + free, "tcmalloc",
-                                         TCMALLOC_ROUTE)
-    total = sum(layer.resident or 0 for layer in out.values())
-    return out, rss - total
+    parts, out = _moved(layers, _Counts(
+        "tcmalloc", TCMALLOC_ROUTE, {"allocated": t.allocated, "pageheap_free": t.pageheap_free,
+                                     "caches": t.caches, "metadata": t.metadata},
+        "free spans never touched, or memory freed since the outside read",
+        in_use_derivation=f"tcmalloc generic.current_allocated_bytes ({TCMALLOC_ROUTE}), within the anonymous "
+                          "pages the outside walk left unclaimed",
+        free_derivation=f"tcmalloc's properties ({TCMALLOC_ROUTE}): the page heap's free spans "
+                        "(tcmalloc.pageheap_free_bytes: what ReleaseFreeMemory returns now), plus free objects in "
+                        "the central, transfer and thread caches (tcmalloc.*_cache_free_bytes: kept for reuse), plus "
+                        "metadata (generic.total_physical_bytes - (generic.heap_size - unmapped)); virtual adds "
+                        "tcmalloc.pageheap_unmapped_bytes (given back, still mapped)",
+        virtual=(t.allocated, t.pageheap_unmapped)))
+    out["allocator_free"].detail = {
+        "route": TCMALLOC_ROUTE, "releasable": parts["pageheap_free"], "caches": parts["caches"],
+        "metadata": parts["metadata"], "unmapped_virtual": t.pageheap_unmapped, "trim_releasable": t.releasable,
+        "trim_estimate_complete": True, "tcmalloc": t.to_dict()}
+    return out, rss - sum(layer.resident or 0 for layer in out.values())
 
 
 HELD_LAYER = "allocator_held"  # an allocator's memory, in use and free together, where it counts no split
