@@ -1,6 +1,8 @@
 """Running memgap and its scenarios as real child processes."""
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 
@@ -84,6 +86,15 @@ def memory_cgroup(name, limit):
     return None
 
 
+def pss_sum(pids):
+    """The kernel's Pss summed over the processes (smaps_rollup, read here): a tree's witness."""
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/smaps_rollup") as fh:
+            total += next(int(line.split()[1]) * 1024 for line in fh if line.startswith("Pss:"))
+    return total
+
+
 def vmrss(pid):
     """VmRSS of ``pid`` in bytes, read by the test from /proc (a witness beside memgap's figures)."""
     with open(f"/proc/{pid}/status") as fh:
@@ -146,3 +157,26 @@ def self_contained(page):
 
     assert not re.search(r"\b(src|href)\s*=", page), re.search(r".{40}\b(src|href)\s*=.{60}", page).group(0)
     assert "<link" not in page and "@import" not in page and "<script src" not in page
+
+
+def start_gunicorn(app, workers, *args, env=None):
+    """(process, URL) of gunicorn from the package index serving ``app`` of tests/programs on a
+    free port, ``--preload``, once all ``workers`` have booted (read from its log); killed, with
+    its log in the failure, where it does not get there. The caller kills its process group."""
+    import pytest
+
+    proc = subprocess.Popen([sys.executable, "-m", "gunicorn", "--chdir", os.path.join(os.path.dirname(__file__),
+                             "programs"), "--bind", "127.0.0.1:0", "--workers", str(workers), "--preload",
+                             "--no-control-socket", *args, app],
+                            stderr=subprocess.PIPE, text=True, env=env or child_env(), start_new_session=True)
+    url, booted, seen = None, 0, []
+    for line in proc.stderr:
+        seen.append(line)
+        m = re.search(r"Listening at: (http://127\.0\.0\.1:\d+)", line)
+        url = m.group(1) if m else url
+        booted += "Booting worker with pid" in line
+        if booted == workers and url:
+            return proc, url
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    pytest.fail(f"gunicorn did not start: {''.join(seen)}")

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from helpers import MiB, memgap
+from helpers import MiB, memgap, pss_sum
 from memgap.cow import inherited_ranges, split_pages
 from memgap.sources.procfs import Mapping
 
@@ -51,15 +51,6 @@ def private_dirty_in_inherited(pid, parent):
                 inherited = fields[1][1] == "w" and fields[1][3] == "p" and any(a < hi and lo < b for a, b in theirs)
             elif fields[0] == "Private_Dirty:" and inherited:
                 total += int(fields[1]) * 1024
-    return total
-
-
-def pss_sum(pids):
-    """smaps_rollup's Pss summed over the processes, read here."""
-    total = 0
-    for pid in pids:
-        with open(f"/proc/{pid}/smaps_rollup") as fh:
-            total += next(int(line.split()[1]) * 1024 for line in fh if line.startswith("Pss:"))
     return total
 
 

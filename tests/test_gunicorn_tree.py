@@ -24,7 +24,7 @@ import sys
 import pytest
 
 from conftest import HERE, child_env
-from helpers import MiB, memgap
+from helpers import MiB, memgap, pss_sum
 
 DRIVE = os.path.join(HERE, "programs", "prefork", "drive.py")
 
@@ -53,15 +53,6 @@ def server(tmp_path_factory):
 def ppid(pid):
     with open(f"/proc/{pid}/stat") as fh:
         return int(fh.read().rsplit(")", 1)[1].split()[1])
-
-
-def pss_sum(pids):
-    """The kernel's Pss summed over the processes (smaps_rollup, read here)."""
-    total = 0
-    for pid in pids:
-        with open(f"/proc/{pid}/smaps_rollup") as fh:
-            total += next(int(line.split()[1]) * 1024 for line in fh if line.startswith("Pss:"))
-    return total
 
 
 def quiet_pss(pids, measure):

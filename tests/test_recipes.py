@@ -15,10 +15,9 @@ import sys
 import time
 
 import psutil
-import pytest
 
 from conftest import HERE, child_env
-from helpers import MiB, http, vmrss
+from helpers import MiB, http, start_gunicorn, vmrss
 from memgap.collect import snapshot_pid
 from memgap.lab.remedy_lines import recommendation_lines
 from memgap.report.remedy import remedy_forms
@@ -54,19 +53,7 @@ def installed_env(**extra):
 
 
 def gunicorn(*args):
-    proc = subprocess.Popen([sys.executable, "-m", "gunicorn", "--chdir", PROGRAMS, "--bind", "127.0.0.1:0",
-                             "--workers", "2", "--preload", "--no-control-socket", *args, "web_apps:_plain_wsgi"],
-                            stderr=subprocess.PIPE, text=True, env=child_env(), start_new_session=True)
-    url, booted, seen = None, 0, []
-    for line in proc.stderr:
-        seen.append(line)
-        m = re.search(r"Listening at: (http://127\.0\.0\.1:\d+)", line)
-        url = m.group(1) if m else url
-        booted += "Booting worker with pid" in line
-        if booted == 2:
-            return proc, url
-    os.killpg(proc.pid, signal.SIGKILL)
-    pytest.fail(f"gunicorn did not start: {''.join(seen)}")
+    return start_gunicorn("web_apps:_plain_wsgi", 2, *args)
 
 
 def workers_rss(proc):

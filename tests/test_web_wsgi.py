@@ -5,17 +5,14 @@ figures; the app's own paths untouched; the token; and a real trim in a worker a
 burst, seen in its VmRSS (test_web_asgi.py has the control: no trimmer, no drop)."""
 import json
 import os
-import re
 import signal
-import subprocess
-import sys
 import time
 
 import psutil
 import pytest
 
-from conftest import HERE, child_env
-from helpers import MiB, html_figures, http, self_contained, vmrss
+from conftest import child_env
+from helpers import MiB, html_figures, http, self_contained, start_gunicorn, vmrss
 
 TOKEN = "s3cret-wsgi"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -25,22 +22,8 @@ SLACK = 512 << 10
 
 @pytest.fixture(scope="module")
 def server():
-    proc = subprocess.Popen([sys.executable, "-m", "gunicorn", "--chdir", os.path.join(HERE, "programs"),
-                             "--bind", "127.0.0.1:0", "--workers", str(WORKERS), "--preload", "--no-control-socket",
-                             "web_apps:make_wsgi()"],
-                            stderr=subprocess.PIPE, text=True, env=child_env(MEMGAP_TEST_TOKEN=TOKEN),
-                            start_new_session=True)
+    proc, url = start_gunicorn("web_apps:make_wsgi()", WORKERS, env=child_env(MEMGAP_TEST_TOKEN=TOKEN))
     try:
-        url, booted, seen = None, 0, []
-        for line in proc.stderr:
-            seen.append(line)
-            m = re.search(r"Listening at: (http://127\.0\.0\.1:\d+)", line)
-            url = m.group(1) if m else url
-            booted += "Booting worker with pid" in line
-            if booted == WORKERS:
-                break
-        else:
-            pytest.fail(f"gunicorn did not start: {''.join(seen)}")
         yield proc, url
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
