@@ -103,10 +103,7 @@ def test_multiprocessing_children_started_by_spawn_trim():
         assert ProcReader(child).environ().get("MEMGAP_TRIMMER") == "1"
         assert "MEMGAP_TRIMMER" not in ProcReader(proc.pid).environ()  # set by the recipe, not by the test
         # the child's trimmer trims once it has been quiet for 2 s: its VmRSS, read here, drops
-        deadline, now = time.monotonic() + 15, after_burst
-        while after_burst - now < 40 * MiB and time.monotonic() < deadline:
-            time.sleep(0.2)
-            now = vmrss(child)
+        now = _vmrss_once_trimmed(child, after_burst)
         print(f"spawned child: VmRSS {after_burst / MiB:.0f} MiB after its burst, {now / MiB:.0f} MiB after its "
               "trimmer's trim")
         assert after_burst - now >= 40 * MiB, (after_burst, now)
@@ -115,6 +112,16 @@ def test_multiprocessing_children_started_by_spawn_trim():
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         proc.stdout.close()
+
+
+def _vmrss_once_trimmed(child, after_burst):
+    """The child's VmRSS, read here, once it fell 40 MiB below ``after_burst`` (its trimmer trims
+    after 2 s of quiet), or after 15 s."""
+    deadline, now = time.monotonic() + 15, after_burst
+    while after_burst - now < 40 * MiB and time.monotonic() < deadline:
+        time.sleep(0.2)
+        now = vmrss(child)
+    return now
 
 
 def test_a_forked_worker_starts_its_own_trimmer():
@@ -128,10 +135,7 @@ def test_a_forked_worker_starts_its_own_trimmer():
         child = int(proc.stdout.readline())
         threads = int(ProcReader(child).status()["Threads"])
         after_burst = vmrss(child)
-        deadline, now = time.monotonic() + 15, after_burst
-        while after_burst - now < 40 * MiB and time.monotonic() < deadline:
-            time.sleep(0.2)
-            now = vmrss(child)
+        now = _vmrss_once_trimmed(child, after_burst)
         assert threads == 2, threads  # its main thread and the trimmer
         assert after_burst - now >= 40 * MiB, (after_burst, now)
     finally:
