@@ -1,10 +1,11 @@
 #!/bin/sh
 # Set up (see setup.sh); lint and type-check (ruff and mypy, configured in pyproject.toml: ruff
 # 0.1 s; mypy 7 s cold on 2 cores, 30 s beside a busy suite, under 1 s warm from .mypy_cache);
-# then run the whole test suite: every test (--no-skips), in four pytest-xdist workers (most
-# tests wait on the programs they start), a file's tests on one worker (--dist loadfile: module
-# fixtures that run labs and builds run once, not per worker; xdist 3.8's loadgroup did not group
-# here), the tests that read a Rust program included (--cargo: setup.sh has built it).
+# then run the whole test suite: every test (--no-skips), in five pytest-xdist workers (most
+# tests wait on the programs they start: on 2 cores 126-128 s with five or six, 132 s with four,
+# 152 s with three, one after the other on one clone), a file's tests on one worker (--dist
+# loadfile: module fixtures that run labs and builds run once, not per worker; xdist 3.8's
+# loadgroup did not group here), the tests that read a Rust program included (--cargo: setup.sh has built it).
 # Bytecode is cached even where the environment says not to (PYTHONDONTWRITEBYTECODE): the suite
 # starts about 700 Python processes, and without the cache each compiles memgap again, and each
 # pytest worker rewrites every test module's asserts again (collection 6.7 s of CPU, 1.8 s cached).
@@ -14,4 +15,4 @@ cd "$(dirname "$0")/.."
 sh scripts/setup.sh
 .venv/bin/ruff check src tests benchmarks
 .venv/bin/mypy
-exec .venv/bin/python -m pytest -q --no-skips --cargo -n 4 --dist loadfile --no-loadscope-reorder "$@"
+exec .venv/bin/python -m pytest -q --no-skips --cargo -n 5 --dist loadfile --no-loadscope-reorder "$@"
