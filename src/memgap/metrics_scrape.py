@@ -31,6 +31,7 @@ from .metrics_export import (
 )
 from .processes import ProcessIdentity
 from .sources.procfs import ProcReader
+from .sources.pymalloc_pools import TreeHeaders
 
 
 @dataclass(frozen=True)
@@ -123,8 +124,8 @@ class Scraper:
         self._ready = threading.Event()
         self._wake = threading.Event()
 
-    def _read(self, proc: Process) -> Target:
-        snap = snapshot_pid(proc.pid, Options(regions=False))
+    def _read(self, proc: Process, headers: TreeHeaders) -> Target:
+        snap = snapshot_pid(proc.pid, Options(regions=False), tree=headers)
         # a PID reused since it was found names another process (PidReused): it is found afresh next scrape
         ProcessIdentity(proc.pid, proc.start).check()
         return Target(snap, "", 0)
@@ -133,9 +134,10 @@ class Scraper:
         """Every process of the selection read now, labelled; errors counted and logged."""
         errors: list[MemgapError] = []
         read: list[tuple[Process, Target]] = []
+        headers = TreeHeaders()  # one per collection: a worker's headers on its master's frames read once
         for proc in find_processes(self.selection, self._exclude):
             try:
-                target = self._read(proc)
+                target = self._read(proc, headers)
             except NoSuchProcess:  # PidReused included: it exited, or its PID names another now
                 continue
             except MemgapError as exc:
