@@ -108,10 +108,15 @@ def test_multiprocessing_children_started_by_spawn_trim():
               "trimmer's trim")
         assert after_burst - now >= 40 * MiB, (after_burst, now)
     finally:
-        proc.stdin.close()
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        proc.stdout.close()
+        _stop(proc)
+
+
+def _stop(proc):
+    """A program started with its stdin and stdout piped, in its own session: killed, with its group."""
+    proc.stdin.close()
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    proc.stdout.close()
 
 
 def _vmrss_once_trimmed(child, after_burst):
@@ -139,10 +144,7 @@ def test_a_forked_worker_starts_its_own_trimmer():
         assert threads == 2, threads  # its main thread and the trimmer
         assert after_burst - now >= 40 * MiB, (after_burst, now)
     finally:
-        proc.stdin.close()
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        proc.stdout.close()
+        _stop(proc)
 
 
 def kubernetes_env(manifest):

@@ -12,20 +12,19 @@ from .processes import descendants
 from .sources.pymalloc_pools import TreeHeaders
 
 
-def snapshot_tree(pid: int, proc_root: str = "/proc", keep_regions: bool = False) -> list[Snapshot]:
+def snapshot_tree(pid: int, proc_root: str = "/proc") -> list[Snapshot]:
     """``pid`` and each of its descendants that is still there when read, ``pid`` first, each
     with what it copied from its parent where that parent is in the tree (``copied_from_parent``).
-    The descendants' regions tell where the copied pages lie, then go unless ``keep_regions``.
+    The descendants' regions tell where the copied pages lie, then go.
     Raises what ``snapshot_pid`` raises for ``pid`` itself."""
     headers = TreeHeaders()
-    snaps = [snapshot_pid(pid, Options(regions=keep_regions), proc_root, headers)]
+    snaps = [snapshot_pid(pid, Options(regions=False), proc_root, headers)]
     for child in descendants(pid):
         try:
             snaps.append(snapshot_pid(child, Options(regions=True), proc_root, headers))
         except NoSuchProcess:
             continue  # exited while the tree was read
     add_copied_from_parent(snaps, proc_root)
-    if not keep_regions:
-        for snap in snaps:
-            snap.regions = []
+    for snap in snaps:
+        snap.regions = []
     return snaps

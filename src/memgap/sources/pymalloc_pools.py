@@ -89,17 +89,17 @@ class TreeHeaders:
         wanted = list(itertools.compress(range(len(pools)), resident))
         if self.frames is False or not wanted:
             return list(reader.read_many([pools[i] for i in wanted], _POOL.size))
-        entries = memoryview(reader.pagemap(pools.start, pools[-1] + 1)).cast("Q")[::pools.step // PAGE_SIZE]
+        entries = memoryview(reader.pagemap(pools.start, pools[-1] + 1)).cast("Q")[::pools.step // PAGE_SIZE].tolist()
         known = self.arenas.get(pools.start)
         theirs, their_headers = known if known is not None and len(known[0]) == len(pools) else ([], [])
-        take = [m != 0 and w == m for w, m in zip(entries.tolist(), theirs, strict=True)] if theirs else []
+        take = [m != 0 and w == m for w, m in zip(entries, theirs, strict=True)] if theirs else []
         out = [their_headers[i] if take and take[i] else None for i in wanted]
         missing = [j for j, data in enumerate(out) if data is None]
         self.reused += len(wanted) - len(missing)
         for j, data in zip(missing, reader.read_many([pools[wanted[j]] for j in missing], _POOL.size), strict=True):
             out[j] = data
         if known is None:
-            self._record(pools.start, entries.tolist(), wanted, out)
+            self._record(pools.start, entries, wanted, out)
         return out
 
     def _record(self, start: int, entries: list[int], wanted: list[int], headers: list[bytes | None]) -> None:
