@@ -45,10 +45,15 @@ def layers_of(m):
 
 # --- glibc: a walked layout ------------------------------------------------------------------
 
-def glibc_layout():
-    # main arena: 1 MiB top, 4 MiB in bins; one thread arena: 8 MiB top, 2 MiB in bins
-    main = ArenaLayout(0x7000, True, top_resident=1 * MiB, bins_free_resident=4 * MiB, walk_complete=True)
+def glibc_layout(fragmented=0):
+    # main arena: 1 MiB top, 4 MiB in bins; one thread arena: 8 MiB top, 2 MiB in bins; the free
+    # chunks' bytes on resident pages are their whole pages, plus ``fragmented`` bytes of small
+    # bins' chunks beside live ones in the main arena
+    main = ArenaLayout(0x7000, True, top_resident=1 * MiB, bins_free_resident=4 * MiB, walk_complete=True,
+                       top_on_resident=1 * MiB, bins_free_on_resident=4 * MiB, small_free_on_resident=fragmented,
+                       small_walk_complete=True, fastbin_chunks={})
     thread = ArenaLayout(0x8000, False, top_resident=8 * MiB, bins_free_resident=2 * MiB, walk_complete=True,
+                         top_on_resident=8 * MiB, bins_free_on_resident=2 * MiB, small_walk_complete=True,
                          fastbin_chunks={})
     return GlibcLayout([main, thread], main_found=True)
 
@@ -78,6 +83,34 @@ def test_glibc_with_python_objects_found_by_a_gc_walk():
     # main: bins 4 + top 1; thread: bins 2 (its top stays, no fastbin chunk joins it)
     assert detail["trim_releasable"] == 7 * MiB and detail["held_in_thread_tops"] == 8 * MiB
     assert detail["arena_count"] == 2 and detail["thread_arenas"] == 1
+
+
+def test_glibc_free_bytes_beside_live_chunks_leave_in_use():
+    # 3 MiB of small free chunks on pages that also hold live ones: free, not in use, and no trim's
+    m = Measurements(rss=66 * MiB, regions=GLIBC_REGIONS, allocator="glibc", glibc=glibc_layout(3 * MiB),
+                     pymalloc=pymalloc(4 * MiB), python_heap=PythonHeap("gc-walk", large_buffers_bytes=7 * MiB))
+    layers, unexplained = attribute(m)
+    assert layers["allocator_free"].resident == 18 * MiB   # whole pages 15 + beside live chunks 3
+    assert layers["allocator_in_use"].resident == 21 * MiB  # heaps 40 - free 18 + chunks 6 - large buffers 7
+    assert unexplained == 1 * MiB - 448 * KiB               # as without them: 3 MiB moved, none lost
+    detail = layers["allocator_free"].detail
+    assert (detail["free_pages_resident"], detail["fragmented"]) == (15 * MiB, 3 * MiB)
+    assert detail["trim_releasable"] == 7 * MiB and detail["fragmentation_complete"]
+    main = detail["arenas"][0]
+    assert (main["free_bytes_resident"], main["fragmented"], main["free_resident"]) == (8 * MiB, 3 * MiB, 5 * MiB)
+
+
+def test_glibc_fragmentation_shares_are_its_pages_pro_rata():
+    # the whole free pages' shares are exact; bytes beside live chunks take the heap's other pages' proportions
+    shared = [Region(r.start, r.end, r.owner, r.resident, private=r.resident // 2,
+                     pss=r.resident // 2 + r.resident // 6) for r in GLIBC_REGIONS]
+    layout = glibc_layout(3 * MiB)
+    layout.arenas[0].free_private, layout.arenas[0].free_pss = 4 * MiB, 5 * MiB
+    layout.arenas[1].free_private, layout.arenas[1].free_pss = 8 * MiB, 8 * MiB
+    layers, _ = attribute(Measurements(60 * MiB, shared, "glibc", layout, pools=PoolCensus(in_use=3 * MiB, arenas=5)))
+    free = layers["allocator_free"]
+    # heap + chunks 46 MiB, 23 private; less the pages' 15 (12 private): 31 MiB, 11 private; 3 MiB of it
+    assert free.resident == 18 * MiB and free.private == 12 * MiB + round(3 * MiB * 11 / 31)
 
 
 def test_glibc_with_tracemalloc():

@@ -210,6 +210,10 @@ def test_one_process_its_rss_and_what_a_trim_would_release(servers):
         # the thread's arena keeps its 8 MiB top chunk free: in the layer, not releasable
         assert layers["allocator_free"] >= releasable + 0.9 * said["thread_top"], (layers, releasable)
         assert by_role(families, "memgap_glibc_arenas") == {key: 2.0}  # the main arena and the thread's
+        # free bytes beside live chunks: the rest of the layer beside its whole free pages (no more than
+        # Python's own heap holds free in pieces: a few MiB)
+        (fragmented,) = by_role(families, "memgap_allocator_free_fragmented_bytes").values()
+        assert 0 <= fragmented <= min(layers["allocator_free"] - releasable, 8 * MiB), (fragmented, layers)
         (cg_labels, usage), = samples(families, "memgap_cgroup_usage_bytes")
         assert set(cg_labels) == {"cgroup"} and usage >= by_role(families, "memgap_uss_bytes")[key]
         (_, working_set), = samples(families, "memgap_cgroup_working_set_bytes")

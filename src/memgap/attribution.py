@@ -110,7 +110,11 @@ def _arena_detail(m: Measurements) -> list[dict[str, Any]]:
             "in_use": info.in_use if info else None,
             "free": info.free if info else None,
             "resident": arena.resident,
-            "free_resident": arena.free_resident,
+            "free_resident": arena.free_resident,  # whole free pages
+            # every free byte on a resident page, and of it those on pages that also hold a live chunk
+            "free_bytes_resident": arena.free_bytes_resident,
+            "fragmented": arena.fragmented,
+            "in_use_resident": arena.in_use_resident,
             "free_walked": arena.bins_free_bytes + arena.top_size,  # compare with malloc_info's "free"
             "top_resident": arena.top_resident,
             "bins_free_resident": arena.bins_free_resident,
@@ -119,7 +123,8 @@ def _arena_detail(m: Measurements) -> list[dict[str, Any]]:
             "joins_top_resident": None if arena.is_main or arena.fastbin_chunks is None
             else arena.joins_top_resident(),
             "walk_complete": arena.walk_complete,
-            "problem": arena.walk_problem,
+            "small_walk_complete": arena.small_walk_complete,
+            "problem": "; ".join(filter(None, [arena.walk_problem, arena.small_walk_problem])),
         })
     return rows
 
@@ -267,10 +272,13 @@ def _glibc_allocator(m: Measurements, owned: _Owners) -> _Allocator:
     glibc = m.glibc
     assert glibc is not None
     heap_part = owned.part("glibc-heap", "mmapped-chunk")
-    heap_free = sum(a.free_resident for a in glibc.arenas)
-    free_part = _Part(heap_free, sum(a.free_private for a in glibc.arenas),
-                      sum(a.free_pss for a in glibc.arenas)) if heap_part.private is not None else \
-        _Part(heap_free, None, None)
+    pages = sum(a.free_resident for a in glibc.arenas)
+    heap_free = sum(a.free_bytes_resident for a in glibc.arenas)
+    # whole free pages: their private and PSS bytes exact; free bytes beside live chunks: pro rata
+    pages_part = _Part(pages, None, None)
+    if heap_part.private is not None:
+        pages_part = _Part(pages, sum(a.free_private for a in glibc.arenas), sum(a.free_pss for a in glibc.arenas))
+    free_part = pages_part + (heap_part - pages_part).take(heap_free - pages)
     arenas = _arena_detail(m)
     detail = {
         "arenas": arenas,
@@ -279,6 +287,10 @@ def _glibc_allocator(m: Measurements, owned: _Owners) -> _Allocator:
         "trim_releasable": sum(r["trim_releasable"] or 0 for r in arenas),
         "trim_estimate_complete": all(a.walk_complete for a in glibc.arenas),
         "held_in_thread_tops": sum(a.top_resident for a in glibc.arenas if not a.is_main),
+        "free_pages_resident": pages,
+        "fragmented": heap_free - pages,
+        "fragmentation_complete": all(a.small_walk_complete and a.fastbin_chunks is not None
+                                      for a in glibc.arenas if a.address),
         "mmapped_chunks": owned.count.get("mmapped-chunk", 0),
         # mallinfo2's count, to compare with the chunks found (memalign'ed ones are not found)
         "mmapped_chunks_reported": m.mallinfo.hblks if m.mallinfo else None,
@@ -287,10 +299,12 @@ def _glibc_allocator(m: Measurements, owned: _Owners) -> _Allocator:
     return _Allocator(
         owned("glibc-heap") - heap_free + owned("mmapped-chunk"), heap_free, heap_part - free_part, free_part,
         owned("anon"), owned.part("anon"),
-        in_use_how=["glibc heaps' resident pages minus the resident pages of their free chunks",
+        in_use_how=["glibc heaps' resident bytes minus every free chunk's bytes on resident pages",
                     "plus resident pages of glibc mmapped chunks"],
-        free_how=["resident whole pages inside free chunks in bins and inside each arena's top chunk "
-                  "(walked from malloc_state, pages from pagemap)"],
+        free_how=["bytes on resident pages of every free chunk: each arena's top chunk, its bins (unsorted, "
+                  "small, large) and fastbins, walked from malloc_state (chunks in a thread's tcache count in use, "
+                  "as mallinfo2 counts them); of them, whole free pages (what a trim can release) and free bytes "
+                  "on pages that also hold a live chunk (fragmentation: no trim releases them); pages from pagemap"],
         source="glibc arenas walked, pagemap", detail=detail)
 
 

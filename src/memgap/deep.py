@@ -157,7 +157,9 @@ def compare_arenas(outside_rows: list[dict[str, Any]], info: MallocInfo) -> list
             "free_gdb": arena.free if arena else None,
             "in_use_gdb": arena.in_use if arena else None,
             "resident_outside": out["resident"] if out else None,
-            "free_resident_outside": out["free_resident"] if out else None,
+            # free bytes on resident pages (whole free pages in a document from before the split)
+            "free_resident_outside": out.get("free_bytes_resident", out["free_resident"]) if out else None,
+            "in_use_outside": out.get("in_use_resident") if out else None,
             # bytes in the free chunks the walk visits (unsorted and large bins) and the top chunk
             "free_walked_outside": out.get("free_walked") if out else None,
             "trim_releasable_outside": out["trim_releasable"] if out else None,

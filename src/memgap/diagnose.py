@@ -26,39 +26,78 @@ def _resident(snap: Snapshot, name: str) -> int:
     return layer.resident or 0 if layer else 0
 
 
+def _glibc_free(snap: Snapshot) -> tuple[int, int, int]:
+    """glibc's free bytes on resident pages, of them the whole free pages, and those beside live
+    chunks (fragmentation); a document from before the split counts whole pages only."""
+    layer = snap.layers.get("allocator_free")
+    if layer is None or "arenas" not in layer.detail:
+        return 0, 0, 0
+    free = layer.resident or 0
+    if "by_allocator" in layer.detail:  # a jemalloc beside glibc's: its own share
+        free = layer.detail["by_allocator"].get("glibc") or 0
+    fragmented = min(free, layer.detail.get("fragmented") or 0)
+    return free, free - fragmented, fragmented
+
+
 def _glibc_retention(snap: Snapshot) -> list[Finding]:
-    free_layer = snap.layers.get("allocator_free")
-    free = _resident(snap, "allocator_free")
-    if free_layer is not None and "by_allocator" in free_layer.detail:  # a jemalloc beside glibc's: its own share
-        free = free_layer.detail["by_allocator"].get("glibc") or 0
-    if free_layer is None or "arenas" not in free_layer.detail or free < FLOOR or free < SHARE * snap.rss:
+    _, pages, fragmented = _glibc_free(snap)
+    if pages < FLOOR or pages < SHARE * snap.rss:
         return []
-    d = free_layer.detail
-    arenas = d["arenas"]
+    d = snap.layers["allocator_free"].detail
     releasable = d.get("trim_releasable", 0)
     held_tops = d.get("held_in_thread_tops", 0)
-    evidence = [f"RSS {mib(snap.rss)} MiB; glibc heaps hold {mib(free)} MiB resident in free chunks "
-                f"({pct(free, snap.rss)} of RSS)"]
-    worst = sorted(arenas, key=lambda a: -(a["free_resident"] or 0))[:5]
-    for a in worst:
+    evidence = [f"RSS {mib(snap.rss)} MiB; glibc heaps hold {mib(pages)} MiB resident in whole free pages "
+                f"({pct(pages, snap.rss)} of RSS)"
+                + (f", and {mib(fragmented)} MiB free beside live chunks (see glibc-fragmentation)"
+                   if fragmented >= FLOOR // 4 else "")]
+    for a in sorted(d["arenas"], key=lambda a: -(a["free_resident"] or 0))[:5]:
         evidence.append(f"arena {a['arena']}{' (main)' if a['main'] else ''}: resident {mib(a['resident'])} MiB, "
-                        f"free {mib(a['free_resident'])} MiB of which top chunk {mib(a['top_resident'])} MiB, "
+                        f"free pages {mib(a['free_resident'])} MiB of which top chunk {mib(a['top_resident'])} MiB, "
                         f"trim would release {mib(a['trim_releasable'])} MiB"
                         + (f" ({mib(a['joins_top_resident'])} MiB of free chunks stay: the trim's consolidation "
                            "merges them into the top chunk)" if (a.get("joins_top_resident") or 0) >= FLOOR // 4
                            else ""))
-    summary = (f"glibc holds {mib(free)} MiB free in {d['arena_count']} arenas ({d['thread_arenas']} thread "
-               f"arenas); a trim would release ~{mib(releasable)} MiB")
+    summary = (f"glibc holds {mib(pages)} MiB of free pages in {d['arena_count']} arenas ({d['thread_arenas']} "
+               f"thread arenas); a trim would release ~{mib(releasable)} MiB")
     if not d.get("trim_estimate_complete", True):
         summary += " (at least: an arena changed while it was read, see problems)"
         evidence.extend(d.get("problems", []))
     remedy = "memgap.trim() (malloc_trim(0)) after the burst"
-    if held_tops > max(FLOOR, free // 3):
+    if held_tops > max(FLOOR, pages // 3):
         evidence.append(f"{mib(held_tops)} MiB sit in thread arenas' top chunks, which malloc_trim(0) leaves "
                         "alone (only the main arena's top is cut)")
         remedy = ("fewer arenas (MALLOC_ARENA_MAX=2) plus a trim after bursts, or a fixed "
                   "MALLOC_TRIM_THRESHOLD_: measure which with `memgap lab`")
     return [Finding("glibc-retention", "warning", summary, evidence, remedy)]
+
+
+def _glibc_fragmentation(snap: Snapshot) -> list[Finding]:
+    """Free bytes that share their pages with live chunks: held until the neighbours go, whatever is trimmed."""
+    free, _, fragmented = _glibc_free(snap)
+    if fragmented < FLOOR or fragmented < SHARE * snap.rss:
+        return []
+    d = snap.layers["allocator_free"].detail
+    in_use = _resident(snap, "allocator_in_use")
+    evidence = [f"RSS {mib(snap.rss)} MiB; glibc's free chunks hold {mib(free)} MiB on resident pages, "
+                f"{mib(fragmented)} MiB of it ({pct(fragmented, snap.rss)} of RSS) on pages that also hold a live "
+                f"chunk; in use {mib(in_use)} MiB",
+                "method: every free chunk (top, bins, fastbins) walked from each arena's malloc_state; its bytes on "
+                "resident pages, less the whole pages inside it (a trim's share)"]
+    for a in sorted(d["arenas"], key=lambda a: -(a.get("fragmented") or 0))[:5]:
+        if a.get("fragmented"):
+            evidence.append(f"arena {a['arena']}{' (main)' if a['main'] else ''}: resident {mib(a['resident'])} MiB,"
+                            f" in use {mib(a.get('in_use_resident'))} MiB, free beside live chunks "
+                            f"{mib(a['fragmented'])} MiB")
+    if not d.get("fragmentation_complete", True):
+        evidence.append("at least: an arena's small bins or fastbins could not be walked, see problems")
+        evidence.extend(d.get("problems", []))
+    return [Finding(
+        "glibc-fragmentation", "warning",
+        f"glibc holds {mib(fragmented)} MiB free in pieces between live chunks (fragmentation): no trim releases "
+        f"it; it comes back only when the blocks beside it are freed", evidence,
+        "another allocator (jemalloc keeps blocks of one size class together), fewer arenas (MALLOC_ARENA_MAX=2), "
+        "a lower mmap threshold (MALLOC_MMAP_THRESHOLD_=65536: large blocks in mappings of their own, returned on "
+        "free), or restarting long-lived workers: measure which with `memgap lab`")]
 
 
 def _pymalloc_fragmentation(snap: Snapshot) -> list[Finding]:
@@ -148,7 +187,7 @@ def allocator_findings(snap: Snapshot) -> list[Finding]:
     tcmalloc's from their own figures where ``inspect --deep`` read them."""
     from .diagnose_allocators import jemalloc_findings, tcmalloc_findings
 
-    return [*_glibc_retention(snap), *jemalloc_findings(snap), *tcmalloc_findings(snap)]
+    return [*_glibc_retention(snap), *_glibc_fragmentation(snap), *jemalloc_findings(snap), *tcmalloc_findings(snap)]
 
 
 def diagnose(snap: Snapshot) -> list[Finding]:

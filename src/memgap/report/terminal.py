@@ -86,6 +86,11 @@ def layers_table(snap: Snapshot, width: int = 120) -> RenderableType:
     return fit_table(title, cols, rows, width, [*styles, "italic", "bold"])
 
 
+def _arena_free(a: dict[str, Any]) -> int:
+    """An arena's free bytes on resident pages (whole free pages in a document from before the split)."""
+    return a.get("free_bytes_resident", a["free_resident"]) or 0
+
+
 def arenas_table(snap: Snapshot, limit: int = 10, width: int = 120) -> RenderableType | None:
     layer = snap.layers.get("allocator_free")
     arenas = layer.detail.get("arenas") if layer else None
@@ -94,29 +99,36 @@ def arenas_table(snap: Snapshot, limit: int = 10, width: int = 120) -> Renderabl
     rows = sorted(arenas, key=lambda a: -(a["resident"] or 0))
     # With glibc's own malloc_info (in-process, or the agent's), its free bytes beside the walk's
     told = any(a.get("free") is not None for a in arenas)
+    split = any("fragmented" in a for a in arenas)
     cols = [Col("arena"), Col("heaps", optional=5), Col("system MiB", optional=2), Col("in use MiB", optional=1),
             Col("resident MiB"), Col("free resident MiB"), Col("of it top chunk", optional=3),
-            Col("trim would release")]
+            *([Col("of it beside live chunks", optional=2)] if split else []), Col("trim would release")]
     if told:
         cols.insert(4, Col("free MiB: glibc / walked", optional=4))
 
-    def cells(values: list[str], told_value: str) -> list[str]:
+    def cells(values: list[str], told_value: str, fragmented: str) -> list[str]:
+        values = values[:7] + [fragmented] + values[7:] if split else values
         return values[:4] + [told_value] + values[4:] if told else values
+
+    def in_use(a: dict[str, Any]) -> int | None:
+        return a["in_use"] if a["in_use"] is not None else a.get("in_use_resident")
 
     table_rows = []
     for a in rows[:limit]:
         told_free = f"{mib(a.get('free'))} / {mib(a.get('free_walked'))}" if told else ""
         table_rows.append(cells([f"{a['arena']}{' main' if a['main'] else ''}", str(a["heaps"]), mib(a["system"]),
-                                 mib(a["in_use"]), mib(a["resident"]), mib(a["free_resident"]),
-                                 mib(a["top_resident"]), mib(a["trim_releasable"])], told_free))
+                                 mib(in_use(a)), mib(a["resident"]), mib(_arena_free(a)),
+                                 mib(a["top_resident"]), mib(a["trim_releasable"])], told_free,
+                                mib(a.get("fragmented"))))
     if len(rows) > limit:
         rest = rows[limit:]
         table_rows.append(cells([f"{len(rest)} more", "", mib(sum(a["system"] for a in rest)), "",
-                                 mib(sum(a["resident"] for a in rest)), mib(sum(a["free_resident"] for a in rest)),
+                                 mib(sum(a["resident"] for a in rest)), mib(sum(_arena_free(a) for a in rest)),
                                  mib(sum(a["top_resident"] for a in rest)),
-                                 mib(sum(a["trim_releasable"] or 0 for a in rest))], ""))
+                                 mib(sum(a["trim_releasable"] or 0 for a in rest))], "",
+                                mib(sum(a.get("fragmented") or 0 for a in rest))))
     table_rows.append(cells(["total", "", "", "", "", mib(layer.resident), "",
-                             mib(layer.detail.get("trim_releasable"))], ""))
+                             mib(layer.detail.get("trim_releasable"))], "", mib(layer.detail.get("fragmented"))))
     return fit_table(f"glibc arenas ({len(arenas)}), largest first", cols, table_rows, width,
                      [None] * (len(table_rows) - 1) + ["bold"])
 
