@@ -176,3 +176,25 @@ def test_python_bytes_over_512_fragment_glibc(start):
     snap, own, _ = p.inspect()
     check_outside(snap, own, 50 * MiB)
     assert snap["layers"]["allocator_free"]["detail"]["free_pages_resident"] < 4 * MiB
+
+
+def test_deep_under_tracemalloc_keeps_what_outside_found(start):
+    """A Python program that runs tracemalloc: inside it every allocation memgap's reading makes is
+    traced and malloc'd, so --deep takes the heaps' layers from outside and says so. Before: pymalloc_free
+    read 0 inside (its arenas fell to other_anon) and glibc's free bytes a fraction of the outside walk's."""
+    p = start(sys.executable, os.path.join(PROGRAMS, "py_fragment.py"))
+    p.cmd("trace")
+    p.cmd("strings 1000000 50")          # pymalloc arenas around few objects
+    p.cmd("frag 100000 513 2000 10")     # glibc's heap, and tracemalloc's traces of it
+    deep, _, _ = p.inspect("--deep")
+    inside = deep["deep"]["in_process"]
+    for name in ("pymalloc_free", "allocator_free", "other_anon"):
+        out, got = deep["layers"][name]["resident"], inside["layers"][name]["resident"]
+        assert abs(got - out) <= 0.05 * out + MiB, (name, out, got)
+    assert deep["layers"]["pymalloc_free"]["resident"] >= 20 * MiB
+    assert any("tracemalloc traces this process" in n for n in deep["deep"]["notes"]), deep["deep"]["notes"]
+    python = inside["layers"]["python_objects"]
+    assert python["detail"]["tracemalloc_current"] > 0
+    # what tracemalloc traces beyond pymalloc's blocks left allocator_in_use for python_objects
+    moved = python["detail"]["in_c_allocator"]
+    assert inside["layers"]["allocator_in_use"]["resident"] + moved == deep["layers"]["allocator_in_use"]["resident"]

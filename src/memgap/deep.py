@@ -31,6 +31,7 @@ from .diagnose import allocator_findings
 from .documents import TrimRecord, TrimRoute
 from .errors import MalformedInput, Unsupported
 from .gdb_layers import jemalloc_gdb_layers, mimalloc_gdb_layers, tcmalloc_gdb_layers
+from .inside_trust import trusted_inside
 from .model import Snapshot
 from .sources import jemalloc_gdb, mimalloc_gdb, tcmalloc_gdb
 from .sources.allocator import process_root
@@ -389,6 +390,9 @@ def deep(pid: int, outside: Snapshot, start_time: int | None, options: GdbOption
     finally:
         result.notes.extend(session.notes)
         result.timings = dict(session.timings)
+    if result.in_process is not None:  # under tracemalloc, the outside reading of the heaps is the one to trust
+        result.in_process, why = trusted_inside(outside, result.in_process)
+        result.notes.extend([why] if why else [])
     if result.malloc_info is not None:
         layer = outside.layers.get("allocator_free")
         result.arenas = compare_arenas(layer.detail.get("arenas", []) if layer else [], result.malloc_info)

@@ -3,12 +3,15 @@ malloc, not pymalloc), with glibc's own count of it (mallinfo2) on request. Does
 
 One command a line on stdin, one reply a line on stdout:
   frag N MIN MAX KEEP   N bytes objects of MIN..MAX bytes (a fixed seed), all but every KEEP-th dropped
+  strings N KEEP        N short strings (pymalloc's blocks), all but every KEEP-th dropped
+  trace                 tracemalloc.start(): every allocation traced from here on
   trim                  malloc_trim(0)
   stats                 mallinfo2's figures and VmRSS
 """
 import ctypes
 import random
 import sys
+import tracemalloc
 
 
 class Mallinfo2(ctypes.Structure):
@@ -38,6 +41,15 @@ for line in sys.stdin:
     words = line.split()
     if words[:1] == ["frag"]:
         frag(*map(int, words[1:5]))
+        reply = "ok"
+    elif words[:1] == ["strings"]:
+        n, keep = map(int, words[1:3])
+        made = [str(i) * 3 for i in range(n)]
+        kept.extend(made[::keep])
+        del made
+        reply = "ok"
+    elif words == ["trace"]:
+        tracemalloc.start()
         reply = "ok"
     elif words == ["trim"]:
         reply = f"ok trimmed={libc.malloc_trim(0)}"
