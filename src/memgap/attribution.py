@@ -115,7 +115,7 @@ def _arena_detail(m: Measurements) -> list[dict[str, Any]]:
             "free_bytes_resident": arena.free_bytes_resident,
             "fragmented": arena.fragmented,
             "in_use_resident": arena.in_use_resident,
-            "free_walked": arena.bins_free_bytes + arena.top_size,  # compare with malloc_info's "free"
+            "free_walked": arena.free_walked,  # compare with malloc_info's "free"
             "top_resident": arena.top_resident,
             "bins_free_resident": arena.bins_free_resident,
             "trim_releasable": arena.trim_releasable() if arena.walk_complete or arena.is_main else None,

@@ -161,7 +161,7 @@ def compare_arenas(outside_rows: list[dict[str, Any]], info: MallocInfo) -> list
             # free bytes on resident pages (whole free pages in a document from before the split)
             "free_resident_outside": out.get("free_bytes_resident", out["free_resident"]) if out else None,
             "in_use_outside": out.get("in_use_resident") if out else None,
-            # bytes in the free chunks the walk visits (unsorted and large bins) and the top chunk
+            # bytes in the free chunks the walk visits: the top chunk, the bins and the fastbins
             "free_walked_outside": out.get("free_walked") if out else None,
             "trim_releasable_outside": out["trim_releasable"] if out else None,
         })

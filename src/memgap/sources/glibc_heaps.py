@@ -208,6 +208,7 @@ class ArenaLayout:
     bins_free_on_resident: int = 0
     small_free_on_resident: int = 0
     small_free_count: int = 0
+    small_free_bytes: int = 0
     small_walk_complete: bool = False
     small_walk_problem: str = ""
     fastbin_on_resident: int = 0
@@ -222,6 +223,12 @@ class ArenaLayout:
         """Every free byte on a resident page (tcache's chunks count in use, as mallinfo2 counts them)."""
         return self.top_on_resident + self.bins_free_on_resident + self.small_free_on_resident + \
             self.fastbin_on_resident
+
+    @property
+    def free_walked(self) -> int:
+        """Bytes of every free chunk walked, resident or not: malloc_info's "free" for the arena."""
+        fast = sum(self.fastbin_chunks.values()) if self.fastbin_chunks else 0
+        return self.top_size + self.bins_free_bytes + self.small_free_bytes + fast
 
     @property
     def fragmented(self) -> int:
@@ -369,7 +376,7 @@ def _walk_small_bins(reader: MemoryReader, arena: ArenaLayout, resident: Residen
     """The bytes on resident pages of the free chunks in the small bins (under a page each: never
     released, free beside live chunks), bounded by MAX_SMALL_WALK chunks; retried like the others."""
     for _attempt in range(3):
-        arena.small_free_on_resident = arena.small_free_count = 0
+        arena.small_free_on_resident = arena.small_free_count = arena.small_free_bytes = 0
         bins = reader.read_memory(arena.address + OFF_BINS, (NBINS - 1) * 16)
         if bins is None:
             arena.small_walk_problem = "arena bins unreadable"
@@ -377,6 +384,7 @@ def _walk_small_bins(reader: MemoryReader, arena: ArenaLayout, resident: Residen
         try:
             for p, size in _bin_chunks(reader, arena, bins, SMALL_BINS, MAX_SMALL_WALK):
                 arena.small_free_on_resident += resident.resident_bytes(p, p + size)
+                arena.small_free_bytes += size
                 arena.small_free_count += 1
         except _WalkFailed as exc:
             arena.small_walk_problem = f"small {exc}"
