@@ -266,9 +266,14 @@ import json, os, sys
 out, src = {out!r}, {src!r}
 added = src not in sys.path
 if added:
-    sys.path.append(src)
+    sys.path.insert(0, src)  # first: a module of the program's own named memgap must not be taken for it
 try:
+    known = sys.modules.get("memgap")
+    if known is not None and not str(getattr(known, "__file__", "")).startswith(src + os.sep):
+        raise ImportError(f"the program has a module of its own named memgap ({{getattr(known, '__file__', '')}})")
     import memgap
+    if not str(memgap.__file__).startswith(src + os.sep):
+        raise ImportError(f"memgap was found at {{memgap.__file__}}, not in {{src}}")
     result = {{"ok": True, "memgap": memgap.__file__,
               "snapshot": memgap.snapshot(regions=False).to_dict(regions=False)}}
 except Exception as exc:

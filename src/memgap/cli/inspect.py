@@ -41,7 +41,7 @@ if TYPE_CHECKING:  # memgap.deep is loaded only for --deep and --trim
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("pid", type=_common.pid, help="process ID")
     p.add_argument("--tree", action="store_true", help="the process and all its descendants, one row each")
-    p.add_argument("--json", metavar="FILE", help="write JSON ('-' for stdout)")
+    p.add_argument("--json", metavar="FILE", type=_common.output_file, help="write JSON ('-' for stdout)")
     p.add_argument("--regions", action="store_true", help="also print the labelled memory map")
     p.add_argument("--proc-root", type=_common.folder, default="/proc", metavar="DIR",
                    help="where procfs is mounted (a host's /proc seen from a container, or test files)")
@@ -60,7 +60,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def snapshot_checked(pid: int, options: Options, proc_root: str) -> tuple[Snapshot, ProcessIdentity]:
     """An outside snapshot, and the process it is of (its start time checked on both sides)."""
-    identity = ProcessIdentity.of(pid, proc_root)
+    identity = ProcessIdentity.asked_for(pid, proc_root)
     snap = snapshot_pid(pid, options, proc_root)
     identity.check(proc_root=proc_root)
     return snap, identity
@@ -100,6 +100,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 def execute(request: InspectRequest) -> int:
+    ProcessIdentity.asked_for(request.pid, request.proc_root)  # none, or a kernel thread: said plainly
     if request.tree:
         return _tree(request)
     if not (request.deep or request.trim):
