@@ -240,22 +240,10 @@ def _snapshot_self(phase: str | None, options: Options | None) -> Snapshot:
     heap = pyheap.python_heap(options.walk_python, options.class_names)
     with ProcReader("self") as reader:
         started_at = reader.stat().start_time
+        cmd = reader.cmdline()  # as an outside snapshot has it (the web route and notebooks showed none)
         maps = reader.maps()
         detection = allocator_source.detect_in_process(maps)
-        mallinfo = malloc_info = jemalloc = None
-        if detection.is_glibc:
-            glibc = glibc_malloc()
-            mallinfo, malloc_info = glibc.mallinfo2(), glibc.malloc_info(bins=False)
-        elif detection.name == "jemalloc":
-            from .sources.jemalloc import read_jemalloc_stats
-
-            try:
-                jemalloc = read_jemalloc_stats()
-            except Unsupported as exc:
-                notes["allocator_in_use"] = notes["allocator_free"] = str(exc)
-        else:
-            notes["allocator_in_use"] = notes["allocator_free"] = (
-                f"allocator {detection.name}: memgap reads glibc and jemalloc statistics only")
+        mallinfo, malloc_info, jemalloc = _own_allocator_statistics(detection, notes)
         if detection.beside:
             notes["other_anon"] = allocator_source.beside_note(detection)
         pm = pymalloc_source.parse_debugmallocstats(pymalloc_source.capture_debugmallocstats())
@@ -286,9 +274,29 @@ def _snapshot_self(phase: str | None, options: Options | None) -> Snapshot:
         regions=regions if options.regions else [],
         pss_note="not split by layer in-process: the anonymous pages' residency comes from mincore(2), which "
                  "does not tell pages shared with another process (an outside snapshot reads pagemap's bit 56)",
-        start_time=started_at,
+        start_time=started_at, cmd=cmd,
     )
     return _finish(snap, started)
+
+
+def _own_allocator_statistics(detection: allocator_source.AllocatorDetection, notes: dict[str, str]
+                              ) -> tuple[Mallinfo2 | None, MallocInfo | None, JemallocStats | None]:
+    """This process's allocator's own figures: glibc's mallinfo2 and malloc_info, or jemalloc's; for
+    another allocator none, and the allocator layers' notes say why."""
+    if detection.is_glibc:
+        glibc = glibc_malloc()
+        return glibc.mallinfo2(), glibc.malloc_info(bins=False), None
+    if detection.name == "jemalloc":
+        from .sources.jemalloc import read_jemalloc_stats
+
+        try:
+            return None, None, read_jemalloc_stats()
+        except Unsupported as exc:
+            notes["allocator_in_use"] = notes["allocator_free"] = str(exc)
+            return None, None, None
+    notes["allocator_in_use"] = notes["allocator_free"] = (
+        f"allocator {detection.name}: memgap reads glibc and jemalloc statistics only")
+    return None, None, None
 
 
 def _allocator_dict(detection: allocator_source.AllocatorDetection, mallinfo: Mallinfo2 | None,

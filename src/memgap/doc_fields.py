@@ -72,6 +72,8 @@ def _typed(value: Any, hint: Any, where: str) -> Any:
             raise MalformedInput(where, f"{value!r} is not one of {', '.join(str(m.value) for m in hint)}") from None
     if hasattr(hint, "from_dict"):
         return hint.from_dict(value, where)
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):  # a part without a from_dict of its own
+        return hint(**_fields(hint, value, where))
     if origin is list:  # an item's place in the list, and a value's key, in where it is: which one is wrong
         return [_typed(v, args[0], f"{where}[{i}]") for i, v in enumerate(_of(value, list, where))]
     if origin is tuple:

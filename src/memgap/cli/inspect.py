@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..collect import Options, snapshot_pid
 from ..diagnose import diagnose_tree
+from ..documents import TreeDocument
 from ..errors import UsageError
 from ..model import Snapshot, tree_totals
 from ..processes import ProcessIdentity
@@ -153,11 +154,8 @@ def _tree(request: InspectRequest) -> int:
     snaps = snapshot_tree(pid, request.proc_root)
     if request.json:
         totals = tree_totals(snaps)
-        write_json({"schema": "memgap.tree/1", "pid": pid,
-                    "processes": [s.to_dict(regions=False) for s in snaps],
-                    # total_rss counts a shared page once per process; total_pss is what the tree costs
-                    "total_rss": totals["rss_sum"], "total_pss": totals["pss"], "totals": totals,
-                    "findings": [asdict(f) for f in diagnose_tree(snaps)]}, request.json)
+        write_json(TreeDocument(pid, snaps, totals["rss_sum"], totals["pss"], totals, diagnose_tree(snaps)).to_dict(),
+                   request.json)
     if request.json != "-":
         render_tree(snaps, sys.stdout)
     return 0
