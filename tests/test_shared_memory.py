@@ -7,12 +7,16 @@ glibc keeps. A plain Python script under `memgap run` for the in-process route. 
 the processes' smaps (Rss, Pss, private bytes of each mapping) read by the test, VmRSS, the
 program's own count of what it freed and the VmRSS drop of its own malloc_trim(0).
 """
+import glob
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import tempfile
+import time
 
 import pytest
 
@@ -257,3 +261,84 @@ def test_a_tree_shows_each_process_own_findings(retaining):
     r = retaining(200, 20)
     text = " ".join(memgap("inspect", str(r.proc.pid), "--tree").stdout.split())
     assert f"PID {r.proc.pid}: glibc holds" in text and "of its private memory" in text, text
+
+
+# --- a real PostgreSQL: its shared buffers are anonymous MAP_SHARED memory ----------------------
+
+def _postgres_bin():
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/postgres"), key=lambda p: int(p.split("/")[4]))
+    return os.path.dirname(found[-1]) if found else None
+
+
+def _as_postgres(cmd, **kw):
+    """``cmd`` as the postgres user (PostgreSQL refuses to run as root)."""
+    if os.geteuid() == 0:
+        cmd = ["runuser", "-u", "postgres", "--", *cmd]
+    return subprocess.Popen(cmd, **kw)
+
+
+@pytest.fixture(scope="module")
+def postgres():
+    """A PostgreSQL server of the test's own (shared_buffers 256MB, a Unix socket only) with
+    pgbench's tables at scale 4 (51 MiB: under a quarter of the buffers, so a sequential scan
+    reads them into the buffers rather than through a small ring), and 3 sessions that each read
+    every page of them and stay connected: (postmaster PID, the 3 backends' PIDs)."""
+    bindir = _postgres_bin()
+    if bindir is None or shutil.which("psql") is None or shutil.which("pgbench") is None:
+        pytest.skip("no PostgreSQL server (apt-get install postgresql: scripts/setup.sh does)")
+    if os.geteuid() == 0 and subprocess.run(["id", "postgres"], capture_output=True).returncode:
+        pytest.skip("no postgres user to run PostgreSQL as (root cannot)")
+    base = tempfile.mkdtemp(prefix="memgap-pg-")
+    if os.geteuid() == 0:
+        shutil.chown(base, "postgres")
+    data, sock = os.path.join(base, "data"), base
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE}
+    assert _as_postgres([f"{bindir}/initdb", "-D", data, "-A", "trust", "-U", "postgres"], **quiet).wait(60) == 0
+    server = _as_postgres([f"{bindir}/postgres", "-D", data, "-k", sock, "-p", "5432", "-c", "listen_addresses=",
+                           "-c", "shared_buffers=256MB"], **quiet)
+    sessions = []
+    try:
+        connect = ["-h", sock, "-p", "5432", "-U", "postgres", "postgres"]
+        for _ in range(100):
+            if _as_postgres(["pg_isready", *connect[:-1]], stdout=subprocess.DEVNULL).wait(10) == 0:
+                break
+            time.sleep(0.1)
+        assert _as_postgres(["pgbench", "-i", "-s", "4", *connect], **quiet).wait(300) == 0
+        for _ in range(3):
+            s = _as_postgres(["psql", "-X", "-A", "-t", *connect], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True)
+            s.stdin.write("SELECT pg_backend_pid(), sum(abalance) FROM pgbench_accounts;\n")
+            s.stdin.flush()
+            sessions.append((s, int(s.stdout.readline().split("|")[0])))
+        with open(os.path.join(data, "postmaster.pid")) as fh:
+            postmaster = int(fh.readline())
+        yield postmaster, [pid for _, pid in sessions]
+    finally:
+        for s, _ in sessions:
+            s.stdin.close()
+            s.wait(30)
+        pidfile = os.path.join(data, "postmaster.pid")
+        if os.path.exists(pidfile):  # runuser's child, which it does not signal
+            with open(pidfile) as fh:
+                os.kill(int(fh.readline()), signal.SIGINT)  # a fast shutdown: it removes its shared memory
+        server.wait(60)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_postgresql_shared_buffers_are_shared_memory(postgres):
+    postmaster, backends = postgres
+    doc = json.loads(memgap("inspect", str(postmaster), "--tree", "--json", "-").stdout)
+    by_pid = {p["pid"]: p for p in doc["processes"]}
+    assert set(backends) <= set(by_pid), (backends, list(by_pid))
+    rss = {pid: sum(f["Rss"] for path, f in smaps(pid) if path.startswith(("/dev/zero", "/SYSV", "/dev/shm/")))
+           for pid in by_pid}
+    pss = sum(f["Pss"] for pid in by_pid for path, f in smaps(pid)
+              if path.startswith(("/dev/zero", "/SYSV", "/dev/shm/")))
+    for pid in backends:  # each read its 51 MiB of tables through the shared buffers
+        layer = by_pid[pid]["layers"]["shared_memory"]
+        assert rss[pid] >= 48 * MiB and within(layer["resident"], rss[pid]), (pid, layer["resident"], rss[pid])
+        assert within(layer["detail"]["anonymous"], layer["resident"], 0.05), layer["detail"]
+        assert by_pid[pid]["layers"]["files"]["resident"] < 0.5 * layer["resident"], by_pid[pid]["layers"]["files"]
+    layers_pss = sum(p["layers"]["shared_memory"]["pss"] for p in doc["processes"])
+    assert within(layers_pss, pss), (layers_pss, pss)
+    assert "shared-memory" in {f["code"] for f in doc["findings"]}, doc["findings"]
