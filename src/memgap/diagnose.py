@@ -55,7 +55,7 @@ class Base:
         return resident
 
     def crossed(self, part: int, share: float) -> bool:
-        return part >= share * self.bytes
+        return part > 0 and part >= share * self.bytes  # nothing of its own is no share of nothing
 
     def words(self, part: int, whole: int | None = None) -> str:
         """The share, said with its base: "12% of RSS" or "93% of its private memory, 22.4 MiB";
