@@ -68,7 +68,8 @@ def test_glibc_with_python_objects_found_by_a_gc_walk():
                      pymalloc=pymalloc(4 * MiB), python_heap=PythonHeap("gc-walk", large_buffers_bytes=7 * MiB))
     layers, unexplained = attribute(m)
     assert {k: v.resident for k, v in layers.items()} == {
-        "files": 11 * MiB,               # file 10 + shmem 1
+        "files": 10 * MiB,               # file pages only
+        "shared_memory": 1 * MiB,        # shmem, its own layer
         "python_objects": 11 * MiB,      # pymalloc blocks 4 + large buffers 7 (taken from glibc's in-use)
         "pymalloc_free": 1 * MiB,        # arenas 5 - blocks 4
         "allocator_in_use": 24 * MiB,    # heaps 40 - free 15 + mmapped chunks 6 - large buffers 7
@@ -76,7 +77,7 @@ def test_glibc_with_python_objects_found_by_a_gc_walk():
         "stacks": 192 * KiB,             # 128 + 64
         "other_anon": 3 * MiB + 256 * KiB,  # unclaimed anon 3 + private copies of file pages
     }
-    # 66 MiB - (11 + 11 + 1 + 24 + 15 + 3) MiB - (192 + 256) KiB
+    # 66 MiB - (10 + 1 + 11 + 1 + 24 + 15 + 3) MiB - (192 + 256) KiB
     assert unexplained == 1 * MiB - 448 * KiB
     assert layers["stacks"].virtual == 9 * MiB
     detail = layers["allocator_free"].detail
@@ -172,6 +173,7 @@ def test_jemalloc():
     layers, unexplained = attribute(m)
     assert {k: v.resident for k, v in layers.items()} == {
         "files": 10 * MiB,
+        "shared_memory": 0,
         "python_objects": None,          # no Python statistics: not measured
         "pymalloc_free": 2 * MiB,        # the arenas found, all of them
         "allocator_in_use": 20 * MiB,    # stats.allocated, within the 26 resident
@@ -279,7 +281,7 @@ def test_unknown_allocator_leaves_its_memory_in_other_anon():
     layers, unexplained = attribute(m)
     got = {k: v.resident for k, v in layers.items()}
     assert got == {
-        "files": 5 * MiB,
+        "files": 5 * MiB, "shared_memory": 0,
         "python_objects": None, "pymalloc_free": None,   # not a Python process: not measured
         "allocator_in_use": None, "allocator_free": None,
         "stacks": 64 * KiB,
@@ -349,6 +351,36 @@ def test_shares_follow_their_pages():
 def test_shares_unknown_stay_unmeasured():
     layers, _ = attribute(Measurements(60 * MiB, GLIBC_REGIONS, "glibc", glibc_layout()))
     assert all(layer.private is None and layer.pss is None for layer in layers.values())
+    # a layer with no region at all says "not read" too, not 0 (in-process: no page told private)
+    none = [r for r in GLIBC_REGIONS if r.owner != "shmem"]
+    layers, _ = attribute(Measurements(60 * MiB, none, "glibc", glibc_layout()))
+    assert layers["shared_memory"].resident == 0 and layers["shared_memory"].pss is None
+
+
+# --- shared memory (issue 22) -------------------------------------------------------------------
+
+def test_shared_memory_is_its_own_layer_by_kind():
+    # as label_regions names them: 64 MiB of anonymous MAP_SHARED memory shared by 4 processes
+    # (PSS a quarter), an 8 MiB SysV segment and a 4 MiB POSIX object this process alone maps,
+    # a 2 MiB memfd half of whose pages another maps; beside 10 MiB of files, all shared by 2
+    shm = [("/dev/zero (deleted)", 64 * MiB, 0, 16 * MiB), ("/SYSV0000162e (deleted)", 8 * MiB, 8 * MiB, 8 * MiB),
+           ("/dev/shm/PostgreSQL.1", 4 * MiB, 4 * MiB, 4 * MiB),
+           ("/memfd:buffers (deleted)", 2 * MiB, MiB, MiB + MiB // 2)]
+    rs = [Region(0x1000, 0x1000 + 10 * MiB, "file", 10 * MiB, "r-xp", "/usr/lib/libc.so.6", 0, 5 * MiB)]
+    address = 1 << 32
+    for path, resident, private, pss in shm:
+        rs.append(Region(address, address + 2 * resident, "shmem", resident, "rw-s", path, private, pss))
+        address += 4 * resident
+    layers, unexplained = attribute(Measurements(88 * MiB, rs))
+    layer, files = layers["shared_memory"], layers["files"]
+    assert list(layers)[:2] == ["files", "shared_memory"]
+    assert layer.resident == 78 * MiB and files.resident == 10 * MiB and unexplained == 0  # 64 + 8 + 4 + 2
+    assert layer.virtual == 2 * 78 * MiB  # each mapping twice its resident size
+    assert {k: layer.detail[k] for k in ("anonymous", "sysv", "posix", "memfd", "mappings")} == \
+        {"anonymous": 64 * MiB, "sysv": 8 * MiB, "posix": 4 * MiB, "memfd": 2 * MiB, "mappings": 4}
+    # private 0 + 8 + 4 + 1; PSS 16 + 8 + 4 + 1.5
+    assert (layer.private, layer.shared, layer.pss) == (13 * MiB, 65 * MiB, 29 * MiB + MiB // 2)
+    assert (files.private, files.pss) == (0, 5 * MiB) and files.detail["shmem"] == 78 * MiB
 
 
 # --- jemalloc's counters read through gdb (inspect --deep) ------------------------------------

@@ -25,7 +25,7 @@ from .sources.cgroup import read_memory_cgroup
 from .sources.glibc import Mallinfo2, MallocInfo, glibc_malloc
 from .sources.glibc_heaps import GlibcLayout, ResidentMap, find_glibc_layout
 from .sources.jemalloc import JemallocStats, noreserve_flags
-from .sources.procfs import Mapping, MappingPss, ProcReader, status_int
+from .sources.procfs import Mapping, MappingPss, ProcReader, shared_memory_kind, status_int
 from .sources.pymalloc_pools import TreeHeaders, census
 
 if TYPE_CHECKING:  # the agent's client is imported only where a process has the agent
@@ -118,14 +118,15 @@ def label_regions(reader: ProcReader, memmap: MemoryMap, glibc: GlibcLayout | No
         m = mp.mapping
         if m.is_file:
             share = res.share_at(m.start)
-            if mp.file_resident:
-                regions.append(Region(m.start, m.end, "file", mp.file_resident, m.perms, m.path,
+            if mp.file_resident:  # shared memory has an inode too: told by its path
+                regions.append(Region(m.start, m.end, "shmem" if shared_memory_kind(m.path) else "file",
+                                      mp.file_resident, m.perms, m.path,
                                       *_whole(res, mp.file_resident, mp.file_private, share)))
             if mp.anon_resident:
                 regions.append(Region(m.start, m.end, "file-cow", mp.anon_resident, m.perms, m.path,
                                       *_whole(res, mp.anon_resident, mp.anon_private, share)))
             continue
-        if mp.file_resident:  # shared anonymous memory (memfd-less MAP_SHARED, SysV shm)
+        if mp.file_resident:  # shared memory without an inode (a SysV segment whose shmid is 0)
             regions.append(Region(m.start, m.end, "shmem", mp.file_resident, m.perms, m.path,
                                   *_whole(res, mp.file_resident, mp.file_private, res.share_at(m.start))))
         claimed: list[tuple[int, int]] = []

@@ -17,6 +17,7 @@ RUN_SCHEMA = "memgap.run/1"
 # Layer names in the order they are shown; they add up to RSS with ``unexplained``.
 LAYER_NAMES = (
     "files",
+    "shared_memory",
     "python_objects",
     "pymalloc_free",
     "allocator_in_use",

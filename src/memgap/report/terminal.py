@@ -4,6 +4,7 @@ from __future__ import annotations
 import io
 import os
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, TextIO
 
 from rich.console import Console, RenderableType
@@ -16,6 +17,7 @@ from .fit import CUT, WRAP, Col, fit_table
 
 LAYER_TITLES = {
     "files": "files (code, libraries, mapped files)",
+    "shared_memory": "shared memory (SysV, POSIX, memfd, MAP_SHARED)",
     "python_objects": "Python objects",
     "pymalloc_free": "pymalloc free",
     "allocator_in_use": "C allocator in use",
@@ -28,7 +30,7 @@ LAYER_TITLES = {
 
 # Short column names for tables with one column per layer.
 LAYER_SHORT = {
-    "files": "files", "python_objects": "py objs", "pymalloc_free": "pymalloc free",
+    "files": "files", "shared_memory": "shmem", "python_objects": "py objs", "pymalloc_free": "pymalloc free",
     "allocator_in_use": "alloc used", "allocator_free": "alloc free", "allocator_held": "alloc held",
     "stacks": "stacks",
     "other_anon": "other anon",
@@ -37,9 +39,9 @@ LAYER_SHORT = {
 
 # Where a terminal is too narrow for every layer's column, the order in which they give way
 # (the last first): what the allocator holds free is what memgap is most often asked about.
-LAYER_RANK = {"allocator_free": 1, "python_objects": 2, "allocator_in_use": 3, "files": 4, "pymalloc_free": 5,
-              "other_anon": 6, "stacks": 7}
-UNEXPLAINED_RANK = 8
+LAYER_RANK = {"allocator_free": 1, "python_objects": 2, "allocator_in_use": 3, "files": 4, "shared_memory": 5,
+              "pymalloc_free": 6, "other_anon": 7, "stacks": 8}
+UNEXPLAINED_RANK = 9
 
 
 def console_on(stream: TextIO, width: int | None = None) -> Console:
@@ -215,7 +217,16 @@ def render_tree(snaps: Sequence[Snapshot], stream: TextIO, width: int | None = N
     layers_by = "layers by PSS (shared pages split among their sharers)" if pss else "layers by resident bytes"
     console.print(fit_table(f"{tree_title(totals)}. In MiB; USS: private pages; {layers_by}", cols, rows,
                             console.width, [None] * len(snaps) + ["bold"]))
-    findings = diagnose_tree(list(snaps))
+    findings = tree_findings(snaps)
     if findings:
         console.print("Findings:")
         print_findings(console, findings)
+
+
+def tree_findings(snaps: Sequence[Snapshot]) -> list[Finding]:
+    """The tree's findings, then each process's own, its PID in front; a process's finding
+    the tree's sums up (shared memory) left to the tree's."""
+    tree = diagnose_tree(list(snaps)) if len(snaps) > 1 else []
+    said = {f.code for f in tree}
+    return [*tree, *(replace(f, summary=f"PID {s.pid}: {f.summary}") for s in snaps for f in s.findings
+                     if f.code not in said)]
