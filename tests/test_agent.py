@@ -384,13 +384,13 @@ def test_inspect_trim_goes_through_the_agent_without_gdb(idle_exe, tmp_path):
 FAKE_AGENT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "programs", "fake_agent.py")
 
 
-def _fake(tmp_path, mode):
+def _fake(tmp_path, mode, *mark):
     import sys
 
     from conftest import child_env
 
     env = child_env(LD_PRELOAD="/nonexistent/memgap-agent.so", MEMGAP_AGENT_DIR=str(tmp_path))
-    proc = subprocess.Popen([sys.executable, FAKE_AGENT, mode], env=env, stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, FAKE_AGENT, mode, *mark], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, text=True, start_new_session=True)
     line = proc.stdout.readline()
     assert line.startswith("ready"), (mode, line, proc.poll())
@@ -472,3 +472,28 @@ def test_a_good_fake_is_believed_so_the_refusals_above_are_the_checks(tmp_path):
     agent = doc["allocator"]["agent"]
     assert agent["mallinfo2"]["uordblks"] == 512 << 10 and 0 < agent["rss"] <= doc["status"]["VmSize"], agent
     assert "Note: " not in out
+
+
+def test_serve_metrics_match_serves_beside_an_agent_that_never_finishes(tmp_path):
+    """The issue: `serve-metrics --match` never started serving beside an agent sending one byte a
+    second. Now the exchange ends at its deadline, the server starts, and the process is served,
+    read from outside, with its own VmRSS."""
+    import urllib.request
+    import uuid
+
+    from test_serve_metrics import parse, read_line, samples, start, stop
+
+    mark = f"fake-{uuid.uuid4().hex[:12]}"
+    fake = _fake(tmp_path, "slow", mark)
+    server = start("-m", "memgap", "serve-metrics", "--port", "0", "--refresh", "0", "--match", mark)
+    try:
+        url = read_line(server, timeout=60).split()[2]
+        with urllib.request.urlopen(url, timeout=60) as resp:
+            families = parse(resp.read().decode())
+        (labels, rss), = samples(families, "memgap_rss_bytes")
+        with open(f"/proc/{fake.pid}/status") as fh:
+            vmrss = next(int(line.split()[1]) * 1024 for line in fh if line.startswith("VmRSS:"))
+        assert abs(rss - vmrss) <= 1 * MiB and labels["role"] == "fake_agent.py", (rss, vmrss, labels)
+    finally:
+        stop(server)
+        _stop(fake)

@@ -2,7 +2,8 @@
 an LD_PRELOAD naming memgap (a path that does not exist: nothing is preloaded) and
 MEMGAP_AGENT_DIR, it listens on the socket the agent would, and answers badly.
 
-    fake_agent.py MODE    (prints "ready PID" once its socket listens, then serves until killed)
+    fake_agent.py MODE [MARK]   (prints "ready PID" once its socket listens, then serves until killed;
+                                 MARK is not read: it makes the command line unique for --match)
 
 MODE: good (a credible reply), huge (a reply without end), slow (one byte a second, forever),
 rss (RSS of 10^15 bytes), negative (in-use bytes -5), nan (a NaN figure), chown (the socket
