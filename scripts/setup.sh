@@ -9,7 +9,7 @@ need=""
 # libjemalloc-dev and redis-server: the allocator-detection tests link jemalloc in statically and read Debian's redis
 # libgoogle-perftools-dev: test_tcmi_deep links tcmalloc in statically (libtcmalloc_minimal.a)
 # postgresql: test_shared_memory reads a real server's shared buffers (a server of its own, started by the test)
-for pkg in libjemalloc2 libjemalloc-dev libtcmalloc-minimal4 libgoogle-perftools-dev libmimalloc2.0 gcc gdb musl-tools chromium redis-server postgresql; do
+for pkg in libjemalloc2 libjemalloc-dev libtcmalloc-minimal4 libgoogle-perftools-dev libmimalloc2.0 gcc gdb musl-tools chromium redis-server postgresql openssl; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need="$need $pkg"
 done
 python3 -c "import ensurepip" >/dev/null 2>&1 || need="$need python3-venv"

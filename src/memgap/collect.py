@@ -315,17 +315,12 @@ def _allocator_dict(detection: allocator_source.AllocatorDetection, mallinfo: Ma
 
 
 def _ask_agent(reader: ProcReader, pid: int, proc_root: str) -> tuple[AgentReport | None, str]:
-    """The report of the native agent preloaded in ``pid`` (None if it has none), and why not."""
-    from .agent.client import find_socket, query
+    """The report of the native agent preloaded in ``pid`` (None if it has none, or memgap would
+    not take it: the process's own, every figure checked), and why not."""
+    from .agent.client import ask
 
     try:
-        path = find_socket(pid, proc_root, reader)
-    except MemgapError as exc:
-        return None, str(exc)
-    if path is None:
-        return None, ""
-    try:
-        return query(path), ""
+        return ask(pid, proc_root, reader), ""
     except MemgapError as exc:
         return None, str(exc)
 
