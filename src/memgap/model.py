@@ -20,6 +20,8 @@ LAYER_NAMES = (
     "shared_memory",
     "python_objects",
     "pymalloc_free",
+    "runtime_heap",       # only where a runtime with its own heap (Go, a JVM, V8) was read
+    "runtime_metadata",
     "allocator_in_use",
     "allocator_free",
     "stacks",

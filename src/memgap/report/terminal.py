@@ -20,6 +20,8 @@ LAYER_TITLES = {
     "shared_memory": "shared memory (SysV, POSIX, memfd, MAP_SHARED)",
     "python_objects": "Python objects",
     "pymalloc_free": "pymalloc free",
+    "runtime_heap": "runtime heap (Go, Java, V8)",
+    "runtime_metadata": "runtime's own structures",
     "allocator_in_use": "C allocator in use",
     "allocator_free": "C allocator free (retained)",
     "allocator_held": "C allocator held (in use + free)",
@@ -31,6 +33,7 @@ LAYER_TITLES = {
 # Short column names for tables with one column per layer.
 LAYER_SHORT = {
     "files": "files", "shared_memory": "shmem", "python_objects": "py objs", "pymalloc_free": "pymalloc free",
+    "runtime_heap": "rt heap", "runtime_metadata": "rt meta",
     "allocator_in_use": "alloc used", "allocator_free": "alloc free", "allocator_held": "alloc held",
     "stacks": "stacks",
     "other_anon": "other anon",
@@ -39,8 +42,8 @@ LAYER_SHORT = {
 
 # Where a terminal is too narrow for every layer's column, the order in which they give way
 # (the last first): what the allocator holds free is what memgap is most often asked about.
-LAYER_RANK = {"allocator_free": 1, "python_objects": 2, "allocator_in_use": 3, "files": 4, "shared_memory": 5,
-              "pymalloc_free": 6, "other_anon": 7, "stacks": 8}
+LAYER_RANK = {"allocator_free": 1, "python_objects": 2, "runtime_heap": 2, "allocator_in_use": 3, "files": 4,
+              "shared_memory": 5, "pymalloc_free": 6, "runtime_metadata": 6, "other_anon": 7, "stacks": 8}
 UNEXPLAINED_RANK = 9
 
 

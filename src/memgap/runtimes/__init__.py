@@ -12,6 +12,8 @@ The registry (``READERS``, ``detect_runtimes``) is the only place that knows the
 """
 from __future__ import annotations
 
+from typing import Any
+
 from .base import ProcessView, RuntimeHeap, RuntimeInfo, RuntimeReader
 
 READERS: dict[str, RuntimeReader] = {}
@@ -34,6 +36,15 @@ def detect_runtimes(process: ProcessView) -> list[RuntimeInfo]:
     return found
 
 
+def remedy(name: str, heap: dict[str, Any]) -> str:
+    """What brings a runtime's retained heap back, as its reader words it (``remedy(heap_detail)``
+    on the reader, where it has one), else the lab's line."""
+    _load_all()
+    words = getattr(READERS.get(name), "remedy", None)
+    told = words(heap) if callable(words) else ""
+    return told or f"measure the {name} runtime's own settings with `memgap lab` (its variants are in the default set)"
+
+
 def _load_all() -> None:
     """Import every runtime module once, so each registers its reader."""
     import importlib
@@ -46,4 +57,5 @@ def _load_all() -> None:
                 raise
 
 
-__all__ = ["READERS", "ProcessView", "RuntimeHeap", "RuntimeInfo", "RuntimeReader", "detect_runtimes", "register"]
+__all__ = ["READERS", "ProcessView", "RuntimeHeap", "RuntimeInfo", "RuntimeReader", "detect_runtimes", "register",
+           "remedy"]
