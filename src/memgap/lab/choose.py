@@ -25,13 +25,14 @@ BASELINE_REASON = "the baseline: every other variant is measured against it"
 # - copied-from-parent: forked workers copied their master's pages (memgap.cow): the collector
 #   frozen at each fork, so a worker's collections stop writing into (and copying) shared objects
 # - glibc-retention, many-arenas: free memory glibc keeps in its arenas: fewer arenas (arena caps),
-#   and blocks from 64 KiB up served by mmap, given back to the system when freed
-# - glibc-fragmentation: free memory a trim cannot give back: the same, and an allocator that
-#   returns its free pages on its own (jemalloc with a 1 s decay)
+#   and with two, blocks from 64 KiB up served by mmap, given back to the system when freed (the
+#   threshold alone: the default set's 128 KiB idled within 1 MiB of 64 KiB's on the thread pool)
+# - glibc-fragmentation: free memory a trim cannot give back: the same, the lower threshold alone
+#   (blocks served by mmap leave no holes in a heap), and an allocator that returns its free pages
+#   on its own (jemalloc with a 1 s decay)
 FINDING_VARIANTS: dict[str, tuple[str, ...]] = {
     "copied-from-parent": ("glibc:gc=freeze-at-fork",),
-    "glibc-retention": ("glibc:arena_max=2", "glibc:arena_max=1", "glibc:mmap_threshold=65536",
-                        "glibc:arena_max=2,mmap_threshold=65536"),
+    "glibc-retention": ("glibc:arena_max=2", "glibc:arena_max=1", "glibc:arena_max=2,mmap_threshold=65536"),
     "many-arenas": ("glibc:arena_max=2", "glibc:arena_max=1"),
     "glibc-fragmentation": ("glibc:arena_max=2", "glibc:arena_max=1", "glibc:mmap_threshold=65536",
                             "glibc:arena_max=2,mmap_threshold=65536",
@@ -96,12 +97,13 @@ def add_choices(choices: Sequence[Choice], chosen: dict[str, str]) -> list[str]:
 
 
 def run_evidence(run: RunDocument) -> tuple[list[Finding], set[str]]:
-    """The findings on a run's processes (each snapshot's, and the run's own over its
-    phases) and the allocators that served their malloc."""
+    """The findings on a run's processes (the run's own over its phases, then each snapshot's,
+    the latest first: a reason quotes the state nearest the rest) and the allocators that
+    served their malloc."""
     findings = [Finding(**_finding_fields(f)) for f in run.findings]
     allocators: set[str] = set()
     for p in run.processes:
-        for snap in p.snapshots:
+        for snap in reversed(p.snapshots):
             findings.extend(Finding(**_finding_fields(f)) for f in snap.get("findings") or [])
             name = (snap.get("allocator") or {}).get("name")
             if name:
