@@ -121,10 +121,12 @@ def arenas_table(snap: Snapshot, limit: int = 10, width: int = 120) -> Renderabl
     table_rows = []
     for a in rows[:limit]:
         told_free = f"{mib(a.get('free'))} / {mib(a.get('free_walked'))}" if told else ""
+        walked = a.get("address") != 0  # an arena not located: none of its chunks were walked
+        free = [mib(_arena_free(a)), mib(a["top_resident"]), mib(a["trim_releasable"])] if walked else \
+            ["not walked", "", ""]  # its reason under the table, not a free figure of 0.0
         table_rows.append(cells([f"{a['arena']}{' main' if a['main'] else ''}", str(a["heaps"]), mib(a["system"]),
-                                 mib(in_use(a)), mib(a["resident"]), mib(_arena_free(a)),
-                                 mib(a["top_resident"]), mib(a["trim_releasable"])], told_free,
-                                mib(a.get("fragmented"))))
+                                 mib(in_use(a)) if walked else "", mib(a["resident"]), *free], told_free,
+                                mib(a.get("fragmented")) if walked else ""))
     if len(rows) > limit:
         rest = rows[limit:]
         table_rows.append(cells([f"{len(rest)} more", "", mib(sum(a["system"] for a in rest)), "",
@@ -134,8 +136,9 @@ def arenas_table(snap: Snapshot, limit: int = 10, width: int = 120) -> Renderabl
                                 mib(sum(a.get("fragmented") or 0 for a in rest))))
     table_rows.append(cells(["total", "", "", "", "", mib(layer.resident), "",
                              mib(layer.detail.get("trim_releasable"))], "", mib(layer.detail.get("fragmented"))))
-    return fit_table(f"glibc arenas ({len(arenas)}), largest first", cols, table_rows, width,
-                     [None] * (len(table_rows) - 1) + ["bold"])
+    unwalked = "; ".join(f"arena {a['arena']}: {a['problem']}" for a in arenas if a.get("address") == 0)
+    title = f"glibc arenas ({len(arenas)}), largest first" + (f"; not walked: {unwalked}" if unwalked else "")
+    return fit_table(title, cols, table_rows, width, [None] * (len(table_rows) - 1) + ["bold"])
 
 
 def allocator_lines(allocator: dict[str, Any]) -> list[tuple[str, str]]:
