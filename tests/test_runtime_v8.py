@@ -1,0 +1,288 @@
+"""V8's heap read from outside (memgap.runtimes.v8): the page-header parser on headers captured from
+a real Node 20 (fixtures/v8/), fuzzed; and live, a Node program (programs/v8_heap/heap.js) that
+grows, drops 90% and rests, against its own v8.getHeapStatistics() and getHeapSpaceStatistics()
+read just before and just after memgap's read, its smaps read by the test, and its threads' states."""
+import json
+import os
+import random
+import shutil
+import struct
+import subprocess
+import sys
+import time
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from conftest import FIXTURES, HERE
+from memgap.runtimes import ProcessView, detect_runtimes
+from memgap.runtimes.v8 import (
+    HEADER,
+    V8Reader,
+    build_census,
+    parse_page_header,
+    parse_settings,
+    parse_versions,
+    read_census,
+    shape_pages,
+)
+from memgap.sources.procfs import ProcReader, parse_maps
+
+PROGRAM = os.path.join(HERE, "programs", "v8_heap", "heap.js")
+NODE = shutil.which("node")
+MiB = 1 << 20
+needs_node = pytest.mark.skipif(NODE is None, reason="needs node (Node.js 20: apt-get install nodejs)")
+
+
+def _fixture():
+    with open(os.path.join(FIXTURES, "v8", "node20-dropped.json")) as fh:
+        return json.load(fh)
+
+
+def _figures(line):
+    return {k: int(v) for k, v in (w.split("=") for w in line.split())}
+
+
+def _fixture_pages(doc):
+    resident = {p["address"]: p["resident"] for p in doc["pages"]}
+    pages, covered = [], 0
+    for cand in doc["candidates"]:
+        if cand["header"] is None or cand["address"] < covered:
+            continue
+        page = parse_page_header(bytes.fromhex(cand["header"]), cand["address"])
+        if page is not None:
+            pages.append((page, resident[page.address]))
+            covered = page.address + page.size
+    return pages
+
+
+def test_headers_captured_from_node20_are_what_it_said_of_itself():
+    """Every page header validated in the capture, summed per space, is V8's own getHeapSpaceStatistics()
+    of that moment: committed to the byte, in use to the byte but for the new space (not in its headers)."""
+    doc = _fixture()
+    own = _figures(doc["figures_before"])
+    pages = _fixture_pages(doc)
+    assert [p.address for p, _ in pages] == [p["address"] for p in doc["pages"]]
+    census = build_census(pages, {p["address"] for p in doc["pages"] if p["executable"]}, doc["v8"])
+    spaces = census.totals()
+    assert len(census.isolates) == 1 and census.read_only.pages == 1
+    assert set(spaces) == {"old_space", "new_space", "code_space", "large_object_space"}
+    for name, space in spaces.items():
+        assert space.committed == own[f"space.{name}.space_size"], name
+        if name != "new_space":
+            assert space.in_use == own[f"space.{name}.space_used_size"], name
+    assert spaces["new_space"].in_use is None
+    assert sum(s.committed for s in spaces.values()) == own["heap.total_heap_size"]
+    rejected = [c for c in doc["candidates"] if c["header"] and c["address"] not in {p.address for p, _ in pages}]
+    assert rejected, "the capture holds aligned addresses that are no page header (glibc heaps, large objects)"
+
+
+def test_a_header_changed_in_one_field_is_refused():
+    doc = _fixture()
+    page, _ = _fixture_pages(doc)[0]
+    raw = bytes.fromhex(next(c["header"] for c in doc["candidates"] if c["address"] == page.address))
+    words = list(HEADER.unpack(raw))
+    for index, value in ((0, 100), (1, 1 << 40), (3, page.address), (4, page.address + (1 << 30)),
+                         (5, 1 << 20), (7, 1 << 20), (10, page.address + 4096), (11, 4096), (8, 0)):
+        bad = list(words)
+        bad[index] = value
+        assert parse_page_header(HEADER.pack(*bad), page.address) is None, index
+    assert parse_page_header(raw, page.address + 4096) is None  # read at another address: not its header
+    assert parse_page_header(raw[:95], page.address) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(min_size=96, max_size=96), st.integers(0, (1 << 47) - 1))
+def test_garbage_is_no_page(data, address):
+    address -= address % (256 << 10)
+    page = parse_page_header(data, address)
+    if page is not None:  # what passes holds together: a census of it never fails
+        assert page.address < page.area_start < page.area_end <= page.address + page.size
+        build_census([(page, 0)], set(), "11.3.244.8")
+
+
+def test_random_words_in_a_page_shape_are_refused():
+    """Headers shaped right (area and size plausible) but with random words elsewhere: the reservation check
+    refuses them all."""
+    rng = random.Random(24)
+    for _ in range(5000):
+        address = rng.randrange(1 << 30, 1 << 46) & ~((256 << 10) - 1)
+        words = [rng.getrandbits(64) for _ in range(12)]
+        words[0], words[3], words[4] = 256 << 10, address + 0x1148, address + (256 << 10)
+        words[2], words[8] = words[2] & ~7, words[8] & ~7
+        assert parse_page_header(HEADER.pack(*words), address) is None
+
+
+def test_versions_from_node20_rodata():
+    with open(os.path.join(FIXTURES, "v8", "node20-rodata-pieces.bin"), "rb") as fh:
+        data = fh.read()
+    assert parse_versions(data) == ("11.3.244.8-node.38", "20.20.2")
+    assert parse_versions(b"") == ("", "")
+    assert parse_versions(b"libv8-%d.%d.%d%s%s.so\x00not a version\x00") == ("", "")
+
+
+def test_mapping_shapes_without_headers():
+    """The fallback over the capture's maps: the regular pages' mappings, no glibc heap."""
+    doc = _fixture()
+    maps = parse_maps("\n".join(doc["anonymous_maps"]))
+    shaped = shape_pages(maps)
+    pages = {p["address"] for p in doc["pages"]}
+    assert shaped and all(m.start in pages for m in shaped)
+    assert len(shaped) >= 0.95 * (len(pages) - 4)
+
+
+def test_settings_from_the_command_line_and_node_options():
+    cmd = ["node", "--max-old-space-size=512", "--expose_gc", "app.js", "--max-semi-space-size=64"]
+    assert parse_settings(cmd, {"NODE_OPTIONS": "--max-semi-space-size=16 --inspect"}) == {
+        "max-old-space-size": "512", "expose-gc": "on", "max-semi-space-size": "16"}
+    assert parse_settings([], {}) == {}
+
+
+class NodeHeap:
+    """programs/v8_heap/heap.js running, with its own figures on request."""
+
+    def __init__(self, *args):
+        self.proc = subprocess.Popen([NODE, "--expose-gc", PROGRAM, *args], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout.readline() == f"ready pid={self.proc.pid}\n"
+        self.reader = ProcReader(self.proc.pid)
+
+    def figures(self):
+        assert self.proc.poll() is None, "the program died"
+        self.proc.stdin.write("\n")
+        self.proc.stdin.flush()
+        return _figures(self.proc.stdout.readline())
+
+    def view(self):
+        return ProcessView(self.proc.pid, self.reader, self.reader.maps())
+
+    def states(self):
+        out = []
+        for tid in os.listdir(f"/proc/{self.proc.pid}/task"):
+            with open(f"/proc/{self.proc.pid}/task/{tid}/stat") as fh:
+                out.append(fh.read().rpartition(")")[2].split()[0])
+        return out
+
+    def read_bracketed(self):
+        """memgap's read between two of the program's own readings that agree on the heap (a collection
+        between them: read again). Returns (before, heap, census, after)."""
+        for _ in range(5):
+            before = self.figures()
+            view = self.view()
+            info = V8Reader().detect(view)
+            heap = V8Reader().read(view, info)
+            census = read_census(self.reader, view.maps, info.version)
+            after = self.figures()
+            if before["heap.total_heap_size"] == after["heap.total_heap_size"]:
+                return before, heap, census, after
+        raise AssertionError("the heap kept changing under five reads")
+
+    def close(self):
+        self.proc.stdin.close()
+        assert self.proc.wait(timeout=30) == 0
+        self.reader.close()
+
+
+@pytest.fixture
+def dropped():
+    node = NodeHeap()
+    yield node
+    node.close()
+
+
+def _smaps_rss(pid, ranges):
+    """Rss of the smaps entries inside ``ranges``, parsed here (the witness is not memgap's parser)."""
+    total, inside = 0, False
+    with open(f"/proc/{pid}/smaps") as fh:
+        for line in fh:
+            head = line.split()[0]
+            if "-" in head and ":" not in head:
+                start, end = (int(x, 16) for x in head.split("-"))
+                inside = any(s <= start and end <= e for s, e in ranges)
+            elif head == "Rss:" and inside:
+                total += int(line.split()[1]) * 1024
+    return total
+
+
+def _close(ours, theirs, tolerance=0.05):
+    return abs(ours - theirs) <= tolerance * theirs
+
+
+@needs_node
+def test_read_at_rest_is_what_node_says(dropped):
+    """After the drop, at rest: committed, resident and in use against V8's own figures of the same moment,
+    per space; the heap ranges' resident bytes against the process's smaps; and the process never stopped."""
+    states = dropped.states()
+    before, heap, census, after = dropped.read_bracketed()
+    assert "T" not in states + dropped.states() and "t" not in states + dropped.states()
+    assert after["ticker_worst_ms"] < 500, "a stop of the process would show in its ticker"
+    assert heap.route.startswith("outside: V8's page headers")
+    resident = heap.committed - heap.released
+    for own in (before, after):
+        assert _close(heap.committed, own["heap.total_heap_size"], 0.01)
+        assert _close(resident, own["heap.total_physical_size"])
+        assert _close(heap.in_use, own["heap.used_heap_size"])
+        assert _close(heap.in_use, own["heap.used_heap_size"] - own["space.new_space.space_used_size"], 0.01)
+    assert heap.retained == resident - heap.in_use
+    for name, space in census.totals().items():
+        assert _close(space.committed, after[f"space.{name}.space_size"], 0.01), name
+        if space.committed >= MiB:
+            assert _close(space.resident, after[f"space.{name}.physical_space_size"]), name
+        if space.in_use is not None and space.in_use >= MiB:
+            assert _close(space.in_use, after[f"space.{name}.space_used_size"], 0.01), name
+    heap_ranges = [(r.start, r.end) for r in heap.ranges if r.heap]
+    assert sum(e - s for s, e in heap_ranges) == heap.committed
+    assert _close(_smaps_rss(dropped.proc.pid, heap_ranges), resident, 0.01)
+    assert resident >= heap.in_use
+    assert heap.metadata["read_only_space"] > 0 and any(r.label == "v8 read-only space" for r in heap.ranges)
+
+
+@needs_node
+def test_retained_above_the_floor_after_the_drop_and_not_at_live_size(dropped):
+    """The finding-ready figure: V8 keeps its heap far above the live size after the drop (retained over 64 MiB
+    and more than in use), and not at the live size (the same program, nothing dropped)."""
+    _, heap, _, own = dropped.read_bracketed()
+    assert heap.retained > 64 * MiB and heap.retained > heap.in_use, (heap.retained, heap.in_use)
+    assert own["heap.total_heap_size"] > 4 * own["heap.used_heap_size"]
+    live = NodeHeap("--keep")
+    try:
+        _, heap_live, _, own_live = live.read_bracketed()
+    finally:
+        live.close()
+    assert heap_live.in_use > 100 * MiB and _close(heap_live.in_use, own_live["heap.used_heap_size"])
+    assert heap_live.retained < heap_live.in_use / 2, (heap_live.retained, heap_live.in_use)
+
+
+@needs_node
+def test_detected_with_its_version(dropped):
+    version = subprocess.run([NODE, "-p", "process.versions.v8"], capture_output=True, text=True,
+                             check=True).stdout.strip()
+    found = detect_runtimes(dropped.view())
+    assert [i.name for i in found] == ["v8"] and found[0].version == version
+    assert "v8::V8::Initialize" in found[0].how and "Node v" in found[0].how
+
+
+@needs_node
+def test_unrelated_processes_are_not_v8(tmp_path):
+    """sleep, a Python process, and sleep copied under the name node: none is V8 (a name alone tells nothing)."""
+    fake = tmp_path / "node"
+    shutil.copy(shutil.which("sleep"), fake)
+    procs = [subprocess.Popen([cmd, *args]) for cmd, args in
+             ((shutil.which("sleep"), ["30"]), (sys.executable, ["-c", "import time; time.sleep(30)"]),
+              (str(fake), ["30"]))]
+    try:
+        time.sleep(0.3)
+        for proc in procs:
+            reader = ProcReader(proc.pid)
+            assert V8Reader().detect(ProcessView(proc.pid, reader, reader.maps())) is None
+            census = read_census(reader, reader.maps(), "")
+            assert not census.isolates or census.route == "shapes"
+            reader.close()
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+
+
+def test_header_struct_is_96_bytes():
+    assert HEADER.size == 96 == struct.calcsize("<12Q")
