@@ -254,6 +254,27 @@ def test_retained_above_the_floor_after_the_drop_and_not_at_live_size(dropped):
 
 
 @needs_node
+def test_a_worker_thread_is_an_isolate_of_its_own():
+    """A worker thread holding 80 MiB beside a main thread holding 20 MiB: two isolates (two Heap*), each
+    against its own getHeapStatistics() of the same moment; the RuntimeHeap sums them."""
+    node = NodeHeap("--worker", "80", "--objects", "20", "--buffers", "2")
+    try:
+        before, heap, census, after = node.read_bracketed()
+    finally:
+        node.close()
+    assert len(census.isolates) == 2
+    worker, main = census.isolates  # the larger first
+    for iso, prefix in ((worker, "worker.heap"), (main, "heap")):
+        committed = sum(s.committed for s in iso.spaces.values())
+        in_use = sum(s.in_use or 0 for s in iso.spaces.values())
+        for own in (before, after):
+            assert _close(committed, own[f"{prefix}.total_heap_size"], 0.01), prefix
+            assert _close(in_use, own[f"{prefix}.used_heap_size"]), prefix
+    assert heap.committed == sum(s.committed for iso in census.isolates for s in iso.spaces.values())
+    assert _close(heap.committed, after["heap.total_heap_size"] + after["worker.heap.total_heap_size"], 0.01)
+
+
+@needs_node
 def test_detected_with_its_version(dropped):
     version = subprocess.run([NODE, "-p", "process.versions.v8"], capture_output=True, text=True,
                              check=True).stdout.strip()

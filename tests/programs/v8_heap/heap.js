@@ -2,10 +2,27 @@
 // tested on it). Run: node --expose-gc heap.js [--keep] [--objects MIB] [--buffers MIB]
 // Prints "ready pid=N" once at rest; then each stdin line gets one line of key=value: its own
 // v8.getHeapStatistics(), v8.getHeapSpaceStatistics() per space and process.memoryUsage(),
-// all read at the same moment, and the ticker's worst lateness since the previous line.
+// all read at the same moment, and the ticker's worst lateness since the previous line; with
+// --worker, a worker thread's own getHeapStatistics() too (worker.heap.*).
 'use strict';
 const v8 = require('v8');
 const readline = require('readline');
+const { Worker, isMainThread, parentPort, workerData } = require('worker_threads');
+
+if (!isMainThread) {
+  // --worker MIB: a worker thread (an isolate of its own) holding MIB of objects, telling its heap's figures
+  const held = [];
+  const base = v8.getHeapStatistics().used_heap_size;
+  for (let i = 0; ; i++) {
+    held.push({ id: i, name: 'worker-' + i + '-' + 'y'.repeat(30 + (i % 16)) });
+    if (i % 8192 === 0 && v8.getHeapStatistics().used_heap_size - base >= workerData * 1024 * 1024) break;
+  }
+  globalThis.held = held;  // kept: nothing below refers to it
+  global.gc();
+  parentPort.on('message', () => parentPort.postMessage(v8.getHeapStatistics()));
+  parentPort.postMessage('ready');
+  return;
+}
 
 const args = process.argv.slice(2);
 const keep = args.includes('--keep');           // stay at the live size: nothing dropped
@@ -15,6 +32,7 @@ const arg = (name, dflt) => {
 };
 const objectsMiB = arg('--objects', 128);
 const buffersMiB = arg('--buffers', 100);
+const workerMiB = arg('--worker', 0);
 
 // An object graph: records holding a string and a small array, chained; grown until V8 says the
 // heap holds --objects MiB more than at the start (its own count, not an estimate per record).
@@ -51,7 +69,18 @@ setInterval(() => {
   last = now;
 }, 10);
 
-function figures() {
+let worker = null;
+
+function workerFigures() {
+  if (worker === null) return Promise.resolve([]);
+  return new Promise((resolve) => {
+    worker.once('message', (h) => resolve(Object.entries(h).map(([k, v]) => `worker.heap.${k}=${v}`)));
+    worker.postMessage('figures');
+  });
+}
+
+async function figures() {
+  const theirs = await workerFigures();
   const out = [];
   const h = v8.getHeapStatistics();
   for (const [k, v] of Object.entries(h)) out.push(`heap.${k}=${v}`);
@@ -63,10 +92,15 @@ function figures() {
   for (const [k, v] of Object.entries(process.memoryUsage())) out.push(`mem.${k}=${v}`);
   out.push(`records=${records.length}`, `buffers=${buffers.length}`, `ticker_worst_ms=${worst}`);
   worst = 0;
-  return out.join(' ');
+  return out.concat(theirs).join(' ');
 }
 
 const rl = readline.createInterface({ input: process.stdin });
-rl.on('line', () => process.stdout.write(figures() + '\n'));
+rl.on('line', async () => process.stdout.write(await figures() + '\n'));
 rl.on('close', () => process.exit(0));
-process.stdout.write(`ready pid=${process.pid}\n`);
+if (workerMiB > 0) {
+  worker = new Worker(__filename, { workerData: workerMiB });
+  worker.once('message', () => process.stdout.write(`ready pid=${process.pid}\n`));
+} else {
+  process.stdout.write(`ready pid=${process.pid}\n`);
+}
