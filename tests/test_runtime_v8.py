@@ -6,6 +6,7 @@ import json
 import os
 import random
 import shutil
+import socket
 import struct
 import subprocess
 import sys
@@ -15,7 +16,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from conftest import FIXTURES, HERE
-from memgap.runtimes import ProcessView, detect_runtimes
+from memgap.errors import MalformedInput, Unsupported
+from memgap.runtimes import ProcessView, RuntimeInfo, detect_runtimes
 from memgap.runtimes.v8 import (
     HEADER,
     V8Reader,
@@ -24,7 +26,17 @@ from memgap.runtimes.v8 import (
     parse_settings,
     parse_versions,
     read_census,
+    read_deep,
     shape_pages,
+)
+from memgap.runtimes.v8_inspector import (
+    accept_key,
+    catches_sigusr1,
+    client_frame,
+    inspect_port,
+    listening_inodes,
+    parse_frame,
+    parse_reply,
 )
 from memgap.sources.procfs import ProcReader, parse_maps
 
@@ -307,3 +319,96 @@ def test_unrelated_processes_are_not_v8(tmp_path):
 
 def test_header_struct_is_96_bytes():
     assert HEADER.size == 96 == struct.calcsize("<12Q")
+
+
+def test_inspector_client_pieces():
+    assert accept_key(b"dGhlIHNhbXBsZSBub25jZQ==") == b"s3pPLMBiTxaQ9kYGzzhZRbK+xOo="  # RFC 6455's own example
+    for size in (5, 200, 70000):
+        payload = bytes(range(256)) * (size // 256) + b"x" * (size % 256)
+        frame = client_frame(payload, b"\x01\x02\x03\x04")
+        assert frame[1] & 0x80  # masked
+        unmasked = bytes([frame[0], frame[1] & 0x7F]) + frame[2:len(frame) - size - 4] + bytes(
+            b ^ (1, 2, 3, 4)[i % 4] for i, b in enumerate(frame[len(frame) - size:]))
+        assert parse_frame(unmasked) == (1, True, payload, len(unmasked))
+        assert parse_frame(unmasked[:-1]) is None
+    with pytest.raises(MalformedInput):
+        parse_frame(frame)  # a masked frame from a server
+    with pytest.raises(MalformedInput):
+        parse_frame(b"\x81\x7f" + (1 << 40).to_bytes(8, "big"))
+    tcp = ("  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+           "   0: 0100007F:240D 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 4242 1\n"
+           "   1: 00000000:240D 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 4343 1\n"
+           "   2: 0100007F:240D 0100007F:9999 01 00000000:00000000 00:00000000 00000000     0        0 4444 1\n")
+    assert listening_inodes(tcp, 9229) == {4242} and listening_inodes(tcp, 9230) == set()
+    assert inspect_port(["node", "app.js"], {}) == 9229
+    assert inspect_port(["node", "--inspect-port=9333", "app.js"], {}) == 9333
+    assert inspect_port(["node"], {"NODE_OPTIONS": "--inspect=127.0.0.1:9444"}) == 9444
+    with pytest.raises(Unsupported):
+        inspect_port(["node", "--inspect=0.0.0.0:9229"], {})
+    assert catches_sigusr1("SigCgt:\t0000000000004200\n") and not catches_sigusr1("SigCgt:\t0000000000004000\n")
+    with pytest.raises(MalformedInput):
+        parse_reply(b'{"id":1,"result":{"result":{"type":"undefined"}}}')
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=64))
+def test_garbage_frames_parse_or_are_refused(data):
+    try:
+        frame = parse_frame(data)
+    except MalformedInput:
+        return
+    assert frame is None or frame[3] <= len(data)
+
+
+def _free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@needs_node
+def test_deep_route_through_the_inspector(tmp_path):
+    """read_deep: SIGUSR1 opens Node's inspector on loopback (the port its --inspect-port names), one
+    Runtime.evaluate; its figures against the program's own, and the port left open by the process, as said."""
+    port = _free_port()
+    with open(tmp_path / "stderr", "w") as err:
+        proc = subprocess.Popen([NODE, "--expose-gc", f"--inspect-port={port}", PROGRAM, "--objects", "32",
+                                 "--buffers", "4"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                                text=True)
+    try:
+        proc.stdout.readline()
+        reader = ProcReader(proc.pid)
+        view = ProcessView(proc.pid, reader, reader.maps())
+        info = V8Reader().detect(view)
+        heap = read_deep(view, info)
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        own = _figures(proc.stdout.readline())
+        assert heap.route == f"inspector: Runtime.evaluate of v8.getHeapStatistics() on 127.0.0.1:{port}"
+        assert "stays open" in heap.notes[0]
+        assert _close(heap.committed, own["heap.total_heap_size"], 0.01)
+        assert _close(heap.in_use, own["heap.used_heap_size"])
+        assert heap.limit == own["heap.heap_size_limit"]
+        with open(f"/proc/{proc.pid}/net/tcp") as fh:
+            assert f"0100007F:{port:04X} 00000000:0000 0A" in fh.read()  # the inspector the signal opened
+        again = read_deep(view, info)
+        assert "already open" in again.notes[0] and proc.poll() is None
+        assert "Debugger listening on ws://127.0.0.1" in (tmp_path / "stderr").read_text()
+        reader.close()
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=30)
+
+
+def test_deep_route_refused_where_sigusr1_would_end_the_process():
+    proc = subprocess.Popen([shutil.which("sleep"), "30"])
+    try:
+        time.sleep(0.2)
+        reader = ProcReader(proc.pid)
+        with pytest.raises(Unsupported, match="does not catch SIGUSR1"):
+            read_deep(ProcessView(proc.pid, reader, reader.maps()), RuntimeInfo("v8", "", "test"), timeout=1)
+        assert proc.poll() is None, "the signal was sent"
+        reader.close()
+    finally:
+        proc.kill()
+        proc.wait()

@@ -42,6 +42,11 @@ Where no header validates (another layout: V8 12 moved the page metadata out of 
 are taken from their mappings' shapes (anonymous, read-write, starting on 256 KiB, at most 256 KiB,
 not a glibc heap): committed and resident only, no in-use split, said in the notes.
 
+The deep route, ``read_deep``, only when the caller asks: V8's own getHeapStatistics() through Node's
+inspector (memgap.runtimes.v8_inspector). It changes the process: SIGUSR1 opens the inspector on
+127.0.0.1:9229 (or its --inspect-port), which stays open (any local user reaching the port can then
+run code in the process) and Node writes "Debugger listening..." to its stderr.
+
 Checked on V8 11.3.244.8-node.38 (Node v20.20.2, pointer compression off: Node's default build).
 The header fields up to the reservation have kept their places since V8 8; the flag numbering
 changed in V8 11.1 (large page was bit 5 before), so older versions are read with that numbering,
@@ -421,6 +426,44 @@ def heap_from_census(info: RuntimeInfo, census: Census, settings: dict[str, str]
     if "max-old-space-size" not in settings:
         heap.notes.append("no --max-old-space-size: V8 sized its heap limit from the machine's memory")
     return heap
+
+
+def heap_from_statistics(info: RuntimeInfo, figures: dict[str, object], port: int, opened: bool) -> RuntimeHeap:
+    """The RuntimeHeap of V8's own getHeapStatistics() (and getHeapSpaceStatistics()), as the inspector gave them."""
+    stats = figures.get("heap")
+    if not isinstance(stats, dict) or not all(isinstance(stats.get(k), int) and stats[k] >= 0 for k in
+                                              ("total_heap_size", "total_physical_size", "used_heap_size",
+                                               "heap_size_limit")):
+        raise MalformedInput("inspector reply", "getHeapStatistics() without its figures")
+    total, physical, used = stats["total_heap_size"], stats["total_physical_size"], stats["used_heap_size"]
+    opened_note = (f"memgap sent SIGUSR1: Node's inspector now listens on 127.0.0.1:{port} and stays open"
+                   if opened else f"Node's inspector was already open on 127.0.0.1:{port}")
+    heap = RuntimeHeap(info, f"inspector: Runtime.evaluate of v8.getHeapStatistics() on 127.0.0.1:{port}",
+                       in_use=used, retained=max(0, physical - used), released=max(0, total - physical),
+                       committed=total, limit=stats["heap_size_limit"], notes=[opened_note])
+    spaces = figures.get("spaces")
+    for space in spaces if isinstance(spaces, list) else []:
+        if isinstance(space, dict) and isinstance(space.get("space_name"), str):
+            heap.notes.append(f"{space['space_name']}: size {space.get('space_size')}, used "
+                              f"{space.get('space_used_size')}, physical {space.get('physical_space_size')}")
+    heap.notes.append(f"V8's malloc'd memory {stats.get('malloced_memory')}, external (Buffers, ArrayBuffers) "
+                      f"{stats.get('external_memory')}: in malloc's arenas")
+    return heap
+
+
+def read_deep(process: ProcessView, info: RuntimeInfo, timeout: float = 5.0) -> RuntimeHeap:
+    """V8's own figures through Node's inspector (only when the caller asks: it changes the process).
+
+    SIGUSR1 opens the inspector on 127.0.0.1 (9229, or the port of its --inspect-port), where it stays
+    open; then one Runtime.evaluate of v8.getHeapStatistics() over its WebSocket. No ranges: the pages
+    are the outside read's (``read``). Unsupported where the process does not catch SIGUSR1 (it would
+    end it), or its inspector is set to listen elsewhere than loopback."""
+    from .v8_inspector import evaluate_in, inspect_port
+
+    reader = process.reader
+    port = inspect_port(reader.cmdline(), process.environ or reader.environ())
+    figures, opened = evaluate_in(reader.numeric_pid, reader.read_text("status"), port, timeout)
+    return heap_from_statistics(info, figures, port, opened)
 
 
 class V8Reader:
