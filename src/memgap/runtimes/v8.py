@@ -30,7 +30,9 @@ Figures, per space and summed over the isolates:
   space's pages do not count their objects (V8 keeps its top elsewhere): its bytes are counted as
   not in use, which at rest after a collection is within a few hundred KiB of what V8 says;
 - ``retained``: resident minus in use: free heap memory V8 keeps resident (mostly free space on old
-  pages after a drop, and the new space's two semi-spaces).
+  pages after a drop, and the new space's two semi-spaces). A moment's figure: V8's memory reducer
+  compacts and shrinks a heap it finds idle (measured on Node 20: 118 MiB committed, 101 retained,
+  down to 16 and 0 some 20 to 40 s after the program went idle, its 10 ms timer running).
 
 Ranges: every page, "v8 heap" (its code pages "v8 code", both heap); the read-only pages "v8
 read-only space" (metadata). Not claimed: the code range's reservation (PROT_NONE but its code
