@@ -13,6 +13,7 @@ for pkg in libjemalloc2 libjemalloc-dev libtcmalloc-minimal4 libgoogle-perftools
     dpkg -s "$pkg" >/dev/null 2>&1 || need="$need $pkg"
 done
 python3 -c "import ensurepip" >/dev/null 2>&1 || need="$need python3-venv"
+command -v node >/dev/null 2>&1 || need="$need nodejs"  # test_runtime_v8: a Node program's V8 heap (checked on Node 20)
 if [ -n "$need" ]; then
     $SUDO apt-get update -qq
     $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $need
