@@ -191,3 +191,235 @@ def test_reservations_by_shape_in_captured_maps():
     nmt_metadata = int(re.search(r"Metadata:.*?committed=(\d+)KB", _fixture("native_memory_summary.txt"), re.S)[1])
     assert node is not None and writable_bytes(sorted(maps, key=lambda m: m.start), *node) == nmt_metadata << 10
     assert find_reservation(maps, figures.limit + MiB, figures.committed, heap_piece) is None
+
+
+# -- a real JVM, read from outside ---------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def jvm_heap_classes(tmp_path_factory):
+    """programs/jvm_heap/JvmHeap.java compiled by javac into tmp (release 17: every JDK here runs it)."""
+    if JAVAC is None or not JDKS:
+        pytest.skip("needs a JDK (java and javac: scripts/setup.sh installs default-jdk-headless)")
+    out = tmp_path_factory.mktemp("jvm_heap")
+    subprocess.run([JAVAC, "--release", "17", "-d", str(out), os.path.join(HERE, "programs", "jvm_heap", "JvmHeap.java")],
+                   check=True)
+    return str(out)
+
+
+class JvmProgram:
+    """JvmHeap running: its first line of figures, then a line of them for each command written."""
+
+    def __init__(self, classes, *flags, java=None, mib=180):
+        cmd = [java or JDKS[0], "-Xmx1g", "-XX:+UseG1GC", "-XX:NativeMemoryTracking=summary", *flags,
+               "-cp", classes, "JvmHeap", str(mib)]
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.pid = self.proc.pid
+        self.first = _mxbean(self.proc.stdout.readline())
+        assert self.proc.stdout.readline() == "ready\n"
+
+    def figures(self, command=""):
+        assert self.proc.poll() is None, "the JVM died"
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+        return _mxbean(self.proc.stdout.readline())
+
+    def close(self):
+        self.proc.stdin.close()
+        assert self.proc.wait(timeout=60) == 0
+
+
+@pytest.fixture
+def jvm(jvm_heap_classes):
+    programs = []
+
+    def start(*flags, **kw):
+        programs.append(JvmProgram(jvm_heap_classes, *flags, **kw))
+        return programs[-1]
+
+    yield start
+    for program in programs:
+        if program.proc.poll() is None:
+            program.close()
+
+
+def _view(pid):
+    reader = ProcReader(pid)
+    return ProcessView(pid, reader, reader.maps(), os.readlink(f"/proc/{pid}/exe"), reader.environ())
+
+
+def _states(pid):
+    """Every thread's state letter, read by the test (T/t: stopped or traced)."""
+    states = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/stat") as fh:
+            states.append(fh.read().rpartition(")")[2].split()[0])
+    return states
+
+
+def _smaps_rss(pid, start, end):
+    """Rss and writable size of the mappings inside [start, end), from the test's own read of smaps."""
+    rss = size = 0
+    inside = False
+    with open(f"/proc/{pid}/smaps") as fh:
+        for line in fh:
+            head = re.match(r"^([0-9a-f]+)-([0-9a-f]+) (\S+)", line)
+            if head:
+                low, high = int(head[1], 16), int(head[2], 16)
+                inside = start <= low and high <= end
+                size += (high - low) if inside and head[3][1] == "w" else 0
+            elif inside and line.startswith("Rss:"):
+                rss += int(line.split()[1]) << 10
+    return rss, size
+
+
+def _read(pid, deep=False):
+    view = _view(pid)
+    try:
+        info = READER.detect(view)
+        assert info is not None
+        return (READER.read_deep if deep else READER.read)(view, info)
+    finally:
+        view.reader.close()
+
+
+def _own_nmt(pid):
+    """The JVM's own Native Memory Tracking, asked by the test itself: category -> committed bytes."""
+    out = subprocess.run([JCMD, str(pid), "VM.native_memory", "summary"], capture_output=True, text=True,
+                         check=True).stdout
+    return {m[1]: int(m[2]) << 10 for m in re.finditer(r"^-\s+(.+?) \(reserved=\d+KB, committed=(\d+)KB\)", out, re.M)}
+
+
+def _settle(pid, timeout=30.0):
+    """Wait for the program to rest: G1 uncommits the regions a shrink gave up concurrently, after the
+    collection, so its maps lag its committed figure until its service thread is done."""
+    def writable():
+        with open(f"/proc/{pid}/maps") as fh:
+            return sum(int(b, 16) - int(a, 16) for a, b, perms in
+                       (re.match(r"([0-9a-f]+)-([0-9a-f]+) (\S+)", line).groups() for line in fh) if perms[1] == "w")
+    deadline, last = time.monotonic() + timeout, None
+    while time.monotonic() < deadline:
+        now = writable()
+        if now == last:
+            return
+        last = now
+        time.sleep(0.5)
+
+
+def _check_against_mxbean(program, command=""):
+    """memgap's read, the program's own figures, memgap's read again: each within 5% of the program's."""
+    if command:
+        program.figures(command)
+        _settle(program.pid)
+    before = _states(program.pid)
+    first = _read(program.pid)
+    told = program.figures()
+    second = _read(program.pid)
+    assert not {"T", "t"} & set(before + _states(program.pid)), "a thread was stopped"
+    for heap in (first, second):
+        assert _within(heap.in_use, told["heap.used"]), (heap.in_use, told)
+        assert _within(heap.committed, told["heap.committed"]), (heap.committed, told)
+        assert heap.limit == told["heap.max"]
+    return second, told
+
+
+def test_a_real_jvm_read_from_outside_against_its_own_figures(jvm):
+    program = jvm()
+    heap, told = _check_against_mxbean(program, "drop")
+    assert heap.route.startswith("outside: the JVM's perf data (hsperfdata: the file /tmp/hsperfdata_")
+    assert heap.info.version == subprocess.run([JDKS[0], "-XshowSettings:properties", "-version"], capture_output=True,
+                                               text=True).stderr.split("java.runtime.version = ")[1].split()[0]
+    ranges = {r.label: r for r in heap.ranges}
+    assert "java heap" in ranges, (heap.notes, open(f"/proc/{program.pid}/maps").read()[:3000])
+    assert ranges["java heap"].heap and ranges["java heap"].end - ranges["java heap"].start == told["heap.max"]
+    rss, writable = _smaps_rss(program.pid, ranges["java heap"].start, ranges["java heap"].end)
+    # The heap's resident pages (smaps, read here) hold what is in use and what the reader calls retained.
+    assert rss >= heap.in_use and _within(heap.in_use + heap.retained, rss)
+    assert _within(writable, told["heap.committed"])
+    assert heap.retained <= heap.committed - heap.in_use
+    code_rss, _ = _smaps_rss(program.pid, ranges["code cache"].start, ranges["code cache"].end)
+    assert heap.metadata["code cache"] == code_rss > 0
+    klass_rss, klass_writable = _smaps_rss(program.pid, ranges["class space"].start, ranges["class space"].end)
+    assert heap.metadata["class space"] == klass_rss and klass_writable == told["pool.Compressed_Class_Space.committed"]
+    assert heap.settings["gc policy"] == "GarbageFirst" and heap.settings["MaxHeapSize"] == "1g"
+    assert told["tick.max_gap_us"] < 1_000_000, "the program's ticker stalled"
+    program.close()
+
+
+def test_native_memory_tracking_and_the_deep_route(jvm):
+    program = jvm()
+    program.figures("drop")
+    _settle(program.pid)
+    before = _states(program.pid)
+    heap = _read(program.pid, deep=True)
+    told = program.figures()
+    nmt = _own_nmt(program.pid)
+    assert not {"T", "t"} & set(before + _states(program.pid))
+    assert "inside through its attach API: jcmd GC.heap_info, VM.native_memory summary" in heap.route
+    java_heap = next(r for r in heap.ranges if r.label == "java heap")
+    _rss, writable = _smaps_rss(program.pid, java_heap.start, java_heap.end)
+    # NMT's Java Heap committed: the perf data's figure, and the writable bytes of the range by shape.
+    assert _within(heap.committed, nmt["Java Heap"]) and _within(writable, nmt["Java Heap"])
+    assert _within(heap.metadata["gc structures (committed, NMT)"], nmt["GC"])
+    assert not any("not GC.heap_info's" in n for n in heap.notes), heap.notes  # the shape found jcmd's range
+    assert _within(heap.in_use, told["heap.used"])
+    program.close()
+
+
+def test_perf_data_off_is_detected_and_said(jvm):
+    program = jvm("-XX:-UsePerfData")
+    program.figures("drop")
+    _settle(program.pid)
+    view = _view(program.pid)
+    info = READER.detect(view)
+    assert info is not None and info.version and "release" in info.how
+    heap = READER.read(view, info)
+    assert heap.route.startswith("outside: mapping shapes only, said so") and heap.in_use is None
+    assert any("-XX:-UsePerfData" in n for n in heap.notes)
+    java_heap = next(r for r in heap.ranges if r.label == "java heap")  # found from -Xmx on its command line
+    told = program.figures()
+    assert java_heap.end - java_heap.start == told["heap.max"] and _within(heap.committed, told["heap.committed"])
+    deep = READER.read_deep(_view(program.pid), info)
+    told = program.figures()
+    assert "jcmd GC.heap_info" in deep.route
+    assert _within(deep.in_use, told["heap.used"]) and _within(deep.committed, told["heap.committed"])
+    program.close()
+
+
+def test_retained_at_rest_and_at_live_size(jvm):
+    """The finding-ready figure: retained far above the floor after the drop, under it at live size."""
+    program = jvm()
+    live, told_live = _check_against_mxbean(program)
+    rest, told_rest = _check_against_mxbean(program, "drop")
+    print(f"live: used {live.in_use / MiB:.1f} committed {live.committed / MiB:.1f} retained {live.retained / MiB:.1f}"
+          f" MiB; rest: used {rest.in_use / MiB:.1f} committed {rest.committed / MiB:.1f} retained"
+          f" {rest.retained / MiB:.1f} MiB")
+    assert rest.retained >= RETAINED_FLOOR and rest.retained > rest.in_use
+    assert live.retained < RETAINED_FLOOR and live.retained < live.in_use / 4
+    program.close()
+
+
+@pytest.mark.parametrize("java", JDKS)
+def test_each_jdk_here_is_detected_with_its_version(jvm, java):
+    program = jvm(java=java, mib=40)
+    heap, _told = _check_against_mxbean(program, "drop")
+    release = os.path.join(os.path.dirname(os.path.dirname(java)), "release")
+    with open(release) as fh:
+        assert heap.info.version == parse_release(fh.read())["JAVA_RUNTIME_VERSION"]
+    assert [i.name for i in detect_runtimes(_view(program.pid))].count("jvm") == 1
+    program.close()
+
+
+def test_unrelated_processes_are_not_a_jvm(tmp_path):
+    sleeper = subprocess.Popen(["sleep", "30"])
+    python = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        time.sleep(0.3)
+        for proc in (sleeper, python):
+            assert READER.detect(_view(proc.pid)) is None
+    finally:
+        for proc in (sleeper, python):
+            proc.kill()
+            proc.wait()
+    garbage = ProcessView(os.getpid(), ProcReader(), parse_maps("7f00-7f10 rw-p 0 0:0 0 /opt/jvm/libjvm.so.bak\n"))
+    assert READER.detect(garbage) is None
+    assert "jvm" in READERS

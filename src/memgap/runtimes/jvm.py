@@ -221,7 +221,8 @@ def _fill_metadata(heap: RuntimeHeap, process: ProcessView, figures: JvmFigures 
     class_size = (figures.class_space_reserved if figures and figures.class_space_reserved
                   else parse_size(flags.get("CompressedClassSpaceSize", "")) or CLASS_SPACE_DEFAULT)
     committed = figures.class_space_committed if figures else None
-    klass = (jvm_maps.find_reservation(process.maps, class_size, committed, jvm_maps.data_piece)
+    taken = [(r.start, r.end) for r in heap.ranges if r.heap]
+    klass = (jvm_maps.find_reservation(process.maps, class_size, committed, jvm_maps.data_piece, taken)
              if flags.get("UseCompressedClassPointers") != "false" else None)
     meta = jvm_maps.first_metaspace_node(process.maps)
     for label, found in (("code cache", code), ("class space", klass), ("metaspace", meta)):

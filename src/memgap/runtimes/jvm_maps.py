@@ -65,22 +65,28 @@ def writable_bytes(run: list[Mapping], start: int, end: int) -> int:
 
 
 def find_reservation(maps: Iterable[Mapping], size: int, committed: int | None,
-                     eligible: Callable[[Mapping], bool]) -> tuple[int, int] | None:
-    """[start, end) of the reservation of ``size`` bytes whose writable bytes are closest to
-    ``committed`` (within a tenth of it, or 4 MiB); without ``committed``, the one window found,
-    else None. A window must start on a piece's start and end on a piece's end; failing any such
-    window, one boundary where the other falls inside a reserved (``---p``) piece."""
+                     eligible: Callable[[Mapping], bool],
+                     exclude: Iterable[tuple[int, int]] = ()) -> tuple[int, int] | None:
+    """[start, end) of the reservation of ``size`` bytes: the one window of that size that starts on
+    a piece's start and ends on a piece's end (none overlapping ``exclude``); among several, the one
+    whose writable bytes are closest to ``committed`` (within a tenth of it, or 4 MiB), or without
+    ``committed`` the most written (a heap of -Xmx1g beside a class space of 1 GiB: the heap holds
+    megabytes where the class space holds kilobytes). Failing any such window, the same among windows
+    with one boundary where the other falls inside a reserved (``---p``) piece. The writable bytes
+    only choose between windows: G1 uncommits concurrently, so its maps lag its committed figure."""
     if size <= 0:
         return None
+    pieces, taken = list(maps), list(exclude)
     for both_ends in (True, False):
-        found = [(abs(writable_bytes(run, s, s + size) - committed) if committed is not None else 0, s)
-                 for run in runs(maps, eligible) for s in _windows(run, size, both_ends)]
-        if committed is not None:
+        found = [(writable_bytes(run, s, s + size), s) for run in runs(pieces, eligible)
+                 for s in _windows(run, size, both_ends)
+                 if not any(s < high and low < s + size for low, high in taken)]
+        if len(found) > 1 and committed is not None:
             slack = max(4 * MiB, committed // 10)
-            found = [f for f in found if f[0] <= slack]
-        if found and (committed is not None or len(found) == 1):
-            start = min(found)[1]
-            return start, start + size
+            close = [(abs(w - committed), s) for w, s in found if abs(w - committed) <= slack]
+            found = [(0, min(close)[1])] if close else []
+        if found:
+            return max(found)[1], max(found)[1] + size
     return None
 
 
