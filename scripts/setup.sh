@@ -13,6 +13,7 @@ for pkg in libjemalloc2 libjemalloc-dev libtcmalloc-minimal4 libgoogle-perftools
     dpkg -s "$pkg" >/dev/null 2>&1 || need="$need $pkg"
 done
 python3 -c "import ensurepip" >/dev/null 2>&1 || need="$need python3-venv"
+command -v javac >/dev/null 2>&1 && command -v jcmd >/dev/null 2>&1 || need="$need default-jdk-headless"  # test_runtime_jvm: javac builds its program, jcmd is the deep route and its witness
 if [ -n "$need" ]; then
     $SUDO apt-get update -qq
     $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $need
