@@ -344,7 +344,7 @@ def test_a_real_jvm_read_from_outside_against_its_own_figures(jvm):
     assert _within(writable, told["heap.committed"])
     assert heap.retained <= heap.committed - heap.in_use
     code_rss, _ = _smaps_rss(program.pid, ranges["code cache"].start, ranges["code cache"].end)
-    assert heap.metadata["code cache"] == code_rss > 0
+    assert heap.metadata["code cache"] > 0 and _within(heap.metadata["code cache"], code_rss)  # the JIT goes on
     klass_rss, klass_writable = _smaps_rss(program.pid, ranges["class space"].start, ranges["class space"].end)
     assert heap.metadata["class space"] == klass_rss and klass_writable == told["pool.Compressed_Class_Space.committed"]
     assert heap.settings["gc policy"] == "GarbageFirst" and heap.settings["MaxHeapSize"] == "1g"
@@ -389,6 +389,52 @@ def test_perf_data_off_is_detected_and_said(jvm):
     told = program.figures()
     assert "jcmd GC.heap_info" in deep.route
     assert _within(deep.in_use, told["heap.used"]) and _within(deep.committed, told["heap.committed"])
+    program.close()
+
+
+def test_what_stands_in_place_of_the_perf_data_file_is_not_trusted(jvm, tmp_path):
+    """The file a JVM maps, deleted (as a /tmp cleaner would) and replaced by a symlink to another perf
+    data file (the captured one), then by a copy of it: neither is taken (a symlink is not followed, a
+    file that is not the mapped inode is refused); the reader takes the mapping itself through
+    /proc/PID/mem, and its figures are the program's, not the decoy's. Renamed: found by its magic, and
+    read from its new name (the inode it maps)."""
+    program = jvm(mib=40)
+    program.figures("drop")
+    _settle(program.pid)
+    with open(f"/proc/{program.pid}/maps") as fh:
+        path = next(line.split()[-1] for line in fh if "/hsperfdata_" in line)
+    decoy = tmp_path / "decoy"
+    decoy.write_bytes(_fixture("hsperfdata-live", "rb"))
+    decoy_used = jvm_figures(parse_perfdata(decoy.read_bytes())).used
+    os.rename(path, str(tmp_path / "moved"))  # maps now names the moved file
+    heap, _told = _check_against_mxbean(program)
+    assert f"the file {tmp_path}/moved it maps" in heap.route, heap.route  # the same inode, renamed
+    os.rename(str(tmp_path / "moved"), path)
+    os.unlink(path)  # maps: "PATH (deleted)"
+    for stand_in in ("symlink", "copy"):
+        os.symlink(str(decoy), path) if stand_in == "symlink" else shutil.copy(str(decoy), path)
+        try:
+            heap, _told = _check_against_mxbean(program)
+            assert f"its mapping of {path} at" in heap.route and heap.in_use != decoy_used, (stand_in, heap.route)
+        finally:
+            os.unlink(path)
+    program.close()
+
+
+def test_jcmd_is_not_run_where_attaching_would_disturb_the_jvm(jvm):
+    """-XX:+DisableAttachMechanism: jcmd's SIGQUIT would print a thread dump into the program's output;
+    not run, said. -Xrs: its attach socket is there from the start, so jcmd runs and it lives on."""
+    program = jvm("-XX:+DisableAttachMechanism", mib=40)
+    heap = _read(program.pid, deep=True)
+    # its perf data says so (sun.rt.jvmCapabilities) before its flags are looked at
+    assert any(n.startswith("jcmd not run: its perf data says it does not support attaching") for n in heap.notes)
+    assert "jcmd" not in heap.route
+    assert program.figures()["heap.used"] > 0  # its next line is its figures, not a thread dump
+    program.close()
+    program = jvm("-Xrs", mib=40)
+    heap = _read(program.pid, deep=True)
+    assert "jcmd GC.heap_info" in heap.route and heap.settings["ReduceSignalUsage"] == "true"
+    assert program.figures()["heap.used"] > 0
     program.close()
 
 

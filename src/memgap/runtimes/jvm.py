@@ -56,7 +56,7 @@ import stat
 from collections.abc import Callable
 
 from ..errors import MalformedInput, MemgapError
-from ..sources.hsperfdata import PerfData, parse_perfdata
+from ..sources.hsperfdata import MAGIC, PerfData, parse_perfdata
 from ..sources.procfs import Mapping, count_pagemap
 from . import jvm_maps, register
 from .base import OwnedRange, ProcessView, RuntimeHeap, RuntimeInfo
@@ -261,18 +261,23 @@ def _resident(process: ProcessView, start: int, end: int) -> int:
     return pages * os.sysconf("SC_PAGE_SIZE")
 
 
-def _perfdata_mapping(maps: list[Mapping]) -> Mapping | None:
-    for m in maps:
+def _perfdata_mapping(process: ProcessView) -> Mapping | None:
+    """The JVM's shared mapping of its perf data file: named hsperfdata_<user>/<pid>, or (renamed,
+    its name lost) a small shared file mapping that starts with the perf data's magic."""
+    shared = [m for m in process.maps if m.perms[3] == "s" and m.is_file and m.size <= MAX_PERFDATA]
+    for m in shared:
         path = m.path.removesuffix(" (deleted)")
-        parent = os.path.basename(os.path.dirname(path))
-        if parent.startswith("hsperfdata_") and os.path.basename(path).isdigit() and m.perms[3] == "s":
+        if os.path.basename(os.path.dirname(path)).startswith("hsperfdata_") and os.path.basename(path).isdigit():
+            return m
+    for m in shared:
+        if process.reader.read_memory(m.start, len(MAGIC)) == MAGIC:
             return m
     return None
 
 
 def _perfdata(process: ProcessView) -> tuple[PerfData | None, str]:
     """The perf data and where it was read from; None and why not."""
-    m = _perfdata_mapping(process.maps)
+    m = _perfdata_mapping(process)
     if m is None:
         return None, "no hsperfdata file in its maps (-XX:-UsePerfData, or -XX:+PerfDisableSharedMem)"
     path = m.path.removesuffix(" (deleted)")
