@@ -457,6 +457,28 @@ def test_retained_at_rest_and_at_live_size(jvm):
     program.close()
 
 
+@pytest.mark.parametrize("collector", ["UseSerialGC", "UseParallelGC", "UseShenandoahGC", "UseZGC"])
+def test_the_other_collectors(jvm, collector):
+    """Each collector's counters read against its MemoryMXBean. Serial and Parallel commit both survivor
+    spaces, where MemoryMXBean's committed counts one: the reader's committed is the MXBean's plus one."""
+    program = jvm(f"-XX:+{collector}", "-XX:-UseG1GC", mib=60)
+    _settle(program.pid)
+    first = _read(program.pid)
+    told = program.figures()
+    assert _within(first.in_use, told["heap.used"])
+    survivor = next((v for k, v in told.items() if k.endswith("Survivor_Space.committed")), 0)
+    assert _within(first.committed, told["heap.committed"] + (survivor if "Serial" in collector or "Parallel" in
+                                                              collector else 0), 0.01)
+    ranges = [r for r in first.ranges if r.label == "java heap"]
+    if collector == "UseZGC":  # its heap a memfd, mapped once per view
+        assert ranges and all(r.heap for r in ranges) and first.retained is None
+    else:
+        assert len(ranges) == 1 and ranges[0].end - ranges[0].start == first.limit == 1 << 30
+        rss, _ = _smaps_rss(program.pid, ranges[0].start, ranges[0].end)
+        assert first.retained <= max(0, rss - first.in_use) + MiB
+    program.close()
+
+
 @pytest.mark.parametrize("java", JDKS)
 def test_each_jdk_here_is_detected_with_its_version(jvm, java):
     program = jvm(java=java, mib=40)

@@ -25,7 +25,9 @@ itself through /proc/PID/mem (a file deleted by a /tmp cleaner). Its figures:
   code cache (``rwxp``/``---p``, ReservedCodeCacheSize: 240 MiB by default with tiered compilation,
   48 MiB without), the compressed class space (``sun.gc.compressedclassspace.maxCapacity``, 1 GiB by
   default) and the first 64 MiB node of non-class metaspace (the reservation just below the CDS
-  archive). All found by shape (memgap.runtimes.jvm_maps): the perf data has no addresses.
+  archive). All found by shape (memgap.runtimes.jvm_maps): the perf data has no addresses. ZGC's
+  heap (JDK 17) is a memfd (``/memfd:java_heap``) mapped once per view: each view is a range, its
+  pages shared memory, counted in each view that touched them; its retained bytes are not measured.
 - ``metadata``: resident bytes of the code cache, the class space and that metaspace node (pagemap).
   Metaspace's own counters (``sun.gc.metaspace.*``) are updated only at a collection: said in notes.
 - ``settings``: the collector (``sun.gc.policy.name``, ``sun.gc.collector.N.name``), the flags of
@@ -45,8 +47,10 @@ user, which must be the JVM's; it is the target's own JDK's where it shares memg
 Where neither works (perf data off and no deep read): the heap's range from -Xmx on its command line
 and its resident pages, by shape only, said so; no used figure.
 
-Checked on OpenJDK 17.0.15 (Debian, G1, Serial, Parallel, ZGC, Shenandoah) and Temurin 25.0.3
-(G1, generational ZGC).
+Checked on OpenJDK 17.0.15 (Debian) with G1 (the tests: every figure against MemoryMXBean, smaps and
+NMT) and by hand with Serial, Parallel, ZGC and Shenandoah (the counters' shapes; the heap's used as
+MemoryMXBean's); on Temurin 25.0.3 with G1 (the tests) and generational ZGC (by hand: its young and
+old generations each as large as the heap).
 """
 from __future__ import annotations
 
@@ -75,6 +79,7 @@ from .jvm_parse import (
 
 MAX_PERFDATA = 16 << 20   # PerfDataMemorySize is 64 KiB by default; a larger file is not one
 MAX_RELEASE = 64 << 10
+ZGC_HEAP = "/memfd:java_heap"
 CLASS_SPACE_DEFAULT = 1 << 30
 SETTINGS_FLAGS = ("MaxHeapSize", "InitialHeapSize", "MinHeapSize", "MinHeapFreeRatio", "MaxHeapFreeRatio",
                   "G1PeriodicGCInterval", "SoftMaxHeapSize", "ZUncommit", "ZUncommitDelay", "ShenandoahUncommit",
@@ -194,6 +199,12 @@ def _fill_heap(heap: RuntimeHeap, process: ProcessView, figures: JvmFigures | No
         heap.in_use, heap.committed = figures.used, figures.committed
     if limit is None:
         heap.notes.append("the heap's size is not told (no perf data, no -Xmx): its range is not found")
+        return
+    views = [m for m in process.maps if m.path.startswith(ZGC_HEAP)]
+    if views:  # ZGC: its heap is a memfd, mapped once per view (JDK 17: three), its pages shared memory
+        heap.ranges[:0] = [OwnedRange(m.start, m.end, "java heap", heap=True) for m in views]
+        heap.notes.append(f"ZGC's heap is a memfd mapped in {len(views)} pieces (its views): its resident "
+                          "pages are counted in each view that touched them; retained not measured")
         return
     found = jvm_maps.find_reservation(process.maps, limit, heap.committed, jvm_maps.heap_piece)
     if found is None:
