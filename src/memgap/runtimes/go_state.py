@@ -1,0 +1,223 @@
+"""The Go runtime's memory state as bytes: where each figure lives (from the program's DWARF), and
+what the bytes read from /proc/PID/mem say (pure: tested on captured bytes and on garbage).
+
+Where the figures live (Go 1.26, ``src/runtime/mstats.go``, ``mgcpacer.go``, ``mheap.go``):
+
+- ``gcController.heapInUse``/``heapFree``/``heapReleased`` (atomic uint64s): what ReadMemStats gives as
+  HeapInuse, HeapIdle - HeapReleased, HeapReleased; ``gcPercent`` and ``memoryLimit``: GOGC and
+  GOMEMLIMIT as the runtime holds them now (``debug.SetGCPercent`` and ``SetMemoryLimit`` included).
+- ``memstats.heapStats`` (``consistentHeapStats``): three ``heapStatsDelta`` slots summed (the runtime's
+  own ``unsafeRead``), of which ``inStacks`` (StackInuse) and ``inWorkBufs`` (part of GCSys); and
+  ``committed``/``inHeap``/``released``, which at a quiet moment equal the gcController's figures
+  (the runtime's own ``doubleCheckReadMemStats``): the check that the read was neither torn nor
+  read at wrong offsets.
+- ``memstats.stacks_sys``, ``mspan_sys``, ``mcache_sys``, ``buckhash_sys``, ``gcMiscSys``, ``other_sys``;
+  ``mheap_.spanalloc.inuse``, ``mheap_.cachealloc.inuse`` (MSpanInuse, MCacheInuse).
+- ``mheap_.heapArenas`` (the arenas' indexes: each 64 MiB at ``index * heapArenaBytes +
+  arenaBaseOffset``), ``mheap_.arenas`` (the index to each arena's ``heapArena`` metadata),
+  ``mheap_.pages.summary`` (the page allocator's summary levels, each a reservation of its own).
+
+The consistent read from outside (the runtime's ``consistentHeapStats.read`` does it inside): the
+generation ``gen`` names the slot writers add to; a reader inside swaps it, merges the slot before
+into the current one and zeroes it. So at a quiet moment the slot after ``gen`` is all zero; memgap
+reads ``gen``, that slot (zero: no merge under way) and every P's ``statsSeq`` (even: no update
+under way), then the figures, then ``gen`` and the ``statsSeq``s again (unchanged: nothing began in
+between); else it reads again.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from .go_dwarf import TAG_POINTER, DwarfTypes
+
+DELTA_FIELDS = ("committed", "released", "inHeap", "inStacks", "inWorkBufs")
+SYS_FIELDS = ("stacks_sys", "mspan_sys", "mcache_sys", "buckhash_sys", "gcMiscSys", "other_sys")
+GC_FIELDS = ("heapInUse", "heapFree", "heapReleased", "gcPercent", "memoryLimit")
+ARENA_BASE_OFFSET = {"amd64": 0xFFFF800000000000}   # malloc.go: arenaBaseOffset, 0 elsewhere on Linux
+MASK64 = (1 << 64) - 1
+
+
+class LayoutMissing(Exception):
+    """A field the reader needs is not in the program's DWARF (another Go release names it otherwise)."""
+
+
+@dataclass(frozen=True)
+class Field:
+    """A scalar at ``address`` of ``size`` bytes (1, 2, 4 or 8; little-endian)."""
+
+    address: int
+    size: int
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where each figure of one Go build lives in its process (addresses with the load bias added)."""
+
+    memstats: int                      # runtime.memstats
+    stats: int                         # memstats.heapStats.stats: 3 heapStatsDelta
+    delta_size: int
+    delta: dict[str, int]              # heapStatsDelta field -> offset (int64 each)
+    gen: Field
+    no_p_lock: Field
+    sys: dict[str, Field]              # memstats.*_sys
+    gc: dict[str, Field]               # gcController.*
+    span_inuse: Field
+    cache_inuse: Field
+    heap_arenas: int                   # mheap_.heapArenas: a slice header
+    arenas_l1: int                     # mheap_.arenas[0]: the pointer to the L2 index
+    l2_bytes: int                      # its size
+    heap_arena_size: int               # sizeof(runtime.heapArena)
+    summary: int                       # mheap_.pages.summary: summaryLevels slice headers
+    summary_levels: int
+    allp: int                          # runtime.allp: a slice header
+    stats_seq: int                     # p.statsSeq's offset
+    arena_bytes: int
+    arena_base: int
+
+
+def _field(d: DwarfTypes, base: tuple[int, int], path: str, missing: list[str], var: str) -> Field:
+    found = d.field(base[1], path)
+    size = d.size_of(found[1]) if found else None
+    if found is None or size not in (1, 2, 4, 8):
+        missing.append(f"{var}.{path}")
+        return Field(0, 8)
+    return Field(base[0] + found[0], size)
+
+
+def _offset(d: DwarfTypes, ref: int | None, path: str, missing: list[str], what: str) -> int:
+    found = d.field(ref, path)
+    if found is None:
+        missing.append(f"{what}.{path}")
+        return 0
+    return found[0]
+
+
+def _variables(d: DwarfTypes, bias: int, missing: list[str]) -> dict[str, tuple[int, int]]:
+    out = {}
+    for name in ("memstats", "gcController", "mheap_", "allp"):
+        var = d.variable(f"runtime.{name}")
+        if var is None:
+            missing.append(f"runtime.{name}")
+            var = (0, -1)
+        out[name] = ((var[0] + bias) & MASK64, var[1])
+    return out
+
+
+def _pointee_size(d: DwarfTypes, ref: int | None) -> int:
+    """The size of what a pointer type points at (mheap_.arenas[0]: *[1 << arenaL2Bits]*heapArena)."""
+    die = d.resolve(ref)
+    if die is not None and die.tag != TAG_POINTER and die.type is not None:  # an array: its element
+        die = d.resolve(die.type)
+    return (d.size_of(die.type) or 0) if die is not None and die.tag == TAG_POINTER else 0
+
+
+def resolve_layout(d: DwarfTypes, bias: int, goarch: str) -> Layout:
+    """Every address the reader needs, from the program's DWARF; LayoutMissing names what is not there."""
+    missing: list[str] = []
+    v = _variables(d, bias, missing)
+    ms, gc, mh = v["memstats"], v["gcController"], v["mheap_"]
+    stats = d.field(ms[1], "heapStats.stats")
+    stats_die = d.resolve(stats[1]) if stats else None
+    delta_size = (d.size_of(stats[1]) or 0) // 3 if stats and stats_die and stats_die.count == 3 else 0
+    if not delta_size:
+        missing.append("memstats.heapStats.stats")
+    delta_type = stats_die.type if stats_die else None
+    delta = {name: _offset(d, delta_type, name, missing, "heapStatsDelta") for name in DELTA_FIELDS}
+    arenas = d.field(mh[1], "heapArenas") or d.field(mh[1], "allArenas")
+    if arenas is None:
+        missing.append("mheap_.heapArenas")
+    l1 = d.field(mh[1], "arenas")
+    summary = d.field(mh[1], "pages.summary")
+    summary_die = d.resolve(summary[1]) if summary else None
+    p_type = d.names.get("runtime.p")
+    heap_arena = d.size_of(d.names.get("runtime.heapArena"))
+    layout = Layout(
+        ms[0], ms[0] + (stats[0] if stats else 0), delta_size, delta,
+        _field(d, ms, "heapStats.gen", missing, "memstats"),
+        _field(d, ms, "heapStats.noPLock.key", missing, "memstats"),
+        {name: _field(d, ms, name, missing, "memstats") for name in SYS_FIELDS},
+        {name: _field(d, gc, name, missing, "gcController") for name in GC_FIELDS},
+        _field(d, mh, "spanalloc.inuse", missing, "mheap_"), _field(d, mh, "cachealloc.inuse", missing, "mheap_"),
+        mh[0] + (arenas[0] if arenas else 0), mh[0] + (l1[0] if l1 else 0), _pointee_size(d, l1[1] if l1 else None),
+        heap_arena or 0, mh[0] + (summary[0] if summary else 0),
+        (summary_die.count or 0) if summary_die else 0,
+        v["allp"][0], _offset(d, p_type, "statsSeq", missing, "p"),
+        d.constant("runtime.heapArenaBytes") or 0,
+        (d.constant("runtime.arenaBaseOffsetUintptr") or ARENA_BASE_OFFSET.get(goarch, 0)) & MASK64)
+    if not layout.arena_bytes:
+        missing.append("runtime.heapArenaBytes")
+    if missing:
+        raise LayoutMissing(", ".join(missing))
+    return layout
+
+
+def scalar(data: bytes, offset: int, size: int, signed: bool = False) -> int:
+    """A little-endian integer of ``size`` bytes at ``offset`` of ``data``."""
+    return int.from_bytes(data[offset:offset + size], "little", signed=signed)
+
+
+def sum_deltas(block: bytes, layout: Layout) -> dict[str, int]:
+    """The three heapStatsDelta slots of ``block`` (the bytes from memstats.heapStats.stats on), summed."""
+    out = dict.fromkeys(DELTA_FIELDS, 0)
+    for slot in range(3):
+        for name in DELTA_FIELDS:
+            out[name] += scalar(block, slot * layout.delta_size + layout.delta[name], 8, signed=True)
+    return out
+
+
+def slot_is_zero(block: bytes, layout: Layout, slot: int) -> bool:
+    """Whether slot ``slot`` of the three is all zero (no merge under way in the runtime)."""
+    return not any(block[slot * layout.delta_size:(slot + 1) * layout.delta_size])
+
+
+@dataclass(frozen=True)
+class GoFigures:
+    """One read of the runtime's figures, in bytes (as ReadMemStats names them)."""
+
+    heap_inuse: int
+    heap_free: int
+    heap_released: int
+    stack_inuse: int
+    work_bufs: int
+    sys: dict[str, int]
+    mspan_inuse: int
+    mcache_inuse: int
+    gc_percent: int
+    memory_limit: int
+    consistent: dict[str, int]         # the summed heapStatsDelta
+
+    @property
+    def drift(self) -> int:
+        """How far the gcController's figures are from the consistent stats (0 at a quiet moment)."""
+        c = self.consistent
+        return (abs(self.heap_inuse - c["inHeap"]) + abs(self.heap_released - c["released"])
+                + abs(self.heap_inuse + self.heap_free - (c["committed"] - c["inStacks"] - c["inWorkBufs"])))
+
+    def plausible(self) -> bool:
+        """No figure negative, none beyond what a 64-bit address space holds (wrong offsets, garbage)."""
+        values = [self.heap_inuse, self.heap_free, self.heap_released, self.stack_inuse, self.work_bufs,
+                  self.mspan_inuse, self.mcache_inuse, *self.sys.values(), *self.consistent.values()]
+        return all(0 <= v < 1 << 48 for v in values) and self.mspan_inuse <= self.sys["mspan_sys"]
+
+
+def figures(stats: bytes, scalars: dict[str, int], layout: Layout) -> GoFigures:
+    """The figures from the heapStats slots' bytes and the scalars read (by field name)."""
+    c = sum_deltas(stats, layout)
+    return GoFigures(scalars["heapInUse"], scalars["heapFree"], scalars["heapReleased"], c["inStacks"],
+                     c["inWorkBufs"], {name: scalars[name] for name in SYS_FIELDS}, scalars["span_inuse"],
+                     scalars["cache_inuse"], struct.unpack("<i", scalars["gcPercent"].to_bytes(4, "little"))[0],
+                     scalars["memoryLimit"] - (1 << 64) if scalars["memoryLimit"] >> 63 else scalars["memoryLimit"],
+                     c)
+
+
+def arena_ranges(indexes: list[int], layout: Layout) -> list[tuple[int, int]]:
+    """The heap arenas' address ranges, adjacent ones joined, in address order."""
+    starts = sorted((i * layout.arena_bytes + layout.arena_base) & MASK64 for i in indexes)
+    out: list[tuple[int, int]] = []
+    for start in starts:
+        if out and out[-1][1] == start:
+            out[-1] = (out[-1][0], start + layout.arena_bytes)
+        else:
+            out.append((start, start + layout.arena_bytes))
+    return out
