@@ -13,6 +13,7 @@ for pkg in libjemalloc2 libjemalloc-dev libtcmalloc-minimal4 libgoogle-perftools
     dpkg -s "$pkg" >/dev/null 2>&1 || need="$need $pkg"
 done
 python3 -c "import ensurepip" >/dev/null 2>&1 || need="$need python3-venv"
+command -v go >/dev/null 2>&1 || [ -x /usr/local/go/bin/go ] || need="$need golang-go"  # test_runtime_go builds programs/go_heap
 if [ -n "$need" ]; then
     $SUDO apt-get update -qq
     $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $need

@@ -43,9 +43,10 @@ is told in the notes (the field named), never read at a guessed offset.
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 
-from ..errors import MalformedInput, MemgapError
+from ..errors import MalformedInput
 from ..sources.procfs import Mapping, ProcReader
 from . import register
 from .base import OwnedRange, ProcessView, RuntimeHeap, RuntimeInfo
@@ -113,14 +114,16 @@ class GoReader:
             heap.notes.append(f"not read: the program's DWARF lacks {exc} (a Go release this reader does not know)")
             return heap
         started = time.perf_counter()
-        found, attempts = _read_consistent(process.reader, layout)
+        found, attempts = read_consistent(process.reader, layout)
         if found is None:
-            heap.route = f"outside: /proc/{process.pid}/mem, torn in {attempts} reads"
+            heap.route = f"outside: /proc/{process.pid}/mem, nothing read in {attempts} reads"
             heap.notes.append(f"not read: {attempts} reads of the runtime's statistics were each torn or "
-                              "implausible (a runtime allocating fast, or a release this reader misreads)")
+                              "implausible (a runtime allocating fast, or a release this reader misreads)"
+                              if attempts == ATTEMPTS else "not read: the runtime's globals are not readable "
+                              "where the program's DWARF puts them (the process exited, or it is not this file)")
             return heap
         _fill(heap, found, attempts)
-        heap.ranges = _owned_ranges(process.reader, layout)
+        heap.ranges = owned_ranges(process.reader, layout)
         elapsed = (time.perf_counter() - started) * 1000
         heap.route = (f"outside: /proc/{process.pid}/mem at runtime.memstats, runtime.gcController and "
                       f"runtime.mheap_, offsets from the program's DWARF (build id {binary.build_id or '?'}); "
@@ -139,15 +142,16 @@ def _settings(process: ProcessView, binary: GoBinary | None) -> dict[str, str]:
 
 
 def _load_bias(process: ProcessView, binary: GoBinary) -> int:
-    """Where a position-independent program was loaded (its first mapping; Go links PIE at 0)."""
+    """How far a position-independent program was moved from its link addresses (its mapping of file
+    offset 0 against its first PT_LOAD's address)."""
     if not binary.pie:
         return 0
     try:
-        exe = process.exe or ""
-        starts = [m.start for m in process.maps if m.offset == 0 and m.path == exe]
-    except MemgapError:
-        starts = []
-    return min(starts) if starts else 0
+        exe = process.exe or os.readlink(_exe(process))
+    except OSError:
+        return 0
+    starts = [m.start for m in process.maps if m.offset == 0 and m.path in (exe, f"{exe} (deleted)")]
+    return (min(starts) - binary.base_vaddr) & MASK64 if starts else 0
 
 
 def _read_field(reader: ProcReader, f: Field) -> int | None:
@@ -173,10 +177,16 @@ def _markers(reader: ProcReader, layout: Layout) -> tuple[int, ...] | None:
     return (gen, lock, *(scalar(s, 0, 4) for s in seqs if s is not None))
 
 
+class Unreadable(Exception):
+    """The runtime's globals are not readable where the program's DWARF puts them."""
+
+
 def _read_once(reader: ProcReader, layout: Layout) -> GoFigures | None:
     """One read between two looks at the markers; None where it may be torn."""
     before = _markers(reader, layout)
-    if before is None or before[0] > 2 or before[1] & 1 or any(s & 1 for s in before[2:]):
+    if before is None:
+        raise Unreadable
+    if before[0] > 2 or before[1] & 1 or any(s & 1 for s in before[2:]):
         return None
     stats = reader.read_memory(layout.stats, 3 * layout.delta_size)
     if stats is None or not slot_is_zero(stats, layout, (before[0] + 1) % 3):
@@ -189,12 +199,15 @@ def _read_once(reader: ProcReader, layout: Layout) -> GoFigures | None:
     return found if found.plausible() else None
 
 
-def _read_consistent(reader: ProcReader, layout: Layout) -> tuple[GoFigures | None, int]:
+def read_consistent(reader: ProcReader, layout: Layout) -> tuple[GoFigures | None, int]:
     """The first read at a quiet moment (the runtime's counts agree exactly), else the closest one
     within TOLERANCE; (None, attempts) where none."""
     best: GoFigures | None = None
     for attempt in range(1, ATTEMPTS + 1):
-        found = _read_once(reader, layout)
+        try:
+            found = _read_once(reader, layout)
+        except Unreadable:
+            return None, attempt
         if found is not None and found.drift == 0:
             return found, attempt
         if found is not None and (best is None or found.drift < best.drift):
@@ -221,7 +234,7 @@ def _fill(heap: RuntimeHeap, f: GoFigures, attempts: int) -> None:
                           f"bytes after {attempts} reads (within {TOLERANCE:.0%})")
 
 
-def _owned_ranges(reader: ProcReader, layout: Layout) -> list[OwnedRange]:
+def owned_ranges(reader: ProcReader, layout: Layout) -> list[OwnedRange]:
     """The heap arenas, their metadata, the arena index and the page summary reservations."""
     header = reader.read_memory(layout.heap_arenas, 16)
     if header is None:

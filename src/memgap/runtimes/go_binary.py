@@ -19,6 +19,7 @@ import stat
 import struct
 import zlib
 from dataclasses import dataclass, field
+from typing import BinaryIO
 
 from ..errors import MalformedInput
 from ..sources.elf import read_elf, read_section
@@ -29,7 +30,7 @@ FLAG_INLINE_STRINGS = 2
 RUNTIME_SYMBOLS = ("runtime.mheap_", "runtime.memstats", "runtime.buildVersion")
 SCAN_LIMIT = 256 << 20      # a program without section headers: its first bytes searched for the magic
 ELFCOMPRESS_ZLIB = 1
-ET_DYN = 3
+ET_DYN, PT_LOAD = 3, 1
 
 
 @dataclass(frozen=True)
@@ -121,6 +122,7 @@ class GoBinary:
     has_dwarf: bool
     pie: bool
     build_id: str
+    base_vaddr: int = 0        # the first PT_LOAD's address, page-aligned: a PIE is loaded this far below its maps
     _dwarf: DwarfTypes | None = None
 
     @property
@@ -182,12 +184,24 @@ def _build_id(note: bytes) -> str:
     return note[start:start + descsz].decode("ascii", "replace") if kind == 4 else ""
 
 
+def _first_load(fh: BinaryIO, header: bytes) -> int:
+    """The page-aligned address of the first PT_LOAD at file offset 0 (0 where there is none)."""
+    phoff, phentsize, phnum = struct.unpack_from("<Q", header, 32)[0], *struct.unpack_from("<HH", header, 54)
+    table = os.pread(fh.fileno(), phentsize * min(phnum, 256), phoff) if phentsize >= 56 else b""
+    for pos in range(0, len(table) - 55, phentsize):
+        kind, _flags, offset, vaddr = struct.unpack_from("<IIQQ", table, pos)
+        if kind == PT_LOAD and offset == 0:
+            return int(vaddr) & ~0xFFF
+    return 0
+
+
 def _load(path: str) -> GoBinary | None:
     info = read_elf(path)
     with open(path, "rb") as fh:
-        header = fh.read(18)
-    if header[4:6] != b"\x02\x01":          # ELF64, little-endian
-        return None
+        header = fh.read(64)
+        if len(header) < 64 or header[4:6] != b"\x02\x01":          # ELF64, little-endian
+            return None
+        base = _first_load(fh, header)
     blob = read_section(path, info, ".go.buildinfo", 64 << 10) if ".go.buildinfo" in info.sections else (
         _scan_for_buildinfo(path) if not info.sections else b"")
     build = parse_buildinfo(blob)
@@ -199,7 +213,8 @@ def _load(path: str) -> GoBinary | None:
         return None
     has_dwarf = any(n in info.sections for n in (".debug_info", ".zdebug_info"))
     build_id = _build_id(read_section(path, info, ".note.go.buildid", 4096))
-    return GoBinary(path, build, symbols, has_dwarf, struct.unpack_from("<H", header, 16)[0] == ET_DYN, build_id)
+    pie = struct.unpack_from("<H", header, 16)[0] == ET_DYN
+    return GoBinary(path, build, symbols, has_dwarf, pie, build_id, base)
 
 
 def read_go_binary(path: str) -> GoBinary | None:

@@ -204,11 +204,11 @@ class GoFigures:
 def figures(stats: bytes, scalars: dict[str, int], layout: Layout) -> GoFigures:
     """The figures from the heapStats slots' bytes and the scalars read (by field name)."""
     c = sum_deltas(stats, layout)
+    percent = struct.unpack("<i", (scalars["gcPercent"] & 0xFFFFFFFF).to_bytes(4, "little"))[0]
+    limit = struct.unpack("<q", (scalars["memoryLimit"] & MASK64).to_bytes(8, "little"))[0]
     return GoFigures(scalars["heapInUse"], scalars["heapFree"], scalars["heapReleased"], c["inStacks"],
                      c["inWorkBufs"], {name: scalars[name] for name in SYS_FIELDS}, scalars["span_inuse"],
-                     scalars["cache_inuse"], struct.unpack("<i", scalars["gcPercent"].to_bytes(4, "little"))[0],
-                     scalars["memoryLimit"] - (1 << 64) if scalars["memoryLimit"] >> 63 else scalars["memoryLimit"],
-                     c)
+                     scalars["cache_inuse"], percent, limit, c)
 
 
 def arena_ranges(indexes: list[int], layout: Layout) -> list[tuple[int, int]]:

@@ -96,7 +96,7 @@ func figures() string {
 }
 
 func main() {
-	entries := flag.Int("entries", 2000000, "map entries to build")
+	entries := flag.Int("entries", 1500000, "map entries to build")
 	keep := flag.Int("keep", 10, "percent of what was built to keep")
 	hold := flag.Bool("hold", false, "keep everything: rest at the live size")
 	flag.Parse()
