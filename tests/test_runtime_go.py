@@ -14,6 +14,7 @@ The parsers are tested on what the reader read of a real program (``fixtures/go/
 import json
 import os
 import random
+import re
 import shutil
 import struct
 import subprocess
@@ -179,6 +180,7 @@ def test_the_capture_replayed_gives_what_the_program_said():
     assert _near(found.stack_inuse, own["StackInuse"], floor=128 << 10)
     assert found.gc_percent == own["/gc/gogc:percent"] == 100
     assert found.memory_limit == own["/gc/gomemlimit:bytes"]
+    assert _near(found.objects, own["/memory/classes/heap/objects:bytes"])
     maps = parse_maps(capture["maps"])
     ranges = go.owned_ranges(image, layout)
     heap = [r for r in ranges if r.heap]
@@ -292,6 +294,8 @@ def test_figures_match_the_programs_own_at_rest(at_rest):
         assert _near(meta["mspan/mcache"], own["MSpanInuse"] + own["MCacheInuse"])
         assert _near(meta["other"], own["OtherSys"] + own["BuckHashSys"])
         assert heap.limit is None and heap.settings["GOGC (runtime)"] == "100"
+        objects = next(int(m[1]) for n in heap.notes if (m := re.match(r"live objects (\d+) bytes", n)))
+        assert _near(objects, own["/memory/classes/heap/objects:bytes"]) and _near(objects, own["HeapAlloc"])
     print(f"at rest: in_use {before.in_use / MiB:.1f} retained {before.retained / MiB:.1f} "
           f"released {before.released / MiB:.1f} MiB; own HeapInuse {own['HeapInuse'] / MiB:.1f} "
           f"HeapIdle-HeapReleased {(own['HeapIdle'] - own['HeapReleased']) / MiB:.1f}; {before.route}")

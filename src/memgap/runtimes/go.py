@@ -181,7 +181,7 @@ class Unreadable(Exception):
     """The runtime's globals are not readable where the program's DWARF puts them."""
 
 
-def _read_once(reader: ProcReader, layout: Layout) -> GoFigures | None:
+def _read_once(reader: ProcReader, layout: Layout, sizes: bytes | None) -> GoFigures | None:
     """One read between two looks at the markers; None where it may be torn."""
     before = _markers(reader, layout)
     if before is None:
@@ -195,7 +195,7 @@ def _read_once(reader: ProcReader, layout: Layout) -> GoFigures | None:
     scalars = {name: _read_field(reader, f) for name, f in fields.items()}
     if _markers(reader, layout) != before or any(v is None for v in scalars.values()):
         return None
-    found = figures(stats, {k: v for k, v in scalars.items() if v is not None}, layout)
+    found = figures(stats, {k: v for k, v in scalars.items() if v is not None}, layout, sizes)
     return found if found.plausible() else None
 
 
@@ -203,9 +203,11 @@ def read_consistent(reader: ProcReader, layout: Layout) -> tuple[GoFigures | Non
     """The first read at a quiet moment (the runtime's counts agree exactly), else the closest one
     within TOLERANCE; (None, attempts) where none."""
     best: GoFigures | None = None
+    o = layout.objects
+    sizes = reader.read_memory(o.sizes.address, o.classes * o.sizes.size) if o is not None else None
     for attempt in range(1, ATTEMPTS + 1):
         try:
-            found = _read_once(reader, layout)
+            found = _read_once(reader, layout, sizes)
         except Unreadable:
             return None, attempt
         if found is not None and found.drift == 0:
@@ -229,6 +231,10 @@ def _fill(heap: RuntimeHeap, f: GoFigures, attempts: int) -> None:
     heap.settings["GOGC (runtime)"] = "off" if f.gc_percent < 0 else str(f.gc_percent)
     heap.settings["GOMEMLIMIT (runtime)"] = str(heap.limit) if heap.limit is not None else "unset"
     heap.notes.append(f"HeapSys {f.heap_inuse + f.heap_free + f.heap_released} bytes (in use + retained + released)")
+    if f.objects is not None:
+        heap.notes.append(f"live objects {f.objects} bytes of the {f.heap_inuse} in use (runtime/metrics' "
+                          f"/memory/classes/heap/objects); the other {f.heap_inuse - f.objects} are free slots "
+                          "in spans that still hold a live object: the GC keeps them, FreeOSMemory cannot return them")
     if f.drift:
         heap.notes.append(f"read while the runtime allocated: its two counts of the heap differed by {f.drift} "
                           f"bytes after {attempts} reads (within {TOLERANCE:.0%})")

@@ -26,6 +26,7 @@ between); else it reads again.
 """
 from __future__ import annotations
 
+import dataclasses
 import struct
 from dataclasses import dataclass
 
@@ -36,6 +37,18 @@ SYS_FIELDS = ("stacks_sys", "mspan_sys", "mcache_sys", "buckhash_sys", "gcMiscSy
 GC_FIELDS = ("heapInUse", "heapFree", "heapReleased", "gcPercent", "memoryLimit")
 ARENA_BASE_OFFSET = {"amd64": 0xFFFF800000000000}   # malloc.go: arenaBaseOffset, 0 elsewhere on Linux
 MASK64 = (1 << 64) - 1
+
+
+@dataclass(frozen=True)
+class Objects:
+    """Where the bytes of live objects are counted (optional: a release that moves them reads without)."""
+
+    large_alloc: int                   # heapStatsDelta offsets
+    large_free: int
+    small_alloc: int                   # [classes]uint64
+    small_free: int
+    classes: int
+    sizes: Field                       # internal/runtime/gc.SizeClassToSize: the first entry, its width
 
 
 class LayoutMissing(Exception):
@@ -74,6 +87,7 @@ class Layout:
     stats_seq: int                     # p.statsSeq's offset
     arena_bytes: int
     arena_base: int
+    objects: Objects | None = None
 
 
 def _field(d: DwarfTypes, base: tuple[int, int], path: str, missing: list[str], var: str) -> Field:
@@ -147,9 +161,43 @@ def resolve_layout(d: DwarfTypes, bias: int, goarch: str) -> Layout:
         (d.constant("runtime.arenaBaseOffsetUintptr") or ARENA_BASE_OFFSET.get(goarch, 0)) & MASK64)
     if not layout.arena_bytes:
         missing.append("runtime.heapArenaBytes")
+    layout = dataclasses.replace(layout, objects=_objects(d, delta_type, bias))
     if missing:
         raise LayoutMissing(", ".join(missing))
     return layout
+
+
+def _objects(d: DwarfTypes, delta_type: int | None, bias: int) -> Objects | None:
+    """Where live objects are counted: the delta's alloc and free counts and the size class table."""
+    sizes = d.variable("internal/runtime/gc.SizeClassToSize") or d.variable("runtime.class_to_size")
+    table = d.resolve(sizes[1]) if sizes else None
+    fields = [d.field(delta_type, name) for name in ("largeAlloc", "largeFree", "smallAllocCount", "smallFreeCount")]
+    if sizes is None or table is None or not table.count or any(f is None for f in fields):
+        return None
+    width = (d.size_of(sizes[1]) or 0) // table.count
+    small = d.resolve(fields[2][1] if fields[2] else None)
+    if width not in (1, 2, 4, 8) or small is None or small.count != table.count:
+        return None
+    large_alloc, large_free, small_alloc, small_free = (f[0] for f in fields if f is not None)
+    return Objects(large_alloc, large_free, small_alloc, small_free, table.count,
+                   Field((sizes[0] + bias) & MASK64, width))
+
+
+def live_objects(stats: bytes, layout: Layout, sizes: bytes | None) -> int | None:
+    """Bytes of live objects as runtime/metrics' /memory/classes/heap/objects counts them (the slots
+    summed: large bytes allocated less freed, and each size class's count times its size)."""
+    o = layout.objects
+    if o is None or sizes is None or len(sizes) < o.classes * o.sizes.size:
+        return None
+    total = 0
+    for slot in range(3):
+        at = slot * layout.delta_size
+        total += scalar(stats, at + o.large_alloc, 8) - scalar(stats, at + o.large_free, 8)
+        for i in range(o.classes):
+            size = scalar(sizes, i * o.sizes.size, o.sizes.size)
+            count = scalar(stats, at + o.small_alloc + 8 * i, 8) - scalar(stats, at + o.small_free + 8 * i, 8)
+            total += count * size
+    return total & MASK64
 
 
 def scalar(data: bytes, offset: int, size: int, signed: bool = False) -> int:
@@ -186,6 +234,7 @@ class GoFigures:
     gc_percent: int
     memory_limit: int
     consistent: dict[str, int]         # the summed heapStatsDelta
+    objects: int | None = None         # bytes of live objects (None: not counted in this release)
 
     @property
     def drift(self) -> int:
@@ -198,17 +247,19 @@ class GoFigures:
         """No figure negative, none beyond what a 64-bit address space holds (wrong offsets, garbage)."""
         values = [self.heap_inuse, self.heap_free, self.heap_released, self.stack_inuse, self.work_bufs,
                   self.mspan_inuse, self.mcache_inuse, *self.sys.values(), *self.consistent.values()]
-        return all(0 <= v < 1 << 48 for v in values) and self.mspan_inuse <= self.sys["mspan_sys"]
+        objects_fit = self.objects is None or self.objects <= self.heap_inuse
+        return all(0 <= v < 1 << 48 for v in values) and self.mspan_inuse <= self.sys["mspan_sys"] and objects_fit
 
 
-def figures(stats: bytes, scalars: dict[str, int], layout: Layout) -> GoFigures:
-    """The figures from the heapStats slots' bytes and the scalars read (by field name)."""
+def figures(stats: bytes, scalars: dict[str, int], layout: Layout, sizes: bytes | None = None) -> GoFigures:
+    """The figures from the heapStats slots' bytes and the scalars read (by field name); live objects
+    where the size class table's bytes are given."""
     c = sum_deltas(stats, layout)
     percent = struct.unpack("<i", (scalars["gcPercent"] & 0xFFFFFFFF).to_bytes(4, "little"))[0]
     limit = struct.unpack("<q", (scalars["memoryLimit"] & MASK64).to_bytes(8, "little"))[0]
     return GoFigures(scalars["heapInUse"], scalars["heapFree"], scalars["heapReleased"], c["inStacks"],
                      c["inWorkBufs"], {name: scalars[name] for name in SYS_FIELDS}, scalars["span_inuse"],
-                     scalars["cache_inuse"], percent, limit, c)
+                     scalars["cache_inuse"], percent, limit, c, live_objects(stats, layout, sizes))
 
 
 def arena_ranges(indexes: list[int], layout: Layout) -> list[tuple[int, int]]:
