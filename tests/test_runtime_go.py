@@ -183,8 +183,9 @@ def test_the_capture_replayed_gives_what_the_program_said():
     assert _near(found.objects, own["/memory/classes/heap/objects:bytes"])
     maps = parse_maps(capture["maps"])
     ranges = go.owned_ranges(image, layout)
-    heap = [r for r in ranges if r.heap]
-    assert heap and sum(r.end - r.start for r in heap) >= own["HeapSys"]
+    free = sum(r.end - r.start for r in ranges if r.label == "go heap free")
+    assert free == found.heap_free  # the page allocator's bitmaps, as its counter, at rest
+    assert sum(r.end - r.start for r in ranges if r.heap) >= own["HeapSys"]
     for r in ranges:  # every range inside the process's mappings
         assert any(m.start <= r.start < m.end for m in maps) and any(m.start < r.end <= m.end for m in maps), r
 
@@ -301,21 +302,47 @@ def test_figures_match_the_programs_own_at_rest(at_rest):
           f"HeapIdle-HeapReleased {(own['HeapIdle'] - own['HeapReleased']) / MiB:.1f}; {before.route}")
 
 
+def _by_label(pid, ranges):
+    """label -> (bytes, resident bytes read by the test in pagemap) of the heap's ranges."""
+    out = {}
+    for r in ranges:
+        if r.heap:
+            size, resident = out.get(r.label, (0, 0))
+            out[r.label] = (size + r.end - r.start, resident + _resident(pid, r.start, r.end))
+    return out
+
+
 def test_heap_ranges_hold_what_the_figures_say(at_rest):
-    """The arenas' resident pages (read by the test in pagemap) hold at least the spans in use, at most
-    all that is not released (in use, retained, stacks and GC work buffers all live in spans)."""
+    """The arenas split by the page allocator's bitmaps: the free pages' ranges are the retained
+    figure (HeapIdle - HeapReleased); the pages in spans are HeapInuse with the goroutine stacks and
+    GC buffers; what was given back is not resident (read by the test in pagemap)."""
     heap = at_rest.read()
     own = at_rest.ask()
-    arenas = [r for r in heap.ranges if r.heap]
-    resident = sum(_resident(at_rest.pid, r.start, r.end) for r in arenas)
-    assert all(r.label == "go heap" and r.start % (64 * MiB) == 0 for r in arenas)
-    ceiling = own["HeapSys"] - own["HeapReleased"] + own["/memory/classes/heap/stacks:bytes"] + 8 * MiB
-    assert own["HeapInuse"] <= resident <= ceiling
+    labels = _by_label(at_rest.pid, heap.ranges)
+    print({label: (round(size / MiB, 1), round(resident / MiB, 1)) for label, (size, resident) in labels.items()})
+    assert set(labels) <= {"go heap", "go heap free", "go heap released", "go heap unused"}
+    assert _near(labels["go heap free"][0], own["HeapIdle"] - own["HeapReleased"])
+    assert labels["go heap free"][1] <= labels["go heap free"][0]
+    spans = own["HeapInuse"] + own["StackInuse"]
+    assert spans <= labels["go heap"][0] <= spans + own["GCSys"] + 8 * MiB
+    assert labels.get("go heap released", (0, 0))[1] <= 2 * MiB and labels.get("go heap unused", (0, 0))[1] == 0
+    arenas = [(lo, hi) for lo, hi in _joined(heap.ranges)]
+    assert all(lo % (64 * MiB) == 0 == hi % (64 * MiB) for lo, hi in arenas)
     meta = [r for r in heap.ranges if not r.heap]
     assert {r.label for r in meta} == {"go arena index", "go heap arena metadata", "go page summary"}
     maps = ProcReader(at_rest.pid).maps()
     for r in heap.ranges:
         assert any(m.start <= r.start < m.end for m in maps), r
+
+
+def _joined(ranges):
+    out = []
+    for r in sorted((r for r in ranges if r.heap), key=lambda r: r.start):
+        if out and out[-1][1] == r.start:
+            out[-1] = (out[-1][0], r.end)
+        else:
+            out.append((r.start, r.end))
+    return out
 
 
 def _states(pid):
@@ -407,5 +434,5 @@ def test_a_stripped_program_is_named_not_read(stripped):
 def test_the_shape_rule_finds_the_arenas_the_symbols_name(at_rest):
     """On the program with symbols, the arenas told from mapping shapes alone are those its runtime lists."""
     heap = at_rest.read()
-    named = [(r.start, r.end) for r in heap.ranges if r.heap]
+    named = _joined(heap.ranges)
     assert go.shape_ranges(ProcReader(at_rest.pid).maps(), "amd64", randomized=True) == named

@@ -27,6 +27,7 @@ between); else it reads again.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import struct
 from dataclasses import dataclass
 
@@ -49,6 +50,19 @@ class Objects:
     small_free: int
     classes: int
     sizes: Field                       # internal/runtime/gc.SizeClassToSize: the first entry, its width
+
+
+@dataclass(frozen=True)
+class Pages:
+    """The page allocator's bitmaps (optional: without them the arenas are one "go heap" range each)."""
+
+    chunks: int                        # mheap_.pages.chunks: [1 << L1]*[1 << L2]pallocData
+    in_use: int                        # mheap_.pages.inUse.ranges: a slice of [base, limit) pairs
+    l2_bits: int
+    chunk_bytes: int                   # 4 MiB: 512 pages of 8 KiB
+    page_size: int
+    data_size: int                     # sizeof(pallocData): pallocBits, then scavenged
+    scavenged: int
 
 
 class LayoutMissing(Exception):
@@ -88,6 +102,7 @@ class Layout:
     arena_bytes: int
     arena_base: int
     objects: Objects | None = None
+    pages: Pages | None = None
 
 
 def _field(d: DwarfTypes, base: tuple[int, int], path: str, missing: list[str], var: str) -> Field:
@@ -161,10 +176,24 @@ def resolve_layout(d: DwarfTypes, bias: int, goarch: str) -> Layout:
         (d.constant("runtime.arenaBaseOffsetUintptr") or ARENA_BASE_OFFSET.get(goarch, 0)) & MASK64)
     if not layout.arena_bytes:
         missing.append("runtime.heapArenaBytes")
-    layout = dataclasses.replace(layout, objects=_objects(d, delta_type, bias))
     if missing:
         raise LayoutMissing(", ".join(missing))
-    return layout
+    return dataclasses.replace(layout, objects=_objects(d, delta_type, bias), pages=_pages(d, mh))
+
+
+def _pages(d: DwarfTypes, mh: tuple[int, int]) -> Pages | None:
+    """Where the page allocator keeps which pages are in use and which given back."""
+    chunks, ranges = d.field(mh[1], "pages.chunks"), d.field(mh[1], "pages.inUse.ranges")
+    data = d.names.get("runtime.pallocData")
+    scavenged = d.field(data, "scavenged")
+    constants = [d.constant(f"runtime.{n}") for n in ("pallocChunksL2Bits", "pallocChunkBytes", "pageSize")]
+    size = d.size_of(data)
+    if chunks is None or ranges is None or scavenged is None or not size or any(c is None for c in constants):
+        return None
+    l2_bits, chunk_bytes, page_size = (c or 0 for c in constants)
+    if not page_size or chunk_bytes % page_size or chunk_bytes // page_size > 8 * scavenged[0]:
+        return None
+    return Pages(mh[0] + chunks[0], mh[0] + ranges[0], l2_bits, chunk_bytes, page_size, size, scavenged[0])
 
 
 def _objects(d: DwarfTypes, delta_type: int | None, bias: int) -> Objects | None:
@@ -271,4 +300,52 @@ def arena_ranges(indexes: list[int], layout: Layout) -> list[tuple[int, int]]:
             out[-1] = (out[-1][0], start + layout.arena_bytes)
         else:
             out.append((start, start + layout.arena_bytes))
+    return out
+
+
+PAGE_LABELS = {"1": "go heap", "0": "go heap free", "2": "go heap released", "-": "go heap unused"}
+
+
+def bit_runs(value: int, lo: int, hi: int) -> list[tuple[int, int, int]]:
+    """(start, end, bit) of each run of equal bits of ``value`` in bit positions [lo, hi)."""
+    full = (1 << hi) - 1
+    runs, pos = [], lo
+    while pos < hi:
+        bit = (value >> pos) & 1
+        rest = ((value if not bit else ~value & full) >> pos) & full   # the next bit that differs
+        end = min(hi, pos + (rest & -rest).bit_length() - 1) if rest else hi
+        runs.append((pos, end, bit))
+        pos = end
+    return runs
+
+
+def page_runs(chunk: int, data: bytes, pages: Pages, in_use: list[tuple[int, int]]) -> list[tuple[int, int, str]]:
+    """One chunk's pages in runs: in spans ("go heap": objects, stacks, GC buffers), free ("go heap
+    free": HeapIdle - HeapReleased), given back ("go heap released") or outside the page allocator's
+    ranges ("go heap unused": reserved, never handed out)."""
+    count, size = pages.chunk_bytes // pages.page_size, pages.page_size
+    used, scav = scalar(data, 0, count // 8), scalar(data, pages.scavenged, count // 8)
+    states: list[tuple[int, int, str]] = []
+    for lo, hi, bit in bit_runs(used, 0, count):
+        states += [(lo, hi, "1")] if bit else [(a, b, "2" if g else "0") for a, b, g in bit_runs(scav, lo, hi)]
+    runs = [(chunk + lo * size, chunk + hi * size, PAGE_LABELS[state]) for lo, hi, state in states]
+    if any(lo <= chunk and chunk + pages.chunk_bytes <= hi for lo, hi in in_use):
+        return runs
+    out = []  # a chunk the page allocator only partly manages: the rest is reserved, unused
+    for lo, hi, label in runs:
+        cuts = sorted({lo, hi, *(x for r in in_use for x in r if lo < x < hi)})
+        for a, b in itertools.pairwise(cuts):
+            inside = any(r_lo <= a < r_hi for r_lo, r_hi in in_use)
+            out.append((a, b, label if inside else PAGE_LABELS["-"]))
+    return join_runs(out)
+
+
+def join_runs(runs: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
+    """Adjacent runs of one label joined (a chunk's last run and the next chunk's first)."""
+    out: list[tuple[int, int, str]] = []
+    for lo, hi, label in runs:
+        if out and out[-1][1] == lo and out[-1][2] == label:
+            out[-1] = (out[-1][0], hi, label)
+        else:
+            out.append((lo, hi, label))
     return out
