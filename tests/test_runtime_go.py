@@ -11,6 +11,7 @@ world for microseconds and allocates little), and both of memgap's reads must ag
 The parsers are tested on what the reader read of a real program (``fixtures/go/``, captured by
 ``scripts/capture_go_fixture.py``) and on garbage.
 """
+import itertools
 import json
 import os
 import random
@@ -25,7 +26,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from memgap.errors import MalformedInput
-from memgap.runtimes import detect_runtimes, go
+from memgap.runtimes import detect_runtimes, go, go_state
 from memgap.runtimes.base import ProcessView
 from memgap.runtimes.go_binary import decompress, parse_buildinfo, read_go_binary
 from memgap.runtimes.go_dwarf import parse_dwarf
@@ -246,6 +247,33 @@ def test_figures_of_garbage_are_told_or_refused(layout):
         assert isinstance(figures(stats, scalars, layout).plausible(), bool)
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, (1 << 512) - 1), st.integers(0, 512), st.integers(0, 512))
+def test_bit_runs_cover_the_range_with_the_bits(value, a, b):
+    lo, hi = min(a, b), max(a, b)
+    runs = go_state.bit_runs(value, lo, hi)
+    assert all(x[1] == y[0] for x, y in itertools.pairwise(runs))  # contiguous
+    assert (runs[0][0], runs[-1][1]) == (lo, hi) if runs else lo == hi
+    for start, end, bit in runs:
+        assert all((value >> i) & 1 == bit for i in range(start, end))
+    assert all(x[2] != y[2] for x, y in itertools.pairwise(runs))  # maximal
+
+
+def test_shape_rule_on_captured_and_older_layouts():
+    """The capture's maps (a Go 1.26 random heap base) give its arenas; a layout of Go before 1.26
+    (arenas at the amd64 hint 0xc000000000) is found there only; glibc-like 64 MiB arenas elsewhere
+    are taken only under the random base (the reader then wants no libc mapped)."""
+    capture, _section = _capture()
+    image = Image(capture["reads"])
+    named = _joined(go.owned_ranges(image, _layout_of_capture()))
+    assert go.shape_ranges(parse_maps(capture["maps"]), "amd64", randomized=True) == named
+    older = parse_maps("c000000000-c008000000 rw-p 00000000 00:00 0\n"
+                       "7f0000000000-7f0000400000 rw-p 00000000 00:00 0\n"
+                       "7f0000400000-7f0004000000 ---p 00000000 00:00 0\n")
+    assert go.shape_ranges(older, "amd64", randomized=False) == [(0xC000000000, 0xC008000000)]
+    assert len(go.shape_ranges(older, "amd64", randomized=True)) == 2
+
+
 # --- detection ------------------------------------------------------------------------------------------
 
 def test_a_go_program_is_detected_with_its_version(at_rest, stripped, go_exes):
@@ -373,6 +401,36 @@ def test_reading_never_stops_the_program(at_rest):
     with_reads.sort()
     print(f"longest tick gaps, ms: with reads {with_reads}, without {sorted(without)}")
     assert (with_reads[2] + with_reads[3]) / 2 <= max(without) * 1.5 + 5
+
+
+def test_a_program_allocating_without_pause_is_read_or_refused(go_exes):
+    """Under a goroutine that allocates without pause, each read is taken at a quiet moment of the
+    runtime's counters or within 1% of agreeing (said in the notes), or refused, never torn: the heap's
+    mapped total (in use + retained + released, which only grows as spans come and go) lies between
+    the program's own HeapSys just before and just after, where in_use itself swings with each GC."""
+    program = GoProgram(go_exes["plain"], "-entries", "200000", "-churn")
+    try:
+        told = refused = drifted = 0
+        attempts = []
+        for _ in range(20):
+            before = program.ask()
+            heap = program.read()
+            after = program.ask()
+            if heap.in_use is None:
+                refused += 1
+                assert any("torn" in n for n in heap.notes)
+                continue
+            told += 1
+            drifted += any(n.startswith("read while the runtime allocated") for n in heap.notes)
+            attempts.append(int(re.search(r"; (\d+) read\(s\)", heap.route)[1]))
+            low, high = sorted((before["HeapSys"], after["HeapSys"]))
+            assert 0.98 * low <= heap.committed + heap.released <= 1.02 * high
+            assert heap.in_use <= heap.committed
+        print(f"allocating without pause: {told} reads told ({drifted} within 1%, not exact; attempts "
+              f"{sorted(attempts)}), {refused} refused")
+        assert told >= 10
+    finally:
+        program.close()
 
 
 def test_settings_as_the_runtime_holds_them(go_exes):

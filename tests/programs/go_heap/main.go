@@ -1,9 +1,10 @@
 // A Go program that grows, drops most of what it built, and rests: memgap's Go reader is read
 // against the figures it prints of itself (runtime.ReadMemStats and runtime/metrics).
 //
-// Usage: go_heap [-entries N] [-keep PERCENT] [-hold]
+// Usage: go_heap [-entries N] [-keep PERCENT] [-hold] [-churn]
 //
 //	-hold: build and stay at the live size (nothing dropped), for the reading before the drop.
+//	-churn: never rest: a goroutine allocates 1 KiB slices into a ring of 10,000 without pause.
 //
 // It prints "ready pid=PID" once at rest; then each line on stdin gets one line of key=value of its
 // own figures (bytes), read at that moment; "tick" gets the longest gap its ticker saw (ns); EOF ends it.
@@ -55,7 +56,7 @@ func drop(keep int) {
 		}
 	}
 	table = kept
-	slices = slices[:len(slices)*keep/100:len(slices)*keep/100]
+	slices = slices[: len(slices)*keep/100 : len(slices)*keep/100]
 	slices = append([][]byte(nil), slices...)
 }
 
@@ -95,12 +96,23 @@ func figures() string {
 	return b.String()
 }
 
+func churn() {
+	ring := make([][]byte, 10000)
+	for i := 0; ; i++ {
+		ring[i%len(ring)] = make([]byte, 1024)
+	}
+}
+
 func main() {
 	entries := flag.Int("entries", 1500000, "map entries to build")
 	keep := flag.Int("keep", 10, "percent of what was built to keep")
 	hold := flag.Bool("hold", false, "keep everything: rest at the live size")
+	busy := flag.Bool("churn", false, "allocate without pause")
 	flag.Parse()
 	go ticker()
+	if *busy {
+		go churn()
+	}
 	build(*entries)
 	if !*hold {
 		drop(*keep)
