@@ -28,6 +28,7 @@ from .go_dwarf import DwarfTypes, parse_dwarf
 MAGIC = b"\xff Go buildinf:"
 FLAG_INLINE_STRINGS = 2
 RUNTIME_SYMBOLS = ("runtime.mheap_", "runtime.memstats", "runtime.buildVersion")
+RUNTIME_UNITS = frozenset({"runtime", "internal/runtime/gc"})   # the units the reader needs (types: "runtime")
 SCAN_LIMIT = 256 << 20      # a program without section headers: its first bytes searched for the magic
 ELFCOMPRESS_ZLIB = 1
 ET_DYN, PT_LOAD = 3, 1
@@ -133,10 +134,12 @@ class GoBinary:
     def goarch(self) -> str:
         return self.build.settings.get("GOARCH", "") if self.build is not None else ""
 
-    def dwarf(self) -> DwarfTypes:
-        """The program's DWARF types (parsed once per build id). MalformedInput where damaged."""
-        if self._dwarf is None:
-            cached = _DWARF.get(self.build_id) if self.build_id else None
+    def dwarf(self, everything: bool = False) -> DwarfTypes:
+        """The program's DWARF types (parsed once per build id): of the runtime's units only, or
+        ``everything`` (where a release keeps what is needed elsewhere). MalformedInput where damaged."""
+        key = (self.build_id, everything)
+        if self._dwarf is None or everything:
+            cached = _DWARF.get(key) if self.build_id else None
             if cached is None:
                 info = read_elf(self.path)
                 names = [n for n in (".debug_info", ".zdebug_info") if n in info.sections]
@@ -145,15 +148,18 @@ class GoBinary:
                     raise MalformedInput("DWARF", f"{self.path}: no .debug_info")
                 cached = parse_dwarf(decompress(names[0], read_section(self.path, info, names[0], 512 << 20)),
                                      decompress(abbrevs[0], read_section(self.path, info, abbrevs[0])),
-                                     decompress(".debug_str", read_section(self.path, info, ".debug_str")))
+                                     decompress(".debug_str", read_section(self.path, info, ".debug_str")),
+                                     units=None if everything else RUNTIME_UNITS.__contains__)
                 if self.build_id:
-                    _DWARF[self.build_id] = cached
+                    _DWARF[key] = cached
+            if everything:
+                return cached
             self._dwarf = cached
         return self._dwarf
 
 
 _FILES: dict[tuple[int, int, int, int], GoBinary | None] = {}
-_DWARF: dict[str, DwarfTypes] = {}
+_DWARF: dict[tuple[str, bool], DwarfTypes] = {}
 _KEPT = 64
 
 
