@@ -146,8 +146,10 @@ class Image(ProcReader):
         self.reads = {int(a, 16): bytes.fromhex(d) for a, d in reads.items()}
 
     def read_memory(self, address, size):
-        data = self.reads.get(address)
-        return data[:size] if data is not None and len(data) >= size else None
+        for start, data in self.reads.items():  # any recorded read that holds these bytes
+            if start <= address and address + size <= start + len(data):
+                return data[address - start:address - start + size]
+        return None
 
     def read_many(self, addresses, size):
         return [self.read_memory(a, size) for a in addresses]

@@ -216,8 +216,14 @@ def _read_once(reader: ProcReader, layout: Layout, sizes: bytes | None) -> GoFig
         raise Unreadable
     if before[0] > 2 or before[1] & 1 or any(s & 1 for s in before[2:]):
         return None
+    # the slot after gen zero, looked at before the others: a merge in the runtime (which zeroes it
+    # last) is over, so the slots read next are not half-merged
+    after_gen = (before[0] + 1) % 3
+    zero = reader.read_memory(layout.stats + after_gen * layout.delta_size, layout.delta_size)
+    if zero is None or any(zero):
+        return None
     stats = reader.read_memory(layout.stats, 3 * layout.delta_size)
-    if stats is None or not slot_is_zero(stats, layout, (before[0] + 1) % 3):
+    if stats is None or not slot_is_zero(stats, layout, after_gen):
         return None
     fields = {**layout.sys, **layout.gc, "span_inuse": layout.span_inuse, "cache_inuse": layout.cache_inuse}
     scalars = {name: _read_field(reader, f) for name, f in fields.items()}
