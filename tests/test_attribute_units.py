@@ -551,3 +551,17 @@ def test_runtime_retention_finding_fires_above_its_floor_only():
     fired = [f for f in diagnose(snap(30 * MiB, 200 * MiB)) if f.code == "runtime-heap-retained"]
     assert fired and "200.0 MiB free but resident" in fired[0].summary
     assert not [f for f in diagnose(snap(300 * MiB, 10 * MiB)) if f.code == "runtime-heap-retained"]
+
+
+def test_a_runtime_that_marks_its_free_pages_is_split_by_them():
+    # Go marks the heap pages it holds free: their resident pages are retained, whatever its counts say
+    from memgap.runtimes.base import OwnedRange
+
+    heap = _go_heap(230 * MiB, 129 * MiB)
+    heap.ranges = [OwnedRange(0, 1, "go heap"), OwnedRange(1, 2, "go heap free", free=True)]
+    owned = [Region(0x10000000, 0x20000000, "runtime-heap", 158 * MiB, path="[go] go heap"),
+             Region(0x20000000, 0x30000000, "runtime-free", 127 * MiB, path="[go] go heap free")]
+    layers, _ = attribute(Measurements(285 * MiB, owned, "unknown", runtimes=[heap]))
+    (go,) = layers["runtime_heap"].detail["runtimes"]
+    assert layers["runtime_heap"].resident == 285 * MiB
+    assert (go["in_use"], go["retained"], go["in_use_told"]) == (158 * MiB, 127 * MiB, 230 * MiB)

@@ -367,7 +367,8 @@ def attribute(m: Measurements) -> tuple[dict[str, Layer], int]:
     _set_shares(layers, {"files": owned.part("file"), "shared_memory": owned.part("shmem"),
                          "stacks": owned.part("stack"),
                          "python_objects": small_part + moved_part, "pymalloc_free": arenas_part - small_part,
-                         "runtime_heap": owned.part("runtime-heap"), "runtime_metadata": owned.part("runtime-meta"),
+                         "runtime_heap": owned.part("runtime-heap", "runtime-free"),
+                         "runtime_metadata": owned.part("runtime-meta"),
                          "allocator_in_use": in_use_part, "allocator_free": c.free_part,
                          "other_anon": c.other_part + owned.part("file-cow")})
     total = sum(layer.resident or 0 for layer in layers.values())
@@ -379,14 +380,16 @@ def _runtime_layers(m: Measurements, owned: _Owners) -> dict[str, Layer]:
     without one shows no such layer)."""
     if not m.runtimes:
         return {}
-    from .runtimes.layers import HEAP_OWNER, META_OWNER, runtime_layers
+    from .runtimes.layers import FREE_OWNER, HEAP_OWNER, META_OWNER, runtime_layers
 
     def resident(owner: str, name: str) -> int:  # a runtime's regions are labelled "[NAME] what"
         return sum(r.resident for r in m.regions if r.owner == owner and r.path.startswith(f"[{name}]"))
 
-    heap_resident = {h.info.name: resident(HEAP_OWNER, h.info.name) for h in m.runtimes}
+    free = {h.info.name: resident(FREE_OWNER, h.info.name) for h in m.runtimes}
+    heap_resident = {h.info.name: resident(HEAP_OWNER, h.info.name) + free[h.info.name] for h in m.runtimes}
     meta_resident = {h.info.name: resident(META_OWNER, h.info.name) for h in m.runtimes}
-    heap, meta = runtime_layers(m.runtimes, heap_resident, meta_resident, owned.virtual.get(HEAP_OWNER, 0))
+    virtual = owned.virtual.get(HEAP_OWNER, 0) + owned.virtual.get(FREE_OWNER, 0)
+    heap, meta = runtime_layers(m.runtimes, heap_resident, free, meta_resident, virtual)
     return {"runtime_heap": heap, "runtime_metadata": meta}
 
 

@@ -112,7 +112,8 @@ def label_regions(reader: ProcReader, memmap: MemoryMap, glibc: GlibcLayout | No
     """
     alloc_owner, alloc_ranges = allocator or ("", [])
     res = memmap.resident
-    owners = _owners(memmap, glibc, runtimes or [])
+    owned_by_runtimes = runtimes or []
+    owners = _owners(memmap, glibc, owned_by_runtimes)
     owner_starts = [o[0] for o in owners]
     regions: list[Region] = []
     for mp in memmap.mappings:
@@ -123,8 +124,9 @@ def label_regions(reader: ProcReader, memmap: MemoryMap, glibc: GlibcLayout | No
                 regions.append(Region(m.start, m.end, "shmem" if shared_memory_kind(m.path) else "file",
                                       mp.file_resident, m.perms, m.path,
                                       *_whole(res, mp.file_resident, mp.file_private, share)))
-            if mp.anon_resident:
-                regions.append(Region(m.start, m.end, "file-cow", mp.anon_resident, m.perms, m.path,
+            if mp.anon_resident:  # private copies of a file's pages: a runtime's where it owns them (a CDS archive)
+                owner, label = _runtime_owner(owned_by_runtimes, m) or ("file-cow", m.path)
+                regions.append(Region(m.start, m.end, owner, mp.anon_resident, m.perms, label,
                                       *_whole(res, mp.anon_resident, mp.anon_private, share)))
             continue
         if mp.file_resident:  # shared memory without an inode (a SysV segment whose shmid is 0)
@@ -158,6 +160,11 @@ def label_regions(reader: ProcReader, memmap: MemoryMap, glibc: GlibcLayout | No
                 pss -= sum(r.pss or 0 for r in found)
             regions.append(Region(lo, hi, "anon", unclaimed, m.perms, m.path or "[anon]", private, pss))
     return regions
+
+
+def _runtime_owner(runtimes: list[tuple[int, int, str, str]], m: Mapping) -> tuple[str, str] | None:
+    """The owner and label of the runtime range holding mapping ``m``, if one does."""
+    return next(((owner, label) for start, end, owner, label in runtimes if start <= m.start and m.end <= end), None)
 
 
 def _owners(memmap: MemoryMap, glibc: GlibcLayout | None,

@@ -315,8 +315,8 @@ def _runtime_retention(snap: Snapshot) -> list[Finding]:
             evidence.append(f"settings: {settings}")
         out.append(Finding(
             "runtime-heap-retained", "warning",
-            f"the {rt['runtime']} heap holds {mib(retained)} MiB free but resident around {mib(rt['in_use'])} MiB "
-            "of live objects", evidence, remedy(rt["runtime"], rt)))
+            f"the {rt['runtime']} heap holds {mib(retained)} MiB free but resident beside {mib(rt['in_use'])} MiB "
+            "in use", evidence, remedy(rt["runtime"], rt)))
     return out
 
 

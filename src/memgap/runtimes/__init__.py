@@ -24,6 +24,12 @@ def register(name: str, reader: RuntimeReader) -> None:
     READERS[name] = reader
 
 
+def all_readers() -> dict[str, RuntimeReader]:
+    """Every runtime's reader, by name (each module imported once, so each has registered)."""
+    _load_all()
+    return dict(READERS)
+
+
 def detect_runtimes(process: ProcessView) -> list[RuntimeInfo]:
     """Every runtime found in the process (a JVM loading a native library beside glibc is one runtime;
     several runtimes in one process are each listed)."""
@@ -57,5 +63,5 @@ def _load_all() -> None:
                 raise
 
 
-__all__ = ["READERS", "ProcessView", "RuntimeHeap", "RuntimeInfo", "RuntimeReader", "detect_runtimes", "register",
-           "remedy"]
+__all__ = ["READERS", "ProcessView", "RuntimeHeap", "RuntimeInfo", "RuntimeReader", "all_readers", "detect_runtimes",
+           "register", "remedy"]

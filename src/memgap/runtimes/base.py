@@ -41,6 +41,7 @@ class OwnedRange:
     end: int
     label: str
     heap: bool = True  # its pages are the runtime's heap (else its metadata)
+    free: bool = False  # heap pages the runtime holds free: where resident, retained (its own count splits the rest)
 
 
 @dataclass

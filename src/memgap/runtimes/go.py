@@ -286,7 +286,7 @@ def owned_ranges(reader: ProcReader, layout: Layout) -> list[OwnedRange]:
     indexes = [scalar(data, 8 * i, 8) for i in range(count)]
     arenas = arena_ranges(indexes, layout)
     pages = _arena_pages(reader, layout, arenas) if layout.pages is not None else None
-    out = ([OwnedRange(lo, hi, label) for lo, hi, label in pages] if pages is not None
+    out = ([OwnedRange(lo, hi, label, free=label != "go heap") for lo, hi, label in pages] if pages is not None
            else [OwnedRange(start, end, "go heap") for start, end in arenas])
     l2 = _read_field(reader, Field(layout.arenas_l1, 8))
     if l2 and layout.l2_bytes:

@@ -58,6 +58,7 @@ import os
 import shutil
 import stat
 from collections.abc import Callable
+from itertools import pairwise
 
 from ..errors import MalformedInput, MemgapError
 from ..sources.hsperfdata import MAGIC, PerfData, parse_perfdata
@@ -225,6 +226,15 @@ def _set_heap_range(heap: RuntimeHeap, process: ProcessView, found: tuple[int, i
     heap.notes.append(f"java heap: {resident} bytes resident in its reservation [{found[0]:#x}, {found[1]:#x})")
 
 
+def _archive_outside(maps: list[Mapping], taken: list[tuple[int, int]]) -> tuple[int, int] | None:
+    """The CDS archive's writable mapping outside the Java heap (classes.jsa mapped privately, its
+    classes relocated in place: its written pages are the JVM's metadata, not a file's), if there is one."""
+    pieces = [m for m in maps if m.is_file and m.path.endswith(".jsa") and m.writable
+              and not any(lo < m.end and m.start < hi for lo, hi in taken)]
+    return (pieces[0].start, pieces[-1].end) if pieces and all(
+        a.end == b.start for a, b in pairwise(pieces)) else None
+
+
 def _fill_metadata(heap: RuntimeHeap, process: ProcessView, figures: JvmFigures | None,
                    flags: dict[str, str]) -> None:
     """Code cache, class space and metaspace: their ranges (by shape) and resident bytes."""
@@ -236,7 +246,9 @@ def _fill_metadata(heap: RuntimeHeap, process: ProcessView, figures: JvmFigures 
     klass = (jvm_maps.find_reservation(process.maps, class_size, committed, jvm_maps.data_piece, taken)
              if flags.get("UseCompressedClassPointers") != "false" else None)
     meta = jvm_maps.first_metaspace_node(process.maps)
-    for label, found in (("code cache", code), ("class space", klass), ("metaspace", meta)):
+    archive = _archive_outside(process.maps, taken)
+    for label, found in (("code cache", code), ("class space", klass), ("metaspace", meta),
+                         ("class data archive (CDS)", archive)):
         if found is None:
             heap.notes.append(f"{label}: no range of its shape in the maps")
             continue
