@@ -333,7 +333,7 @@ def test_deep_reads_a_stripped_prefixed_jemalloc_beside_glibc(je_prefixed_exe):
     assert in_use["resident"] == sum(in_use["detail"]["by_allocator"].values())
     flat = " ".join(text.stdout.split())
     assert "beside: jemalloc (prefix je_)" in flat and "beside glibc's malloc: both allocators hold memory" in flat
-    assert "glibc: glibc heaps' resident pages" in in_use["derivation"] and "plus jemalloc (je_mallctl)" in \
+    assert "glibc: glibc heaps' resident bytes" in in_use["derivation"] and "plus jemalloc (je_mallctl)" in \
         in_use["derivation"]
     print(f"jemalloc beside glibc: allocated {j['allocated']} / {later['allocated']}, resident {j['resident']} / "
           f"{later['resident']}; glibc held {glibc_held} / arena+mmapped {first['g_arena'] + first['g_mmapped']}; "
