@@ -13,6 +13,10 @@ for pkg in libjemalloc2 libjemalloc-dev libtcmalloc-minimal4 libgoogle-perftools
     dpkg -s "$pkg" >/dev/null 2>&1 || need="$need $pkg"
 done
 python3 -c "import ensurepip" >/dev/null 2>&1 || need="$need python3-venv"
+# test_lab_runtimes: the lab on a Go program and a Java one it builds, and Node's own options
+command -v go >/dev/null 2>&1 || [ -x /usr/local/go/bin/go ] || need="$need golang-go"
+command -v javac >/dev/null 2>&1 || need="$need default-jdk-headless"
+command -v node >/dev/null 2>&1 || need="$need nodejs"
 if [ -n "$need" ]; then
     $SUDO apt-get update -qq
     $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $need

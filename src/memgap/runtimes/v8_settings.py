@@ -8,6 +8,10 @@ flags are allowed there: these two are; --gc-interval and --optimize-for-size ar
   Node 20 by default); smaller: less young space resident, more scavenges.
 
 NODE_OPTIONS keeps the user's own options, before ours; options on node's command line win over both.
+Measured on a Node 20 program that builds 100 MiB of small objects with scratch arrays, drops 90%
+and rests 5 s: RSS at rest 237 MiB under the defaults, 216 with semi_space=4, 212 with 1; with
+--max-old-space-size=300 235, and with 120 (half its peak RSS) it died (exit 134, heap out of memory).
+
 The V8 heap is the reader ``v8``'s: these settings register under that name, with ``node`` as the
 spec's head (what reads NODE_OPTIONS is node).
 """
@@ -16,9 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from . import register_settings
-from .settings import RuntimeSettings, appended, mib_of, whole
-
-OLD_SPACE_SHARE = 0.5  # of the baseline's peak RSS: what V8's old space is held to, in the variant that limits it
+from .settings import RuntimeSettings, appended, whole
 
 
 def env(options: Mapping[str, str], environ: Mapping[str, str]) -> dict[str, str]:
@@ -31,9 +33,9 @@ def env(options: Mapping[str, str], environ: Mapping[str, str]) -> dict[str, str
 
 
 def variants(peak: int | None) -> tuple[str, ...]:
-    """Smaller young halves, and an old space held to half the baseline's peak RSS."""
-    old = mib_of(OLD_SPACE_SHARE, peak)
-    return ("node:semi_space=4", *((f"node:max_old_space_size={old}",) if old else ()))
+    """Smaller young halves. Not the old space's ceiling: one sized from the baseline's RSS (half its
+    peak) ended the measured program (V8's "heap out of memory"): its live heap is not told here."""
+    return ("node:semi_space=4",)
 
 
 SETTINGS = RuntimeSettings(

@@ -1,8 +1,14 @@
 // An unmodified Java service in miniature (it knows nothing of memgap): it handles requests that each
 // make garbage and keep a record, until its cache holds MIB MiB; drops 90% of the cache; collects
-// once (System.gc(), as a program does after a batch; not with "nogc"); rests REST seconds; exits.
+// once (System.gc(), as a program does after a batch; not with "nogc"); rests REST seconds; with FILE,
+// appends its own VmRSS at the end of its rest there (a line "vmrss_kib=N": the tests' witness); exits.
 //
-//   java GrowDrop [MIB [REST [nogc]]]
+//   java GrowDrop [MIB [REST [gc|nogc [FILE]]]]
+import java.io.IOException;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Paths;
+import java.nio.file.StandardOpenOption;
 import java.util.ArrayList;
 
 public class GrowDrop {
@@ -14,7 +20,18 @@ public class GrowDrop {
         }
     }
 
-    public static void main(String[] args) throws InterruptedException {
+    // appends this process's VmRSS, as the kernel counts it now, to the file at path
+    static void report(String path) throws IOException {
+        for (String line : Files.readAllLines(Paths.get("/proc/self/status"))) {
+            if (line.startsWith("VmRSS:")) {
+                String kib = line.split("\\s+")[1];
+                Files.write(Paths.get(path), ("vmrss_kib=" + kib + "\n").getBytes(StandardCharsets.US_ASCII),
+                            StandardOpenOption.CREATE, StandardOpenOption.APPEND);
+            }
+        }
+    }
+
+    public static void main(String[] args) throws InterruptedException, IOException {
         int mib = args.length > 0 ? Integer.parseInt(args[0]) : 200;
         double rest = args.length > 1 ? Double.parseDouble(args[1]) : 2.0;
         ArrayList<byte[]> cache = new ArrayList<>();
@@ -35,6 +52,9 @@ public class GrowDrop {
             System.gc();
         }
         Thread.sleep((long) (rest * 1000));
+        if (args.length > 3) {
+            report(args[3]);
+        }
         if (cache.size() < 0) {
             System.out.println(cache.get(0)[0]); // keeps the cache reachable to the end
         }

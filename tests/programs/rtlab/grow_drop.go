@@ -1,14 +1,17 @@
 // An unmodified Go service in miniature (it knows nothing of memgap): it handles requests that each
 // make garbage and keep a record, until its cache holds MIB MiB; drops 90% of the cache; with "gc",
-// collects once (runtime.GC(), as a program does after a batch); rests REST seconds; exits.
+// collects once (runtime.GC(), as a program does after a batch); rests REST seconds; with FILE, appends
+// its own VmRSS at the end of its rest there (a line "vmrss_kib=N": the tests' witness); exits.
 //
-//	grow_drop [MIB [REST [gc]]]
+//	grow_drop [MIB [REST [gc|nogc [FILE]]]]
 package main
 
 import (
+	"fmt"
 	"os"
 	"runtime"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -47,5 +50,26 @@ func main() {
 		runtime.GC()
 	}
 	time.Sleep(time.Duration(rest * float64(time.Second)))
+	if len(os.Args) > 4 {
+		report(os.Args[4])
+	}
 	runtime.KeepAlive(cache)
+}
+
+// report appends this process's VmRSS, as the kernel counts it now, to the file at path.
+func report(path string) {
+	status, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		panic(err)
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if strings.HasPrefix(line, "VmRSS:") {
+			f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+			if err != nil {
+				panic(err)
+			}
+			fmt.Fprintf(f, "vmrss_kib=%s\n", strings.Fields(line)[1])
+			f.Close()
+		}
+	}
 }
