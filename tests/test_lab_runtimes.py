@@ -161,6 +161,34 @@ def test_the_runtimes_a_run_read_come_from_its_snapshots_runtime_heap_layer():
     assert run_runtimes(RunDocument([ProcessRecord(1, [{"phase": "quiet", "layers": {"other_anon": {}}}])])) == set()
 
 
+def test_the_baselines_first_run_adds_the_runtimes_variants_right_after_it():
+    """The runner's wiring: the runtimes its snapshots read, and its peak, reach the choice."""
+    from memgap.documents import RunFigures, RunStatus
+    from memgap.lab import runner
+    from memgap.lab.fork_probe import ForkProbe
+
+    events = []
+
+    class Events:
+        def write(self, event):
+            events.append(event)
+
+    options = runner.LabOptions(["prog"], [parse_variant("glibc"), parse_variant("glibc:arena_max=2")], choose=True)
+    layer = {"resident": 200 * MiB, "detail": {"runtimes": [{"runtime": "go", "retained": 180 * MiB}]}}
+    finding = {"code": "runtime-heap-retained", "severity": "warning", "summary": "the go heap holds 180 MiB free",
+               "evidence": [], "remedy": ""}
+    run = RunDocument([ProcessRecord(1, [{"phase": "quiet", "layers": {"runtime_heap": layer}, "findings": [finding],
+                                          "allocator": {"name": "unknown"}}])])
+    first = RunFigures(variant="glibc", rep=1, order=1, status=RunStatus.OK, peak=320 * MiB)
+    lines = []
+    runner._follow_findings(options, run, first, ForkProbe(), Events(), lines.append)
+    assert [v.spec for v in options.variants] == ["glibc", "go:gogc=50", "go:memlimit=240MiB", "glibc:arena_max=2"]
+    assert lines == ["added go:gogc=50: chosen because: finding runtime-heap-retained: the go heap holds 180 MiB free",
+                     "added go:memlimit=240MiB: chosen because: finding runtime-heap-retained: the go heap holds 180 "
+                     "MiB free"]
+    assert events[0]["added"] == ["go:gogc=50", "go:memlimit=240MiB"]
+
+
 def test_the_lab_and_the_variants_name_no_runtime():
     """Issue 24's rule: a runtime's name is its own modules' and the registry's; the lab asks the registry."""
     src = Path(HERE).parent / "src" / "memgap"
