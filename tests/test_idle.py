@@ -107,6 +107,28 @@ def test_memory_given_back_at_rest_restarts_the_spell_but_not_the_rest():
     assert spell.update(3.0, 0.01, 120 * MiB) == "end" and spell.rested_since == 3.0  # RSS rose: work
 
 
+def test_memory_given_back_before_the_spell_is_told_keeps_the_spell():
+    """A runtime giving pages back 1 s into its rest (Go's scavenger: 345 -> 333 MiB, 0.9 s into a
+    2 s rest, measured): still the rest, so the spell is told on time, at the lower figure (restarted,
+    no spell of 1 s fitted in the rest of an unmodified Go program, and it had no idle)."""
+    spell = QuietSpell(after=1.0)
+    readings = [(t / 10, 0.0, 345 * MiB) for t in range(9)]
+    readings += [(t / 10, 0.01, 333 * MiB) for t in range(9, 20)]
+    assert _feed(spell, readings) == [(1.0, "quiet")]
+    assert spell.since == 0.0 and spell.rested_since == 0.0 and spell._rss0 == 333 * MiB
+
+
+def test_a_process_read_as_it_exits_leaves_its_last_figure_not_zero():
+    """The last sample of a process read as it exits (a zombie: no VmRSS) says 0: its figure before is
+    the moment before its exit."""
+    from memgap.idle import idle_of_process
+
+    timeline = [{"pid": 7, "t": 0.1, "rss": 300 * MiB}, {"pid": 7, "t": 0.2, "rss": 333 * MiB},
+                {"pid": 7, "t": 0.3, "rss": 0}]
+    found = idle_of_process({"pid": 7, "snapshots": []}, timeline, start=100.0)
+    assert (found.rss, found.rule) == (333 * MiB, "last sample")
+
+
 def test_a_pss_read_again_counts_only_while_the_spell_held():
     """A quiet process's PSS is read again as others go quiet (a master's PSS falls as its workers
     copy, its RSS steady). A reading whose RSS moved beyond the spell's slack came after the spell

@@ -82,7 +82,11 @@ class QuietSpell:
         busy = (cpu - self._cpu0 > BUSY_SHARE * elapsed + CPU_SLACK
                 or cpu - cpu0 > BUSY_SHARE * (now - t0) + CPU_SLACK)
         slack = max(RSS_SLACK, RSS_SHARE * self._rss0)
-        if busy or abs(rss - self._rss0) > slack:
+        if not busy and rss < self._rss0 - slack and not self.reported:
+            # memory given back at rest before the spell was told (a runtime's scavenger, a collector
+            # shrinking its heap): still rest; the spell keeps its start, and its figure is the lower one
+            self._rss0 = rss
+        elif busy or abs(rss - self._rss0) > slack:
             ended = self.reported
             if busy or rss > self._rss0:  # work; RSS that only fell is memory given back at rest (a trim)
                 self.rested_since = now
@@ -157,8 +161,9 @@ def idle_of_process(entry: dict[str, Any], timeline: list[dict[str, Any]],
     samples = [s for s in timeline if s["pid"] == entry["pid"]]
     last_seen = max([s.get("time", 0) for s in entry["snapshots"]]
                     + ([start + samples[-1]["t"]] if samples and start else []), default=None)
-    found = find_idle(entry["snapshots"], entry.get("quiet_ends", []), last_seen,
-                      samples[-1]["rss"] if samples else None)
+    # a process read as it exits (a zombie) shows no RSS: the last figure is the last one it had
+    last_rss = next((s["rss"] for s in reversed(samples) if s["rss"]), None)
+    found = find_idle(entry["snapshots"], entry.get("quiet_ends", []), last_seen, last_rss)
     if found is None:
         return None
     snap = found.snapshot or {}

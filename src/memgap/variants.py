@@ -26,10 +26,17 @@ A spec is ``NAME[:key=value,...]``:
   (the recipe of gc.freeze's documentation, through memgap's bootstrap: collections
   off in the parent, ``gc.freeze()`` right before each fork, back on in the child, so
   the child's collections do not write into, and copy, the pages it shares).
+
+A runtime's own settings are a part of their own, with the runtime's head: ``go:gogc=50``,
+``jvm:maxheapfreeratio=30,minheapfreeratio=10``, ``node:semi_space=4`` (what each takes is its
+settings module's: memgap.runtimes.settings; they come from the runtimes' registry, never named
+here). Parts join with ``+``: ``jvm:gc=serial+glibc:arena_max=2`` sets both; a variant with no
+allocator part keeps glibc's malloc as it is.
 """
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from .allocators import (
@@ -89,6 +96,7 @@ class Variant:
     pymalloc_release: bool = False  # the variant's trims also give back pymalloc's empty pools
     gc_freeze: bool = False    # gc=freeze-at-fork: a forking Python program's children copy fewer pages
     library: str = ""          # the preloaded allocator's path, once found
+    runtime: dict[str, dict[str, str]] = field(default_factory=dict)  # a runtime's head -> its settings
 
     @property
     def cost(self) -> int:
@@ -100,11 +108,16 @@ class Variant:
     def settings(self) -> int:
         """How many things a user must change to apply it (a tie-break between equal costs)."""
         return (len(self.options) + bool(self.trim) + self.pymalloc_off + self.pymalloc_release + self.gc_freeze
-                + (self.allocator != "glibc"))
+                + (self.allocator != "glibc") + sum(len(options) for options in self.runtime.values()))
 
     @property
     def is_baseline(self) -> bool:
-        return self.allocator == "glibc" and not (self.options or self.trim or self.python_only)
+        return self.allocator == "glibc" and not (self.options or self.trim or self.python_only or self.runtime)
+
+    @property
+    def sets_malloc(self) -> bool:
+        """It changes malloc itself: another allocator, glibc's tunables, or its trims."""
+        return self.allocator != "glibc" or bool(self.options or self.trim)
 
     @property
     def python_only(self) -> bool:
@@ -116,16 +129,25 @@ class Variant:
         """The arena cap this variant sets (either form), 0 for none."""
         return int(self.options.get("arena_max") or self.options.get(TUNABLE_PREFIX + "malloc.arena_max") or 0)
 
-    def env(self) -> dict[str, str]:
-        """The environment that applies this variant to an unmodified process.
+    def env(self, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The environment that applies this variant to an unmodified process, over ``environ``
+        (the one it would have otherwise: os.environ where not given).
 
         LD_PRELOAD keeps a preload the user already has, after the allocator;
         GLIBC_TUNABLES keeps the user's tunables, before the variant's (a later
-        entry wins).
+        entry wins); so do a runtime's variables (GODEBUG, JAVA_TOOL_OPTIONS, NODE_OPTIONS).
         """
-        env = option_env(self.allocator, self.options, os.environ.get("GLIBC_TUNABLES", ""))
+        environ = os.environ if environ is None else environ
+        env = option_env(self.allocator, self.options, environ.get("GLIBC_TUNABLES", ""))
         if self.library:
-            env["LD_PRELOAD"] = preloaded(self.library, os.environ.get("LD_PRELOAD", ""))
+            env["LD_PRELOAD"] = preloaded(self.library, environ.get("LD_PRELOAD", ""))
+        if self.runtime:
+            from .runtimes import runtime_settings
+
+            for head, options in self.runtime.items():
+                settings = runtime_settings(head)
+                assert settings is not None  # parse_variant took only registered heads
+                env.update(settings.env(options, environ))
         if self.trim == "idle":
             env[TRIM_AFTER_ENV] = "idle"
         elif self.trim == "quiet":
@@ -142,11 +164,50 @@ class Variant:
 
 
 def parse_variant(spec: str) -> Variant:
-    """Parse ``NAME[:key=value,...]`` (raises UsageError with what is wrong)."""
-    name, _, rest = spec.strip().partition(":")
-    if name not in ALLOCATORS:
-        raise UsageError(f"variant {spec!r}: unknown allocator {name!r} (choose from {', '.join(ALLOCATORS)})")
-    variant = Variant(spec.strip(), name)
+    """Parse ``PART[+PART...]``, each ``NAME[:key=value,...]``: at most one allocator, and a
+    runtime's settings (raises UsageError with what is wrong)."""
+    spec = spec.strip()
+    parts = [part.strip() for part in spec.split("+")]
+    allocator_parts = [p for p in parts if p.partition(":")[0] in ALLOCATORS]
+    if len(allocator_parts) > 1:
+        raise UsageError(f"variant {spec!r}: one allocator per variant, not {len(allocator_parts)}")
+    variant = Variant(spec, "glibc")
+    if allocator_parts:
+        _parse_allocator(spec, allocator_parts[0], variant)
+    for part in parts:
+        if part not in allocator_parts:
+            _parse_runtime(spec, part, variant)
+    return variant
+
+
+def _parse_runtime(spec: str, part: str, variant: Variant) -> None:
+    """A runtime's part (``go:gogc=50``): its head registered, its settings checked by its module."""
+    from .runtimes import runtime_settings, settings_prefixes
+    from .runtimes.settings import check
+
+    head, _, rest = part.partition(":")
+    settings = runtime_settings(head)
+    if settings is None:
+        raise UsageError(f"variant {spec!r}: unknown allocator or runtime {head!r} (choose from "
+                         f"{', '.join((*ALLOCATORS, *settings_prefixes()))})")
+    if head in variant.runtime:
+        raise UsageError(f"variant {spec!r}: {head} named twice")
+    options = {}
+    for item in filter(None, (i.strip() for i in rest.split(","))):
+        key, eq, value = item.partition("=")
+        if not eq or not key or not value:
+            raise UsageError(f"variant {spec!r}: {item!r} is not key=value")
+        options[key] = value
+    wrong = check(settings, spec, options)
+    if wrong:
+        raise UsageError(wrong)
+    variant.runtime[head] = options
+
+
+def _parse_allocator(spec: str, part: str, variant: Variant) -> None:
+    """An allocator's part (``glibc:arena_max=2,trim=idle``) into ``variant``."""
+    name, _, rest = part.partition(":")
+    variant.allocator = name
     for item in filter(None, (part.strip() for part in rest.split(","))):
         key, eq, value = item.partition("=")
         if not eq or not key or not value:
@@ -178,7 +239,6 @@ def parse_variant(spec: str) -> Variant:
     if variant.pymalloc_release and not variant.trim:
         raise UsageError(f"variant {spec!r}: pymalloc=release acts in the variant's trims: add trim=idle, "
                          "trim=quiet or trim=every:SECONDS")
-    return variant
 
 
 def _positive(text: str) -> bool:

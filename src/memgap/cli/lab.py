@@ -22,18 +22,25 @@ Without --variant the default set runs, and the baseline's first run picks more
 from its findings (gc=freeze-at-fork where forked workers copied their master's
 pages, read from outside at rest; arena caps and a lower mmap threshold where
 glibc keeps free memory; the allocator's own settings where it is jemalloc or
-tcmalloc); the output says why each variant ran.
+tcmalloc; a runtime's own settings where its heap was read: Go, the JVM, Node);
+the output says why each variant ran.
 
   memgap lab --reps 3 -- python -m memgap.scenarios.threadpool
   memgap lab --variant glibc --variant glibc:arena_max=2,trim=idle \\
              --variant jemalloc:background_thread=true,dirty_decay_ms=1000 -- CMD ...
+  memgap lab --variant glibc --variant go:gogc=50 --variant go:memlimit=256MiB -- ./server
 
 Variant specs: glibc[:arena_max=N,mmap_threshold=B,trim_threshold=B,top_pad=B,
 mmap_max=N, or any tunable in full: glibc.malloc.tcache_count=0 (GLIBC_TUNABLES)],
 jemalloc[:MALLOC_CONF options], tcmalloc[:opt=v], mimalloc[:opt=v]; any glibc
 variant takes trim=idle, trim=quiet or trim=every:SECONDS, and with a trim
 pymalloc=release; any takes pymalloc=off, and gc=freeze-at-fork for a Python
-program that forks workers.
+program that forks workers. A runtime's own settings, through the variables it
+reads at start (added to the user's): go:gogc=N|off,memlimit=SIZE (GOGC,
+GOMEMLIMIT: 256MiB),madvdontneed=0|1 (GODEBUG); jvm:maxheapfreeratio=N,
+minheapfreeratio=N,periodic_gc_ms=N (G1PeriodicGCInterval),gc=serial|parallel|g1,
+xms=SIZE,xmx=SIZE (JAVA_TOOL_OPTIONS); node:max_old_space_size=MiB,semi_space=MiB
+(NODE_OPTIONS). Parts join with +: jvm:gc=serial+glibc:arena_max=2.
 """
 from __future__ import annotations
 
@@ -63,7 +70,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="a variant to run (repeatable); default: a set covering glibc tunables, trims, "
                         "jemalloc, tcmalloc, mimalloc and pymalloc off, and what the baseline's findings point "
                         "to (the collector frozen at fork where forked workers copied their master's pages, "
-                        "arena caps and mmap thresholds where glibc retains, the allocator's own settings)")
+                        "arena caps and mmap thresholds where glibc retains, the allocator's own settings, "
+                        "the runtime's own settings where a Go, JVM or Node heap was read)")
     p.add_argument("--reps", type=_common.count, default=None,
                    help="run every variant exactly this many times (the full grid); default: adaptive, up to 3 "
                         "each: after a first round, variants that cannot win (no usable run, idle not below the "

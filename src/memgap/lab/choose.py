@@ -4,7 +4,9 @@ the lab's probe read of its tree: memgap.lab.fork_probe) and the allocator it ra
 variants to add, each with the reason the lab document keeps (``LabDocument.chosen``).
 
 Pure: findings and words in, specs and reasons out. One table per kind of evidence, so a
-new finding code is one line of ``FINDING_VARIANTS``.
+new finding code is one line of ``FINDING_VARIANTS``. A runtime's own settings (Go's, the JVM's,
+Node's) are its settings module's, asked of the runtimes' registry by the runtime's name: nothing
+here names a runtime.
 """
 from __future__ import annotations
 
@@ -49,6 +51,11 @@ ALLOCATOR_VARIANTS: dict[str, tuple[str, ...]] = {
 }
 
 
+# Finding codes about a runtime's own heap: they add the variants of the runtimes the baseline ran
+# (memgap.runtimes.runtime_variants); a baseline seen running a runtime gets them without the finding too
+RUNTIME_FINDINGS = ("runtime-heap-retained",)
+
+
 def first_reasons(variants: Iterable[Variant], default_set: bool) -> dict[str, str]:
     """Why each variant of a lab's first lineup runs: the baseline, the default set, or named."""
     return {v.spec: BASELINE_REASON if v.is_baseline else DEFAULT_REASON if default_set else NAMED_REASON
@@ -63,21 +70,30 @@ class Choice:
     reason: str
 
 
-def choose(findings: Iterable[Finding], allocators: Collection[str], python: bool) -> list[Choice]:
+def choose(findings: Iterable[Finding], allocators: Collection[str], python: bool,
+           runtimes: Collection[str] = (), peak: int | None = None) -> list[Choice]:
     """The variants the baseline's evidence points to, in the tables' order, each once (the
     first reason that named it): ``findings`` on its processes, ``allocators`` the ones its
-    processes ran on, ``python`` whether it ran Python (else Python's settings are left out)."""
+    processes ran on, ``python`` whether it ran Python (else Python's settings are left out),
+    ``runtimes`` the runtimes whose heaps its snapshots read (memgap.runtimes' names), ``peak``
+    its peak RSS (a runtime's setting may be sized from it)."""
+    from ..runtimes import runtime_variants  # the runtimes' settings modules, not their readers
+
     out: dict[str, str] = {}
     seen: set[str] = set()
     for f in findings:
-        if f.code in seen or f.code not in FINDING_VARIANTS:
+        if f.code in seen or (f.code not in FINDING_VARIANTS and f.code not in RUNTIME_FINDINGS):
             continue
         seen.add(f.code)
-        for spec in FINDING_VARIANTS[f.code]:
+        specs = FINDING_VARIANTS.get(f.code) or [s for name in sorted(runtimes) for s in runtime_variants(name, peak)]
+        for spec in specs:
             out.setdefault(spec, f"finding {f.code}: {f.summary}")
     for name in sorted(set(allocators) & set(ALLOCATOR_VARIANTS)):
         for spec in ALLOCATOR_VARIANTS[name]:
             out.setdefault(spec, f"the workload runs on {name}: its own settings for giving memory back")
+    for name in sorted(runtimes):
+        for spec in runtime_variants(name, peak):
+            out.setdefault(spec, f"the workload runs on the {name} runtime: its own settings for its heap")
     return [Choice(spec, why) for spec, why in out.items() if python or not parse_variant(spec).python_only]
 
 
@@ -113,3 +129,10 @@ def run_evidence(run: RunDocument) -> tuple[list[Finding], set[str]]:
 
 def _finding_fields(data: dict[str, Any]) -> dict[str, Any]:
     return {k: data[k] for k in ("code", "severity", "summary", "evidence", "remedy") if k in data}
+
+
+def run_runtimes(run: RunDocument) -> set[str]:
+    """The runtimes whose heaps a run's snapshots read (their runtime_heap layer's, by name)."""
+    return {str(rt["runtime"]) for p in run.processes for snap in p.snapshots
+            for rt in (((snap.get("layers") or {}).get("runtime_heap") or {}).get("detail") or {}).get("runtimes") or []
+            if rt.get("runtime")}

@@ -211,7 +211,9 @@ def _check_applied(m: RunFigures, variant: Variant, proc: ProcessRecord) -> None
     snaps = proc.snapshots
     seen = snaps[0].get("allocator", {}).get("name")
     arenas = max((s.get("allocator", {}).get("arenas") or 0 for s in snaps), default=0)
-    if variant.allocator and seen and seen != variant.allocator:
+    # a variant that leaves malloc alone (the baseline, a runtime's settings) applies to a program without
+    # glibc's malloc too (a static Go program: "unknown")
+    if variant.sets_malloc and seen and seen != variant.allocator:
         m.note = f"the process ran {seen}, not {variant.allocator}: the preload did not take"
     elif variant.arena_max and arenas > variant.arena_max and (seen or "glibc") == "glibc":
         m.note = (f"glibc ran {arenas} arenas, more than arena_max={variant.arena_max}: the setting did not take "

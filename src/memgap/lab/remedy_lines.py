@@ -94,6 +94,12 @@ def recommendation_lines(variant: Variant, python: bool = True) -> RemedyLines:
         notes.append("MEMGAP_PYMALLOC_RELEASE=1: memgap's trims also drop the pages of pymalloc's empty pools, "
                      "by editing their headers in place with the GIL held (CPython 3.10-3.13 with a GIL; "
                      "see memgap.release_pymalloc); elsewhere the trims skip it")
+    if variant.runtime:
+        from ..runtimes import runtime_settings
+
+        for head in variant.runtime:
+            settings = runtime_settings(head)
+            notes.extend(settings.notes if settings else ())
     if variant.library:
         setup.append(f"apt-get update && apt-get install -y {CATALOGUE[variant.allocator].package}   # Debian, Ubuntu")
         notes.append(f"{variant.library} is where Debian's package puts it; elsewhere use its path there")

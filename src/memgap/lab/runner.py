@@ -22,7 +22,7 @@ from ..sources.cgroup import read_memory_cgroup
 from ..variants import Variant, parse_variant, resolve
 from .adaptive import cannot_win, needs_every_rep
 from .cgroup_limit import CgroupParent, find_parent, make_run_cgroup
-from .choose import add_choices, choose, first_reasons, run_evidence
+from .choose import add_choices, choose, first_reasons, run_evidence, run_runtimes
 from .fork_probe import ForkProbe
 from .metrics import RunMetrics, run_metrics
 from .remedy_lines import recommendation_lines
@@ -166,8 +166,8 @@ def _follow_findings(options: LabOptions, run: RunDocument, result: RunMetrics, 
     baseline from here on, each with its reason in ``options.chosen``."""
     findings, allocators = run_evidence(run)
     before = dict(options.chosen)
-    new = add_choices(choose([*probe.findings, *findings], allocators | probe.allocators, result.python),
-                      options.chosen)
+    new = add_choices(choose([*probe.findings, *findings], allocators | probe.allocators, result.python,
+                             run_runtimes(run), result.peak), options.chosen)
     ready, skipped = resolve([parse_variant(spec) for spec in new])
     for line in skipped:
         options.skipped.append(line)
@@ -250,7 +250,7 @@ def _run_one(options: LabOptions, variant: Variant, rep: int, order: int, cell: 
              probe: ForkProbe | None = None) -> tuple[RunMetrics, RunDocument]:
     slug = "".join(c if c.isalnum() else "-" for c in variant.spec)[:60]
     record_dir = os.path.join(options.lab_dir, f"run-{order:03d}-{slug}")
-    env = {**cell, **variant.env()}
+    env = {**cell, **variant.env({**os.environ, **cell})}  # a swept variable the variant also sets keeps its value
     if TrimMode.of(variant.trim) is not TrimMode.QUIET:  # the idle trimmer's own trims are what its variant measures
         env.setdefault(TRIM_AFTER_ENV, "idle")  # every other run measures what one trim at idle releases
     sink = subprocess.DEVNULL if options.quiet_workload else None

@@ -8,15 +8,23 @@ Each runtime is one module here (``go.py``, ``jvm.py``, ``v8.py``) with the same
   and the address ranges it owns, without stopping the process wherever the runtime allows,
   saying how it read them (``RuntimeHeap.route``) and what it could not (``notes``).
 
-The registry (``READERS``, ``detect_runtimes``) is the only place that knows their names.
+Each runtime's own settings, as lab variants (``go:gogc=50``), are a small module beside its reader
+(``go_settings.py``, ``jvm_settings.py``, ``v8_settings.py``: memgap.runtimes.settings says what each
+declares), registered apart from the readers so that parsing a variant loads no reader.
+
+The registry (``READERS``, ``detect_runtimes``, ``SETTINGS``, ``runtime_settings``, ``runtime_variants``)
+is the only place that knows their names.
 """
 from __future__ import annotations
 
 from typing import Any
 
 from .base import ProcessView, RuntimeHeap, RuntimeInfo, RuntimeReader
+from .settings import RuntimeSettings
 
 READERS: dict[str, RuntimeReader] = {}
+SETTINGS: dict[str, RuntimeSettings] = {}  # by the spec's head ("go", "jvm", "node")
+SETTINGS_MODULES = ("go_settings", "jvm_settings", "v8_settings")
 
 
 def register(name: str, reader: RuntimeReader) -> None:
@@ -51,6 +59,37 @@ def remedy(name: str, heap: dict[str, Any]) -> str:
     return told or f"measure the {name} runtime's own settings with `memgap lab` (its variants are in the default set)"
 
 
+def register_settings(settings: RuntimeSettings) -> None:
+    """Add a runtime's settings (each settings module calls it once, at import)."""
+    SETTINGS[settings.prefix] = settings
+
+
+def runtime_settings(prefix: str) -> RuntimeSettings | None:
+    """The settings a variant's part names by its head (``go`` of ``go:gogc=50``), None for none."""
+    _load_settings()
+    return SETTINGS.get(prefix)
+
+
+def settings_prefixes() -> tuple[str, ...]:
+    """The heads a variant's runtime part may have."""
+    _load_settings()
+    return tuple(SETTINGS)
+
+
+def runtime_variants(name: str, peak: int | None = None) -> tuple[str, ...]:
+    """The variants that try runtime ``name``'s own settings (``name`` as its reader and the runtime_heap
+    layer call it); ``peak``: the baseline's peak RSS, for a setting sized from it. () for a runtime with none."""
+    _load_settings()
+    return next((s.variants(peak) for s in SETTINGS.values() if s.runtime == name), ())
+
+
+def _load_settings() -> None:
+    import importlib
+
+    for name in SETTINGS_MODULES:
+        importlib.import_module(f"{__name__}.{name}")
+
+
 def _load_all() -> None:
     """Import every runtime module once, so each registers its reader."""
     import importlib
@@ -63,5 +102,6 @@ def _load_all() -> None:
                 raise
 
 
-__all__ = ["READERS", "ProcessView", "RuntimeHeap", "RuntimeInfo", "RuntimeReader", "all_readers", "detect_runtimes",
-           "register", "remedy"]
+__all__ = ["READERS", "SETTINGS", "ProcessView", "RuntimeHeap", "RuntimeInfo", "RuntimeReader", "RuntimeSettings",
+           "all_readers", "detect_runtimes", "register", "register_settings", "remedy", "runtime_settings",
+           "runtime_variants", "settings_prefixes"]

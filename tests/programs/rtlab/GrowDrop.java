@@ -1,0 +1,62 @@
+// An unmodified Java service in miniature (it knows nothing of memgap): it handles requests that each
+// make garbage and keep a record, until its cache holds MIB MiB; drops 90% of the cache; collects
+// once (System.gc(), as a program does after a batch; not with "nogc"); rests REST seconds; with FILE,
+// appends its own VmRSS at the end of its rest there (a line "vmrss_kib=N": the tests' witness); exits.
+//
+//   java GrowDrop [MIB [REST [gc|nogc [FILE]]]]
+import java.io.IOException;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Paths;
+import java.nio.file.StandardOpenOption;
+import java.util.ArrayList;
+
+public class GrowDrop {
+    static byte[] sink; // each request's scratch buffer: garbage once the next one is made
+
+    static void touch(byte[] b) {
+        for (int j = 0; j < b.length; j += 4096) {
+            b[j] = (byte) j;
+        }
+    }
+
+    // appends this process's VmRSS, as the kernel counts it now, to the file at path
+    static void report(String path) throws IOException {
+        for (String line : Files.readAllLines(Paths.get("/proc/self/status"))) {
+            if (line.startsWith("VmRSS:")) {
+                String kib = line.split("\\s+")[1];
+                Files.write(Paths.get(path), ("vmrss_kib=" + kib + "\n").getBytes(StandardCharsets.US_ASCII),
+                            StandardOpenOption.CREATE, StandardOpenOption.APPEND);
+            }
+        }
+    }
+
+    public static void main(String[] args) throws InterruptedException, IOException {
+        int mib = args.length > 0 ? Integer.parseInt(args[0]) : 200;
+        double rest = args.length > 1 ? Double.parseDouble(args[1]) : 2.0;
+        ArrayList<byte[]> cache = new ArrayList<>();
+        for (int i = 0; i < mib * 16; i++) { // a 64 KiB record per request, and 256 KiB of scratch
+            sink = new byte[256 << 10];
+            touch(sink);
+            byte[] record = new byte[64 << 10];
+            touch(record);
+            cache.add(record);
+        }
+        sink = null;
+        for (int i = 0; i < cache.size(); i++) { // 90% of the cache expires
+            if (i % 10 != 0) {
+                cache.set(i, null);
+            }
+        }
+        if (args.length < 3 || !args[2].equals("nogc")) {
+            System.gc();
+        }
+        Thread.sleep((long) (rest * 1000));
+        if (args.length > 3) {
+            report(args[3]);
+        }
+        if (cache.size() < 0) {
+            System.out.println(cache.get(0)[0]); // keeps the cache reachable to the end
+        }
+    }
+}
