@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from .attribution import PSS_DERIVATION, Measurements, attribute
 from .errors import MemgapError, NoSuchProcess, Unsupported
 from .memory_map import MappedPages, MemoryMap, read_memory_map
-from .model import Layer, Region, Snapshot
+from .model import NOT_PYTHON, Layer, Region, Snapshot
 from .processes import ProcessIdentity
 from .sources import allocator as allocator_source
 from .sources.anon_objects import find_anon_objects
@@ -43,6 +43,7 @@ class Options:
     class_names: tuple[str, ...] = ()  # classes to count instances of
     regions: bool = True               # keep the labelled memory map in the snapshot
     agent: bool = True                 # outside: ask the process's native agent, when it has one
+    recorded: bool = False             # read by memgap run's recorder: no note sends the user to memgap run
 
 
 def _subtract(start: int, end: int, holes: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -321,6 +322,14 @@ def _ask_agent(reader: ProcReader, pid: int, proc_root: str) -> tuple[AgentRepor
         return None, str(exc)
 
 
+def _no_arena_note(recorded: bool) -> str:
+    """Why a Python process's objects are not measured from outside; under memgap run (``recorded``)
+    it does not send the user to memgap run."""
+    return ("no pymalloc arena found from outside (PYTHONMALLOC=malloc, or a free-threaded build): needs the "
+            "process's own statistics" + (", which its phase snapshots in this run have" if recorded
+                                          else ", run it under `memgap run`"))
+
+
 def snapshot_pid(pid: int, options: Options | None = None, proc_root: str = "/proc",
                  tree: TreeHeaders | None = None) -> Snapshot:
     """A snapshot of another process, read from /proc without stopping or changing it.
@@ -331,8 +340,7 @@ def snapshot_pid(pid: int, options: Options | None = None, proc_root: str = "/pr
     """
     options = options or Options()
     started = time.perf_counter()
-    notes = {"python_objects": "no pymalloc arena found from outside (PYTHONMALLOC=malloc, or a free-threaded "
-                               "build): needs the process's own statistics, run it under `memgap run`"}
+    notes = {"python_objects": _no_arena_note(options.recorded)}
     with ProcReader(pid, proc_root) as reader:
         stat_before = reader.stat()
         report, agent_problem = _ask_agent(reader, pid, proc_root) if options.agent else (None, "")
@@ -349,7 +357,7 @@ def snapshot_pid(pid: int, options: Options | None = None, proc_root: str = "/pr
         layout = None
         is_python = any("python" in os.path.basename(m.path) for m in maps if m.is_file)
         if not is_python:
-            notes["python_objects"] = "not a Python process (no Python interpreter in its maps)"
+            notes["python_objects"] = NOT_PYTHON
         if detection.glibc_heaps_readable:  # read-only, validated walks through /proc/PID/mem
             layout = find_glibc_layout(reader, memmap.plain_mappings, memmap.resident)
         elif not agent_stats:
