@@ -30,7 +30,7 @@ from .model import RUN_SCHEMA
 from .recording import RecordingWriter, read_events
 from .sources.procfs import oom_kills
 from .tree_idle import tree_at_idle
-from .tree_watch import ExitHold, OutsideQuiet, TreeSampler, exit_of, outside_snapshot, tree_pids
+from .tree_watch import ExitHold, OutsideQuiet, TreeSampler, best_peak, exit_of, outside_snapshot, tree_pids
 
 if TYPE_CHECKING:
     from .lab.cgroup_limit import RunCgroup
@@ -334,12 +334,10 @@ def _add_event(processes: dict[int, dict[str, Any]], errors: list[dict[str, Any]
         if snap.get("cmd") or not entry["cmd"]:  # read later than the first sample: after an exec
             entry["cmd"] = snap.get("cmd", [])
         entry["snapshots"].append(snap)
-    elif kind == "peak":  # a new high read on the way: the highest one stays
+    elif kind == "peak":  # a new high read on the way (tree_watch.best_peak keeps one)
         entry = _process_entry(processes, event["pid"])
-        snap = event["snapshot"]
-        if entry.get("peak") is None or snap["rss"] >= entry["peak"]["rss"]:
-            entry["peak"] = snap
-        entry["cmd"] = entry["cmd"] or snap.get("cmd", [])
+        entry.setdefault("peak_reads", []).append(event["snapshot"])
+        entry["cmd"] = entry["cmd"] or event["snapshot"].get("cmd", [])
     elif kind == "gone":  # the sampler found it gone: it exited at or before then
         _process_entry(processes, event["pid"])["gone"] = event["t"]
 
@@ -366,7 +364,9 @@ def _add_agent_exit(processes: dict[int, dict[str, Any]], errors: list[dict[str,
 def _order_and_find_idle(entry: dict[str, Any], timeline: list[dict[str, Any]], start: float | None) -> None:
     """A process's marks read from outside and the program's own, in time order (a read from
     outside by when it began: it takes a while, and the program goes on meanwhile); then its idle."""
-    entry["snapshots"].sort(key=lambda snap: snap.get("read_began") or snap.get("time", 0))
+    # a read at the exit the agent held comes last: any other read under way then saw the same moment
+    entry["snapshots"].sort(key=lambda snap: (bool(snap.get("held_exit")),
+                                              snap.get("read_began") or snap.get("time", 0)))
     idle = idle_of_process(entry, timeline, start)
     entry["idle"] = idle.to_dict() if idle is not None else None
 
@@ -375,7 +375,9 @@ def _finish_entry(entry: dict[str, Any], timeline: list[dict[str, Any]], start: 
     """A process's entry once every event is in: its idle, its exit, a command line that is never blank
     (what the sampler read, else its snapshots', else its agent's exit record's)."""
     _order_and_find_idle(entry, timeline, start)
+    entry["peak"] = best_peak(entry.get("peak_reads", []))
     entry["exit"] = exit_of(entry, start)
+    entry.pop("peak_reads", None)
     entry["cmd"] = entry["cmd"] or (entry.get("agent_exit") or {}).get("cmdline") or [f"[PID {entry['pid']}]"]
 
 
@@ -398,7 +400,7 @@ def load_run(record_dir: str) -> RunDocument:
             entry = _process_entry(processes, event["pid"])
             entry["ppid"], entry["cmd"] = event.get("ppid"), event.get("cmd", [])
             if event.get("exec"):
-                entry.pop("peak", None)
+                entry.pop("peak_reads", None)
         elif kind == "sample":
             timeline.append({k: v for k, v in event.items() if k != "type"})
         elif kind == "end":

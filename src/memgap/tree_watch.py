@@ -30,7 +30,7 @@ import psutil
 
 from .documents import TrimRecord, TrimRoute
 from .errors import MemgapError
-from .idle import QUIET_PHASE, QuietSpell, quiet_after
+from .idle import QUIET_PHASE, RSS_SHARE, RSS_SLACK, QuietSpell, quiet_after
 from .recording import RecordingWriter, child_recording_path
 from .sources.procfs import ProcReader, status_int
 from .units import MiB
@@ -70,6 +70,23 @@ def peak_due(last: int | None, rss: int) -> bool:
     return last is None or rss >= last + max(PEAK_STEP_MIN, int(PEAK_STEP * last))
 
 
+def rss_slack(rss: int) -> int:
+    """RSS that moves less than this is still (memgap.idle's slack for a quiet spell)."""
+    return max(RSS_SLACK, int(RSS_SHARE * rss))
+
+
+def best_peak(reads: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The peak snapshot a run's document keeps of a process's peak reads: the highest steady one,
+    unless a read that moved (RSS changed while it was read: its layers add up less well) is
+    higher than that by more than the peak's margin."""
+    if not reads:
+        return None
+    top = max(reads, key=lambda r: r["rss"])
+    steady = [r for r in reads if not r.get("moving")]
+    best = max(steady, key=lambda r: r["rss"]) if steady else top
+    return top if peak_due(best["rss"], top["rss"]) else best
+
+
 def command_of(reader: ProcReader, status: dict[str, int | str]) -> list[str]:
     """A process's command line; its comm in brackets where it has none (a zombie, a kernel thread)."""
     try:
@@ -87,6 +104,8 @@ class TreeSampler:
         self.writer, self.start, self.quiet = writer, start, quiet
         self.names: dict[int, tuple[str, int]] = {}  # pid -> (comm, VmHWM) at the last look: an exec changes them
         self.peaks: dict[int, int] = {}  # pid -> RSS of its last peak snapshot
+        self.last_rss: dict[int, int] = {}  # pid -> its RSS at the last round
+        self.unsteady: dict[int, int] = {}  # pid -> RSS of a peak read while it moved: read again once still
         self.alive: set[int] = set()
 
     def sample(self, root: int) -> None:
@@ -109,11 +128,28 @@ class TreeSampler:
                                "threads": status_int(status, "Threads")})
             if self.quiet is not None:
                 self.quiet.update(self.writer, pid, cpu, rss, self.start)
-            if peak_due(self.peaks.get(pid), rss):
+            prev, self.last_rss[pid] = self.last_rss.get(pid), rss
+            if peak_due(self.peaks.get(pid), rss) or self._settled(pid, rss, prev):
                 self.peaks[pid] = rss
-                outside_snapshot(self.writer, pid, PEAK_PHASE, self.start, event="peak")
+                record = outside_snapshot(self.writer, pid, PEAK_PHASE, self.start, event="peak")
+                if record is not None and record.get("moving"):
+                    self.unsteady[pid] = rss
+                else:
+                    self.unsteady.pop(pid, None)
         self._gone(self.alive - seen)
         self.alive = seen
+
+    def _settled(self, pid: int, rss: int, prev: int | None) -> bool:
+        """Whether a process whose last peak read moved (its RSS grew or fell while it was read) has
+        come to rest at that high since: then it is read once more, steady. A high it has left
+        already is not waited for."""
+        level = self.unsteady.get(pid)
+        if level is None or prev is None:
+            return False
+        if rss < level - rss_slack(level):
+            del self.unsteady[pid]  # the high has passed: its moving read is all there is
+            return False
+        return abs(rss - prev) <= rss_slack(rss)
 
     def _gone(self, pids: set[int]) -> None:
         for pid in sorted(pids):
@@ -180,7 +216,7 @@ class OutsideQuiet:
 
 def outside_snapshot(writer: RecordingWriter, pid: int, phase: str, start: float, trim_after: str = "",
                      quiet_since: float | None = None, rested_since: float | None = None,
-                     event: str = "snapshot", held_exit: bool = False) -> None:
+                     event: str = "snapshot", held_exit: bool = False) -> dict[str, Any] | None:
     """A phase snapshot of ``pid`` read from outside (for marks the program did not make itself).
 
     After the phase named ``trim_after``, the process's agent (if it has one)
@@ -189,6 +225,8 @@ def outside_snapshot(writer: RecordingWriter, pid: int, phase: str, start: float
     the process's rest began then (its work ended), earlier when a trim restarted the spell.
     ``event``: "snapshot" (a phase: an error is recorded) or "peak" (a high on the way: a
     process gone meanwhile is no error). ``held_exit``: read as the agent held the process's exit.
+    Returns the snapshot's record (None where it could not be read); ``moving`` in it: its RSS
+    changed by more than ``rss_slack`` while it was read.
     """
     from .collect import Options, snapshot_pid
 
@@ -200,16 +238,19 @@ def outside_snapshot(writer: RecordingWriter, pid: int, phase: str, start: float
     except MemgapError as exc:
         if event == "snapshot":
             writer.write({"type": "error", "pid": pid, "phase": phase, "error": str(exc)})
-        return
+        return None
     snap.phase = phase
     snap.quiet_since, snap.rested_since = quiet_since, rested_since
     record = snap.to_dict(regions=False)
     record["rss_at_mark"], record["read_began"] = rss_at_mark, read_began
     if held_exit:
         record["held_exit"] = True
+    if abs(snap.rss - rss_at_mark) > rss_slack(snap.rss):
+        record["moving"] = True
     writer.write({"type": event, "pid": pid, "t": round(time.time() - start, 4), "snapshot": record})
     if phase == trim_after and "agent" in snap.allocator:
         _agent_trim(writer, pid, start)
+    return record
 
 
 def _agent_trim(writer: RecordingWriter, pid: int, start: float) -> None:
@@ -313,7 +354,7 @@ def exit_of(entry: dict[str, Any], start: float | None) -> dict[str, Any] | None
         out = {"time": round(start + gone, 4), "by": "sampled"}
     else:
         return None
-    snaps = [*entry["snapshots"], *([entry["peak"]] if entry.get("peak") else [])]
+    snaps = [*entry["snapshots"], *entry.get("peak_reads", [])]
     last = max((s["time"] for s in snaps if s.get("time")), default=None)
     out["last_snapshot"] = last
     out["gap"] = round(out["time"] - last, 4) if last is not None else None

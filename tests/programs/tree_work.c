@@ -7,13 +7,18 @@
      tree_work exec ...            fork and exec "tree_work work ..."; the parent waits
      tree_work deep ...            fork a child that forks and execs the worker: the work is
                                    in a grandchild; each parent waits
+     tree_work many N              fork and exec /bin/true N times, one after the other
 
    The worker prints its own figures on stderr as it exits (stdout may be a pipe):
      tree_work pid=PID hwm=BYTES rss=BYTES
-   hwm: its VmHWM (the peak of its RSS), rss: its VmRSS then, from /proc/self/status. */
+   hwm: its VmHWM (the peak of its RSS), rss: its VmRSS then, from /proc/self/status.
+   The first process says, as it returns, its time since it started and the CPU time of the tree
+   (its own and its waited-for descendants'):
+     tree_work root wall=SECONDS cpu=SECONDS */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -74,12 +79,23 @@ static int spawn_worker(char **argv, int argc) {
     return wait_for(child);
 }
 
-int main(int argc, char **argv) {
-    const char *mode = argc > 1 ? argv[1] : "fork";
+static int many(long n) {
+    for (long i = 0; i < n; i++) {
+        pid_t child = fork();
+        if (child == 0) {
+            execl("/bin/true", "true", (char *)NULL);
+            _exit(127);
+        }
+        if (wait_for(child) != 0) return 1;
+    }
+    return 0;
+}
+
+static int tree(const char *mode, char **argv, int argc) {
     long mib = argc > 2 ? atol(argv[2]) : 200;
     double rest = argc > 3 ? atof(argv[3]) : 1.0;
-    if (strcmp(mode, "work") == 0) return work(mib, rest);
     if (strcmp(mode, "exec") == 0) return spawn_worker(argv, argc);
+    if (strcmp(mode, "many") == 0) return many(argc > 2 ? atol(argv[2]) : 100);
     if (strcmp(mode, "fork") == 0) {
         pid_t child = fork();
         if (child == 0) exit(work(mib, rest)); /* exit(), not _exit(): its atexit work runs as a program's does */
@@ -90,6 +106,22 @@ int main(int argc, char **argv) {
         if (child == 0) exit(spawn_worker(argv, argc));
         return wait_for(child);
     }
-    fprintf(stderr, "usage: tree_work work|fork|exec|deep [MIB] [REST]\n");
+    fprintf(stderr, "usage: tree_work work|fork|exec|deep [MIB] [REST] | many N\n");
     return 2;
+}
+
+static double cpu_of(int who) {
+    struct rusage ru;
+    getrusage(who, &ru);
+    return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+int main(int argc, char **argv) {
+    const char *mode = argc > 1 ? argv[1] : "fork";
+    if (strcmp(mode, "work") == 0) return work(argc > 2 ? atol(argv[2]) : 200, argc > 3 ? atof(argv[3]) : 1.0);
+    double started = now();
+    int code = tree(mode, argv, argc);
+    fprintf(stderr, "tree_work root wall=%.4f cpu=%.4f\n", now() - started,
+            cpu_of(RUSAGE_SELF) + cpu_of(RUSAGE_CHILDREN));
+    return code;
 }
