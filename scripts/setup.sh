@@ -8,16 +8,20 @@ SUDO=""
 need=""
 # libjemalloc-dev and redis-server: the allocator-detection tests link jemalloc in statically and read Debian's redis
 # libgoogle-perftools-dev: test_tcmi_deep links tcmalloc in statically (libtcmalloc_minimal.a)
-for pkg in libjemalloc2 libjemalloc-dev libtcmalloc-minimal4 libgoogle-perftools-dev libmimalloc2.0 gcc gdb musl-tools chromium redis-server; do
+# postgresql: test_shared_memory reads a real server's shared buffers (a server of its own, started by the test)
+for pkg in libjemalloc2 libjemalloc-dev libtcmalloc-minimal4 libgoogle-perftools-dev libmimalloc2.0 gcc gdb musl-tools chromium redis-server postgresql; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need="$need $pkg"
 done
 python3 -c "import ensurepip" >/dev/null 2>&1 || need="$need python3-venv"
 if [ -n "$need" ]; then
     $SUDO apt-get update -qq
     $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $need
-    # the tests start redis-server themselves: the service Debian starts on install goes again
+    # the tests start redis-server and postgres themselves: the services Debian starts on install go again
     case "$need" in *redis-server*)
         if [ -d /run/systemd/system ]; then $SUDO systemctl disable --now redis-server >/dev/null 2>&1 || true; fi ;;
+    esac
+    case "$need" in *postgresql*)
+        if [ -d /run/systemd/system ]; then $SUDO systemctl disable --now postgresql >/dev/null 2>&1 || true; fi ;;
     esac
 fi
 [ -x .venv/bin/python ] || python3 -m venv .venv

@@ -34,7 +34,7 @@ def phase_snapshot(process, name):
 
 def check_adds_up(snap):
     """The layers leave little of VmRSS unexplained and agree with the kernel's own split
-    (file-backed against RssFile + RssShmem, the rest against RssAnon)."""
+    (file-backed and shared memory against RssFile + RssShmem, the rest against RssAnon)."""
     layers = {k: v["resident"] for k, v in snap["layers"].items()}
     measured = {k: v for k, v in layers.items() if v is not None}
     rss = snap["rss"]
@@ -42,8 +42,9 @@ def check_adds_up(snap):
     assert abs(snap["unexplained"]) <= 0.05 * rss, (snap["unexplained"], rss)
     status = snap["status"]
     # Independent of the pagemap walk: the kernel's counters, read in the same snapshot.
-    assert abs(layers["files"] - status["RssFile"] - status.get("RssShmem", 0)) <= 0.03 * rss + MiB
-    anon = sum(v for k, v in measured.items() if k != "files")
+    mapped = layers["files"] + (layers.get("shared_memory") or 0)
+    assert abs(mapped - status["RssFile"] - status.get("RssShmem", 0)) <= 0.03 * rss + MiB
+    anon = sum(v for k, v in measured.items() if k not in ("files", "shared_memory"))
     assert abs(anon - status["RssAnon"]) <= 0.03 * rss + MiB
     if snap.get("pymalloc"):
         detail = snap["layers"]["pymalloc_free"]["detail"]

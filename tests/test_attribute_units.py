@@ -45,10 +45,15 @@ def layers_of(m):
 
 # --- glibc: a walked layout ------------------------------------------------------------------
 
-def glibc_layout():
-    # main arena: 1 MiB top, 4 MiB in bins; one thread arena: 8 MiB top, 2 MiB in bins
-    main = ArenaLayout(0x7000, True, top_resident=1 * MiB, bins_free_resident=4 * MiB, walk_complete=True)
+def glibc_layout(fragmented=0):
+    # main arena: 1 MiB top, 4 MiB in bins; one thread arena: 8 MiB top, 2 MiB in bins; the free
+    # chunks' bytes on resident pages are their whole pages, plus ``fragmented`` bytes of small
+    # bins' chunks beside live ones in the main arena
+    main = ArenaLayout(0x7000, True, top_resident=1 * MiB, bins_free_resident=4 * MiB, walk_complete=True,
+                       top_on_resident=1 * MiB, bins_free_on_resident=4 * MiB, small_free_on_resident=fragmented,
+                       small_walk_complete=True, fastbin_chunks={})
     thread = ArenaLayout(0x8000, False, top_resident=8 * MiB, bins_free_resident=2 * MiB, walk_complete=True,
+                         top_on_resident=8 * MiB, bins_free_on_resident=2 * MiB, small_walk_complete=True,
                          fastbin_chunks={})
     return GlibcLayout([main, thread], main_found=True)
 
@@ -63,7 +68,8 @@ def test_glibc_with_python_objects_found_by_a_gc_walk():
                      pymalloc=pymalloc(4 * MiB), python_heap=PythonHeap("gc-walk", large_buffers_bytes=7 * MiB))
     layers, unexplained = attribute(m)
     assert {k: v.resident for k, v in layers.items()} == {
-        "files": 11 * MiB,               # file 10 + shmem 1
+        "files": 10 * MiB,               # file pages only
+        "shared_memory": 1 * MiB,        # shmem, its own layer
         "python_objects": 11 * MiB,      # pymalloc blocks 4 + large buffers 7 (taken from glibc's in-use)
         "pymalloc_free": 1 * MiB,        # arenas 5 - blocks 4
         "allocator_in_use": 24 * MiB,    # heaps 40 - free 15 + mmapped chunks 6 - large buffers 7
@@ -71,13 +77,41 @@ def test_glibc_with_python_objects_found_by_a_gc_walk():
         "stacks": 192 * KiB,             # 128 + 64
         "other_anon": 3 * MiB + 256 * KiB,  # unclaimed anon 3 + private copies of file pages
     }
-    # 66 MiB - (11 + 11 + 1 + 24 + 15 + 3) MiB - (192 + 256) KiB
+    # 66 MiB - (10 + 1 + 11 + 1 + 24 + 15 + 3) MiB - (192 + 256) KiB
     assert unexplained == 1 * MiB - 448 * KiB
     assert layers["stacks"].virtual == 9 * MiB
     detail = layers["allocator_free"].detail
     # main: bins 4 + top 1; thread: bins 2 (its top stays, no fastbin chunk joins it)
     assert detail["trim_releasable"] == 7 * MiB and detail["held_in_thread_tops"] == 8 * MiB
     assert detail["arena_count"] == 2 and detail["thread_arenas"] == 1
+
+
+def test_glibc_free_bytes_beside_live_chunks_leave_in_use():
+    # 3 MiB of small free chunks on pages that also hold live ones: free, not in use, and no trim's
+    m = Measurements(rss=66 * MiB, regions=GLIBC_REGIONS, allocator="glibc", glibc=glibc_layout(3 * MiB),
+                     pymalloc=pymalloc(4 * MiB), python_heap=PythonHeap("gc-walk", large_buffers_bytes=7 * MiB))
+    layers, unexplained = attribute(m)
+    assert layers["allocator_free"].resident == 18 * MiB   # whole pages 15 + beside live chunks 3
+    assert layers["allocator_in_use"].resident == 21 * MiB  # heaps 40 - free 18 + chunks 6 - large buffers 7
+    assert unexplained == 1 * MiB - 448 * KiB               # as without them: 3 MiB moved, none lost
+    detail = layers["allocator_free"].detail
+    assert (detail["free_pages_resident"], detail["fragmented"]) == (15 * MiB, 3 * MiB)
+    assert detail["trim_releasable"] == 7 * MiB and detail["fragmentation_complete"]
+    main = detail["arenas"][0]
+    assert (main["free_bytes_resident"], main["fragmented"], main["free_resident"]) == (8 * MiB, 3 * MiB, 5 * MiB)
+
+
+def test_glibc_fragmentation_shares_are_its_pages_pro_rata():
+    # the whole free pages' shares are exact; bytes beside live chunks take the heap's other pages' proportions
+    shared = [Region(r.start, r.end, r.owner, r.resident, private=r.resident // 2,
+                     pss=r.resident // 2 + r.resident // 6) for r in GLIBC_REGIONS]
+    layout = glibc_layout(3 * MiB)
+    layout.arenas[0].free_private, layout.arenas[0].free_pss = 4 * MiB, 5 * MiB
+    layout.arenas[1].free_private, layout.arenas[1].free_pss = 8 * MiB, 8 * MiB
+    layers, _ = attribute(Measurements(60 * MiB, shared, "glibc", layout, pools=PoolCensus(in_use=3 * MiB, arenas=5)))
+    free = layers["allocator_free"]
+    # heap + chunks 46 MiB, 23 private; less the pages' 15 (12 private): 31 MiB, 11 private; 3 MiB of it
+    assert free.resident == 18 * MiB and free.private == 12 * MiB + round(3 * MiB * 11 / 31)
 
 
 def test_glibc_with_tracemalloc():
@@ -139,6 +173,7 @@ def test_jemalloc():
     layers, unexplained = attribute(m)
     assert {k: v.resident for k, v in layers.items()} == {
         "files": 10 * MiB,
+        "shared_memory": 0,
         "python_objects": None,          # no Python statistics: not measured
         "pymalloc_free": 2 * MiB,        # the arenas found, all of them
         "allocator_in_use": 20 * MiB,    # stats.allocated, within the 26 resident
@@ -246,7 +281,7 @@ def test_unknown_allocator_leaves_its_memory_in_other_anon():
     layers, unexplained = attribute(m)
     got = {k: v.resident for k, v in layers.items()}
     assert got == {
-        "files": 5 * MiB,
+        "files": 5 * MiB, "shared_memory": 0,
         "python_objects": None, "pymalloc_free": None,   # not a Python process: not measured
         "allocator_in_use": None, "allocator_free": None,
         "stacks": 64 * KiB,
@@ -316,6 +351,36 @@ def test_shares_follow_their_pages():
 def test_shares_unknown_stay_unmeasured():
     layers, _ = attribute(Measurements(60 * MiB, GLIBC_REGIONS, "glibc", glibc_layout()))
     assert all(layer.private is None and layer.pss is None for layer in layers.values())
+    # a layer with no region at all says "not read" too, not 0 (in-process: no page told private)
+    none = [r for r in GLIBC_REGIONS if r.owner != "shmem"]
+    layers, _ = attribute(Measurements(60 * MiB, none, "glibc", glibc_layout()))
+    assert layers["shared_memory"].resident == 0 and layers["shared_memory"].pss is None
+
+
+# --- shared memory (issue 22) -------------------------------------------------------------------
+
+def test_shared_memory_is_its_own_layer_by_kind():
+    # as label_regions names them: 64 MiB of anonymous MAP_SHARED memory shared by 4 processes
+    # (PSS a quarter), an 8 MiB SysV segment and a 4 MiB POSIX object this process alone maps,
+    # a 2 MiB memfd half of whose pages another maps; beside 10 MiB of files, all shared by 2
+    shm = [("/dev/zero (deleted)", 64 * MiB, 0, 16 * MiB), ("/SYSV0000162e (deleted)", 8 * MiB, 8 * MiB, 8 * MiB),
+           ("/dev/shm/PostgreSQL.1", 4 * MiB, 4 * MiB, 4 * MiB),
+           ("/memfd:buffers (deleted)", 2 * MiB, MiB, MiB + MiB // 2)]
+    rs = [Region(0x1000, 0x1000 + 10 * MiB, "file", 10 * MiB, "r-xp", "/usr/lib/libc.so.6", 0, 5 * MiB)]
+    address = 1 << 32
+    for path, resident, private, pss in shm:
+        rs.append(Region(address, address + 2 * resident, "shmem", resident, "rw-s", path, private, pss))
+        address += 4 * resident
+    layers, unexplained = attribute(Measurements(88 * MiB, rs))
+    layer, files = layers["shared_memory"], layers["files"]
+    assert list(layers)[:2] == ["files", "shared_memory"]
+    assert layer.resident == 78 * MiB and files.resident == 10 * MiB and unexplained == 0  # 64 + 8 + 4 + 2
+    assert layer.virtual == 2 * 78 * MiB  # each mapping twice its resident size
+    assert {k: layer.detail[k] for k in ("anonymous", "sysv", "posix", "memfd", "mappings")} == \
+        {"anonymous": 64 * MiB, "sysv": 8 * MiB, "posix": 4 * MiB, "memfd": 2 * MiB, "mappings": 4}
+    # private 0 + 8 + 4 + 1; PSS 16 + 8 + 4 + 1.5
+    assert (layer.private, layer.shared, layer.pss) == (13 * MiB, 65 * MiB, 29 * MiB + MiB // 2)
+    assert (files.private, files.pss) == (0, 5 * MiB) and files.detail["shmem"] == 78 * MiB
 
 
 # --- jemalloc's counters read through gdb (inspect --deep) ------------------------------------

@@ -8,7 +8,8 @@ import sys
 import pytest
 
 from helpers import memgap
-from memgap.report.html import safe_json
+from memgap.model import LAYER_NAMES
+from memgap.report.html import LAYER_COLORS, safe_json
 
 HOSTILE = '</script><b id="pwn">x</b>\u2028&amp;'
 
@@ -51,7 +52,8 @@ def test_report_renders_its_charts_in_headless_chromium(tmp_path):
     assert sorted(re.findall(r'<rect[^>]*class="bar"[^>]*data-variant="([^"]+)"', dom)) == sorted(variants)
     # the chosen run's layers stacked for each of its phases (post-import, loaded, idle, after-trim, exit)
     layer_rects = re.findall(r'<rect[^>]*class="layer"', dom)
-    assert len(layer_rects) == 7 * 5
+    assert list(LAYER_COLORS) == list(LAYER_NAMES)  # a colour for every layer, in the tables' order
+    assert len(layer_rects) == len(LAYER_NAMES) * 5
     verdict = re.search(r'id="verdict">([^<]*)<', dom).group(1)
     assert (verdict and "MiB" in verdict) or "keep the defaults" in verdict
     # the variants table as text: a header and one row per variant, the recommended one marked

@@ -23,7 +23,8 @@ from helpers import MiB, memgap, vmrss
 
 KiB = 1 << 10
 TARGETS_PY = os.path.join(HERE, "programs", "metrics_targets.py")
-LAYERS = {"files", "python_objects", "pymalloc_free", "allocator_in_use", "allocator_free", "stacks", "other_anon"}
+LAYERS = {"files", "shared_memory", "python_objects", "pymalloc_free", "allocator_in_use", "allocator_free", "stacks",
+          "other_anon"}
 PROCESS_LABELS = {"role", "index", "allocator"}
 
 
@@ -195,7 +196,7 @@ def test_one_process_its_rss_and_what_a_trim_would_release(servers):
         (labels, _), = samples(families, "memgap_rss_bytes")
         assert set(labels) == PROCESS_LABELS and labels["allocator"] == "glibc"
         layers = {lab["layer"]: v for lab, v in samples(families, "memgap_memory_bytes")}
-        assert set(layers) <= LAYERS and {"files", "allocator_in_use", "allocator_free"} <= set(layers)
+        assert set(layers) <= LAYERS and {"files", "shared_memory", "allocator_in_use", "allocator_free"} <= set(layers)
         # the layer gauges and the unexplained one add up to the RSS gauge of the same scrape (as the docs say)
         (unexplained,) = by_role(families, "memgap_unexplained_bytes").values()
         assert abs(sum(layers.values()) + unexplained - rss) <= 0.01 * rss
@@ -210,6 +211,10 @@ def test_one_process_its_rss_and_what_a_trim_would_release(servers):
         # the thread's arena keeps its 8 MiB top chunk free: in the layer, not releasable
         assert layers["allocator_free"] >= releasable + 0.9 * said["thread_top"], (layers, releasable)
         assert by_role(families, "memgap_glibc_arenas") == {key: 2.0}  # the main arena and the thread's
+        # free bytes beside live chunks: the rest of the layer beside its whole free pages (no more than
+        # Python's own heap holds free in pieces: a few MiB)
+        (fragmented,) = by_role(families, "memgap_allocator_free_fragmented_bytes").values()
+        assert 0 <= fragmented <= min(layers["allocator_free"] - releasable, 8 * MiB), (fragmented, layers)
         (cg_labels, usage), = samples(families, "memgap_cgroup_usage_bytes")
         assert set(cg_labels) == {"cgroup"} and usage >= by_role(families, "memgap_uss_bytes")[key]
         (_, working_set), = samples(families, "memgap_cgroup_working_set_bytes")

@@ -13,6 +13,7 @@ from .model import Layer, Region
 from .sources.glibc import Mallinfo2, MallocInfo
 from .sources.glibc_heaps import GlibcLayout
 from .sources.jemalloc import JemallocStats
+from .sources.procfs import shared_memory_kind
 from .sources.pyheap import PythonHeap
 from .sources.pymalloc import PymallocStats
 from .sources.pymalloc_pools import PoolCensus
@@ -66,18 +67,25 @@ class _Part:
 
 
 class _Owners:
-    """Resident, private and PSS bytes, virtual bytes and region counts per owner, summed once."""
+    """Resident, private and PSS bytes, virtual bytes and region counts per owner, summed once;
+    shared memory's resident bytes by kind (SysV, POSIX, memfd, anonymous)."""
 
     def __init__(self, regions: list[Region]) -> None:
         self.resident: dict[str, int] = {}
         self.virtual: dict[str, int] = {}
         self.count: dict[str, int] = {}
+        self.shmem_kinds: dict[str, int] = {}
         self._parts: dict[str, _Part] = {}
+        # an owner with no region holds nothing: 0 private bytes, unless no page was told private (in-process)
+        self._none = _Part() if all(r.private is not None for r in regions) else _Part(0, None, None)
         for r in regions:
             self.resident[r.owner] = self.resident.get(r.owner, 0) + r.resident
             self.virtual[r.owner] = self.virtual.get(r.owner, 0) + r.end - r.start
             self.count[r.owner] = self.count.get(r.owner, 0) + 1
             self._parts[r.owner] = self._parts.get(r.owner, _Part()) + _Part(r.resident, r.private, r.pss)
+            if r.owner == "shmem":
+                kind = shared_memory_kind(r.path) or "anonymous"
+                self.shmem_kinds[kind] = self.shmem_kinds.get(kind, 0) + r.resident
 
     def __call__(self, owner: str) -> int:
         return self.resident.get(owner, 0)
@@ -86,7 +94,7 @@ class _Owners:
         """The owners' resident bytes with their private and PSS bytes."""
         total = _Part()
         for owner in owners:
-            total += self._parts.get(owner, _Part())
+            total += self._parts.get(owner, self._none)
         return total
 
 
@@ -110,8 +118,12 @@ def _arena_detail(m: Measurements) -> list[dict[str, Any]]:
             "in_use": info.in_use if info else None,
             "free": info.free if info else None,
             "resident": arena.resident,
-            "free_resident": arena.free_resident,
-            "free_walked": arena.bins_free_bytes + arena.top_size,  # compare with malloc_info's "free"
+            "free_resident": arena.free_resident,  # whole free pages
+            # every free byte on a resident page, and of it those on pages that also hold a live chunk
+            "free_bytes_resident": arena.free_bytes_resident,
+            "fragmented": arena.fragmented,
+            "in_use_resident": arena.in_use_resident,
+            "free_walked": arena.free_walked,  # compare with malloc_info's "free"
             "top_resident": arena.top_resident,
             "bins_free_resident": arena.bins_free_resident,
             "trim_releasable": arena.trim_releasable() if arena.walk_complete or arena.is_main else None,
@@ -119,7 +131,8 @@ def _arena_detail(m: Measurements) -> list[dict[str, Any]]:
             "joins_top_resident": None if arena.is_main or arena.fastbin_chunks is None
             else arena.joins_top_resident(),
             "walk_complete": arena.walk_complete,
-            "problem": arena.walk_problem,
+            "small_walk_complete": arena.small_walk_complete,
+            "problem": "; ".join(filter(None, [arena.walk_problem, arena.small_walk_problem])),
         })
     return rows
 
@@ -267,10 +280,13 @@ def _glibc_allocator(m: Measurements, owned: _Owners) -> _Allocator:
     glibc = m.glibc
     assert glibc is not None
     heap_part = owned.part("glibc-heap", "mmapped-chunk")
-    heap_free = sum(a.free_resident for a in glibc.arenas)
-    free_part = _Part(heap_free, sum(a.free_private for a in glibc.arenas),
-                      sum(a.free_pss for a in glibc.arenas)) if heap_part.private is not None else \
-        _Part(heap_free, None, None)
+    pages = sum(a.free_resident for a in glibc.arenas)
+    heap_free = sum(a.free_bytes_resident for a in glibc.arenas)
+    # whole free pages: their private and PSS bytes exact; free bytes beside live chunks: pro rata
+    pages_part = _Part(pages, None, None)
+    if heap_part.private is not None:
+        pages_part = _Part(pages, sum(a.free_private for a in glibc.arenas), sum(a.free_pss for a in glibc.arenas))
+    free_part = pages_part + (heap_part - pages_part).take(heap_free - pages)
     arenas = _arena_detail(m)
     detail = {
         "arenas": arenas,
@@ -279,6 +295,10 @@ def _glibc_allocator(m: Measurements, owned: _Owners) -> _Allocator:
         "trim_releasable": sum(r["trim_releasable"] or 0 for r in arenas),
         "trim_estimate_complete": all(a.walk_complete for a in glibc.arenas),
         "held_in_thread_tops": sum(a.top_resident for a in glibc.arenas if not a.is_main),
+        "free_pages_resident": pages,
+        "fragmented": heap_free - pages,
+        "fragmentation_complete": all(a.small_walk_complete and a.fastbin_chunks is not None
+                                      for a in glibc.arenas if a.address),
         "mmapped_chunks": owned.count.get("mmapped-chunk", 0),
         # mallinfo2's count, to compare with the chunks found (memalign'ed ones are not found)
         "mmapped_chunks_reported": m.mallinfo.hblks if m.mallinfo else None,
@@ -287,10 +307,12 @@ def _glibc_allocator(m: Measurements, owned: _Owners) -> _Allocator:
     return _Allocator(
         owned("glibc-heap") - heap_free + owned("mmapped-chunk"), heap_free, heap_part - free_part, free_part,
         owned("anon"), owned.part("anon"),
-        in_use_how=["glibc heaps' resident pages minus the resident pages of their free chunks",
+        in_use_how=["glibc heaps' resident bytes minus every free chunk's bytes on resident pages",
                     "plus resident pages of glibc mmapped chunks"],
-        free_how=["resident whole pages inside free chunks in bins and inside each arena's top chunk "
-                  "(walked from malloc_state, pages from pagemap)"],
+        free_how=["bytes on resident pages of every free chunk: each arena's top chunk, its bins (unsorted, "
+                  "small, large) and fastbins, walked from malloc_state (chunks in a thread's tcache count in use, "
+                  "as mallinfo2 counts them); of them, whole free pages (what a trim can release) and free bytes "
+                  "on pages that also hold a live chunk (fragmentation: no trim releases them); pages from pagemap"],
         source="glibc arenas walked, pagemap", detail=detail)
 
 
@@ -332,13 +354,14 @@ def attribute(m: Measurements) -> tuple[dict[str, Layer], int]:
         python, pymalloc_free = _python_layers(m, owned, small, large, moved, py_how)
     else:
         python, pymalloc_free = _python_from_pools(m, owned)
-    files, stacks = _mapped_layers(owned)
+    files, shared_memory, stacks = _mapped_layers(owned)
     allocator_in_use, allocator_free = _allocator_layers(m, c, in_use, moved)
-    layers = {"files": files, "python_objects": python, "pymalloc_free": pymalloc_free,
-              "allocator_in_use": allocator_in_use, "allocator_free": allocator_free,
+    layers = {"files": files, "shared_memory": shared_memory, "python_objects": python,
+              "pymalloc_free": pymalloc_free, "allocator_in_use": allocator_in_use, "allocator_free": allocator_free,
               "stacks": stacks, "other_anon": _other_anon_layer(m, c, owned)}
     small_part = arenas_part.take((python.resident or 0) - moved)
-    _set_shares(layers, {"files": owned.part("file", "shmem"), "stacks": owned.part("stack"),
+    _set_shares(layers, {"files": owned.part("file"), "shared_memory": owned.part("shmem"),
+                         "stacks": owned.part("stack"),
                          "python_objects": small_part + moved_part, "pymalloc_free": arenas_part - small_part,
                          "allocator_in_use": in_use_part, "allocator_free": c.free_part,
                          "other_anon": c.other_part + owned.part("file-cow")})
@@ -392,13 +415,24 @@ def _python_layers(m: Measurements, owned: _Owners, small: int, large: int, move
     return python, free
 
 
-def _mapped_layers(owned: _Owners) -> tuple[Layer, Layer]:
-    """files and stacks: read from the memory map and pagemap alone."""
+def _mapped_layers(owned: _Owners) -> tuple[Layer, Layer, Layer]:
+    """files, shared_memory and stacks: read from the memory map and pagemap alone."""
     files = Layer(
-        "files", owned("file") + owned("shmem"), virtual=None,
-        derivation="pagemap: present pages of file-backed and shared mappings (bit 61)",
+        "files", owned("file"), virtual=None,
+        derivation="pagemap: present pages of file-backed mappings (bit 61), shared memory apart (its own "
+                   "layer, shared_memory: detail shmem)",
         source="pagemap",
         detail={"file": owned("file"), "shmem": owned("shmem")},
+    )
+    shared_memory = Layer(
+        "shared_memory", owned("shmem"), virtual=owned.virtual.get("shmem", 0),
+        derivation="pagemap: present pages of shared memory mappings (bit 61), told by their paths in maps: SysV "
+                   "segments (/SYSV*), POSIX shared memory (/dev/shm/*), memfds (/memfd:*), anonymous MAP_SHARED "
+                   "memory (/dev/zero (deleted)); each process that maps a page counts it in its RSS, its PSS "
+                   "splits it among them",
+        source="maps, pagemap",
+        detail={**{kind: owned.shmem_kinds.get(kind, 0) for kind in ("sysv", "posix", "memfd", "anonymous")},
+                "mappings": owned.count.get("shmem", 0)},
     )
     stacks = Layer(
         "stacks", owned("stack"), virtual=owned.virtual.get("stack", 0),
@@ -407,7 +441,7 @@ def _mapped_layers(owned: _Owners) -> tuple[Layer, Layer]:
         source="struct pthread, stack pointers, pagemap",
         detail={"count": owned.count.get("stack", 0)},
     )
-    return files, stacks
+    return files, shared_memory, stacks
 
 
 def _allocator_layers(m: Measurements, c: _Allocator, in_use: int | None, moved: int) -> tuple[Layer, Layer]:

@@ -25,7 +25,7 @@ from .sources.cgroup import read_memory_cgroup
 from .sources.glibc import Mallinfo2, MallocInfo, glibc_malloc
 from .sources.glibc_heaps import GlibcLayout, ResidentMap, find_glibc_layout
 from .sources.jemalloc import JemallocStats, noreserve_flags
-from .sources.procfs import Mapping, MappingPss, ProcReader, status_int
+from .sources.procfs import Mapping, MappingPss, ProcReader, shared_memory_kind, status_int
 from .sources.pymalloc_pools import TreeHeaders, census
 
 if TYPE_CHECKING:  # the agent's client is imported only where a process has the agent
@@ -119,14 +119,15 @@ def label_regions(reader: ProcReader, memmap: MemoryMap, glibc: GlibcLayout | No
         m = mp.mapping
         if m.is_file:
             share = res.share_at(m.start)
-            if mp.file_resident:
-                regions.append(Region(m.start, m.end, "file", mp.file_resident, m.perms, m.path,
+            if mp.file_resident:  # shared memory has an inode too: told by its path
+                regions.append(Region(m.start, m.end, "shmem" if shared_memory_kind(m.path) else "file",
+                                      mp.file_resident, m.perms, m.path,
                                       *_whole(res, mp.file_resident, mp.file_private, share)))
             if mp.anon_resident:
                 regions.append(Region(m.start, m.end, "file-cow", mp.anon_resident, m.perms, m.path,
                                       *_whole(res, mp.anon_resident, mp.anon_private, share)))
             continue
-        if mp.file_resident:  # shared anonymous memory (memfd-less MAP_SHARED, SysV shm)
+        if mp.file_resident:  # shared memory without an inode (a SysV segment whose shmid is 0)
             regions.append(Region(m.start, m.end, "shmem", mp.file_resident, m.perms, m.path,
                                   *_whole(res, mp.file_resident, mp.file_private, res.share_at(m.start))))
         claimed: list[tuple[int, int]] = []
@@ -241,22 +242,10 @@ def _snapshot_self(phase: str | None, options: Options | None) -> Snapshot:
     heap = pyheap.python_heap(options.walk_python, options.class_names)
     with ProcReader("self") as reader:
         started_at = reader.stat().start_time
+        cmd = reader.cmdline()  # as an outside snapshot has it (the web route and notebooks showed none)
         maps = reader.maps()
         detection = allocator_source.detect_in_process(maps)
-        mallinfo = malloc_info = jemalloc = None
-        if detection.is_glibc:
-            glibc = glibc_malloc()
-            mallinfo, malloc_info = glibc.mallinfo2(), glibc.malloc_info(bins=False)
-        elif detection.name == "jemalloc":
-            from .sources.jemalloc import read_jemalloc_stats
-
-            try:
-                jemalloc = read_jemalloc_stats()
-            except Unsupported as exc:
-                notes["allocator_in_use"] = notes["allocator_free"] = str(exc)
-        else:
-            notes["allocator_in_use"] = notes["allocator_free"] = (
-                f"allocator {detection.name}: memgap reads glibc and jemalloc statistics only")
+        mallinfo, malloc_info, jemalloc = _own_allocator_statistics(detection, notes)
         if detection.beside:
             notes["other_anon"] = allocator_source.beside_note(detection)
         pm = pymalloc_source.parse_debugmallocstats(pymalloc_source.capture_debugmallocstats())
@@ -287,9 +276,29 @@ def _snapshot_self(phase: str | None, options: Options | None) -> Snapshot:
         regions=regions if options.regions else [],
         pss_note="not split by layer in-process: the anonymous pages' residency comes from mincore(2), which "
                  "does not tell pages shared with another process (an outside snapshot reads pagemap's bit 56)",
-        start_time=started_at,
+        start_time=started_at, cmd=cmd,
     )
     return _finish(snap, started)
+
+
+def _own_allocator_statistics(detection: allocator_source.AllocatorDetection, notes: dict[str, str]
+                              ) -> tuple[Mallinfo2 | None, MallocInfo | None, JemallocStats | None]:
+    """This process's allocator's own figures: glibc's mallinfo2 and malloc_info, or jemalloc's; for
+    another allocator none, and the allocator layers' notes say why."""
+    if detection.is_glibc:
+        glibc = glibc_malloc()
+        return glibc.mallinfo2(), glibc.malloc_info(bins=False), None
+    if detection.name == "jemalloc":
+        from .sources.jemalloc import read_jemalloc_stats
+
+        try:
+            return None, None, read_jemalloc_stats()
+        except Unsupported as exc:
+            notes["allocator_in_use"] = notes["allocator_free"] = str(exc)
+            return None, None, None
+    notes["allocator_in_use"] = notes["allocator_free"] = (
+        f"allocator {detection.name}: memgap reads glibc and jemalloc statistics only")
+    return None, None, None
 
 
 def _allocator_dict(detection: allocator_source.AllocatorDetection, mallinfo: Mallinfo2 | None,

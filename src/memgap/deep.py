@@ -31,6 +31,7 @@ from .diagnose import allocator_findings
 from .documents import TrimRecord, TrimRoute
 from .errors import MalformedInput, Unsupported
 from .gdb_layers import jemalloc_gdb_layers, mimalloc_gdb_layers, tcmalloc_gdb_layers
+from .inside_trust import trusted_inside
 from .model import Snapshot
 from .sources import jemalloc_gdb, mimalloc_gdb, tcmalloc_gdb
 from .sources.allocator import process_root
@@ -157,8 +158,10 @@ def compare_arenas(outside_rows: list[dict[str, Any]], info: MallocInfo) -> list
             "free_gdb": arena.free if arena else None,
             "in_use_gdb": arena.in_use if arena else None,
             "resident_outside": out["resident"] if out else None,
-            "free_resident_outside": out["free_resident"] if out else None,
-            # bytes in the free chunks the walk visits (unsorted and large bins) and the top chunk
+            # free bytes on resident pages (whole free pages in a document from before the split)
+            "free_resident_outside": out.get("free_bytes_resident", out["free_resident"]) if out else None,
+            "in_use_outside": out.get("in_use_resident") if out else None,
+            # bytes in the free chunks the walk visits: the top chunk, the bins and the fastbins
             "free_walked_outside": out.get("free_walked") if out else None,
             "trim_releasable_outside": out["trim_releasable"] if out else None,
         })
@@ -263,9 +266,14 @@ import json, os, sys
 out, src = {out!r}, {src!r}
 added = src not in sys.path
 if added:
-    sys.path.append(src)
+    sys.path.insert(0, src)  # first: a module of the program's own named memgap must not be taken for it
 try:
+    known = sys.modules.get("memgap")
+    if known is not None and not str(getattr(known, "__file__", "")).startswith(src + os.sep):
+        raise ImportError(f"the program has a module of its own named memgap ({{getattr(known, '__file__', '')}})")
     import memgap
+    if not str(memgap.__file__).startswith(src + os.sep):
+        raise ImportError(f"memgap was found at {{memgap.__file__}}, not in {{src}}")
     result = {{"ok": True, "memgap": memgap.__file__,
               "snapshot": memgap.snapshot(regions=False).to_dict(regions=False)}}
 except Exception as exc:
@@ -387,6 +395,9 @@ def deep(pid: int, outside: Snapshot, start_time: int | None, options: GdbOption
     finally:
         result.notes.extend(session.notes)
         result.timings = dict(session.timings)
+    if result.in_process is not None:  # under tracemalloc, the outside reading of the heaps is the one to trust
+        result.in_process, why = trusted_inside(outside, result.in_process)
+        result.notes.extend([why] if why else [])
     if result.malloc_info is not None:
         layer = outside.layers.get("allocator_free")
         result.arenas = compare_arenas(layer.detail.get("arenas", []) if layer else [], result.malloc_info)

@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from .model import Finding, Snapshot
+from .model import Finding, Layer, Snapshot, by_pss
 from .units import MiB, mib, pct
 
 FLOOR = 16 * MiB      # below this nothing is worth a warning
 SHARE = 0.20          # a layer must hold at least this share of RSS to be called out
 RETAINED_FLOOR = 256 * MiB  # address space: cheap until a limit on it (ulimit -v, VSZ alarms) is near
+SHARED_MOST = 0.5     # shared pages over this share of RSS: a rule's ratio is taken over private memory
 
 
 def _resident(snap: Snapshot, name: str) -> int:
@@ -26,35 +28,110 @@ def _resident(snap: Snapshot, name: str) -> int:
     return layer.resident or 0 if layer else 0
 
 
+def own_memory(snap: Snapshot) -> int:
+    """The process's own memory: its private pages (pagemap bit 56) outside shared memory, where its
+    layers carry them (from outside); else (in-process) RSS less shared memory and files."""
+    measured = {name: layer for name, layer in snap.layers.items() if layer.resident is not None}
+    if measured and all(layer.private is not None for layer in measured.values()):
+        return sum(layer.private or 0 for name, layer in measured.items() if name != "shared_memory")
+    return max(0, snap.rss - _resident(snap, "shared_memory") - _resident(snap, "files"))
+
+
+@dataclass(frozen=True)
+class Base:
+    """What a rule's ratio is taken over: the process's RSS; or, where shared pages (shared memory,
+    libraries, a parent's pages) are most of its RSS, its own memory, which they would hide (a
+    PostgreSQL backend's 20 MiB of free heap is 7% of an RSS of shared buffers, 93% of its own)."""
+
+    bytes: int
+    private: bool   # its own memory (own_memory), not its RSS
+
+    def part(self, layer: Layer | None, resident: int) -> int:
+        """What of a layer's ``resident`` bytes weighs against this base: over private memory, the
+        layer's private pages where read (a free chunk a forked worker shares with its parent is
+        not its own), else its bytes."""
+        if self.private and layer is not None and layer.private is not None and layer.resident == resident:
+            return layer.private
+        return resident
+
+    def crossed(self, part: int, share: float) -> bool:
+        return part > 0 and part >= share * self.bytes  # nothing of its own is no share of nothing
+
+    def words(self, part: int, whole: int | None = None) -> str:
+        """The share, said with its base: "12% of RSS" or "93% of its private memory, 22.4 MiB";
+        ``whole``: the layer's bytes, where ``part`` is only its private pages."""
+        if not self.private:
+            return f"{pct(part, self.bytes)} of RSS"
+        mine = f"{mib(part)} MiB of them its own: " if whole is not None and whole != part else ""
+        return f"{mine}{pct(part, self.bytes)} of its private memory, {mib(self.bytes)} MiB"
+
+
+def ratio_base(snap: Snapshot) -> Base:
+    """RSS, or the process's own memory where shared pages are most of its RSS."""
+    own = own_memory(snap)
+    if snap.rss - own > SHARED_MOST * snap.rss:
+        return Base(own, True)
+    return Base(snap.rss, False)
+
+
+def _base_line(snap: Snapshot, base: Base) -> str:
+    """Evidence: which base a rule's ratio took, where it is not RSS."""
+    return (f"ratio over its private memory ({mib(base.bytes)} MiB, outside shared memory): shared pages are "
+            f"{mib(snap.rss - base.bytes)} MiB of its RSS ({pct(snap.rss - base.bytes, snap.rss)}; shared memory "
+            f"{mib(_resident(snap, 'shared_memory'))} MiB)")
+
+
+def _glibc_free(snap: Snapshot) -> tuple[int, int, int]:
+    """glibc's free bytes on resident pages, of them the whole free pages, and those beside live
+    chunks (fragmentation); a document from before the split counts whole pages only."""
+    layer = snap.layers.get("allocator_free")
+    if layer is None or "arenas" not in layer.detail:
+        return 0, 0, 0
+    free = layer.resident or 0
+    if "by_allocator" in layer.detail:  # a jemalloc beside glibc's: its own share
+        free = layer.detail["by_allocator"].get("glibc") or 0
+    fragmented = min(free, layer.detail.get("fragmented") or 0)
+    return free, free - fragmented, fragmented
+
+
+def _mine(base: Base, layer: Layer | None, part: int) -> int:
+    """Of ``part`` bytes of a layer, what weighs against ``base``: over private memory, its private
+    pages in the layer's own proportion (a free chunk a forked worker shares with its parent is not its own)."""
+    if base.private and layer is not None and layer.private is not None and layer.resident:
+        return round(part * min(1.0, layer.private / layer.resident))
+    return part
+
+
 def _glibc_retention(snap: Snapshot) -> list[Finding]:
-    free_layer = snap.layers.get("allocator_free")
-    free = _resident(snap, "allocator_free")
-    if free_layer is not None and "by_allocator" in free_layer.detail:  # a jemalloc beside glibc's: its own share
-        free = free_layer.detail["by_allocator"].get("glibc") or 0
-    if free_layer is None or "arenas" not in free_layer.detail or free < FLOOR or free < SHARE * snap.rss:
+    _, pages, fragmented = _glibc_free(snap)
+    base = ratio_base(snap)
+    part = _mine(base, snap.layers.get("allocator_free"), pages)
+    if pages < FLOOR or not base.crossed(part, SHARE):
         return []
-    d = free_layer.detail
-    arenas = d["arenas"]
+    d = snap.layers["allocator_free"].detail
     releasable = d.get("trim_releasable", 0)
     held_tops = d.get("held_in_thread_tops", 0)
-    evidence = [f"RSS {mib(snap.rss)} MiB; glibc heaps hold {mib(free)} MiB resident in free chunks "
-                f"({pct(free, snap.rss)} of RSS)"]
-    worst = sorted(arenas, key=lambda a: -(a["free_resident"] or 0))[:5]
-    for a in worst:
+    evidence = [f"RSS {mib(snap.rss)} MiB; glibc heaps hold {mib(pages)} MiB resident in whole free pages "
+                f"({base.words(part, pages)})"
+                + (f", and {mib(fragmented)} MiB free beside live chunks (see glibc-fragmentation)"
+                   if fragmented >= FLOOR // 4 else "")]
+    if base.private:
+        evidence.append(_base_line(snap, base))
+    for a in sorted(d["arenas"], key=lambda a: -(a["free_resident"] or 0))[:5]:
         evidence.append(f"arena {a['arena']}{' (main)' if a['main'] else ''}: resident {mib(a['resident'])} MiB, "
-                        f"free {mib(a['free_resident'])} MiB of which top chunk {mib(a['top_resident'])} MiB, "
+                        f"free pages {mib(a['free_resident'])} MiB of which top chunk {mib(a['top_resident'])} MiB, "
                         f"trim would release {mib(a['trim_releasable'])} MiB"
                         + (f" ({mib(a['joins_top_resident'])} MiB of free chunks stay: the trim's consolidation "
                            "merges them into the top chunk)" if (a.get("joins_top_resident") or 0) >= FLOOR // 4
                            else ""))
-    summary = (f"glibc holds {mib(free)} MiB free in {d['arena_count']} arenas ({d['thread_arenas']} thread "
-               f"arenas); a trim would release ~{mib(releasable)} MiB")
+    summary = (f"glibc holds {mib(pages)} MiB of free pages in {d['arena_count']} arenas ({d['thread_arenas']} "
+               f"thread arenas); a trim would release ~{mib(releasable)} MiB")
     if not d.get("trim_estimate_complete", True):
         summary += " (at least: an arena changed while it was read, see problems)"
         evidence.extend(d.get("problems", []))
     # a program that is not Python calls malloc_trim itself (or runs under `memgap lab`'s trim=idle)
     remedy = "malloc_trim(0) after the burst" if snap.not_python else "memgap.trim() (malloc_trim(0)) after the burst"
-    if held_tops > max(FLOOR, free // 3):
+    if held_tops > max(FLOOR, pages // 3):
         evidence.append(f"{mib(held_tops)} MiB sit in thread arenas' top chunks, which malloc_trim(0) leaves "
                         "alone (only the main arena's top is cut)")
         remedy = ("fewer arenas (MALLOC_ARENA_MAX=2) plus a trim after bursts, or a fixed "
@@ -62,13 +139,47 @@ def _glibc_retention(snap: Snapshot) -> list[Finding]:
     return [Finding("glibc-retention", "warning", summary, evidence, remedy)]
 
 
+def _glibc_fragmentation(snap: Snapshot) -> list[Finding]:
+    """Free bytes that share their pages with live chunks: held until the neighbours go, whatever is trimmed."""
+    free, _, fragmented = _glibc_free(snap)
+    base = ratio_base(snap)
+    part = _mine(base, snap.layers.get("allocator_free"), fragmented)
+    if fragmented < FLOOR or not base.crossed(part, SHARE):
+        return []
+    d = snap.layers["allocator_free"].detail
+    in_use = _resident(snap, "allocator_in_use")
+    evidence = [f"RSS {mib(snap.rss)} MiB; glibc's free chunks hold {mib(free)} MiB on resident pages, "
+                f"{mib(fragmented)} MiB of it ({base.words(part, fragmented)}) on pages that also hold a live "
+                f"chunk; in use {mib(in_use)} MiB",
+                "method: every free chunk (top, bins, fastbins) walked from each arena's malloc_state; its bytes on "
+                "resident pages, less the whole pages inside it (a trim's share)"]
+    if base.private:
+        evidence.append(_base_line(snap, base))
+    for a in sorted(d["arenas"], key=lambda a: -(a.get("fragmented") or 0))[:5]:
+        if a.get("fragmented"):
+            evidence.append(f"arena {a['arena']}{' (main)' if a['main'] else ''}: resident {mib(a['resident'])} MiB,"
+                            f" in use {mib(a.get('in_use_resident'))} MiB, free beside live chunks "
+                            f"{mib(a['fragmented'])} MiB")
+    if not d.get("fragmentation_complete", True):
+        evidence.append("at least: an arena's small bins or fastbins could not be walked, see problems")
+        evidence.extend(d.get("problems", []))
+    return [Finding(
+        "glibc-fragmentation", "warning",
+        f"glibc holds {mib(fragmented)} MiB free in pieces between live chunks (fragmentation): no trim releases "
+        f"it; it comes back only when the blocks beside it are freed", evidence,
+        "another allocator (jemalloc keeps blocks of one size class together), fewer arenas (MALLOC_ARENA_MAX=2), "
+        "a lower mmap threshold (MALLOC_MMAP_THRESHOLD_=65536: large blocks in mappings of their own, returned on "
+        "free), or restarting long-lived workers: measure which with `memgap lab`")]
+
+
 def _pymalloc_fragmentation(snap: Snapshot) -> list[Finding]:
     free = _resident(snap, "pymalloc_free")
     pm = snap.pymalloc
-    if free < FLOOR or free < SHARE * snap.rss:
+    base = ratio_base(snap)
+    if free < FLOOR or not base.crossed(base.part(snap.layers.get("pymalloc_free"), free), SHARE):
         return []
     if not pm:
-        return _pymalloc_fragmentation_outside(snap, free)
+        return _pymalloc_fragmentation_outside(snap, free, base)
     used = pm["allocated_blocks_bytes"]
     arenas = pm["arenas_current"]
     return [Finding(
@@ -78,7 +189,8 @@ def _pymalloc_fragmentation(snap: Snapshot) -> list[Finding]:
         [f"arenas {arenas} x {pm['arena_size'] >> 10} KiB; allocated blocks {mib(used)} MiB; free blocks in "
          f"used pools {mib(pm['available_blocks_bytes'])} MiB; unused pools {pm['unused_pools']} x "
          f"{pm['pool_size'] >> 10} KiB",
-         "an arena returns to the OS only when every object in it is gone"],
+         "an arena returns to the OS only when every object in it is gone",
+         *([_base_line(snap, base)] if base.private else [])],
         "memgap.release_pymalloc() gives back the pages of the unused pools (up to "
         f"{mib(pm['unused_pools'] * pm['pool_size'])} MiB, less what is not resident); the free blocks "
         "in used pools only come back when their objects go: free objects in allocation order, or "
@@ -86,7 +198,7 @@ def _pymalloc_fragmentation(snap: Snapshot) -> list[Finding]:
     )]
 
 
-def _pymalloc_fragmentation_outside(snap: Snapshot, free: int) -> list[Finding]:
+def _pymalloc_fragmentation_outside(snap: Snapshot, free: int, base: Base) -> list[Finding]:
     """The same finding read from outside, where pool headers are all there is to go by."""
     census = snap.layers["python_objects"].detail if "python_objects" in snap.layers else {}
     if "pools_read" not in census:
@@ -99,7 +211,8 @@ def _pymalloc_fragmentation_outside(snap: Snapshot, free: int) -> list[Finding]:
         "small objects (read from outside)",
         [f"pool headers read from outside: {census['pools_read']} pools resident, {census['pools_in_use']} with "
          f"live blocks, {empty} empty; live blocks {mib(used)} MiB",
-         "an arena returns to the OS only when every object in it is gone"],
+         "an arena returns to the OS only when every object in it is gone",
+         *([_base_line(snap, base)] if base.private else [])],
         "memgap.release_pymalloc() in the process gives back the pages of its empty pools; the free blocks in "
         "used pools only come back when their objects go: free objects in allocation order, or rebuild the "
         "structure into a fresh container",
@@ -112,9 +225,12 @@ def _threads(snap: Snapshot) -> list[Finding]:
     free_layer = snap.layers.get("allocator_free")
     n_arenas = free_layer.detail.get("arena_count", 0) if free_layer else 0
     out = []
-    if stacks >= FLOOR and stacks >= 0.1 * snap.rss:
+    base = ratio_base(snap)
+    part = base.part(snap.layers.get("stacks"), stacks)
+    if stacks >= FLOOR and base.crossed(part, 0.1):
         out.append(Finding("thread-stacks", "info", f"{threads} threads hold {mib(stacks)} MiB of stack",
-                           [f"stacks layer {mib(stacks)} MiB ({pct(stacks, snap.rss)} of RSS)"]))
+                           [f"stacks layer {mib(stacks)} MiB ({base.words(part, stacks)})",
+                            *([_base_line(snap, base)] if base.private else [])]))
     if n_arenas > 8 and _resident(snap, "allocator_free") >= FLOOR:
         out.append(Finding("many-arenas", "info",
                            f"{n_arenas} glibc arenas for {threads} threads: each thread that mallocs may get "
@@ -149,13 +265,39 @@ def allocator_findings(snap: Snapshot) -> list[Finding]:
     tcmalloc's from their own figures where ``inspect --deep`` read them."""
     from .diagnose_allocators import jemalloc_findings, tcmalloc_findings
 
-    return [*_glibc_retention(snap), *jemalloc_findings(snap), *tcmalloc_findings(snap)]
+    return [*_glibc_retention(snap), *_glibc_fragmentation(snap), *jemalloc_findings(snap), *tcmalloc_findings(snap)]
+
+
+SHMEM_KINDS = {"anonymous": "anonymous MAP_SHARED (/dev/zero (deleted))", "sysv": "SysV segments (/SYSV*)",
+               "posix": "POSIX shared memory (/dev/shm)", "memfd": "memfds (/memfd:)"}
+
+
+def _shmem_kinds(layer: Layer) -> str:
+    kinds = [(k, layer.detail.get(k) or 0) for k in SHMEM_KINDS]
+    return ", ".join(f"{SHMEM_KINDS[k]} {mib(n)} MiB" for k, n in sorted(kinds, key=lambda kn: -kn[1]) if n)
+
+
+def _shared_memory(snap: Snapshot) -> list[Finding]:
+    """Shared memory most of its RSS: said, since a sum of RSS counts it once per process."""
+    layer = snap.layers.get("shared_memory")
+    shm = _resident(snap, "shared_memory")
+    if layer is None or shm < FLOOR or shm < SHARED_MOST * snap.rss:
+        return []
+    here = f" (PSS {mib(layer.pss)} MiB here)" if layer.pss is not None else ""
+    base = ratio_base(snap)
+    return [Finding(
+        "shared-memory", "info",
+        f"shared buffers: {mib(shm)} MiB of shared memory, {pct(shm, snap.rss)} of its RSS{here}: count it once "
+        "across the processes that map it (PSS), not once per RSS",
+        [f"shared memory by kind: {_shmem_kinds(layer)}",
+         f"its own memory beside it: {mib(own_memory(snap))} MiB (private pages outside shared memory); the "
+         f"findings here take their ratios over {'it' if base.private else 'RSS'}"])]
 
 
 def diagnose(snap: Snapshot) -> list[Finding]:
     """Findings for one snapshot."""
     return [*allocator_findings(snap), *_pymalloc_fragmentation(snap), *_threads(snap),
-            *_unexplained(snap), *_other_allocators(snap)]
+            *_unexplained(snap), *_other_allocators(snap), *_shared_memory(snap)]
 
 
 def diagnose_series(snaps: Sequence[Snapshot]) -> list[Finding]:
@@ -221,7 +363,26 @@ def _native_series(snaps: Sequence[Snapshot]) -> list[Finding]:
 
 
 def diagnose_tree(snaps: Sequence[Snapshot]) -> list[Finding]:
-    """Findings over a process tree: forked workers that copied their parent's pages."""
+    """Findings over a process tree: forked workers that copied their parent's pages; shared memory
+    most of the RSS sum, counted once by PSS. Each process's own findings are its snapshot's."""
+    return [*_copied_from_parent(snaps), *_shared_memory_tree(snaps)]
+
+
+def _shared_memory_tree(snaps: Sequence[Snapshot]) -> list[Finding]:
+    mapping = [s for s in snaps if _resident(s, "shared_memory")]
+    rss_sum = sum(_resident(s, "shared_memory") for s in mapping)
+    if not by_pss(list(snaps)) or rss_sum < FLOOR or rss_sum < SHARED_MOST * sum(s.rss for s in snaps):
+        return []
+    pss = sum(s.layers["shared_memory"].pss or 0 for s in mapping)
+    return [Finding(
+        "shared-memory", "info",
+        f"shared buffers: {mib(pss)} MiB of shared memory, counted once across the tree (PSS) in "
+        f"{len(mapping)} processes; their RSS sum counts it {mib(rss_sum)} MiB",
+        [f"PID {s.pid}: shared memory {mib(_resident(s, 'shared_memory'))} MiB resident, PSS "
+         f"{mib(s.layers['shared_memory'].pss)} MiB here; its own memory {mib(own_memory(s))} MiB" for s in mapping])]
+
+
+def _copied_from_parent(snaps: Sequence[Snapshot]) -> list[Finding]:
     cows = [(s, cow) for s in snaps if (cow := s.copied_from_parent) and cow["copied"]]
     forked = [s for s, _ in cows]
     copied = sum(cow["copied"] for _, cow in cows)

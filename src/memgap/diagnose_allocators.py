@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .diagnose import FLOOR, RETAINED_FLOOR, SHARE
+from .diagnose import FLOOR, RETAINED_FLOOR, SHARE, ratio_base
 from .model import Finding, Snapshot
-from .units import mib, pct
+from .units import mib
 
 MALLCTL_ROUTE, TCMALLOC_ROUTE = "gdb mallctl", "gdb MallocExtension"  # sources.jemalloc_gdb's, tcmalloc_gdb's ROUTE
 PURGE_ALL = "arena.4096.purge"  # 4096: MALLCTL_ARENAS_ALL, every arena (jemalloc 5)
@@ -44,11 +44,12 @@ def jemalloc_findings(snap: Snapshot) -> list[Finding]:
 
 def _jemalloc_dirty(snap: Snapshot, j: dict[str, Any]) -> list[Finding]:
     purgeable = j["purgeable"]
-    if purgeable < FLOOR or purgeable < SHARE * snap.rss:
+    base = ratio_base(snap)  # counted in bytes: no private part to weigh
+    if purgeable < FLOOR or not base.crossed(purgeable, SHARE):
         return []
     evidence = [f"RSS {mib(snap.rss)} MiB; jemalloc ({j['symbol']}, {MALLCTL_ROUTE}) holds {mib(j['dirty_bytes'])} "
                 f"MiB of dirty pages and {mib(j['muzzy_bytes'])} MiB of muzzy ones "
-                f"({pct(purgeable, snap.rss)} of RSS): "
+                f"({base.words(purgeable)}): "
                 "freed by the program, still resident",
                 f"stats.allocated {mib(j['allocated'])} MiB, stats.active {mib(j['active'])} MiB, "
                 f"stats.resident {mib(j['resident'])} MiB"]
@@ -67,7 +68,7 @@ def _jemalloc_dirty(snap: Snapshot, j: dict[str, Any]) -> list[Finding]:
     return [Finding(
         "jemalloc-dirty", "warning",
         f"jemalloc holds {mib(purgeable)} MiB of freed pages a purge would return now "
-        f"({pct(purgeable, snap.rss)} of RSS)", evidence,
+        f"({base.words(purgeable)})", evidence,
         f"purge after bursts: mallctl(\"{PURGE_ALL}\") in the program (`memgap inspect --trim "
         f"PID` does it and measures it); or a shorter decay (dirty_decay_ms:1000 in {conf}) "
         "with background_thread:true "
@@ -95,12 +96,13 @@ def tcmalloc_findings(snap: Snapshot) -> list[Finding]:
     if t is None:
         return []
     free = t["pageheap_free"]
-    if free < FLOOR or free < SHARE * snap.rss:
+    base = ratio_base(snap)
+    if free < FLOOR or not base.crossed(free, SHARE):
         return []
     return [Finding(
         "tcmalloc-page-heap-free", "warning",
         f"tcmalloc's page heap holds {mib(free)} MiB of free spans a release would return now "
-        f"({pct(free, snap.rss)} of RSS)",
+        f"({base.words(free)})",
         [f"RSS {mib(snap.rss)} MiB; tcmalloc.pageheap_free_bytes {mib(free)} MiB, pageheap_unmapped_bytes "
          f"{mib(t['pageheap_unmapped'])} MiB (given back already), generic.current_allocated_bytes "
          f"{mib(t['allocated'])} MiB ({TCMALLOC_ROUTE})",

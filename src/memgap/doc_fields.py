@@ -7,11 +7,45 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import json
+import math
 import types
 import typing
 from typing import Any
 
 from .errors import MalformedInput
+
+FIGURE_LIMIT = 1 << 63  # no byte count, time or PID memgap writes comes near it
+
+
+def _bounded_int(text: str) -> int:
+    value = int(text)
+    if abs(value) >= FIGURE_LIMIT:
+        raise ValueError(f"the number {text[:24]}{'...' if len(text) > 24 else ''} is beyond 64 bits")
+    return value
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"the number {text[:24]} is out of range")
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a figure")
+
+
+def parse_json(text: str, what: str) -> Any:
+    """JSON as memgap writes it, or MalformedInput saying what is wrong in one line: no NaN or
+    Infinity, no number beyond 64 bits (or one that overflows a float), no nesting deeper than
+    Python's parser can follow."""
+    try:
+        return json.loads(text, parse_int=_bounded_int, parse_float=_finite, parse_constant=_no_constant)
+    except RecursionError:
+        raise MalformedInput(what, "not JSON memgap wrote: nested too deep to read") from None
+    except ValueError as exc:
+        raise MalformedInput(what, f"not JSON memgap wrote ({exc})") from None
 
 
 def _typed(value: Any, hint: Any, where: str) -> Any:
@@ -38,6 +72,8 @@ def _typed(value: Any, hint: Any, where: str) -> Any:
             raise MalformedInput(where, f"{value!r} is not one of {', '.join(str(m.value) for m in hint)}") from None
     if hasattr(hint, "from_dict"):
         return hint.from_dict(value, where)
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):  # a part without a from_dict of its own
+        return hint(**_fields(hint, value, where))
     if origin is list:  # an item's place in the list, and a value's key, in where it is: which one is wrong
         return [_typed(v, args[0], f"{where}[{i}]") for i, v in enumerate(_of(value, list, where))]
     if origin is tuple:
@@ -90,4 +126,14 @@ def check_schema(data: Any, family: str, current: str, what: str) -> None:
     if not isinstance(schema, str) or not schema.startswith(family + "/"):
         raise MalformedInput(what, f"not a {family} document (schema {schema!r})")
     if schema != current:
-        raise MalformedInput(what, f"schema {schema!r}: this memgap reads {current}; a newer memgap wrote it")
+        raise MalformedInput(what, f"schema {schema!r}: this memgap reads {current}; "
+                                   f"{_which_memgap(schema, current)} wrote it")
+
+
+def _which_memgap(schema: str, current: str) -> str:
+    """"a newer memgap" or "an older memgap", by the schemas' version numbers; "another tool" where
+    the version is not one."""
+    version, known = schema.rpartition("/")[2], current.rpartition("/")[2]
+    if not (version.isascii() and version.isdigit() and known.isdigit()):
+        return "another tool or version"
+    return "a newer memgap" if int(version) > int(known) else "an older memgap"

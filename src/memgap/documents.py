@@ -21,7 +21,7 @@ from typing import Any
 from .doc_fields import _fields, _of, _typed, check_schema
 from .errors import MalformedInput
 from .lab_document import AcrossCell, Cell, Recommendation, SweepRow, VariantSummary
-from .model import RUN_SCHEMA, Snapshot
+from .model import RUN_SCHEMA, Finding, Snapshot
 
 LAB_SCHEMA = "memgap.lab/1"
 
@@ -388,3 +388,30 @@ def load_document(data: Any, what: str = "document") -> RunDocument | LabDocumen
         return RunDocument.from_dict(data, what)
     raise MalformedInput(what, f"not a memgap run or lab (schema {schema!r})")
 
+
+
+TREE_SCHEMA = "memgap.tree/1"
+
+
+@dataclass
+class TreeDocument:
+    """A process and its descendants read at one moment (`memgap inspect PID --tree --json`): each
+    process's snapshot, the tree summed (``model.tree_totals``: by PSS, what the tree costs) and
+    the findings over the tree."""
+
+    pid: int
+    processes: list[Snapshot]
+    total_rss: int   # counts a page shared by N processes N times
+    total_pss: int | None  # what the tree costs
+    totals: dict[str, Any]
+    findings: list[Finding] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": TREE_SCHEMA, "pid": self.pid, "processes": [s.to_dict(regions=False) for s in self.processes],
+                "total_rss": self.total_rss, "total_pss": self.total_pss, "totals": self.totals,
+                "findings": [dataclasses.asdict(f) for f in self.findings]}
+
+    @classmethod
+    def from_dict(cls, data: Any, what: str = "tree document") -> TreeDocument:
+        check_schema(data, "memgap.tree", TREE_SCHEMA, what)
+        return cls(**_fields(cls, data, what))

@@ -97,9 +97,9 @@ class ToolMissing(MemgapError):
 
     exit_code = 9
 
-    def __init__(self, tool: str, needed_for: str, install: str) -> None:
+    def __init__(self, tool: str, needed_for: str, install: str, missing: str = "is not installed") -> None:
         self.tool = tool
-        super().__init__(f"{tool} is not installed (needed for {needed_for}): {install}")
+        super().__init__(f"{tool} {missing} (needed for {needed_for}): {install}")
 
 
 def pid_exists(pid: int, proc_root: str = "/proc") -> bool:

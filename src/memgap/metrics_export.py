@@ -122,6 +122,9 @@ def process_families(targets: Sequence[Target]) -> list[Family]:
     pss_unexplained = _family("memgap_pss_unexplained_bytes", "PSS minus the layers' PSS, where measured.")
     releasable = _family("memgap_allocator_free_releasable_bytes",
                          "Of the allocator_free layer, what malloc_trim(0) would give back to the system (glibc).")
+    fragmented = _family("memgap_allocator_free_fragmented_bytes",
+                         "Of the allocator_free layer, free bytes on pages that also hold a live chunk: no trim "
+                         "releases them (glibc).")
     arenas = _family("memgap_glibc_arenas", "glibc malloc arenas in the process (main arena included).")
     cg_usage = _family("memgap_cgroup_usage_bytes", "Memory charged to the memory cgroup (page cache and "
                        "kernel memory included): what its OOM killer acts on.")
@@ -144,6 +147,7 @@ def process_families(targets: Sequence[Target]) -> list[Family]:
         free = s.layers.get("allocator_free")
         detail = free.detail if free is not None else {}
         releasable.add(labels, detail.get("trim_releasable"))
+        fragmented.add(labels, detail.get("fragmented"))
         arenas.add(labels, detail.get("arena_count"))
         cg = s.cgroup
         if cg is not None and (cg["version"], cg["path"]) not in cgroups_seen:
@@ -153,7 +157,7 @@ def process_families(targets: Sequence[Target]) -> list[Family]:
             cg_limit.add(where, cg["limit"])
             cg_ws.add(where, cg["working_set"])
             cg_reclaim.add(where, cg["reclaimable"])
-    return [rss, layer, unexplained, pss, uss, layer_pss, pss_unexplained, releasable, arenas,
+    return [rss, layer, unexplained, pss, uss, layer_pss, pss_unexplained, releasable, fragmented, arenas,
             cg_usage, cg_limit, cg_ws, cg_reclaim]
 
 

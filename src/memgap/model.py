@@ -9,12 +9,15 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from .doc_fields import _fields, _of, check_schema
+
 SCHEMA = "memgap.snapshot/1"
 RUN_SCHEMA = "memgap.run/1"
 
 # Layer names in the order they are shown; they add up to RSS with ``unexplained``.
 LAYER_NAMES = (
     "files",
+    "shared_memory",
     "python_objects",
     "pymalloc_free",
     "allocator_in_use",
@@ -133,15 +136,11 @@ class Snapshot:
         return out
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Snapshot:
-        schema = data.get("schema", SCHEMA)
-        if not str(schema).startswith("memgap.snapshot/"):
-            raise ValueError(f"not a memgap snapshot (schema {schema!r})")
-        d = {k: v for k, v in data.items() if k != "schema" and k in cls.__dataclass_fields__}
-        d["layers"] = {k: Layer(**v) for k, v in d.get("layers", {}).items()}
-        d["findings"] = [Finding(**f) for f in d.get("findings", [])]
-        d["regions"] = [Region(**r) for r in d.get("regions", [])]
-        return cls(**d)
+    def from_dict(cls, data: Any, what: str = "snapshot") -> Snapshot:
+        """A snapshot from its JSON, every field checked against its type (docs/schemas/); what is
+        missing or wrong is MalformedInput naming the field. A snapshot inside a run may omit its schema."""
+        check_schema({"schema": _of(data, dict, what).get("schema", SCHEMA)}, "memgap.snapshot", SCHEMA, what)
+        return cls(**_fields(cls, data, what))
 
 
 def by_pss(snaps: list[Snapshot]) -> bool:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import NoSuchProcess, PidReused
+from .errors import NoSuchProcess, PidReused, Unsupported, pid_exists
 from .sources.procfs import ProcReader
 
 WHILE_READ = "its start time changed while memgap read it"
@@ -24,6 +24,16 @@ def start_time(pid: int, proc_root: str = "/proc") -> int:
     return ProcReader(pid, proc_root).stat().start_time
 
 
+PF_KTHREAD = 0x00200000  # /proc/PID/stat's flags (the 9th field): a kernel thread
+
+
+def kernel_thread(pid: int, proc_root: str = "/proc") -> bool:
+    """Whether the PID is a kernel thread (kthreadd and its children)."""
+    text = ProcReader(pid, proc_root).read_text("stat")
+    fields = text[text.rfind(")") + 2:].split()
+    return len(fields) > 6 and fields[6].isdigit() and bool(int(fields[6]) & PF_KTHREAD)
+
+
 @dataclass(frozen=True)
 class ProcessIdentity:
     """One process: its PID and its start time (a PID alone may name another process later)."""
@@ -35,6 +45,19 @@ class ProcessIdentity:
     def of(cls, pid: int, proc_root: str = "/proc") -> ProcessIdentity:
         """The process that has ``pid`` now."""
         return cls(pid, start_time(pid, proc_root))
+
+    @classmethod
+    def asked_for(cls, pid: int, proc_root: str = "/proc") -> ProcessIdentity:
+        """The process a user named: "no process" plainly where there is none (not "it exited while
+        memgap read it", which is for one seen before), and Unsupported for a kernel thread, which has no
+        memory of its own to read (its status shows none, and it would read as a process that exited)."""
+        if not pid_exists(pid, proc_root):
+            raise NoSuchProcess(pid)
+        identity = cls.of(pid, proc_root)
+        if kernel_thread(pid, proc_root):
+            raise Unsupported(f"PID {pid} is a kernel thread ({ProcReader(pid, proc_root).stat().comm}): it has no "
+                              "user memory to read")
+        return identity
 
     def check(self, detail: str = WHILE_READ, proc_root: str = "/proc", now: int | None = None) -> None:
         """Raise PidReused (saying ``detail``) where the PID now names another process: its start

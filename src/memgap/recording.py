@@ -9,6 +9,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+from .doc_fields import parse_json
 from .envnames import RECORD_DIR_ENV
 from .errors import MalformedInput
 
@@ -43,11 +44,11 @@ def read_events(path: str) -> Iterator[dict[str, Any]]:
         if not line.strip():
             continue
         try:
-            yield json.loads(line)
-        except ValueError:
+            yield parse_json(line, f"{path}, line {number}")
+        except MalformedInput:
             if number >= len(lines) - 1:  # the final line, interrupted mid-write
                 return
-            raise MalformedInput(path, f"line {number} is not JSON") from None
+            raise
 
 
 def child_recording_path(directory: str, pid: int | None = None) -> str:

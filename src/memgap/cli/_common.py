@@ -17,6 +17,7 @@ import math
 import os
 import re
 import shutil
+import stat
 import sys
 import tempfile
 from collections.abc import Callable
@@ -75,6 +76,29 @@ def size(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not a size (bytes, or a number with K, M, G or T: "
                                          "512M, 1G, 1.5GiB; more than 0)")
     return int(value)
+
+
+def regex(text: str) -> str:
+    """A regular expression Python compiles (a bad one is a usage error where it is given, not a
+    traceback once the run has started)."""
+    try:
+        re.compile(text)
+    except re.error as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a regular expression: {exc}") from None
+    return text
+
+
+def output_file(text: str) -> str:
+    """A file to write, or '-' for stdout: in a folder that exists (memgap makes no folders the user
+    did not ask for), and not a folder itself."""
+    if text == "-":
+        return text
+    where = os.path.dirname(text) or "."
+    if not os.path.isdir(where):
+        raise argparse.ArgumentTypeError(f"{text!r}: there is no folder {where!r} to write it in")
+    if os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is a folder, not a file")
+    return text
 
 
 def command(text: str) -> list[str]:
@@ -137,7 +161,7 @@ def run_and_report(options: RunOptions, json_path: str | None) -> int:
     from ..runs import record_run
 
     record_dir = options.record_dir
-    _replace_earlier(record_dir)
+    _make_record_folder(record_dir)
     try:
         code = record_run(options)
     except KeyboardInterrupt:
@@ -151,17 +175,29 @@ def run_and_report(options: RunOptions, json_path: str | None) -> int:
     return code
 
 
-def _replace_earlier(record_dir: str) -> None:
-    """FILE.d of an earlier run with the same --json goes, as FILE does: the recorder appends, and
-    the two runs' samples and processes were read back as one run. A folder that is not a
-    recording is left alone and refused."""
+def _make_record_folder(record_dir: str) -> None:
+    """Make the recording folder, 0700, for this run alone. FILE.d of an earlier run of this user's with
+    the same --json goes, as FILE does (the recorder appends, and the two runs' samples and processes
+    were read back as one run). Any other folder there is refused: memgap (often root) and its agent
+    write into it, and a folder another user can write in lets them plant links to root's files."""
     from ..runs import SAMPLES_FILE
 
-    if not os.path.isdir(record_dir) or not os.listdir(record_dir):
-        return
-    if not os.path.exists(os.path.join(record_dir, SAMPLES_FILE)):
-        raise UsageError(f"{record_dir} exists and is not a memgap recording: choose another --json")
-    shutil.rmtree(record_dir)
+    try:
+        found = os.lstat(record_dir)
+    except FileNotFoundError:
+        found = None
+    if found is not None:
+        own = stat.S_ISDIR(found.st_mode) and found.st_uid == os.getuid() and not found.st_mode & 0o022
+        if not own:
+            raise UsageError(f"{record_dir} exists and is not a folder only you may write in: memgap records only "
+                             "into a folder it makes; choose another --json")
+        if os.listdir(record_dir) and not os.path.exists(os.path.join(record_dir, SAMPLES_FILE)):
+            raise UsageError(f"{record_dir} exists and is not a memgap recording: choose another --json")
+        shutil.rmtree(record_dir)
+    try:
+        os.mkdir(record_dir, 0o700)
+    except OSError as exc:
+        raise MemgapError(f"cannot make the recording folder {record_dir}: {exc.strerror or exc}") from None
 
 
 def _write_and_show(record_dir: str, json_path: str | None) -> None:

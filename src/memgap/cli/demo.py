@@ -17,7 +17,7 @@ from ._common import record_folder, run_and_report
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("name", nargs="?", default="threadpool", help="scenario name (threadpool)")
     p.add_argument("--list", action="store_true", help="list the scenarios")
-    p.add_argument("--json", metavar="FILE", help="write the run as JSON")
+    p.add_argument("--json", metavar="FILE", type=_common.output_file, help="write the run as JSON")
     p.add_argument("--interval", type=_common.seconds, default=0.1, metavar="S", help="as for memgap run (0.1)")
     p.add_argument("--walk", action="store_true", help="as for memgap run")
 

@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..collect import Options, snapshot_pid
 from ..diagnose import diagnose_tree
+from ..documents import TreeDocument
 from ..errors import UsageError
 from ..model import Snapshot, tree_totals
 from ..processes import ProcessIdentity
@@ -41,7 +42,7 @@ if TYPE_CHECKING:  # memgap.deep is loaded only for --deep and --trim
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("pid", type=_common.pid, help="process ID")
     p.add_argument("--tree", action="store_true", help="the process and all its descendants, one row each")
-    p.add_argument("--json", metavar="FILE", help="write JSON ('-' for stdout)")
+    p.add_argument("--json", metavar="FILE", type=_common.output_file, help="write JSON ('-' for stdout)")
     p.add_argument("--regions", action="store_true", help="also print the labelled memory map")
     p.add_argument("--proc-root", type=_common.folder, default="/proc", metavar="DIR",
                    help="where procfs is mounted (a host's /proc seen from a container, or test files)")
@@ -60,7 +61,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def snapshot_checked(pid: int, options: Options, proc_root: str) -> tuple[Snapshot, ProcessIdentity]:
     """An outside snapshot, and the process it is of (its start time checked on both sides)."""
-    identity = ProcessIdentity.of(pid, proc_root)
+    identity = ProcessIdentity.asked_for(pid, proc_root)
     snap = snapshot_pid(pid, options, proc_root)
     identity.check(proc_root=proc_root)
     return snap, identity
@@ -100,6 +101,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 def execute(request: InspectRequest) -> int:
+    ProcessIdentity.asked_for(request.pid, request.proc_root)  # none, or a kernel thread: said plainly
     if request.tree:
         return _tree(request)
     if not (request.deep or request.trim):
@@ -152,11 +154,8 @@ def _tree(request: InspectRequest) -> int:
     snaps = snapshot_tree(pid, request.proc_root)
     if request.json:
         totals = tree_totals(snaps)
-        write_json({"schema": "memgap.tree/1", "pid": pid,
-                    "processes": [s.to_dict(regions=False) for s in snaps],
-                    # total_rss counts a shared page once per process; total_pss is what the tree costs
-                    "total_rss": totals["rss_sum"], "total_pss": totals["pss"], "totals": totals,
-                    "findings": [asdict(f) for f in diagnose_tree(snaps)]}, request.json)
+        write_json(TreeDocument(pid, snaps, totals["rss_sum"], totals["pss"], totals, diagnose_tree(snaps)).to_dict(),
+                   request.json)
     if request.json != "-":
         render_tree(snaps, sys.stdout)
     return 0

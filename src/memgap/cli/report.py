@@ -8,12 +8,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from dataclasses import dataclass
 
 from ..allocators import CATALOGUE, PRELOADABLE, find_library
+from ..doc_fields import parse_json
 from ..documents import LabDocument, RunDocument, RunFigures, load_document
 from ..errors import MalformedInput, UsageError
 from ..lab.runner import LabOptions, lab_document
@@ -21,13 +21,14 @@ from ..recording import read_events
 from ..report.runs import render_run
 from ..runs import SAMPLES_FILE, load_run
 from ..variants import parse_variant
+from . import _common
 from ._common import write_json, write_lab
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("path", help="a `memgap run` recording folder (FILE.d), a `memgap lab` folder (--dir), "
                                 "or the JSON of a run or a lab")
-    p.add_argument("--json", metavar="FILE", help="write the assembled document as JSON")
+    p.add_argument("--json", metavar="FILE", type=_common.output_file, help="write the assembled document as JSON")
     p.add_argument("--html", metavar="FILE", help="a lab: write its HTML report")
     p.add_argument("--markdown", metavar="FILE", help="a lab: write its variants table as Markdown")
 
@@ -45,12 +46,12 @@ def _load(path: str) -> RunDocument | LabDocument:
         return load_run(path)
     try:
         with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
+            text = fh.read()
     except OSError as exc:
         raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except ValueError as exc:
+    except ValueError as exc:  # not UTF-8
         raise MalformedInput(path, f"not JSON ({exc})") from None
-    return load_document(data, path)  # checked, and what an earlier version lacks filled in
+    return load_document(parse_json(text, path), path)  # checked, and what an earlier version lacks filled in
 
 
 def _lab_from_folder(path: str) -> LabDocument:

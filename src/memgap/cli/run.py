@@ -26,11 +26,12 @@ if TYPE_CHECKING:  # the recorder is loaded when the run starts
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--interval", type=_common.seconds, default=0.1, metavar="S", help="seconds between samples (0.1)")
-    p.add_argument("--json", metavar="FILE", help="write the run as JSON; FILE.d/ keeps the raw recording")
+    p.add_argument("--json", metavar="FILE", type=_common.output_file,
+                   help="write the run as JSON; FILE.d/ keeps the raw recording")
     p.add_argument("--walk", action="store_true",
                    help="phase snapshots also walk the gc for large buffers (bytes, numpy arrays) so they count "
                         "as Python objects; costs time and memory in proportion to the objects")
-    p.add_argument("--phase-regex", metavar="REGEX", default="",
+    p.add_argument("--phase-regex", metavar="REGEX", default="", type=_common.regex,
                    help="lines of the command's stdout that mark a phase (group 1 names it); the process is "
                         "read from outside at each")
     p.add_argument("--no-agent", action="store_true",

@@ -10,11 +10,13 @@ from dataclasses import dataclass
 
 from ..api import snapshot
 from ..report.terminal import render_snapshot
+from . import _common
 from ._common import write_json
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--json", metavar="FILE", help="write the snapshot as JSON ('-' for stdout)")
+    p.add_argument("--json", metavar="FILE", type=_common.output_file,
+                   help="write the snapshot as JSON ('-' for stdout)")
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def _snapshots(pid: int, tree: bool, shown: ProcessIdentity | None) -> tuple[list[Snapshot], ProcessIdentity]:
     """One refresh, and the process it shows: a PID that now names another process than
     the one the first refresh showed is PidReused, not a new view."""
-    identity = ProcessIdentity.of(pid)
+    identity = ProcessIdentity.asked_for(pid)
     if shown is not None and identity != shown:
         raise PidReused(pid, "another process has it since the last refresh")
     snaps = snapshot_tree(pid) if tree else [snapshot_pid(pid, Options(regions=False))]

@@ -36,6 +36,7 @@ COMPARISON = (("system_gdb", Col(f"system\n{ROUTE_MALLOC_INFO}")), ("system_outs
               ("free_gdb", Col(f"free\n{ROUTE_MALLOC_INFO}")),
               ("free_resident_outside", Col(f"free resident\n{ROUTE_OUTSIDE}")),
               ("in_use_gdb", Col(f"in use\n{ROUTE_MALLOC_INFO}", optional=1)),
+              ("in_use_outside", Col(f"in use resident\n{ROUTE_OUTSIDE}", optional=1)),
               ("trim_releasable_outside", Col(f"trim would release\n{ROUTE_OUTSIDE}", optional=2)))
 
 
@@ -47,10 +48,10 @@ def arenas_comparison_table(deep: DeepResult, limit: int = 12, width: int = 120)
     rows = sorted(deep.arenas, key=lambda r: -max(r["system_gdb"] or 0, r["system_outside"] or 0))
 
     def total(key: str, subset: list[dict[str, Any]]) -> str:
-        values = [r[key] for r in subset if r[key] is not None]
+        values = [r[key] for r in subset if r.get(key) is not None]
         return mib(sum(values) if values else None)
 
-    cells = [[f"{r['arena']}{' main' if r['main'] else ''}", *(mib(r[k]) for k, _ in COMPARISON)]
+    cells = [[f"{r['arena']}{' main' if r['main'] else ''}", *(mib(r.get(k)) for k, _ in COMPARISON)]
              for r in rows[:limit]]
     if len(rows) > limit:
         cells.append([f"{len(rows) - limit} more", *(total(k, rows[limit:]) for k, _ in COMPARISON)])

@@ -89,14 +89,21 @@ def _empty(cells: list[str]) -> bool:
     return all(c in ("", "-") for c in cells)
 
 
+def _zero(cells: list[str]) -> bool:
+    """Only zeros (a layer most processes do not have, shared memory): it tells little, so it gives way
+    before the columns with figures in them."""
+    return all(c in ("", "-") or c.strip("0.") == "" for c in cells)
+
+
 def _choose(cols: Sequence[Col], least: list[int], columns: list[list[str]], width: int) -> list[int] | None:
     """The columns shown: the essential ones, then the optional ones by rank while they fit
-    (a column with no figure in it first gives way); None when the essential ones do not fit."""
+    (a column with no figure in it first gives way, then one of zeros); None when the essential ones
+    do not fit."""
     shown = [i for i, c in enumerate(cols) if not c.optional]
     if sum(least[i] + BORDER for i in shown) + 1 > width:
         return None
     optional = sorted((i for i, c in enumerate(cols) if c.optional),
-                      key=lambda i: (_empty(columns[i]), cols[i].optional))
+                      key=lambda i: (_empty(columns[i]), _zero(columns[i]), cols[i].optional))
     for i in optional:
         if sum(least[j] + BORDER for j in shown) + least[i] + BORDER + 1 <= width:
             shown.append(i)

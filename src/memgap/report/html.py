@@ -28,7 +28,7 @@ from .lab import (
 )
 
 LAYER_COLORS = {
-    "files": "#9e9e9e", "python_objects": "#3f51b5", "pymalloc_free": "#9fa8da",
+    "files": "#9e9e9e", "shared_memory": "#78909c", "python_objects": "#3f51b5", "pymalloc_free": "#9fa8da",
     "allocator_in_use": "#e65100", "allocator_free": "#ffb74d", "stacks": "#00897b", "other_anon": "#8d6e63",
 }
 

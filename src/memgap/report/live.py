@@ -7,12 +7,11 @@ from collections import deque
 
 from rich.console import Group, RenderableType
 
-from ..diagnose import diagnose_tree
 from ..model import Snapshot, by_pss, layer_figure, tree_totals
 from ..units import mib, pct
 from .fit import CUT, WRAP, Col, fit_table
 from .runs import sparkline, squeeze
-from .terminal import LAYER_TITLES, arenas_table, layers_table, tree_title
+from .terminal import LAYER_TITLES, arenas_table, layers_table, tree_findings, tree_title
 
 
 def _private_table(history: deque[list[Snapshot]], snaps: list[Snapshot], width: int) -> RenderableType:
@@ -60,6 +59,6 @@ def frame(history: deque[list[Snapshot]], snaps: list[Snapshot], width: int = 12
     arenas = arenas_table(main, limit=5, width=width)
     if arenas is not None:
         parts.append(arenas)
-    for f in [*(f for s in snaps for f in s.findings), *(diagnose_tree(snaps) if len(snaps) > 1 else [])]:
+    for f in tree_findings(snaps) if len(snaps) > 1 else main.findings:
         parts.append(f"{'!' if f.severity == 'warning' else '-'} {f.summary}")
     return Group(*parts)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import io
 import os
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, TextIO
 
 from rich.console import Console, RenderableType
@@ -16,6 +17,7 @@ from .fit import CUT, WRAP, Col, fit_table
 
 LAYER_TITLES = {
     "files": "files (code, libraries, mapped files)",
+    "shared_memory": "shared memory (SysV, POSIX, memfd, MAP_SHARED)",
     "python_objects": "Python objects",
     "pymalloc_free": "pymalloc free",
     "allocator_in_use": "C allocator in use",
@@ -28,7 +30,7 @@ LAYER_TITLES = {
 
 # Short column names for tables with one column per layer.
 LAYER_SHORT = {
-    "files": "files", "python_objects": "py objs", "pymalloc_free": "pymalloc free",
+    "files": "files", "shared_memory": "shmem", "python_objects": "py objs", "pymalloc_free": "pymalloc free",
     "allocator_in_use": "alloc used", "allocator_free": "alloc free", "allocator_held": "alloc held",
     "stacks": "stacks",
     "other_anon": "other anon",
@@ -37,9 +39,9 @@ LAYER_SHORT = {
 
 # Where a terminal is too narrow for every layer's column, the order in which they give way
 # (the last first): what the allocator holds free is what memgap is most often asked about.
-LAYER_RANK = {"allocator_free": 1, "python_objects": 2, "allocator_in_use": 3, "files": 4, "pymalloc_free": 5,
-              "other_anon": 6, "stacks": 7}
-UNEXPLAINED_RANK = 8
+LAYER_RANK = {"allocator_free": 1, "python_objects": 2, "allocator_in_use": 3, "files": 4, "shared_memory": 5,
+              "pymalloc_free": 6, "other_anon": 7, "stacks": 8}
+UNEXPLAINED_RANK = 9
 
 
 def console_on(stream: TextIO, width: int | None = None) -> Console:
@@ -88,6 +90,11 @@ def layers_table(snap: Snapshot, width: int = 120) -> RenderableType:
     return fit_table(title, cols, rows, width, [*styles, "italic", "bold"])
 
 
+def _arena_free(a: dict[str, Any]) -> int:
+    """An arena's free bytes on resident pages (whole free pages in a document from before the split)."""
+    return a.get("free_bytes_resident", a["free_resident"]) or 0
+
+
 def arenas_table(snap: Snapshot, limit: int = 10, width: int = 120) -> RenderableType | None:
     layer = snap.layers.get("allocator_free")
     arenas = layer.detail.get("arenas") if layer else None
@@ -96,29 +103,36 @@ def arenas_table(snap: Snapshot, limit: int = 10, width: int = 120) -> Renderabl
     rows = sorted(arenas, key=lambda a: -(a["resident"] or 0))
     # With glibc's own malloc_info (in-process, or the agent's), its free bytes beside the walk's
     told = any(a.get("free") is not None for a in arenas)
+    split = any("fragmented" in a for a in arenas)
     cols = [Col("arena"), Col("heaps", optional=5), Col("system MiB", optional=2), Col("in use MiB", optional=1),
             Col("resident MiB"), Col("free resident MiB"), Col("of it top chunk", optional=3),
-            Col("trim would release")]
+            *([Col("of it beside live chunks", optional=2)] if split else []), Col("trim would release")]
     if told:
         cols.insert(4, Col("free MiB: glibc / walked", optional=4))
 
-    def cells(values: list[str], told_value: str) -> list[str]:
+    def cells(values: list[str], told_value: str, fragmented: str) -> list[str]:
+        values = values[:7] + [fragmented] + values[7:] if split else values
         return values[:4] + [told_value] + values[4:] if told else values
+
+    def in_use(a: dict[str, Any]) -> int | None:
+        return a["in_use"] if a["in_use"] is not None else a.get("in_use_resident")
 
     table_rows = []
     for a in rows[:limit]:
         told_free = f"{mib(a.get('free'))} / {mib(a.get('free_walked'))}" if told else ""
         table_rows.append(cells([f"{a['arena']}{' main' if a['main'] else ''}", str(a["heaps"]), mib(a["system"]),
-                                 mib(a["in_use"]), mib(a["resident"]), mib(a["free_resident"]),
-                                 mib(a["top_resident"]), mib(a["trim_releasable"])], told_free))
+                                 mib(in_use(a)), mib(a["resident"]), mib(_arena_free(a)),
+                                 mib(a["top_resident"]), mib(a["trim_releasable"])], told_free,
+                                mib(a.get("fragmented"))))
     if len(rows) > limit:
         rest = rows[limit:]
         table_rows.append(cells([f"{len(rest)} more", "", mib(sum(a["system"] for a in rest)), "",
-                                 mib(sum(a["resident"] for a in rest)), mib(sum(a["free_resident"] for a in rest)),
+                                 mib(sum(a["resident"] for a in rest)), mib(sum(_arena_free(a) for a in rest)),
                                  mib(sum(a["top_resident"] for a in rest)),
-                                 mib(sum(a["trim_releasable"] or 0 for a in rest))], ""))
+                                 mib(sum(a["trim_releasable"] or 0 for a in rest))], "",
+                                mib(sum(a.get("fragmented") or 0 for a in rest))))
     table_rows.append(cells(["total", "", "", "", "", mib(layer.resident), "",
-                             mib(layer.detail.get("trim_releasable"))], ""))
+                             mib(layer.detail.get("trim_releasable"))], "", mib(layer.detail.get("fragmented"))))
     return fit_table(f"glibc arenas ({len(arenas)}), largest first", cols, table_rows, width,
                      [None] * (len(table_rows) - 1) + ["bold"])
 
@@ -205,7 +219,16 @@ def render_tree(snaps: Sequence[Snapshot], stream: TextIO, width: int | None = N
     layers_by = "layers by PSS (shared pages split among their sharers)" if pss else "layers by resident bytes"
     console.print(fit_table(f"{tree_title(totals)}. In MiB; USS: private pages; {layers_by}", cols, rows,
                             console.width, [None] * len(snaps) + ["bold"]))
-    findings = diagnose_tree(list(snaps))
+    findings = tree_findings(snaps)
     if findings:
         console.print("Findings:")
         print_findings(console, findings)
+
+
+def tree_findings(snaps: Sequence[Snapshot]) -> list[Finding]:
+    """The tree's findings, then each process's own, its PID in front; a process's finding
+    the tree's sums up (shared memory) left to the tree's."""
+    tree = diagnose_tree(list(snaps)) if len(snaps) > 1 else []
+    said = {f.code for f in tree}
+    return [*tree, *(replace(f, summary=f"PID {s.pid}: {f.summary}") for s in snaps for f in s.findings
+                     if f.code not in said)]

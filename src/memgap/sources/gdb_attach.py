@@ -177,6 +177,9 @@ class GdbSession:
 
     def attach(self) -> None:
         path = shutil.which(self.gdb)
+        if path is None and os.sep in self.gdb:  # a path the user named (--gdb): not "install gdb"
+            raise ToolMissing(self.gdb, self.needed_for, "name another with --gdb, or leave it out for the gdb on "
+                              "PATH", missing="is not an executable gdb")
         if path is None:
             raise ToolMissing("gdb", self.needed_for, "apt-get install gdb")
         self._check_process()

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import bisect
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -38,6 +39,7 @@ CHUNK_HEADER = 48  # sizeof(struct malloc_chunk): what malloc_trim keeps at a ch
 MIN_CHUNK = 32
 SIZE_BITS = 0x7
 MAX_WALK = 200_000  # a bound on chunks visited per arena
+MAX_SMALL_WALK = 1_000_000  # the small bins' bound: sub-page chunks, for their bytes only
 
 
 class MemoryReader(Protocol):
@@ -69,6 +71,29 @@ class ResidentMap:
     def resident(self, start: int, end: int) -> int:
         """Resident bytes of whole pages in [start, end) (partial pages excluded)."""
         return self._count(start, end, None)
+
+    def resident_bytes(self, start: int, end: int) -> int:
+        """Bytes of [start, end) on resident pages, the partial pages at its ends included (a free
+        chunk's bytes on a page it shares with a live chunk are free, and held: fragmentation)."""
+        if end <= start:
+            return 0
+        first, last = -(-start // PAGE_SIZE) * PAGE_SIZE, end // PAGE_SIZE * PAGE_SIZE
+        if last < first:  # within one page
+            return end - start if self.page_resident(start) else 0
+        total = self._count(start, end, None)
+        if start < first and self.page_resident(start):
+            total += first - start
+        if last < end and self.page_resident(last):
+            total += end - last
+        return total
+
+    def page_resident(self, address: int) -> bool:
+        """Whether the page holding ``address`` is resident (False outside the ranges)."""
+        i = bisect.bisect_right(self._starts, address) - 1
+        if i < 0:
+            return False
+        r_start, r_end, bitmap = self.ranges[i]
+        return address < r_end and bitmap[(address - r_start) // PAGE_SIZE] == 1
 
     def private(self, start: int, end: int) -> int:
         """Resident bytes of whole pages in [start, end) that no other process maps
@@ -177,14 +202,44 @@ class ArenaLayout:
     # free chunks in the bins with resident whole pages: (address, size, resident)
     bin_chunks: list[tuple[int, int, int]] = field(default_factory=list)
     fastbin_chunks: dict[int, int] | None = None  # address -> size; None when the fastbins were not walked
+    # Free bytes on resident pages, partial pages included (what mallinfo2 counts free, where resident):
+    # the top chunk's, the unsorted and large bins', the small bins' and the fastbins'
+    top_on_resident: int = 0
+    bins_free_on_resident: int = 0
+    small_free_on_resident: int = 0
+    small_free_count: int = 0
+    small_free_bytes: int = 0
+    small_walk_complete: bool = False
+    small_walk_problem: str = ""
+    fastbin_on_resident: int = 0
 
     @property
     def free_resident(self) -> int:
+        """Resident whole pages inside free chunks: what could be released page by page."""
         return self.top_resident + self.bins_free_resident
 
     @property
+    def free_bytes_resident(self) -> int:
+        """Every free byte on a resident page (tcache's chunks count in use, as mallinfo2 counts them)."""
+        return self.top_on_resident + self.bins_free_on_resident + self.small_free_on_resident + \
+            self.fastbin_on_resident
+
+    @property
+    def free_walked(self) -> int:
+        """Bytes of every free chunk walked, resident or not: malloc_info's "free" for the arena."""
+        fast = sum(self.fastbin_chunks.values()) if self.fastbin_chunks else 0
+        return self.top_size + self.bins_free_bytes + self.small_free_bytes + fast
+
+    @property
+    def fragmented(self) -> int:
+        """Free bytes on resident pages that also hold a live chunk (or a free chunk's header, which a
+        trim keeps): no trim releases them; they come back only when their neighbours are freed."""
+        return max(0, self.free_bytes_resident - self.free_resident)
+
+    @property
     def in_use_resident(self) -> int:
-        return max(0, self.resident - self.free_resident)
+        """Resident bytes of the arena's heaps not in a free chunk: in-use chunks (and the arena's headers)."""
+        return max(0, self.resident - self.free_bytes_resident)
 
     def trim_releasable(self) -> int:
         """What ``malloc_trim(0)`` would give back from this arena, resident bytes.
@@ -260,44 +315,83 @@ def _add_shares(arena: ArenaLayout, resident: ResidentMap, start: int, end: int)
     arena.free_pss += resident.pss(start, end)
 
 
-def _walk_bins(reader: MemoryReader, arena: ArenaLayout, resident: ResidentMap) -> None:
-    """Sum the free chunks in the unsorted and large bins (what mtrim visits)."""
-    psindex = 99  # bin_index(4096) on 64-bit: smaller bins hold no whole free page
-    bins = reader.read_memory(arena.address + OFF_BINS, (NBINS - 1) * 16)
-    if bins is None:
-        arena.walk_problem = "arena bins unreadable"
-        return
-    # No allocation between the read above and the walk: an in-process caller
-    # that mallocs here would move chunks between bins while we follow them.
+PSINDEX = 99  # bin_index(4096) on 64-bit: smaller bins hold no whole free page
+TRIM_BINS = (1, *range(PSINDEX, NBINS))  # the unsorted bin and the bins mtrim visits
+SMALL_BINS = tuple(range(2, PSINDEX))     # chunks under a page: free bytes beside live ones only
+
+
+def _bin_chunks(reader: MemoryReader, arena: ArenaLayout, bins: bytes, indices: tuple[int, ...],
+                budget: int) -> Iterator[tuple[int, int]]:
+    """(address, size) of every chunk in the given bins, each list followed from its last chunk
+    by ``bk`` and checked against the ``fd`` that points back; raises _WalkFailed where a list
+    does not hold together or the walk passes ``budget`` chunks."""
     visited = 0
-    for i in [1, *range(psindex, NBINS)]:
+    for i in indices:
         bin_addr = arena.address + OFF_BINS + (i - 1) * 16 - 16  # bin_at(): fd lines up with bins[]
         (p,) = _U64.unpack_from(bins, (i - 1) * 16 + 8)  # the bin's bk: its last chunk
         prev_seen = bin_addr
         while p != bin_addr:
             visited += 1
-            if visited > MAX_WALK or not arena.contains(p):
-                arena.walk_problem = f"bin {i} left the arena's heaps (changed while read?)"
-                return
+            if visited > budget or not arena.contains(p):
+                raise _WalkFailed(f"bin {i} left the arena's heaps (changed while read?)" if visited <= budget
+                                  else f"more than {budget} free chunks")
             data = reader.read_memory(p, 32)
             if data is None:
-                arena.walk_problem = f"bin {i} chunk unreadable"
-                return
+                raise _WalkFailed(f"bin {i} chunk unreadable")
             _, size_raw, fd, bk = _u64s(data)
             size = _chunk_size(size_raw)
             if size < MIN_CHUNK or fd != prev_seen:
-                arena.walk_problem = f"bin {i} holds an inconsistent chunk (changed while read?)"
-                return
+                raise _WalkFailed(f"bin {i} holds an inconsistent chunk (changed while read?)")
+            yield p, size
+            prev_seen, p = p, bk
+
+
+class _WalkFailed(Exception):
+    """A bin list that did not hold together (its owner changed it while read), or too long."""
+
+
+def _walk_bins(reader: MemoryReader, arena: ArenaLayout, resident: ResidentMap, bins: bytes) -> None:
+    """Sum the free chunks in the unsorted and large bins (what mtrim visits): their resident whole
+    pages (what a trim releases) and their bytes on resident pages."""
+    # No allocation between the read of the bins and the walk: an in-process caller
+    # that mallocs here would move chunks between bins while we follow them.
+    try:
+        for p, size in _bin_chunks(reader, arena, bins, TRIM_BINS, MAX_WALK):
             arena.bins_free_bytes += size
             arena.bins_free_count += 1
+            arena.bins_free_on_resident += resident.resident_bytes(p, p + size)
             pages = resident.resident(p + CHUNK_HEADER, p + size)
             arena.bins_free_resident += pages
             if pages:
                 arena.bin_chunks.append((p, size, pages))
                 if resident.knows_private:
                     _add_shares(arena, resident, p + CHUNK_HEADER, p + size)
-            prev_seen, p = p, bk
+    except _WalkFailed as exc:
+        arena.walk_problem = str(exc)
+        return
     arena.walk_complete = True
+
+
+def _walk_small_bins(reader: MemoryReader, arena: ArenaLayout, resident: ResidentMap) -> None:
+    """The bytes on resident pages of the free chunks in the small bins (under a page each: never
+    released, free beside live chunks), bounded by MAX_SMALL_WALK chunks; retried like the others."""
+    for _attempt in range(3):
+        arena.small_free_on_resident = arena.small_free_count = arena.small_free_bytes = 0
+        bins = reader.read_memory(arena.address + OFF_BINS, (NBINS - 1) * 16)
+        if bins is None:
+            arena.small_walk_problem = "arena bins unreadable"
+            continue
+        try:
+            for p, size in _bin_chunks(reader, arena, bins, SMALL_BINS, MAX_SMALL_WALK):
+                arena.small_free_on_resident += resident.resident_bytes(p, p + size)
+                arena.small_free_bytes += size
+                arena.small_free_count += 1
+        except _WalkFailed as exc:
+            arena.small_walk_problem = f"small {exc}"
+            continue
+        arena.small_walk_problem = ""
+        arena.small_walk_complete = True
+        return
 
 
 def _walk_fastbins(reader: MemoryReader, arena: ArenaLayout, state: bytes) -> None:
@@ -329,6 +423,18 @@ def _walk_fastbins(reader: MemoryReader, arena: ArenaLayout, state: bytes) -> No
     arena.fastbin_chunks = None
 
 
+def _measure_top(reader: MemoryReader, arena: ArenaLayout, resident: ResidentMap) -> None:
+    """The top chunk's size, its resident whole pages and its bytes on resident pages."""
+    if not arena.contains(arena.top):
+        return
+    head = reader.read_memory(arena.top + 8, 8)
+    if head is None:
+        return
+    arena.top_size = _chunk_size(_u64s(head)[0])
+    arena.top_resident = resident.resident(arena.top + CHUNK_HEADER, arena.top + arena.top_size)
+    arena.top_on_resident = resident.resident_bytes(arena.top, arena.top + arena.top_size)
+
+
 def _measure_arena(reader: MemoryReader, arena: ArenaLayout, resident: ResidentMap) -> None:
     state = reader.read_memory(arena.address, MALLOC_STATE_SIZE)
     if state is None:
@@ -336,11 +442,7 @@ def _measure_arena(reader: MemoryReader, arena: ArenaLayout, resident: ResidentM
         return
     (arena.top,) = _U64.unpack_from(state, OFF_TOP)
     (arena.system_mem,) = _U64.unpack_from(state, OFF_SYSTEM_MEM)
-    if arena.contains(arena.top):
-        head = reader.read_memory(arena.top + 8, 8)
-        if head is not None:
-            arena.top_size = _chunk_size(_u64s(head)[0])
-            arena.top_resident = resident.resident(arena.top + CHUNK_HEADER, arena.top + arena.top_size)
+    _measure_top(reader, arena, resident)
     top_shares = (0, 0.0)
     if arena.top_resident and resident.knows_private:
         _add_shares(arena, resident, arena.top + CHUNK_HEADER, arena.top + arena.top_size)
@@ -349,14 +451,21 @@ def _measure_arena(reader: MemoryReader, arena: ArenaLayout, resident: ResidentM
         heap.resident = resident.resident(heap.start, heap.start + max(heap.size, heap.mprotect_size))
     arena.resident = sum(h.resident for h in arena.heaps)
     for _attempt in range(3):  # the owner may change its bins while we read: retry
-        arena.bins_free_bytes = arena.bins_free_count = arena.bins_free_resident = 0
+        arena.bins_free_bytes = arena.bins_free_count = arena.bins_free_resident = arena.bins_free_on_resident = 0
         arena.bin_chunks = []
         arena.free_private, arena.free_pss = top_shares
         arena.walk_problem = ""
-        _walk_bins(reader, arena, resident)
+        bins = reader.read_memory(arena.address + OFF_BINS, (NBINS - 1) * 16)
+        if bins is None:
+            arena.walk_problem = "arena bins unreadable"
+            continue
+        _walk_bins(reader, arena, resident, bins)
         if arena.walk_complete:
             break
+    _walk_small_bins(reader, arena, resident)
     _walk_fastbins(reader, arena, state)
+    if arena.fastbin_chunks is not None:
+        arena.fastbin_on_resident = sum(size for p, size in arena.fastbin_chunks.items() if resident.page_resident(p))
 
 
 def _find_main_arena(reader: MemoryReader, thread_arenas: list[int], libc_data: list[Mapping],

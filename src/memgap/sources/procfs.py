@@ -53,6 +53,22 @@ class Mapping:
         return self.path in SPECIAL_MAPPINGS
 
 
+# The paths the kernel gives shared memory (shmem pages: RssShmem) in maps, by kind. Each has an
+# inode, so it reads as a file (is_file); its pages carry pagemap's "file page" bit like a file's.
+SHARED_MEMORY_PATHS = (("/SYSV", "sysv"), ("/dev/shm/", "posix"), ("/memfd:", "memfd"),
+                       ("/dev/zero (deleted)", "anonymous"), ("[anon_shmem", "anonymous"))
+
+
+def shared_memory_kind(path: str) -> str | None:
+    """Which shared memory a mapping's path names: SysV segments (shmget), POSIX shared memory
+    (shm_open, files in /dev/shm), memfds, anonymous MAP_SHARED memory (shown as the /dev/zero it
+    was set up from); None for anything else. Other tmpfs files stay files."""
+    for prefix, kind in SHARED_MEMORY_PATHS:
+        if path.startswith(prefix):
+            return kind
+    return None
+
+
 @dataclass
 class SmapsEntry:
     """A mapping from /proc/PID/smaps with its counters in bytes."""

@@ -1,0 +1,123 @@
+"""How long `memgap inspect --deep` stalls a busy Python process (issue 23, item 5).
+
+The target: a Python program (not importing memgap) whose 6 threads churn objects without pause
+while one more thread ticks every 2 ms and keeps the longest gap between two ticks. Per round,
+`memgap inspect PID --deep --json -` (gdb attaches, calls malloc_info and runs memgap's snapshot
+inside the process); the target's longest gap during the round is the stall it saw. Rounds
+without an attach, interleaved, give the target's own jitter (its threads fight for the GIL).
+
+    python benchmarks/bench_deep_pause.py [--rounds 20] [--threads 6] [--vs OTHER_SRC]
+
+With --vs, each round also runs the memgap whose package is in OTHER_SRC (an older checkout's src/),
+interleaved, so a change is measured against what it changed on the same loaded machine.
+
+Prints the stall's median and max over the rounds, beside the jitter, and memgap's own timings
+(gdb's attach and how long it held the process). Goal (issue 23): under 0.5 s.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+TARGET = r"""
+import sys, threading, time
+
+def churn():
+    while True:
+        kept = [{"k": i, "v": [i] * 8} for i in range(2000)]
+        del kept
+
+longest = 0.0
+lock = threading.Lock()
+
+def tick():
+    global longest
+    last = time.monotonic()
+    while True:
+        time.sleep(0.002)
+        now = time.monotonic()
+        with lock:
+            longest = max(longest, now - last)
+        last = now
+
+for _ in range(int(sys.argv[1])):
+    threading.Thread(target=churn, daemon=True).start()
+threading.Thread(target=tick, daemon=True).start()
+print("ready", flush=True)
+for line in sys.stdin:  # each line: the longest gap since the last line, then start again
+    with lock:
+        print(f"{longest:.4f}", flush=True)
+        longest = 0.0
+"""
+
+
+def _gap(target: subprocess.Popen[str]) -> float:
+    assert target.stdin is not None and target.stdout is not None
+    target.stdin.write("\n")
+    target.stdin.flush()
+    return float(target.stdout.readline())
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--threads", type=int, default=6)
+    parser.add_argument("--vs", metavar="OTHER_SRC", help="another memgap's src/ folder, run in turn")
+    args = parser.parse_args()
+    here = os.path.dirname(os.path.abspath(__file__))
+    sources = {"this": os.path.join(here, "..", "src"), **({"other": args.vs} if args.vs else {})}
+    target = subprocess.Popen([sys.executable, "-c", TARGET, str(args.threads)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    assert target.stdout is not None and target.stdout.readline() == "ready\n"
+    figures: dict[str, dict[str, list[float]]] = {
+        name: {"stall under --deep": [], "gdb attach": [], "gdb held": []} for name in sources}
+    jitter: list[float] = []
+    try:
+        time.sleep(1)
+        for _ in range(args.rounds):
+            _gap(target)
+            time.sleep(1.0)
+            jitter.append(_gap(target))
+            for name, src in sources.items():
+                _round(target, src, figures[name])
+    finally:
+        target.kill()
+        target.wait()
+    print(f"{args.rounds} rounds, {args.threads} churning threads, load average {os.getloadavg()[0]:.1f}")
+    _line("jitter without", jitter)
+    for name, by in figures.items():
+        for what, values in by.items():
+            _line(f"{what} ({name})", values)
+    stalls = figures["this"]["stall under --deep"]
+    met = bool(stalls) and statistics.median(stalls) < 0.5 and max(stalls) < 0.5
+    print(f"goal stall < 0.5 s (this): {'met' if met else 'missed'}")
+    return 0
+
+
+def _round(target: subprocess.Popen[str], src: str, into: dict[str, list[float]]) -> None:
+    """One `inspect --deep` by the memgap in ``src``: the target's longest gap meanwhile, gdb's timings."""
+    _gap(target)
+    done = subprocess.run([sys.executable, "-m", "memgap", "inspect", str(target.pid), "--deep", "--json", "-"],
+                          env={**os.environ, "PYTHONPATH": src}, capture_output=True, text=True, timeout=120)
+    into["stall under --deep"].append(_gap(target))
+    if done.returncode != 0:
+        print("inspect failed:", done.stderr.strip().splitlines()[-1:], file=sys.stderr)
+        return
+    seconds = json.loads(done.stdout)["deep"]["gdb_seconds"]
+    into["gdb attach"].append(seconds.get("attach", 0.0))
+    into["gdb held"].append(seconds.get("held", 0.0))
+
+
+def _line(name: str, values: list[float]) -> None:
+    if values:
+        print(f"{name:<28} median {statistics.median(values):.3f} s  max {max(values):.3f} s  "
+              f"over 0.5 s: {sum(v > 0.5 for v in values)}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

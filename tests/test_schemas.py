@@ -1,0 +1,118 @@
+"""The documents' JSON Schemas (docs/schemas/, issue 25): what is published is what the readers
+check, every document memgap writes validates, and a wrong one is refused by both the schema and
+``from_dict``, which names the field. Documents written here by real runs of memgap on real
+programs, and the ones saved from earlier versions (tests/fixtures/documents/), which still load."""
+import glob
+import json
+import os
+import subprocess
+import sys
+
+import jsonschema
+import pytest
+
+from conftest import HERE
+from helpers import memgap
+
+SCHEMAS = os.path.join(HERE, "..", "docs", "schemas")
+SAVED = sorted(glob.glob(os.path.join(HERE, "fixtures", "documents", "*", "*.json")))
+
+
+def schema_of(name):
+    with open(os.path.join(SCHEMAS, name.replace("/", "-") + ".json")) as fh:
+        return json.load(fh)
+
+
+def valid(document, schema=None):
+    """``document`` against its schema's published form (or ``schema``'s)."""
+    jsonschema.Draft202012Validator(schema_of(schema or document["schema"])).validate(document)
+
+
+def test_the_published_schemas_are_what_the_readers_check():
+    from memgap.doc_schema import document_schemas
+
+    made = document_schemas()
+    assert sorted(made) == sorted(os.listdir(SCHEMAS)), "run scripts/json_schemas.py"
+    for name, schema in made.items():
+        jsonschema.Draft202012Validator.check_schema(schema)
+        with open(os.path.join(SCHEMAS, name)) as fh:
+            assert json.load(fh) == schema, f"docs/schemas/{name} is stale: run scripts/json_schemas.py"
+
+
+@pytest.mark.parametrize("path", SAVED, ids=[os.path.relpath(p, HERE) for p in SAVED])
+def test_saved_documents_validate_and_load(path):
+    from memgap.documents import load_document
+
+    with open(path) as fh:
+        document = json.load(fh)
+    valid(document)
+    load_document(document, path)
+    for process in document.get("processes", []):
+        for snap in process["snapshots"]:
+            valid({"schema": "memgap.snapshot/1", **snap})
+
+
+@pytest.fixture(scope="module")
+def resting():
+    """A Python program at rest that does not import memgap, with a forked child."""
+    code = ("import os, sys\nblocks = [bytes(4096) for _ in range(5000)]\nif os.fork():\n    "
+            "print('ready', flush=True)\nsys.stdin.read()\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline() == "ready\n"
+    yield proc
+    proc.stdin.close()  # both read to its end, and exit
+    proc.wait(timeout=30)
+
+
+def _written(command, *args):
+    done = memgap(command, "--json", "-", *args, timeout=180)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout)
+
+
+def test_what_memgap_writes_validates(resting, tmp_path):
+    from memgap.documents import RunDocument, TreeDocument
+    from memgap.model import Snapshot
+
+    snap = _written("inspect", str(resting.pid))
+    valid(snap)
+    Snapshot.from_dict(snap)
+    tree = _written("inspect", str(resting.pid), "--tree")
+    valid(tree)
+    assert len(TreeDocument.from_dict(tree).processes) == 2
+    valid(_written("snapshot"))
+    run = _written("run", "--", sys.executable, "-c", "x = [bytes(1000) for _ in range(10000)]")
+    valid(run)
+    RunDocument.from_dict(run)
+    for snapshot in run["processes"][0]["snapshots"]:
+        valid({"schema": "memgap.snapshot/1", **snapshot})
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"rss": "big"}, "rss"),
+    ({"schema": "memgap.snapshot/9"}, "schema"),
+    ({"layers": {"files": {"name": "files"}}}, "resident"),
+    ({"layers": {"files": {"name": "files", "resident": 1.5}}}, "resident"),
+    ({"findings": [{"code": "x"}]}, "severity"),
+])
+def test_a_wrong_snapshot_is_refused_by_both(resting, change, field):
+    from memgap.errors import MalformedInput
+    from memgap.model import Snapshot
+
+    snap = {**_written("inspect", str(resting.pid)), **change}
+    with pytest.raises(jsonschema.ValidationError):
+        valid(snap, "memgap.snapshot/1")
+    with pytest.raises(MalformedInput, match=field):
+        Snapshot.from_dict(snap)
+
+
+def test_a_snapshot_without_its_layers_is_refused(resting):
+    from memgap.errors import MalformedInput
+    from memgap.model import Snapshot
+
+    snap = _written("inspect", str(resting.pid))
+    del snap["layers"]
+    with pytest.raises(jsonschema.ValidationError):
+        valid(snap)
+    with pytest.raises(MalformedInput, match="layers"):
+        Snapshot.from_dict(snap)
