@@ -9,7 +9,10 @@ measures what that adds, on two C workloads that know nothing of memgap
 - ``c-tree``: ``tree_work exec 200 1``: a parent whose exec'd child mallocs 200 MiB in 4 KB
   blocks, works over them 0.4 s, frees 15 of 16, rests 1 s and exits;
 - ``many-exits``: ``tree_work many 200``: 200 ``/bin/true`` run one after the other (each exit
-  held for its read: the worst case of the hold, per exit).
+  held for its read: the worst case of the hold, per exit);
+- ``python``: ``tree_work run python -m memgap.scenarios.asyncburst ...`` (bench_run_overhead's
+  scenario and knobs, under a C parent that times it): what reading a Python process from outside
+  at its peaks costs it (its exit is its own, not held: the agent stays dormant in Python).
 
 Observers, interleaved (A B C, A B C, ...) for ``--reps`` repetitions after one warm-up each:
 
@@ -46,7 +49,10 @@ from dataclasses import asdict, dataclass
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROGRAM = os.path.join(ROOT, "tests", "programs", "tree_work.c")
-WORKLOADS = {"c-tree": ["exec", "200", "1"], "many-exits": ["many", "200"]}
+WORKLOADS = {"c-tree": ["exec", "200", "1"], "many-exits": ["many", "200"],
+             # a Python program under the C parent: what the outside reads of a Python process cost it
+             "python": ["run", sys.executable, "-m", "memgap.scenarios.asyncburst", "--bursts", "4",
+                        "--concurrency", "12", "--events", "1000", "--payload-kib", "8", "--rest", "1.0"]}
 OBSERVERS = ("unobserved", "run-base", "run-new")
 ROOT_LINE = re.compile(r"^tree_work root wall=([\d.]+) cpu=([\d.]+)$", re.M)
 
@@ -78,8 +84,8 @@ def base_sources(rev: str, folder: str) -> str:
 def measure(workload: str, observer: str, rep: int, exe: str, sources: dict[str, str], workdir: str) -> Run:
     cmd = [exe, *WORKLOADS[workload]]
     env = dict(os.environ)
+    env["PYTHONPATH"] = sources["run-new" if observer == "unobserved" else observer]  # the scenario's too
     if observer != "unobserved":
-        env["PYTHONPATH"] = sources[observer]
         cmd = [sys.executable, "-m", "memgap", "run", "--interval", "0.1", "--", *cmd]
     env["TMPDIR"] = workdir  # the recording's folder
     started = time.perf_counter()

@@ -44,6 +44,7 @@ class Options:
     regions: bool = True               # keep the labelled memory map in the snapshot
     agent: bool = True                 # outside: ask the process's native agent, when it has one
     recorded: bool = False             # read by memgap run's recorder: no note sends the user to memgap run
+    agent_beside_glibc: bool = True    # ask the agent also where glibc's heaps are walked from outside
 
 
 def _subtract(start: int, end: int, holes: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -352,9 +353,10 @@ def snapshot_pid(pid: int, options: Options | None = None, proc_root: str = "/pr
     notes = {"python_objects": _no_arena_note(options.recorded)}
     with ProcReader(pid, proc_root) as reader:
         stat_before = reader.stat()
-        report, agent_problem = _ask_agent(reader, pid, proc_root) if options.agent else (None, "")
         maps = reader.maps()
         detection = allocator_source.detect_pid(reader, maps)
+        asked = options.agent and (options.agent_beside_glibc or not detection.glibc_heaps_readable)
+        report, agent_problem = _ask_agent(reader, pid, proc_root) if asked else (None, "")
         # the agent's statistics stand in for a walk; the pages come from the allocator's mappings,
         # read before the pagemap so that pagemap and VmRSS are read close together
         agent_stats = report is not None and (report.jemalloc is not None or bool(report.tcmalloc))

@@ -163,6 +163,8 @@ class _Recording:
         self.options = options
         os.makedirs(options.record_dir, exist_ok=True)
         self.writer = RecordingWriter(os.path.join(options.record_dir, SAMPLES_FILE))
+        from . import collect  # noqa: F401 - loaded now, not at the first read (0.15 s beside the command)
+
         self.start = time.time()
         env = child_env(options.record_dir)
         if not options.walk:
@@ -337,7 +339,7 @@ def _add_event(processes: dict[int, dict[str, Any]], errors: list[dict[str, Any]
     elif kind == "peak":  # a new high read on the way (tree_watch.best_peak keeps one)
         entry = _process_entry(processes, event["pid"])
         entry.setdefault("peak_reads", []).append(event["snapshot"])
-        entry["cmd"] = entry["cmd"] or event["snapshot"].get("cmd", [])
+        entry["cmd"] = event["snapshot"].get("cmd") or entry["cmd"]  # read later: after an exec not seen
     elif kind == "gone":  # the sampler found it gone: it exited at or before then
         _process_entry(processes, event["pid"])["gone"] = event["t"]
 

@@ -6,8 +6,11 @@ from outside (the snapshot ``memgap inspect PID`` takes: ``collect.snapshot_pid`
   RSS of its last peak snapshot by PEAK_STEP (10%) or PEAK_STEP_MIN (8 MiB), whichever is
   larger. So the cost stays bounded: a process that grows to R MiB is read at most
   11 + log1.1(R / 80 MiB) times on the way (about 21 for 200 MiB, fewer where it grows faster
-  than the samples), and its last peak snapshot is within that margin of its highest sample
-  (the run's document keeps that last one);
+  than the samples), and a read that took d seconds is followed by none of the same process for
+  4 d more (PEAK_DUTY: its peak reads take a fifth of the recorder's time at most: a Python
+  heap's pool census can take 0.1-0.4 s on a loaded machine). A read during which its RSS moved
+  (``moving``) is read again once the process is still at that high. The run's document keeps
+  the highest steady read (``best_peak``);
 - its exit: memgap's agent, preloaded in it, says so on ``ExitHold``'s socket as the process
   exits and waits (1 s at most) while the recorder reads it; the agent's exit record says when
   the process went on to exit (the document's ``exit``: how close the last snapshot came).
@@ -37,7 +40,8 @@ from .units import MiB
 
 PEAK_PHASE = "peak"
 PEAK_STEP = 0.10         # of the last peak snapshot's RSS: a new high this much above it is read again
-PEAK_STEP_MIN = 8 * MiB  # ...and at least this much (a process under 8 MiB gets no peak snapshot)
+PEAK_STEP_MIN = 8 * MiB  # ...and at least this much
+PEAK_DUTY = 0.2          # a process's peak reads take at most this share of the recorder's time
 HOLD_SECONDS = 1.0       # the agent waits this long at most (EXIT_HOLD_MS in agent.c)
 SUN_PATH_MAX = 108       # sizeof(sockaddr_un.sun_path), the terminating zero included
 
@@ -102,10 +106,11 @@ class TreeSampler:
 
     def __init__(self, writer: RecordingWriter, start: float, quiet: OutsideQuiet | None) -> None:
         self.writer, self.start, self.quiet = writer, start, quiet
-        self.names: dict[int, tuple[str, int]] = {}  # pid -> (comm, VmHWM) at the last look: an exec changes them
+        self.names: dict[int, tuple[str, int]] = {}  # pid -> (comm, VmPeak) at the last look: an exec changes them
         self.peaks: dict[int, int] = {}  # pid -> RSS of its last peak snapshot
         self.last_rss: dict[int, int] = {}  # pid -> its RSS at the last round
         self.unsteady: dict[int, int] = {}  # pid -> RSS of a peak read while it moved: read again once still
+        self.next_peak: dict[int, float] = {}  # pid -> monotonic time before which it is not read for a peak
         self.alive: set[int] = set()
 
     def sample(self, root: int) -> None:
@@ -129,15 +134,22 @@ class TreeSampler:
             if self.quiet is not None:
                 self.quiet.update(self.writer, pid, cpu, rss, self.start)
             prev, self.last_rss[pid] = self.last_rss.get(pid), rss
-            if peak_due(self.peaks.get(pid), rss) or self._settled(pid, rss, prev):
-                self.peaks[pid] = rss
-                record = outside_snapshot(self.writer, pid, PEAK_PHASE, self.start, event="peak")
-                if record is not None and record.get("moving"):
-                    self.unsteady[pid] = rss
-                else:
-                    self.unsteady.pop(pid, None)
+            if (peak_due(self.peaks.get(pid), rss) or self._settled(pid, rss, prev)) and \
+                    time.monotonic() >= self.next_peak.get(pid, 0.0):
+                self._read_peak(pid, rss)
         self._gone(self.alive - seen)
         self.alive = seen
+
+    def _read_peak(self, pid: int, rss: int) -> None:
+        began = time.monotonic()
+        self.peaks[pid] = rss
+        record = outside_snapshot(self.writer, pid, PEAK_PHASE, self.start, event="peak")
+        if record is not None and record.get("moving"):
+            self.unsteady[pid] = rss
+        else:
+            self.unsteady.pop(pid, None)
+        spent = time.monotonic() - began  # its next peak read waits: PEAK_DUTY of the recorder's time at most
+        self.next_peak[pid] = began + spent / PEAK_DUTY
 
     def _settled(self, pid: int, rss: int, prev: int | None) -> bool:
         """Whether a process whose last peak read moved (its RSS grew or fell while it was read) has
@@ -162,10 +174,10 @@ class TreeSampler:
 
     def _name(self, pid: int, reader: ProcReader, status: dict[str, int | str], now: float) -> None:
         """A process seen for the first time, or again after an exec: its command line recorded."""
-        comm, hwm = str(status.get("Name", "")), status_int(status, "VmHWM")
-        known, self.names[pid] = self.names.get(pid), (comm, hwm)
-        if known is not None and known[0] == comm and hwm >= known[1]:
-            return  # the same program: its VmHWM only grows until an exec starts a new one
+        comm, vm_peak = str(status.get("Name", "")), status_int(status, "VmPeak")
+        known, self.names[pid] = self.names.get(pid), (comm, vm_peak)
+        if known is not None and known[0] == comm and vm_peak >= known[1]:
+            return  # the same program: its VmPeak only grows until an exec starts a new one (VmHWM can dip)
         event = {"type": "process", "pid": pid, "ppid": status_int(status, "PPid"),
                  "cmd": command_of(reader, status), "t": round(now, 4)}
         if known is not None:  # a new program in it: its peak starts again
@@ -234,7 +246,9 @@ def outside_snapshot(writer: RecordingWriter, pid: int, phase: str, start: float
         # The program runs on while memgap reads it: its RSS at the mark comes first.
         read_began = time.time()
         rss_at_mark = status_int(ProcReader(pid).status(), "VmRSS")
-        snap = snapshot_pid(pid, Options(regions=False, recorded=True))
+        # at a held exit, glibc's heaps walked from outside are enough: its agent's exit record has
+        # its mallinfo2, and the question would cost the wait 4 ms more (3 times the read)
+        snap = snapshot_pid(pid, Options(regions=False, recorded=True, agent_beside_glibc=not held_exit))
     except MemgapError as exc:
         if event == "snapshot":
             writer.write({"type": "error", "pid": pid, "phase": phase, "error": str(exc)})

@@ -8,6 +8,7 @@
      tree_work deep ...            fork a child that forks and execs the worker: the work is
                                    in a grandchild; each parent waits
      tree_work many N              fork and exec /bin/true N times, one after the other
+     tree_work run CMD ARG...      fork and exec CMD (a benchmark's workload, timed as a tree)
 
    The worker prints its own figures on stderr as it exits (stdout may be a pipe):
      tree_work pid=PID hwm=BYTES rss=BYTES
@@ -96,6 +97,14 @@ static int tree(const char *mode, char **argv, int argc) {
     double rest = argc > 3 ? atof(argv[3]) : 1.0;
     if (strcmp(mode, "exec") == 0) return spawn_worker(argv, argc);
     if (strcmp(mode, "many") == 0) return many(argc > 2 ? atol(argv[2]) : 100);
+    if (strcmp(mode, "run") == 0 && argc > 2) {
+        pid_t child = fork();
+        if (child == 0) {
+            execvp(argv[2], argv + 2);
+            _exit(127);
+        }
+        return wait_for(child);
+    }
     if (strcmp(mode, "fork") == 0) {
         pid_t child = fork();
         if (child == 0) exit(work(mib, rest)); /* exit(), not _exit(): its atexit work runs as a program's does */

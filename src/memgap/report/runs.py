@@ -153,7 +153,9 @@ def _render_peak(console: Any, process: ProcessRecord, highest: int | None, why:
     hwm = (peak.get("status") or {}).get("VmHWM")
     console.print(f"Breakdown of PID {process.pid} {command_text(process.cmd, 50)} at its peak: RSS "
                   f"{mib(peak['rss'])} MiB as read (highest sample {mib(highest)} MiB, VmHWM {mib(hwm)} MiB then; "
-                  f"read again whenever its RSS passed the last read by 10% or 8 MiB)" + (f". {why}:" if why else ":"))
+                  "read again whenever its RSS passed the last read by 10% or 8 MiB)"
+                  + (f"; its RSS moved from {mib(peak.get('rss_at_mark'))} MiB while it was read, so its layers "
+                     "add up less well" if peak.get("moving") else "") + (f". {why}:" if why else ":"))
     render_snapshot(Snapshot.from_dict(peak), stream, width)
 
 
