@@ -27,7 +27,10 @@ seconds of memgap itself (the command's rusage, the workload's reaped descendant
 the CPU the workload counts for its own tree); ``wall``, the whole command. Medians, with the
 range, per observer and workload.
 
-Run from the repository root (about 2 minutes with the defaults on 2 cores)::
+Then the differences run-new minus run-base, repetition by repetition (each pair ran back to
+back, so a busy moment of the machine weighs on both), their medians and ranges.
+
+Run from the repository root (about 3 minutes with the defaults on 2 cores)::
 
     PYTHONPATH=src python benchmarks/bench_tree_run.py [--reps 7] [--base main] [--json out.json]
 """
@@ -137,7 +140,24 @@ def render(runs: list[Run]) -> str:
     lines = ["  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
              for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    return "\n".join([*lines, "", *paired(runs)])
+
+
+def paired(runs: list[Run]) -> list[str]:
+    """run-new minus run-base, repetition by repetition (each pair ran back to back): medians."""
+    out = []
+    for workload in WORKLOADS:
+        by = {(r.observer, r.rep): r for r in runs if r.workload == workload and not r.error}
+        reps = sorted({rep for _, rep in by})
+        pairs = [(by[("run-new", rep)], by[("run-base", rep)]) for rep in reps
+                 if ("run-new", rep) in by and ("run-base", rep) in by]
+        if not pairs:
+            continue
+        wall = [new.tree_wall - base.tree_wall for new, base in pairs]
+        cpu = [new.memgap_cpu - base.memgap_cpu for new, base in pairs]
+        out.append(f"{workload}: run-new - run-base, paired: tree wall {_spread(wall)} s, "
+                   f"memgap cpu {_spread(cpu)} s ({len(pairs)} pairs)")
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
