@@ -377,7 +377,7 @@ def _finish_entry(entry: dict[str, Any], timeline: list[dict[str, Any]], start: 
     """A process's entry once every event is in: its idle, its exit, a command line that is never blank
     (what the sampler read, else its snapshots', else its agent's exit record's)."""
     _order_and_find_idle(entry, timeline, start)
-    entry["peak"] = best_peak(entry.get("peak_reads", []))
+    entry["peak"] = best_peak([*entry.get("peak_reads", []), *entry["snapshots"]])  # its exit's read may be higher
     entry["exit"] = exit_of(entry, start)
     entry.pop("peak_reads", None)
     entry["cmd"] = entry["cmd"] or (entry.get("agent_exit") or {}).get("cmdline") or [f"[PID {entry['pid']}]"]

@@ -80,9 +80,9 @@ def rss_slack(rss: int) -> int:
 
 
 def best_peak(reads: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The peak snapshot a run's document keeps of a process's peak reads: the highest steady one,
-    unless a read that moved (RSS changed while it was read: its layers add up less well) is
-    higher than that by more than the peak's margin."""
+    """The peak snapshot a run's document keeps of a process's snapshots (its peak reads and its
+    phases): the highest steady one, unless a read that moved (RSS changed while it was read: its
+    layers add up less well) is higher than that by more than the peak's margin."""
     if not reads:
         return None
     top = max(reads, key=lambda r: r["rss"])

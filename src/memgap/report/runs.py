@@ -43,10 +43,15 @@ def command_text(argv: list[str], most: int = 70) -> str:
     return " ".join([os.path.basename(argv[0]), *argv[1:]]).replace("\n", " ")[:most] if argv else ""
 
 
+def _among(snap: dict[str, Any], snaps: list[dict[str, Any]]) -> bool:
+    """Whether ``snap`` is one of ``snaps`` (a process's peak may be one of its phases: its exit's read)."""
+    return any(s.get("time") == snap.get("time") and s.get("phase") == snap.get("phase") for s in snaps)
+
+
 def phase_table(process: ProcessRecord, width: int = 120) -> RenderableType:
     """Its snapshots in time order, its peak among them."""
-    snaps = sorted([*process.snapshots, *([process.peak] if process.peak else [])],
-                   key=lambda s: s.get("read_began") or s.get("time") or 0)
+    peak = [process.peak] if process.peak and not _among(process.peak, process.snapshots) else []
+    snaps = sorted([*process.snapshots, *peak], key=lambda s: s.get("read_began") or s.get("time") or 0)
     names = [n for n in LAYER_NAMES if _python_shown(snaps) or n not in PYTHON_LAYERS]
     cols = [Col("phase", WRAP), Col("RSS"), *layer_columns(names)]
     rows = []
@@ -171,9 +176,13 @@ def _render_main(console: Any, run: RunDocument, process: ProcessRecord, stream:
     console.print(phase_table(process, console.width))
     snap, moment = _at_rest(process)
     lead = "" if process.peak or not why else f"{why.lower()}; "
-    console.print(f"Breakdown of PID {snap['pid']} at {moment} ({lead}idle is the phase it marked, "
-                  "else its last quiet spell, else the moment before exit):")
-    render_snapshot(Snapshot.from_dict(snap), stream, width)
+    if process.peak and _among(process.peak, [snap]):
+        console.print(f"PID {snap['pid']} at {moment}: its peak, above (idle is the phase it marked, else its "
+                      "last quiet spell, else the moment before exit)")
+    else:
+        console.print(f"Breakdown of PID {snap['pid']} at {moment} ({lead}idle is the phase it marked, "
+                      "else its last quiet spell, else the moment before exit):")
+        render_snapshot(Snapshot.from_dict(snap), stream, width)
     at_exit = [s for s in process.snapshots if s.get("phase") == "exit"]
     if at_exit and at_exit[-1] is not snap:
         console.print(f"...and at exit (after the program's own teardown began): RSS {mib(at_exit[-1]['rss'])} "
