@@ -9,10 +9,13 @@ need=""
 # libjemalloc-dev and redis-server: the allocator-detection tests link jemalloc in statically and read Debian's redis
 # libgoogle-perftools-dev: test_tcmi_deep links tcmalloc in statically (libtcmalloc_minimal.a)
 # postgresql: test_shared_memory reads a real server's shared buffers (a server of its own, started by the test)
-for pkg in libjemalloc2 libjemalloc-dev libtcmalloc-minimal4 libgoogle-perftools-dev libmimalloc2.0 gcc gdb musl-tools chromium redis-server postgresql; do
+for pkg in libjemalloc2 libjemalloc-dev libtcmalloc-minimal4 libgoogle-perftools-dev libmimalloc2.0 gcc gdb musl-tools chromium redis-server postgresql openssl; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need="$need $pkg"
 done
 python3 -c "import ensurepip" >/dev/null 2>&1 || need="$need python3-venv"
+command -v node >/dev/null 2>&1 || need="$need nodejs"  # test_runtime_v8: a Node program's V8 heap (checked on Node 20)
+command -v javac >/dev/null 2>&1 && command -v jcmd >/dev/null 2>&1 || need="$need default-jdk-headless"  # test_runtime_jvm: javac builds its program, jcmd is the deep route and its witness
+command -v go >/dev/null 2>&1 || [ -x /usr/local/go/bin/go ] || need="$need golang-go"  # test_runtime_go builds programs/go_heap
 if [ -n "$need" ]; then
     $SUDO apt-get update -qq
     $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $need

@@ -377,3 +377,123 @@ def test_inspect_trim_goes_through_the_agent_without_gdb(idle_exe, tmp_path):
     assert result.returncode == 0, result.stderr
     trim = json.loads(result.stdout)["after_trim"]["trim"]
     assert trim["route"] == "agent" and trim["released"] > 10 * MiB, trim
+
+
+# --- a process that only pretends to have the agent (issue 23) ------------------------------
+
+FAKE_AGENT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "programs", "fake_agent.py")
+
+
+def _fake(tmp_path, mode, *mark):
+    import sys
+
+    from conftest import child_env
+
+    env = child_env(LD_PRELOAD="/nonexistent/memgap-agent.so", MEMGAP_AGENT_DIR=str(tmp_path))
+    proc = subprocess.Popen([sys.executable, FAKE_AGENT, mode, *mark], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    line = proc.stdout.readline()
+    assert line.startswith("ready"), (mode, line, proc.poll())
+    return proc
+
+
+def _inspect_peak(pid, tmp_path, limit=120.0):
+    """``memgap inspect PID --json FILE`` as a child: (exit code, text output, JSON, seconds, stderr),
+    the JSON with ``_peak``: the child's peak RSS in bytes (wait4's ru_maxrss)."""
+    import sys
+
+    from conftest import child_env
+
+    out, text, err = (tmp_path / f"inspect-{time.monotonic_ns()}.{ext}" for ext in ("json", "txt", "err"))
+    began = time.monotonic()
+    with open(text, "w") as stdout, open(err, "w") as stderr:
+        proc = subprocess.Popen([sys.executable, "-m", "memgap", "inspect", str(pid), "--json", str(out)],
+                                env=child_env(COLUMNS="200"), stdout=stdout, stderr=stderr)
+    while True:  # wait4, not wait: the peak RSS of this child alone
+        done, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() - began > limit:  # an exchange without a deadline hangs here: end it, fail below
+            proc.kill()
+        time.sleep(0.05)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    took = time.monotonic() - began
+    doc = json.loads(out.read_text()) if out.exists() else {}
+    doc["_peak"] = usage.ru_maxrss * 1024
+    return proc.returncode, text.read_text(), doc, took, err.read_text()
+
+
+@pytest.mark.parametrize("mode, said", [
+    ("huge", "sent more than 1024 KiB"),
+    ("slow", "did not answer within 2 s"),
+    ("rss", "said rss 1000000000000000, above the machine's memory"),
+    ("negative", "said mallinfo2 uordblks -5, not a count of bytes"),
+    ("nan", "said trimmer released nan, not a count of bytes"),
+    ("chown", "belongs to uid 65534, not to the process's user (uid 0)"),
+    ("not-peer", "is served by PID"),
+    ("symlink", "is not a socket"),
+])
+def test_a_fake_agent_is_not_believed(tmp_path, mode, said):
+    """Any user can name memgap in LD_PRELOAD and listen where the agent would: root's inspect
+    finishes within the exchange's 2 s, its memory bounded, says why in one line, and reads the
+    process from outside as if it had no agent (exit code 0)."""
+    from memgap.agent.client import REPLY_CAP, TIMEOUT
+
+    if os.geteuid() != 0 and mode == "chown":
+        pytest.skip("handing a socket to another user needs root")
+    if REPLY_CAP != 1 << 20:
+        said = said.replace("1024 KiB", f"{REPLY_CAP >> 10} KiB")
+    proc = _fake(tmp_path, mode)
+    try:
+        code, out, doc, took, err = _inspect_peak(proc.pid, tmp_path)
+        base_code, _, base, _, _ = _inspect_peak(os.getpid(), tmp_path)  # this process: no agent
+    finally:
+        _stop(proc)
+    assert code == base_code == 0, err
+    notes = [line for line in out.splitlines() if line.startswith("Note: read without memgap's agent: ")]
+    assert len(notes) == 1 and said in notes[0], (notes, out)
+    assert doc["route"] == "outside" and "agent" not in doc["allocator"], doc["allocator"]
+    assert said in doc["allocator"]["agent_problem"]
+    assert took < TIMEOUT + 60, took  # a per-read timeout never ends with "slow"; a loaded machine is slow
+    # the reply is capped: a huge one costs at most the cap (and what decoding it takes) over a plain inspect
+    assert doc["_peak"] <= base["_peak"] + 8 * REPLY_CAP + 8 * MiB, (doc["_peak"], base["_peak"])
+
+
+def test_a_good_fake_is_believed_so_the_refusals_above_are_the_checks(tmp_path):
+    """The same fake answering credibly from its own socket is taken: what the tests above refuse
+    is the lie, not the fake."""
+    proc = _fake(tmp_path, "good")
+    try:
+        code, out, doc, _, err = _inspect_peak(proc.pid, tmp_path)
+    finally:
+        _stop(proc)
+    assert code == 0, err
+    assert doc["route"] == "outside, with the agent" and "agent_problem" not in doc["allocator"], doc["allocator"]
+    agent = doc["allocator"]["agent"]
+    assert agent["mallinfo2"]["uordblks"] == 512 << 10 and 0 < agent["rss"] <= doc["status"]["VmSize"], agent
+    assert "Note: " not in out
+
+
+def test_serve_metrics_match_serves_beside_an_agent_that_never_finishes(tmp_path):
+    """The issue: `serve-metrics --match` never started serving beside an agent sending one byte a
+    second. Now the exchange ends at its deadline, the server starts, and the process is served,
+    read from outside, with its own VmRSS."""
+    import urllib.request
+    import uuid
+
+    from test_serve_metrics import parse, read_line, samples, start, stop
+
+    mark = f"fake-{uuid.uuid4().hex[:12]}"
+    fake = _fake(tmp_path, "slow", mark)
+    server = start("-m", "memgap", "serve-metrics", "--port", "0", "--refresh", "0", "--match", mark)
+    try:
+        url = read_line(server, timeout=60).split()[2]
+        with urllib.request.urlopen(url, timeout=60) as resp:
+            families = parse(resp.read().decode())
+        (labels, rss), = samples(families, "memgap_rss_bytes")
+        with open(f"/proc/{fake.pid}/status") as fh:
+            vmrss = next(int(line.split()[1]) * 1024 for line in fh if line.startswith("VmRSS:"))
+        assert abs(rss - vmrss) <= 1 * MiB and labels["role"] == "fake_agent.py", (rss, vmrss, labels)
+    finally:
+        stop(server)
+        _stop(fake)

@@ -419,6 +419,57 @@ def test_top_stops_when_the_pid_is_reused(target_exe, spawn, monkeypatch, capsys
     assert captured.out.count("---") == 1 and "was reused" in captured.err
 
 
+# --- the process changes while gdb attaches (issue 23): said, not blamed on a security module ---
+
+def test_a_process_that_exits_while_gdb_attaches_is_said_to_have_exited(monkeypatch):
+    """The kernel refuses to attach to a zombie with EPERM, as it refuses a security module's veto.
+    A child that exits after memgap's check (the check skipped: the race made certain) is attached
+    by the real gdb: "it exited while gdb attached" (exit code 3), not ptrace refused (8)."""
+    from memgap.errors import NoSuchProcess, PtraceDisallowed
+
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    try:
+        while task_states(pid).get(pid) != "Z":  # exited, not yet reaped: the zombie of the race
+            time.sleep(0.01)
+        monkeypatch.setattr(gdb_attach, "check_attachable", lambda *args: None)  # exited after the check
+        with pytest.raises(MemgapError) as raised, GdbSession(pid, timeout=20):
+            pass
+        assert not isinstance(raised.value, PtraceDisallowed), raised.value
+        assert isinstance(raised.value, NoSuchProcess) and raised.value.exit_code == 3
+        assert "exited while gdb attached" in str(raised.value)
+    finally:
+        os.waitpid(pid, 0)
+
+
+def test_after_a_refused_attach_the_process_is_looked_at_first(tmp_path):
+    """attach_race on real processes: one that ran another program (a real exec: same PID, same
+    start time), one whose start time is not the one recorded (a reused PID), and one unchanged
+    (None: the refusal was ptrace's own)."""
+    from memgap.errors import PidReused, ProcessExeced
+    from memgap.processes import ProcessIdentity
+    from memgap.sources.gdb_target import attach_race, executable
+
+    shell = subprocess.Popen(["sh", "-c", "read line; exec sleep 60"], stdin=subprocess.PIPE, text=True)
+    try:
+        before, exe = ProcessIdentity.of(shell.pid), executable(shell.pid)
+        assert attach_race(before, exe) is None
+        assert isinstance(attach_race(ProcessIdentity(shell.pid, before.start_time - 1), exe), PidReused)
+        shell.stdin.write("go\n")
+        shell.stdin.flush()
+        deadline = time.monotonic() + 10
+        while executable(shell.pid) == exe and time.monotonic() < deadline:
+            time.sleep(0.01)
+        changed = attach_race(before, exe)
+        assert isinstance(changed, ProcessExeced) and changed.exit_code == 10, changed
+        assert f"({exe} before, {shutil.which('sleep')} now)" in str(changed)
+        assert ProcessIdentity.of(shell.pid) == before  # an exec keeps the PID and the start time
+    finally:
+        shell.kill()
+        shell.wait()
+
+
 # --- a Python target -----------------------------------------------------------------
 
 def test_deep_python_in_process_snapshot(spawn):

@@ -507,3 +507,61 @@ def test_tcmalloc_and_mimalloc_results_decode_from_the_bytes_the_process_wrote()
     raw = b"".join(v.to_bytes(8, "little") for v in range(1, 9))
     assert mimalloc_gdb.decode_info(raw) == mimalloc_gdb.MimallocDeep(1, 2, 3, 4, 5, 6, 7, 8)
     assert mimalloc_gdb.info_expression(0).count("(unsigned long *)") == 8
+
+
+# --- a runtime's own heap (issue 24) ----------------------------------------------------------
+
+def _go_heap(in_use, retained, released=0):
+    from memgap.runtimes.base import OwnedRange, RuntimeHeap, RuntimeInfo
+
+    return RuntimeHeap(RuntimeInfo("go", "go1.26", "build info"), "outside: a test's figures", in_use=in_use,
+                       retained=retained, released=released, ranges=[OwnedRange(0, 1, "heap")])
+
+
+def test_a_runtime_heap_takes_its_pages_out_of_other_anon():
+    # the heap's resident pages are runtime_heap; its own count splits them: 30 in use, the rest retained
+    owned = [Region(0x10000000, 0x20000000, "runtime-heap", 100 * MiB, path="[go] heap"),
+             Region(0x30000000, 0x30800000, "runtime-meta", 4 * MiB, path="[go] page summary"),
+             Region(0x40000000, 0x40400000, "anon", 2 * MiB)]
+    layers, unexplained = attribute(Measurements(106 * MiB, owned, "unknown", runtimes=[_go_heap(30 * MiB, 72 * MiB)]))
+    heap, meta = layers["runtime_heap"], layers["runtime_metadata"]
+    assert (heap.resident, meta.resident, layers["other_anon"].resident) == (100 * MiB, 4 * MiB, 2 * MiB)
+    (go,) = heap.detail["runtimes"]
+    # retained is the pages' rest, not the runtime's own figure (72 told: some of it not resident)
+    assert (go["in_use"], go["retained"], go["retained_told"]) == (30 * MiB, 70 * MiB, 72 * MiB)
+    assert unexplained == 0
+    assert list(layers).index("runtime_heap") == list(layers).index("pymalloc_free") + 1
+
+
+def test_no_runtime_no_runtime_layers():
+    layers, _ = attribute(Measurements(10 * MiB, regions(("anon", 10 * MiB)), "glibc"))
+    assert "runtime_heap" not in layers and "runtime_metadata" not in layers
+
+
+def test_runtime_retention_finding_fires_above_its_floor_only():
+    from memgap.diagnose import diagnose
+    from memgap.model import Snapshot
+
+    def snap(in_use, retained):
+        owned = [Region(0x10000000, 0x40000000, "runtime-heap", in_use + retained, path="[go] heap")]
+        layers, unexplained = attribute(Measurements(in_use + retained, owned, "unknown",
+                                                     runtimes=[_go_heap(in_use, retained)]))
+        return Snapshot(1, 0.0, in_use + retained, layers, unexplained, {"name": "unknown"}, route="outside")
+
+    fired = [f for f in diagnose(snap(30 * MiB, 200 * MiB)) if f.code == "runtime-heap-retained"]
+    assert fired and "200.0 MiB free but resident" in fired[0].summary
+    assert not [f for f in diagnose(snap(300 * MiB, 10 * MiB)) if f.code == "runtime-heap-retained"]
+
+
+def test_a_runtime_that_marks_its_free_pages_is_split_by_them():
+    # Go marks the heap pages it holds free: their resident pages are retained, whatever its counts say
+    from memgap.runtimes.base import OwnedRange
+
+    heap = _go_heap(230 * MiB, 129 * MiB)
+    heap.ranges = [OwnedRange(0, 1, "go heap"), OwnedRange(1, 2, "go heap free", free=True)]
+    owned = [Region(0x10000000, 0x20000000, "runtime-heap", 158 * MiB, path="[go] go heap"),
+             Region(0x20000000, 0x30000000, "runtime-free", 127 * MiB, path="[go] go heap free")]
+    layers, _ = attribute(Measurements(285 * MiB, owned, "unknown", runtimes=[heap]))
+    (go,) = layers["runtime_heap"].detail["runtimes"]
+    assert layers["runtime_heap"].resident == 285 * MiB
+    assert (go["in_use"], go["retained"], go["in_use_told"]) == (158 * MiB, 127 * MiB, 230 * MiB)

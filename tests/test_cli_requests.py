@@ -26,7 +26,7 @@ RENAMED = {
     "run": {"no_agent": "agent"},
     "lab": {"no_agent": "agent", "variant": "variants", "param": "params", "dir": "lab_dir"},
     "demo": {"list": "list_scenarios"},
-    "serve-metrics": {"pid": "selection", "tree": "selection", "match": "selection"},
+    "serve-metrics": {"pid": "selection", "tree": "selection", "match": "selection", "listen_address": "address"},
 }
 
 ARGV = {
@@ -46,7 +46,8 @@ ARGV = {
     "snapshot": ["snapshot", "--json", "-"],
     "agent": ["agent", "--path"],
     "serve-metrics": ["serve-metrics", "1234", "--tree", "--port", "9100", "--address", "127.0.0.1",
-                      "--refresh", "5"],
+                      "--refresh", "5", "--tls-cert-file", "c.pem", "--tls-key-file", "k.pem", "--basic-auth-file",
+                      "users", "--bearer-token-file", "token", "--read-timeout", "2", "--write-timeout", "3"],
 }
 
 
@@ -80,7 +81,9 @@ def _expected(name: str) -> object:
         return module.AgentRequest(path=True)
     assert name == "serve-metrics"
     return module.ServeMetricsRequest(selection=Selection(pid=1234, tree=True), port=9100, address="127.0.0.1",
-                                      refresh=5.0)
+                                      refresh=5.0, tls_cert_file="c.pem", tls_key_file="k.pem",
+                                      basic_auth_file="users", bearer_token_file="token", read_timeout=2.0,
+                                      write_timeout=3.0)
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
@@ -124,6 +127,19 @@ def test_serve_metrics_match_is_compiled():
     assert request.selection == Selection(match=re.compile("gunicorn: worker"))
 
 
+@pytest.mark.parametrize("argv, address", [
+    ([], ("127.0.0.1", 9555)),  # loopback unless asked: the figures are about other users' processes
+    (["--port", "0"], ("127.0.0.1", 0)),
+    (["--address", "0.0.0.0"], ("0.0.0.0", 9555)),
+    (["--listen-address", ":9100"], ("0.0.0.0", 9100)),
+    (["--listen-address", "[::1]:9100"], ("::1", 9100)),
+    (["--listen-address", "192.0.2.2:80"], ("192.0.2.2", 80)),
+])
+def test_serve_metrics_listen_address(argv, address):
+    request = _request_class("serve-metrics").from_args(_parse(["serve-metrics", "1", *argv]))
+    assert (request.address, request.port) == address
+
+
 def test_demo_list_takes_any_name():
     request = _request_class("demo").from_args(_parse(["demo", "nope", "--list"]))
     assert request.list_scenarios
@@ -155,6 +171,10 @@ MISUSE = [
     (["serve-metrics"], "serve-metrics: give a PID, --tree PID or --match REGEX (one of them)"),
     (["serve-metrics", "1", "--match", "x"], "serve-metrics: give a PID, --tree PID or --match REGEX (one of them)"),
     (["serve-metrics", "--tree", "--match", "x"], "serve-metrics: --tree takes a PID, not --match"),
+    (["serve-metrics", "1", "--listen-address", ":1", "--port", "2"],
+     "serve-metrics: give --listen-address, or --address and --port, not both"),
+    (["serve-metrics", "1", "--tls-cert-file", "c.pem"],
+     "serve-metrics: --tls-cert-file and --tls-key-file go together"),
     (["serve-metrics", "--match", "("],
      f"serve-metrics: --match '(' is not a regular expression: {_re_error('(')}"),
 ]

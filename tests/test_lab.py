@@ -11,8 +11,10 @@ import pytest
 
 from conftest import child_env
 from helpers import JEMALLOC, memgap, memory_cgroup
+from memgap.lab.choose import FINDING_VARIANTS
 from memgap.scenarios import scenario_command
 from memgap.sources.procfs import oom_kills
+from memgap.variants import DEFAULT_SPECS
 
 SMALL_THREADPOOL = scenario_command("threadpool", passes=1, chunks=128)
 
@@ -91,6 +93,36 @@ def test_lab_keeps_the_defaults_where_the_allocator_makes_no_difference(tmp_path
     shown = memgap("report", str(tmp_path / "runs"))  # the lab's folder, shown again
     assert shown.returncode == 0, shown.stderr
     assert "keep the defaults" in shown.stdout and "INCOMPLETE" not in shown.stdout
+
+
+def test_a_workload_with_no_findings_gets_the_default_set_and_nothing_more(tmp_path):
+    """No --variant on a script of one process that holds 4 MiB and frees nothing: its baseline
+    shows no finding (no free memory kept, no forked process, glibc's malloc), so the lab runs
+    the default set as it was, each variant with its reason, and its folder says the same."""
+    proc, lab = _lab(tmp_path, FLAT_WORKLOAD, "--reps", "1", "--phase-regex", r"phase: (\S+)", timeout=180)
+    skipped = {line.split(":")[0] for line in lab["skipped"]}
+    assert lab["order"] == [f"{spec}#1" for spec in DEFAULT_SPECS if spec not in skipped], lab["order"]
+    # the baseline's run, read back by memgap report: none of the findings that choose variants
+    assert not _findings(tmp_path, lab["runs"][0]["record_dir"]) & set(FINDING_VARIANTS)
+    assert lab["chosen"] == {spec: "the default set" if spec != "glibc" else
+                             "the baseline: every other variant is measured against it"
+                             for spec in DEFAULT_SPECS if spec not in skipped}
+    said = " ".join(proc.stdout.split())
+    line = ("Variants: the baseline: every other variant is measured against it (1), "
+            f"the default set ({len(lab['runs']) - 1})")
+    assert line in said and "chosen because" not in said, said[:2000]
+    shown = memgap("report", str(tmp_path / "runs"))  # the folder keeps the reasons
+    assert shown.returncode == 0 and line in " ".join(shown.stdout.split()), shown.stderr
+
+
+def _findings(tmp_path, record_dir):
+    """The codes of the findings on a recorded run's snapshots and over its phases."""
+    run = memgap("report", record_dir, "--json", str(tmp_path / "run.json"))
+    assert run.returncode == 0, run.stderr
+    doc = json.loads((tmp_path / "run.json").read_text())
+    snaps = [s for p in doc["processes"] for s in p["snapshots"]]
+    assert snaps, doc
+    return {f["code"] for f in doc["findings"]} | {f["code"] for s in snaps for f in s.get("findings", [])}
 
 
 FLAKY_WORKLOAD = r"""

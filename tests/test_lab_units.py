@@ -480,3 +480,91 @@ def test_a_variant_oom_killed_in_any_run_is_never_recommended():
                                                                                   fits, base)], "glibc", 0.05)
     assert verdict.reason.startswith("the baseline (glibc) was OOM-killed at the memory limit in 1 of 2 runs; "
                                      "glibc:arena_max=2 ran within it in each of its 2 runs"), verdict.reason
+
+
+def _finding(code, summary):
+    from memgap.model import Finding
+
+    return Finding(code, "warning", summary)
+
+
+def test_each_finding_adds_its_variants_with_the_finding_as_the_reason():
+    from memgap.lab.choose import ALLOCATOR_VARIANTS, FINDING_VARIANTS, choose
+
+    copies = _finding("copied-from-parent", "4 forked processes copied 451.2 MiB of their parent's pages")
+    retention = _finding("glibc-retention", "glibc holds 80.0 MiB free in 9 arenas (8 thread arenas)")
+    got = {c.spec: c.reason for c in choose([copies, retention, _finding("unexplained", "x")], {"glibc"}, True)}
+    held = f"finding glibc-retention: {retention.summary}"
+    assert got == {"glibc:gc=freeze-at-fork": f"finding copied-from-parent: {copies.summary}",
+                   **dict.fromkeys(FINDING_VARIANTS["glibc-retention"], held)}
+    assert set(FINDING_VARIANTS["glibc-retention"]) >= {"glibc:arena_max=1", "glibc:arena_max=2,mmap_threshold=65536"}
+    # fragmentation a trim cannot release: arena caps, a lower mmap threshold and another allocator
+    frag = [c.spec for c in choose([_finding("glibc-fragmentation", "y")], set(), True)]
+    assert "glibc:arena_max=2" in frag and "glibc:mmap_threshold=65536" in frag
+    assert any(V.parse_variant(spec).allocator == "jemalloc" for spec in frag)
+    # a spec two findings point to is chosen once, for the first of them
+    both = choose([retention, _finding("many-arenas", "17 glibc arenas for 33 threads")], set(), True)
+    assert [c.spec for c in both].count("glibc:arena_max=2") == 1
+    assert next(c for c in both if c.spec == "glibc:arena_max=2").reason.startswith("finding glibc-retention")
+    # the allocator the workload runs on: its own settings
+    assert [c.spec for c in choose([], {"jemalloc"}, True)] == list(ALLOCATOR_VARIANTS["jemalloc"])
+    assert [c.spec for c in choose([], {"tcmalloc"}, False)] == ["tcmalloc:release_rate=10"]
+    assert V.parse_variant("tcmalloc:release_rate=10").env()["TCMALLOC_RELEASE_RATE"] == "10"
+    assert "muzzy_decay_ms:0" in V.parse_variant(ALLOCATOR_VARIANTS["jemalloc"][0]).env()["MALLOC_CONF"]
+    # Python's settings only for a workload seen to be Python
+    assert choose([copies], {"glibc"}, False) == []
+    # nothing found: nothing added; every spec of the tables parses
+    assert choose([], {"glibc", "unknown"}, True) == []
+    for spec in [*(s for specs in FINDING_VARIANTS.values() for s in specs),
+                 *(s for specs in ALLOCATOR_VARIANTS.values() for s in specs)]:
+        V.parse_variant(spec)
+
+
+def test_a_choice_joins_the_lineup_once_and_a_default_variant_it_points_to_says_so():
+    from memgap.lab.choose import DEFAULT_REASON, Choice, add_choices, first_reasons
+
+    chosen = first_reasons([V.parse_variant(s) for s in V.DEFAULT_SPECS], default_set=True)
+    assert chosen["glibc"].startswith("the baseline") and set(list(chosen.values())[1:]) == {DEFAULT_REASON}
+    new = add_choices([Choice("glibc:gc=freeze-at-fork", "finding copied-from-parent: copies"),
+                       Choice("glibc:arena_max=2", "finding many-arenas: arenas")], chosen)
+    assert new == ["glibc:gc=freeze-at-fork"]
+    assert chosen["glibc:gc=freeze-at-fork"] == "chosen because: finding copied-from-parent: copies"
+    assert chosen["glibc:arena_max=2"] == "the default set; chosen because: finding many-arenas: arenas"
+    assert add_choices([Choice("glibc:gc=freeze-at-fork", "again")], chosen) == []  # once
+    assert chosen["glibc:gc=freeze-at-fork"] == "chosen because: finding copied-from-parent: copies"
+    named = first_reasons([V.parse_variant("glibc"), V.parse_variant("jemalloc")], default_set=False)
+    assert named == {"glibc": chosen["glibc"], "jemalloc": "named with --variant"}
+
+
+def test_a_runs_findings_and_allocators_are_read_from_its_snapshots():
+    from memgap.documents import ProcessRecord, RunDocument
+    from memgap.lab.choose import run_evidence
+
+    snap = {"phase": "quiet", "allocator": {"name": "jemalloc"},
+            "findings": [{"code": "glibc-retention", "severity": "warning", "summary": "s", "evidence": ["e"],
+                          "remedy": "r"}]}
+    run = RunDocument([ProcessRecord(1, [snap, {"phase": "exit", "allocator": {}}])],
+                      findings=[{"code": "python-growth", "severity": "warning", "summary": "g", "evidence": [],
+                                 "remedy": "", "pid": 1}])
+    findings, allocators = run_evidence(run)
+    assert [(f.code, f.summary) for f in findings] == [("python-growth", "g"), ("glibc-retention", "s")]
+    assert allocators == {"jemalloc"}
+
+
+def test_the_reasons_are_shown_and_a_lab_without_them_shows_none():
+    from memgap.documents import LabDocument
+    from memgap.report.lab import chosen_lines
+
+    lab = LabDocument(cmd=["x"], runs=[], chosen={
+        "glibc": "the baseline: every other variant is measured against it",
+        "glibc:gc=freeze-at-fork": "chosen because: finding copied-from-parent: copies",
+        "glibc:arena_max=2": "the default set; chosen because: finding many-arenas: arenas",
+        "jemalloc": "the default set"})
+    assert chosen_lines(lab) == [
+        "Variants: the baseline: every other variant is measured against it (1), the default set (1); "
+        "2 chosen from the baseline's findings:",
+        "  glibc:gc=freeze-at-fork: chosen because: finding copied-from-parent: copies",
+        "  glibc:arena_max=2: chosen because: finding many-arenas: arenas (and the default set)"]
+    assert chosen_lines(LabDocument(cmd=["x"], runs=[])) == []
+    assert "chosen" in lab.to_dict() and "chosen" not in LabDocument(cmd=["x"], runs=[]).to_dict()
+    assert LabDocument.from_dict(lab.to_dict()).chosen == lab.chosen

@@ -9,9 +9,9 @@ import pytest
 from conftest import read
 from memgap.errors import MalformedInput
 from memgap.sources import procfs
-from memgap.sources.glibc import parse_malloc_info
+from memgap.sources.glibc import arena_totals, parse_malloc_info
 from memgap.sources.jemalloc import jemalloc_mappings, parse_jemalloc_stats_json
-from memgap.sources.pymalloc import parse_debugmallocstats
+from memgap.sources.pymalloc import parse_debugmallocstats, pymalloc_totals
 
 
 def test_smaps_add_up_to_rollup_and_status(capture):
@@ -56,6 +56,20 @@ def test_malloc_info_totals_match_mallinfo2(capture):
     assert in_use == pytest.approx(mi["uordblks"], rel=0.05)
     for arena in info.arenas[1:]:
         assert arena.aspace_total >= arena.system - 4096
+
+
+def test_the_quick_readers_agree_with_the_full_parsers(capture):
+    """arena_totals and pymalloc_totals (the pytest plugin's, twice a test) give what the full parsers give."""
+    xml = read(os.path.join(capture, "malloc_info.xml"))
+    assert arena_totals(xml) == [(a.nr, a.in_use, a.free) for a in parse_malloc_info(xml).arenas]
+    text = read(os.path.join(capture, "debugmallocstats.txt"))
+    full, quick = parse_debugmallocstats(text), pymalloc_totals(text)
+    assert full is not None and quick is not None
+    assert (quick.allocated_blocks_bytes, quick.arenas_current, quick.arena_size, quick.free_bytes) == (
+        full.allocated_blocks_bytes, full.arenas_current, full.arena_size, full.free_bytes)
+    with pytest.raises(MalformedInput):
+        arena_totals(xml.replace('<system type="current"', '<system type="now"', 1))
+    assert pymalloc_totals("no arenas here") is None
 
 
 def test_debugmallocstats_adds_up(capture):

@@ -62,3 +62,33 @@ def test_import_memgap_leaves_the_integrations_out():
         assert name not in plain, name
     # the middleware imports no server or framework of its own either
     assert not {"starlette", "anyio", "uvicorn", "gunicorn", "rich"} & with_web
+
+
+def test_the_text_fallback_is_one_line_with_the_figures():
+    """print(memgap.snapshot()) and a notebook's text/plain: one line, its RSS and layers (21 KB of fields
+    before), and a document's cmd filled in-process as from outside."""
+    from IPython.core.formatters import DisplayFormatter
+
+    snap = memgap.snapshot()
+    text = DisplayFormatter().format(snap)[0]["text/plain"]
+    assert text == repr(snap) and "\n" not in text and len(text) < 1000, text
+    objects = snap.layers["python_objects"].resident / MiB
+    assert f"RSS {snap.rss / MiB:.1f} MiB" in text and f"python_objects {objects:.1f}" in text
+    with open("/proc/self/cmdline", "rb") as fh:
+        assert snap.cmd == [a.decode() for a in fh.read().split(b"\0") if a]
+
+
+def test_an_arena_not_walked_says_why_where_its_figures_would_be():
+    from memgap.report.terminal import render_snapshot
+
+    doc = memgap.snapshot().to_dict(regions=False)
+    free = doc["layers"]["allocator_free"]["detail"]
+    main = next(a for a in free["arenas"] if a["main"])
+    main.update(address=0, problem="main arena not located", walk_complete=False)
+    import io
+
+    out = io.StringIO()
+    render_snapshot(Snapshot.from_dict(doc), out, 200)
+    text = " ".join(out.getvalue().split())  # the title may wrap
+    assert "not walked: arena 0: main arena not located" in text
+    assert "│ 0 main │" in text and "│ not walked │" in text.split("│ 0 main │")[1].split("\n")[0]

@@ -68,7 +68,9 @@ def test_the_process_that_worked_is_read_at_its_peak_and_its_exit_and_shown_firs
     peak = worker["peak"]
     assert peak and peak["route"].startswith("outside"), worker.keys()
     _adds_up(peak)
-    assert hwm - max(8 * MiB, 0.10 * hwm) <= peak["rss"] <= hwm, (peak["rss"], hwm)
+    # VmHWM and VmRSS are read from per-thread counters the kernel folds in now and then: a few
+    # pages of slack above (20 KiB over it was seen)
+    assert hwm - max(8 * MiB, 0.10 * hwm) <= peak["rss"] <= hwm + 256 * 1024, (peak["rss"], hwm)
     # its exit: held by the agent for a last read, at the RSS the program read as it returned
     assert worker["snapshots"], worker
     last = worker["snapshots"][-1]
@@ -109,8 +111,12 @@ def test_a_python_process_under_run_is_not_told_to_run_under_run(tmp_path):
                   env=child_env(PYTHONMALLOC="malloc"))
     assert proc.returncode == 0, proc.stderr[-2000:]
     (python,) = json.loads(out.read_text())["processes"]
-    note = python["peak"]["layers"]["python_objects"]["note"]
-    assert note.startswith("no pymalloc arena found from outside") and "memgap run" not in note, note
+    with open(f"{out}.d/samples.jsonl") as fh:  # the recording: every read from outside on the way up
+        reads = [event["snapshot"] for event in map(json.loads, fh) if event["type"] == "peak"]
+    assert reads and all(read["pid"] == python["pid"] for read in reads)
+    for read in reads:
+        note = read["layers"]["python_objects"]["note"]
+        assert note.startswith("no pymalloc arena found from outside") and "memgap run" not in note, note
     assert "memgap run`" not in proc.stdout
 
 

@@ -7,9 +7,12 @@ reason, never a guess presented as a measurement.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .model import Layer, Region
+
+if TYPE_CHECKING:  # the runtimes' readers load only where a runtime was read: not in a Python process's own snapshot
+    from .runtimes.base import RuntimeHeap
 from .sources.glibc import Mallinfo2, MallocInfo
 from .sources.glibc_heaps import GlibcLayout
 from .sources.jemalloc import JemallocStats
@@ -37,6 +40,7 @@ class Measurements:
     notes: dict[str, str] = field(default_factory=dict)  # layer -> why it was not measured, or what it holds unread
     tcmalloc: dict[str, int] | None = None  # MallocExtension numeric properties (from the agent)
     pools: PoolCensus | None = None  # outside: blocks in use counted from pymalloc's pool headers
+    runtimes: list[RuntimeHeap] = field(default_factory=list)  # Go's, a JVM's, V8's own heaps (memgap.runtimes)
 
 
 @dataclass(frozen=True)
@@ -357,16 +361,36 @@ def attribute(m: Measurements) -> tuple[dict[str, Layer], int]:
     files, shared_memory, stacks = _mapped_layers(owned)
     allocator_in_use, allocator_free = _allocator_layers(m, c, in_use, moved)
     layers = {"files": files, "shared_memory": shared_memory, "python_objects": python,
-              "pymalloc_free": pymalloc_free, "allocator_in_use": allocator_in_use, "allocator_free": allocator_free,
-              "stacks": stacks, "other_anon": _other_anon_layer(m, c, owned)}
+              "pymalloc_free": pymalloc_free, **_runtime_layers(m, owned), "allocator_in_use": allocator_in_use,
+              "allocator_free": allocator_free, "stacks": stacks, "other_anon": _other_anon_layer(m, c, owned)}
     small_part = arenas_part.take((python.resident or 0) - moved)
     _set_shares(layers, {"files": owned.part("file"), "shared_memory": owned.part("shmem"),
                          "stacks": owned.part("stack"),
                          "python_objects": small_part + moved_part, "pymalloc_free": arenas_part - small_part,
+                         "runtime_heap": owned.part("runtime-heap", "runtime-free"),
+                         "runtime_metadata": owned.part("runtime-meta"),
                          "allocator_in_use": in_use_part, "allocator_free": c.free_part,
                          "other_anon": c.other_part + owned.part("file-cow")})
     total = sum(layer.resident or 0 for layer in layers.values())
     return layers, m.rss - total
+
+
+def _runtime_layers(m: Measurements, owned: _Owners) -> dict[str, Layer]:
+    """runtime_heap and runtime_metadata where a runtime's heap was read (none otherwise: a process
+    without one shows no such layer)."""
+    if not m.runtimes:
+        return {}
+    from .runtimes.layers import FREE_OWNER, HEAP_OWNER, META_OWNER, runtime_layers
+
+    def resident(owner: str, name: str) -> int:  # a runtime's regions are labelled "[NAME] what"
+        return sum(r.resident for r in m.regions if r.owner == owner and r.path.startswith(f"[{name}]"))
+
+    free = {h.info.name: resident(FREE_OWNER, h.info.name) for h in m.runtimes}
+    heap_resident = {h.info.name: resident(HEAP_OWNER, h.info.name) + free[h.info.name] for h in m.runtimes}
+    meta_resident = {h.info.name: resident(META_OWNER, h.info.name) for h in m.runtimes}
+    virtual = owned.virtual.get(HEAP_OWNER, 0) + owned.virtual.get(FREE_OWNER, 0)
+    heap, meta = runtime_layers(m.runtimes, heap_resident, free, meta_resident, virtual)
+    return {"runtime_heap": heap, "runtime_metadata": meta}
 
 
 def _python_sizes(m: Measurements, arenas_resident: int) -> tuple[int, int, list[str]]:

@@ -28,8 +28,9 @@ from .sources.jemalloc import JemallocStats, noreserve_flags
 from .sources.procfs import Mapping, MappingPss, ProcReader, shared_memory_kind, status_int
 from .sources.pymalloc_pools import TreeHeaders, census
 
-if TYPE_CHECKING:  # the agent's client is imported only where a process has the agent
-    from .agent.client import AgentReport
+if TYPE_CHECKING:  # the agent's client is imported only where a process has the agent; the runtimes' readers
+    from .agent.client import AgentReport  # only in an outside snapshot
+    from .runtimes.base import RuntimeHeap
 
 STATUS_FIELDS = ("VmPeak", "VmSize", "VmHWM", "VmRSS", "RssAnon", "RssFile", "RssShmem", "VmSwap", "Threads",
                  "Pss", "Uss")
@@ -104,7 +105,8 @@ def _in_ranges(ranges: list[tuple[int, int]], address: int) -> bool:
 
 def label_regions(reader: ProcReader, memmap: MemoryMap, glibc: GlibcLayout | None,
                   arena_size: int | None, pool_size: int | None,
-                  allocator: AllocatorMappings | None = None) -> list[Region]:
+                  allocator: AllocatorMappings | None = None,
+                  runtimes: list[tuple[int, int, str, str]] | None = None) -> list[Region]:
     """Every resident page of the process, owned by exactly one labelled region.
 
     ``allocator``: mappings another allocator made (see allocator_mappings); what
@@ -112,8 +114,8 @@ def label_regions(reader: ProcReader, memmap: MemoryMap, glibc: GlibcLayout | No
     """
     alloc_owner, alloc_ranges = allocator or ("", [])
     res = memmap.resident
-    owners = sorted([*((s, e, "glibc-heap", label) for s, e, label in (glibc.regions() if glibc else [])),
-                     *((s, e, "stack", label) for s, e, label in memmap.stacks)])
+    owned_by_runtimes = runtimes or []
+    owners = _owners(memmap, glibc, owned_by_runtimes)
     owner_starts = [o[0] for o in owners]
     regions: list[Region] = []
     for mp in memmap.mappings:
@@ -124,8 +126,9 @@ def label_regions(reader: ProcReader, memmap: MemoryMap, glibc: GlibcLayout | No
                 regions.append(Region(m.start, m.end, "shmem" if shared_memory_kind(m.path) else "file",
                                       mp.file_resident, m.perms, m.path,
                                       *_whole(res, mp.file_resident, mp.file_private, share)))
-            if mp.anon_resident:
-                regions.append(Region(m.start, m.end, "file-cow", mp.anon_resident, m.perms, m.path,
+            if mp.anon_resident:  # private copies of a file's pages: a runtime's where it owns them (a CDS archive)
+                owner, label = _runtime_owner(owned_by_runtimes, m) or ("file-cow", m.path)
+                regions.append(Region(m.start, m.end, owner, mp.anon_resident, m.perms, label,
                                       *_whole(res, mp.anon_resident, mp.anon_private, share)))
             continue
         if mp.file_resident:  # shared memory without an inode (a SysV segment whose shmid is 0)
@@ -159,6 +162,21 @@ def label_regions(reader: ProcReader, memmap: MemoryMap, glibc: GlibcLayout | No
                 pss -= sum(r.pss or 0 for r in found)
             regions.append(Region(lo, hi, "anon", unclaimed, m.perms, m.path or "[anon]", private, pss))
     return regions
+
+
+def _runtime_owner(runtimes: list[tuple[int, int, str, str]], m: Mapping) -> tuple[str, str] | None:
+    """The owner and label of the runtime range holding mapping ``m``, if one does."""
+    return next(((owner, label) for start, end, owner, label in runtimes if start <= m.start and m.end <= end), None)
+
+
+def _owners(memmap: MemoryMap, glibc: GlibcLayout | None,
+            runtimes: list[tuple[int, int, str, str]]) -> list[tuple[int, int, str, str]]:
+    """(start, end, owner, label) of the glibc heaps, the thread stacks and the runtimes' ranges, sorted."""
+    # a stack pointer inside a runtime's heap is a goroutine's (its stacks are heap spans): the heap's
+    stacks = [(s, e, "stack", label) for s, e, label in memmap.stacks
+              if not any(s < r_end and r_start < e for r_start, r_end, _, _ in runtimes)]
+    return sorted([*((s, e, "glibc-heap", label) for s, e, label in (glibc.regions() if glibc else [])),
+                   *stacks, *runtimes])
 
 
 def _anon_in(res: ResidentMap, mp: MappedPages, lo: int, hi: int) -> int:
@@ -317,17 +335,12 @@ def _allocator_dict(detection: allocator_source.AllocatorDetection, mallinfo: Ma
 
 
 def _ask_agent(reader: ProcReader, pid: int, proc_root: str) -> tuple[AgentReport | None, str]:
-    """The report of the native agent preloaded in ``pid`` (None if it has none), and why not."""
-    from .agent.client import find_socket, query
+    """The report of the native agent preloaded in ``pid`` (None if it has none, or memgap would
+    not take it: the process's own, every figure checked), and why not."""
+    from .agent.client import ask
 
     try:
-        path = find_socket(pid, proc_root, reader)
-    except MemgapError as exc:
-        return None, str(exc)
-    if path is None:
-        return None, ""
-    try:
-        return query(path), ""
+        return ask(pid, proc_root, reader), ""
     except MemgapError as exc:
         return None, str(exc)
 
@@ -376,7 +389,8 @@ def snapshot_pid(pid: int, options: Options | None = None, proc_root: str = "/pr
         if detection.beside:
             notes["other_anon"] = allocator_source.beside_note(detection)
         sizes: tuple[int | None, int | None] = (DEFAULT_ARENA_SIZE, DEFAULT_POOL_SIZE) if is_python else (None, None)
-        regions = label_regions(reader, memmap, layout, *sizes, owned)
+        runtimes, ranges = _read_runtimes(reader, maps, notes)
+        regions = label_regions(reader, memmap, layout, *sizes, owned, ranges)
         status = _with_pss(reader, smaps)
         # after VmRSS, which belongs beside the pagemap; headers only on the pages that pagemap saw resident
         pools = census(reader, memmap.resident, [(r.start, r.end) for r in regions if r.owner == "pymalloc-arena"],
@@ -384,7 +398,7 @@ def snapshot_pid(pid: int, options: Options | None = None, proc_root: str = "/pr
         cmd = reader.cmdline()
         ProcessIdentity(pid, stat_before.start_time).check(now=reader.stat().start_time)
     rss = status_int(status, "VmRSS")
-    measured = Measurements(rss, regions, detection.name, layout, notes=notes, pools=pools)
+    measured = Measurements(rss, regions, detection.name, layout, notes=notes, pools=pools, runtimes=runtimes)
     _take_agent_figures(measured, report)
     layers, unexplained = attribute(measured)
     allocator = _allocator_dict(detection, measured.mallinfo, measured.malloc_info, measured.jemalloc)
@@ -399,6 +413,29 @@ def snapshot_pid(pid: int, options: Options | None = None, proc_root: str = "/pr
         pss_unexplained=_pss_unexplained(layers, status), pss_note=PSS_DERIVATION, start_time=stat_before.start_time,
     )
     return _finish(snap, started, proc_root)
+
+
+def _read_runtimes(reader: ProcReader, maps: list[Mapping], notes: dict[str, str]
+                   ) -> tuple[list[RuntimeHeap], list[tuple[int, int, str, str]]]:
+    """The heaps of the runtimes found in the process (Go, a JVM, V8), each read by its own reader
+    (memgap.runtimes), and the ranges they own; one that cannot be read is a note under other_anon,
+    and the snapshot goes on."""
+    from .runtimes import READERS, detect_runtimes
+    from .runtimes.base import ProcessView
+    from .runtimes.layers import owner_ranges
+
+    try:
+        exe: str | None = os.readlink(f"{reader.base}/exe")
+    except OSError:
+        exe = None
+    view = ProcessView(reader.numeric_pid, reader, maps, exe)
+    heaps = []
+    for info in detect_runtimes(view):
+        try:
+            heaps.append(READERS[info.name].read(view, info))
+        except (MemgapError, OSError, ValueError) as exc:
+            notes["other_anon"] = f"{info.name} {info.version}: its heap could not be read ({exc})"
+    return heaps, owner_ranges(heaps)
 
 
 def _take_agent_figures(measured: Measurements, report: Any) -> None:

@@ -294,9 +294,36 @@ def _shared_memory(snap: Snapshot) -> list[Finding]:
          f"findings here take their ratios over {'it' if base.private else 'RSS'}"])]
 
 
+def _runtime_retention(snap: Snapshot) -> list[Finding]:
+    """A runtime's heap (Go's, a JVM's, V8's) holding much more resident than its objects use."""
+    layer = snap.layers.get("runtime_heap")
+    out = []
+    base = ratio_base(snap)
+    for rt in (layer.detail.get("runtimes") or []) if layer else []:
+        retained = rt.get("retained")
+        if retained is None or retained < FLOOR or not base.crossed(retained, SHARE):
+            continue
+        from .runtimes import remedy  # here: a process without a runtime never loads the readers
+
+        settings = ", ".join(f"{k}={v}" for k, v in (rt.get("settings") or {}).items())
+        evidence = [f"{rt['runtime']} {rt.get('version', '')}: heap resident {mib(rt['resident'])} MiB, in use "
+                    f"{mib(rt['in_use'])} MiB by its own count, free but resident {mib(retained)} MiB "
+                    f"({base.words(retained)})",
+                    f"read: {rt['route']}"]
+        if rt.get("released") is not None:
+            evidence.append(f"already released to the system (not RSS): {mib(rt['released'])} MiB")
+        if settings:
+            evidence.append(f"settings: {settings}")
+        out.append(Finding(
+            "runtime-heap-retained", "warning",
+            f"the {rt['runtime']} heap holds {mib(retained)} MiB free but resident beside {mib(rt['in_use'])} MiB "
+            "in use", evidence, remedy(rt["runtime"], rt)))
+    return out
+
+
 def diagnose(snap: Snapshot) -> list[Finding]:
     """Findings for one snapshot."""
-    return [*allocator_findings(snap), *_pymalloc_fragmentation(snap), *_threads(snap),
+    return [*allocator_findings(snap), *_pymalloc_fragmentation(snap), *_runtime_retention(snap), *_threads(snap),
             *_unexplained(snap), *_other_allocators(snap), *_shared_memory(snap)]
 
 

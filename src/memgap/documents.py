@@ -336,6 +336,9 @@ class LabDocument:
     sweep: dict[str, list[SweepRow]] = field(default_factory=dict)  # per variant, where more than one cell ran
     across_cells: list[AcrossCell] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    # variant -> why it ran (the default set, named, or a finding of the baseline's: memgap.lab.choose);
+    # added since b87b24e: written where there is one
+    chosen: dict[str, str] = field(default_factory=dict)
     adaptive: bool = False
     dropped: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -357,7 +360,7 @@ class LabDocument:
         out["cells"] = [c.to_dict() for c in self.cells]
         out["sweep"] = {spec: [row.to_dict() for row in rows] for spec, rows in self.sweep.items()}
         out["across_cells"] = [a.to_dict() for a in self.across_cells]
-        return {k: out[k] for k in _LAB_ORDER}
+        return {k: out[k] for k in _LAB_ORDER if out[k] or k not in _LAB_OPTIONAL}
 
     def _repr_html_(self) -> str:
         """Jupyter's rich display: the verdict, the variants table and the lines that apply the
@@ -375,8 +378,9 @@ class LabDocument:
 # The lab document's fields in the order lab_document has always written them.
 _LAB_ORDER = ("schema", "cmd", "machine", "python", "reps", "max_slowdown", "material", "metric", "params", "order",
               "runs", "baseline", "cell", "variants", "verdict", "stopped", "recommendation", "time_spread", "cells",
-              "sweep", "across_cells", "skipped", "adaptive", "dropped", "warnings", "lab_seconds",
+              "sweep", "across_cells", "skipped", "chosen", "adaptive", "dropped", "warnings", "lab_seconds",
               "workload_seconds", "complete", "lab_dir", "cgroup")
+_LAB_OPTIONAL = ("chosen",)  # written where there is one: a lab saved before it is written back as it was
 
 
 def load_document(data: Any, what: str = "document") -> RunDocument | LabDocument:

@@ -102,6 +102,18 @@ class ToolMissing(MemgapError):
         super().__init__(f"{tool} {missing} (needed for {needed_for}): {install}")
 
 
+class ProcessExeced(MemgapError):
+    """The process ran another program (exec) while memgap attached to it: same PID and start time,
+    another executable; what memgap read of it before is of the program it no longer runs."""
+
+    exit_code = 10
+
+    def __init__(self, pid: int, before: str, after: str) -> None:
+        self.pid = pid
+        super().__init__(f"PID {pid} ran another program while gdb attached ({before} before, {after} now): "
+                         "run memgap again to read the new one")
+
+
 def pid_exists(pid: int, proc_root: str = "/proc") -> bool:
     return os.path.exists(f"{proc_root}/{pid}")
 

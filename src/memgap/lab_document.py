@@ -15,6 +15,9 @@ from typing import Any, ClassVar, TypeVar
 
 from .doc_fields import _fields
 
+# how a reason in a lab document's ``chosen`` that a finding of the baseline's gave begins (memgap.lab.choose)
+CHOSEN = "chosen because: "
+
 # (median, min, max) over a variant's runs: the median of an even number of runs is a mean, so
 # a float even for byte counts
 Spread = tuple[float, float, float]

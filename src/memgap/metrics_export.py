@@ -161,8 +161,9 @@ def process_families(targets: Sequence[Target]) -> list[Family]:
             cg_usage, cg_limit, cg_ws, cg_reclaim]
 
 
-def scrape_families(processes: int, seconds: float, errors_total: int) -> list[Family]:
-    """The scrape's own families: how many processes it read, what it cost, its errors so far."""
+def scrape_families(processes: int, seconds: float, errors_total: int, up: bool | None = None) -> list[Family]:
+    """The scrape's own families: how many processes it read, what it cost, its errors so far,
+    and (``up`` not None: a PID given, or a tree's root) whether that process is still there."""
     read = _family("memgap_processes", "Processes read for the figures served (a target that exited is left out).")
     read.add((), processes)
     took = _family("memgap_scrape_duration_seconds", "Wall time memgap took to answer this scrape (reading the "
@@ -172,7 +173,10 @@ def scrape_families(processes: int, seconds: float, errors_total: int) -> list[F
                      "/proc text), over every scrape since it started; a process that exited is no error.",
                      "counter")
     errors.add((), errors_total)
-    return [read, took, errors]
+    target = _family("memgap_target_up", "1 while the PID given (or the tree's root) is the process memgap found "
+                     "at its start; 0 once it exited or its PID names another process, which is not followed.")
+    target.add((), None if up is None else int(up))
+    return [read, took, errors, target]
 
 
 def collection_families(age: float, cpu: float, collections: int) -> list[Family]:

@@ -102,6 +102,7 @@ class Collection:
     started: float     # time.monotonic() when the reading began
     cpu: float         # CPU seconds (user + system) of the thread that read them
     number: int        # 1 for the first since the server started
+    up: bool | None = None  # the PID given still the process found at the start (None: --match)
 
 
 class Scraper:
@@ -110,8 +111,11 @@ class Scraper:
     ``start`` renews ``refresh`` seconds after the previous one ended (or at ``refresh_now``).
     Collections run one at a time; the error count is kept across them."""
 
-    def __init__(self, selection: Selection, log: TextIO | None = None, refresh: float = 0.0) -> None:
+    def __init__(self, selection: Selection, log: TextIO | None = None, refresh: float = 0.0,
+                 pinned: ProcessIdentity | None = None) -> None:
         self.selection = selection
+        self.pinned = pinned  # the PID given (a tree's root) as it was found: never another one that takes it
+        self.up: bool | None = None if pinned is None else True
         self.refresh = refresh
         self.errors_total = 0
         self.collections = 0
@@ -130,12 +134,28 @@ class Scraper:
         ProcessIdentity(proc.pid, proc.start).check()
         return Target(snap, "", 0)
 
+    def _pinned(self, found: list[Process]) -> list[Process]:
+        """``found``, or none once the PID given no longer names the process found at the start
+        (exited, or another took its PID: said once in the log, then served as gone)."""
+        if self.pinned is None or not self.up:
+            return found if self.pinned is None else []
+        root = next((p for p in found if p.pid == self.pinned.pid), None)
+        try:
+            if root is None:
+                raise NoSuchProcess(self.pinned.pid, "it exited")
+            self.pinned.check(f"started at tick {root.start}, not {self.pinned.start_time}", now=root.start)
+            return found
+        except NoSuchProcess as exc:  # PidReused included
+            print(f"memgap: serve-metrics: {exc}; not followed: its series are gone", file=self._log, flush=True)
+            self.up = False
+            return []
+
     def targets(self) -> list[Target]:
         """Every process of the selection read now, labelled; errors counted and logged."""
         errors: list[MemgapError] = []
         read: list[tuple[Process, Target]] = []
         headers = TreeHeaders()  # one per collection: a worker's headers on its master's frames read once
-        for proc in find_processes(self.selection, self._exclude):
+        for proc in self._pinned(find_processes(self.selection, self._exclude)):
             try:
                 target = self._read(proc, headers)
             except NoSuchProcess:  # PidReused included: it exited, or its PID names another now
@@ -159,7 +179,7 @@ class Scraper:
             targets = self.targets()
             body = render(process_families(targets))
             self.collections += 1
-            self._last = Collection(body, len(targets), started, time.thread_time() - cpu, self.collections)
+            self._last = Collection(body, len(targets), started, time.thread_time() - cpu, self.collections, self.up)
             self._ready.set()
             return self._last
 
@@ -192,6 +212,6 @@ class Scraper:
                 raise RuntimeError("serve-metrics: no collection after the first one was signalled")
             last = self._last
         took = time.perf_counter() - began
-        tail = [*scrape_families(last.processes, took, self.errors_total),
+        tail = [*scrape_families(last.processes, took, self.errors_total, last.up),
                 *collection_families(time.monotonic() - last.started, last.cpu, last.number)]
         return last.body + render(tail)

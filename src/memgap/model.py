@@ -12,6 +12,7 @@ from typing import Any
 from .doc_fields import _fields, _of, check_schema
 
 SCHEMA = "memgap.snapshot/1"
+MIB = 1 << 20
 RUN_SCHEMA = "memgap.run/1"
 
 # Layer names in the order they are shown; they add up to RSS with ``unexplained``.
@@ -20,6 +21,8 @@ LAYER_NAMES = (
     "shared_memory",
     "python_objects",
     "pymalloc_free",
+    "runtime_heap",       # only where a runtime with its own heap (Go, a JVM, V8) was read
+    "runtime_metadata",
     "allocator_in_use",
     "allocator_free",
     "stacks",
@@ -120,6 +123,16 @@ class Snapshot:
     def uss(self) -> int | None:
         """Its private bytes (USS): what its exit would free."""
         return self.status.get("Uss")
+
+    def __repr__(self) -> str:
+        """One line: the process, its RSS and its layers in MiB (print() and a notebook's text fallback
+        wrote 21 KB of fields before); ``to_dict()`` has everything."""
+        layers = ", ".join(f"{name} {layer.resident / MIB:.1f}" for name, layer in self.layers.items()
+                           if layer.resident is not None)
+        findings = f"; findings: {', '.join(f.code for f in self.findings)}" if self.findings else ""
+        return (f"<memgap.Snapshot PID {self.pid}{f' at {self.phase}' if self.phase else ''}: RSS "
+                f"{self.rss / MIB:.1f} MiB ({self.route}, {self.allocator.get('name', '?')}): {layers}, unexplained "
+                f"{self.unexplained / MIB:.1f} MiB{findings}>")
 
     def _repr_html_(self) -> str:
         """Jupyter's rich display: the breakdown as self-contained HTML (no script, no network)."""

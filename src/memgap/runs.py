@@ -30,7 +30,15 @@ from .model import RUN_SCHEMA
 from .recording import RecordingWriter, read_events
 from .sources.procfs import oom_kills
 from .tree_idle import tree_at_idle
-from .tree_watch import ExitHold, OutsideQuiet, TreeSampler, best_peak, exit_of, outside_snapshot, tree_pids
+from .tree_watch import (
+    ExitHold,
+    OutsideQuiet,
+    TreeSampler,
+    best_peak,
+    exit_of,
+    outside_snapshot,
+    tree_pids as tree_pids,  # re-exported: the lab's fork probe takes it from here
+)
 
 if TYPE_CHECKING:
     from .lab.cgroup_limit import RunCgroup

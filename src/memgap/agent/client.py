@@ -1,13 +1,22 @@
-"""Talk to the native agent in another process: find its socket, ask, parse the reply.
+"""Talk to the native agent in another process: find its socket, ask, parse and check the reply.
 
 The reply is text: ``key value`` lines, ``mallinfo2 k=v ...`` and the like,
 then glibc's malloc_info XML after a ``malloc_info`` line, then ``end``. A
 reply without ``end`` was cut short and is reported as such.
+
+memgap runs as root beside other users' processes, and any of them can name memgap in its
+LD_PRELOAD and listen where its agent would. So an agent is asked only where its socket
+belongs to the process's own user and the listener is that process (SO_PEERCRED, checked
+before a byte is sent); the whole exchange has one deadline (``TIMEOUT``) and the reply a
+size cap (``REPLY_CAP``); every figure is checked (``memgap.agent.checks``) before it is used.
+A refusal is an ``AgentRefused``: one line saying why, and the snapshot goes on without it.
 """
 from __future__ import annotations
 
 import os
 import socket
+import stat
+import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,11 +26,17 @@ from ..errors import MalformedInput, MemgapError
 from ..sources.glibc import Mallinfo2, MallocInfo, parse_malloc_info
 from ..sources.jemalloc import JemallocStats
 from ..sources.procfs import ProcReader
+from .checks import AgentRefused, check_report, check_trim, limits_of
 
 T = TypeVar("T")
 PROTOCOL = 1
-TIMEOUT = 2.0
+TIMEOUT = 2.0  # s, for the whole exchange: connect, ask, every read
 SUN_PATH_MAX = 108  # sizeof(sockaddr_un.sun_path) on Linux, the terminating zero included
+_UCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+# A glibc reply is mostly malloc_info: measured 0.85-3.2 KiB per arena (one thread; 64 threads
+# fragmenting 16 arenas), at most ~8 KiB with every one of its ~137 bins listed. glibc makes up
+# to 8 arenas per CPU: 64 KiB per CPU, 1 MiB at least, never over the agent's own buffer (8 MiB).
+REPLY_CAP = min(8 << 20, max(1 << 20, 8 * (os.cpu_count() or 1) * (8 << 10)))
 
 
 @dataclass
@@ -181,7 +196,7 @@ def _parse_trim(text: str, source: str) -> AgentTrim:
 
 
 def socket_path(pid: int, environ: dict[str, str], uid: int) -> str:
-    """Where the agent in ``pid`` listens, given its environment and owner (as agent.c decides)."""
+    """Where the agent in ``pid`` listens, given its environment and its real uid (as agent.c decides)."""
     name = f"agent-{pid}.sock"
     folder = environ.get("MEMGAP_AGENT_DIR") or environ.get("MEMGAP_RECORD_DIR")
     if folder and len(f"{folder}/{name}".encode()) < SUN_PATH_MAX:
@@ -189,67 +204,141 @@ def socket_path(pid: int, environ: dict[str, str], uid: int) -> str:
     return f"/tmp/memgap-agent-{uid}/{name}"  # none given, or too long for a socket address
 
 
-def find_socket(pid: int, proc_root: str = "/proc", reader: ProcReader | None = None) -> str | None:
-    """The socket of memgap's agent in ``pid``, found and checked: None where the process does
-    not preload the agent (or cannot be read: its environment and owner say where the socket is).
+@dataclass(frozen=True)
+class AgentPeer:
+    """The process whose agent memgap may talk to: the only peer a reply is taken from."""
 
-    Raises MemgapError where it preloads the agent but there is no socket at its place, or one
-    the process's owner did not make (that one is not its agent).
-    """
+    pid: int
+    uid: int      # its effective uid: the owner of the socket its agent made, and the listener's
+    path: str     # where its agent listens
+    proc_root: str = "/proc"
+
+    def check_socket(self) -> None:
+        """Refuse a path that is not a socket its user made (lstat: a symlink is not followed)."""
+        try:
+            st = os.lstat(self.path)
+        except OSError:
+            raise AgentRefused(f"the agent is preloaded but has no socket at {self.path}") from None
+        if not stat.S_ISSOCK(st.st_mode):
+            raise AgentRefused(f"{self.path} is not a socket (a symlink or a file someone put there)")
+        if st.st_uid != self.uid:
+            raise AgentRefused(f"agent socket {self.path} belongs to uid {st.st_uid}, not to the process's "
+                               f"user (uid {self.uid})")
+
+    def check_peer(self, pid: int, uid: int) -> None:
+        """Refuse a listener that is not the process (SO_PEERCRED: its PID or one of its threads)."""
+        ours = pid == self.pid or (pid > 0 and os.path.exists(f"{self.proc_root}/{self.pid}/task/{pid}"))
+        if uid != self.uid or not ours:
+            raise AgentRefused(f"the socket {self.path} is served by PID {pid} (uid {uid}), not by PID "
+                               f"{self.pid} (uid {self.uid}): not its agent")
+
+
+def _ids(status: dict[str, int | str]) -> tuple[int, int]:
+    """(real, effective) uid from /proc/PID/status's ``Uid:`` line."""
+    words = str(status.get("Uid", "")).split()
+    if len(words) < 2 or not all(w.isascii() and w.isdigit() for w in words[:2]):
+        raise MalformedInput("status", f"Uid line {status.get('Uid')!r}")
+    return int(words[0]), int(words[1])
+
+
+def find_agent(pid: int, proc_root: str = "/proc", reader: ProcReader | None = None) -> AgentPeer | None:
+    """The agent preloaded in ``pid``, its socket checked: None where the process does not preload
+    memgap's agent (or cannot be read: its environment and owner say where the socket is).
+    Raises AgentRefused where the socket is missing, not a socket, or not its user's."""
+    reader = reader or ProcReader(pid, proc_root)
     try:
-        environ = (reader or ProcReader(pid, proc_root)).environ()
-        uid = os.stat(f"{proc_root}/{pid}").st_uid
-    except (OSError, MemgapError):
+        environ = reader.environ()
+        real, effective = _ids(reader.status())
+    except MemgapError:
         return None
     if "memgap" not in environ.get("LD_PRELOAD", ""):
         return None
-    path = socket_path(pid, environ, uid)
-    try:
-        owner = os.stat(path).st_uid
-    except OSError:
-        raise MemgapError(f"the agent is preloaded but has no socket at {path}") from None
-    if owner != uid:
-        raise MemgapError(f"agent socket {path} is not owned by the process's user")
-    return path
+    peer = AgentPeer(pid, effective, socket_path(pid, environ, real), proc_root)
+    peer.check_socket()
+    return peer
 
 
-def trim_pid(pid: int, proc_root: str = "/proc", timeout: float = 30.0) -> AgentTrim:
-    """Ask the agent in ``pid`` to trim its allocator now (MemgapError where it has none)."""
-    path = find_socket(pid, proc_root)
-    if path is None:
-        raise MemgapError(f"PID {pid} has no memgap agent preloaded")
-    return trim(path, timeout)
+def _peer_credentials(conn: socket.socket) -> tuple[int, int]:
+    """(pid, uid) of the process listening on the other end of a connected unix socket."""
+    raw = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
+    pid, uid, _gid = _UCRED.unpack(raw)
+    return pid, uid
 
 
-def _ask(path: str, command: str, timeout: float) -> str:
+def _left(deadline: float, path: str, timeout: float) -> float:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise AgentRefused(f"the agent at {path} did not answer within {timeout:g} s (the whole exchange)")
+    return left
+
+
+def _ask(path: str, command: str, timeout: float, peer: AgentPeer | None = None, cap: int = REPLY_CAP) -> str:
+    """The agent's reply to ``command``: connect, check the peer, ask, read to the end. ``timeout``
+    bounds the whole exchange (not each read), ``cap`` the reply's bytes."""
+    deadline = time.monotonic() + timeout
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-        conn.settimeout(timeout)
+        conn.settimeout(_left(deadline, path, timeout))
         conn.connect(path)
+        if peer is not None:  # before a byte is sent: the listener may be anything the path led to
+            peer.check_peer(*_peer_credentials(conn))
         conn.sendall(command.encode() + b"\n")
-        chunks: list[bytes] = []
+        reply = bytearray()
         while True:
-            chunk = conn.recv(1 << 16)
+            conn.settimeout(_left(deadline, path, timeout))
+            chunk = conn.recv(min(1 << 16, cap + 1 - len(reply)))
             if not chunk:
-                return b"".join(chunks).decode("utf-8", "replace")
-            chunks.append(chunk)
+                return reply.decode("utf-8", "replace")
+            reply += chunk
+            if len(reply) > cap:
+                raise AgentRefused(f"the agent at {path} sent more than {cap >> 10} KiB (a real agent's reply "
+                                   f"here is under {cap >> 10} KiB): not read further")
 
 
-def query(path: str, timeout: float = TIMEOUT) -> AgentReport:
-    """Ask the agent listening at ``path`` for its statistics."""
-    started = time.perf_counter()
+def _exchange(path: str, command: str, timeout: float, peer: AgentPeer | None) -> str:
     try:
-        text = _ask(path, "stats", timeout)
+        return _ask(path, command, timeout, peer)
+    except TimeoutError:
+        raise AgentRefused(f"the agent at {path} did not answer within {timeout:g} s (the whole exchange)") from None
     except OSError as exc:
         raise MemgapError(f"the agent at {path} did not answer: {exc.strerror or exc}") from None
+
+
+def query(path: str, timeout: float = TIMEOUT, peer: AgentPeer | None = None) -> AgentReport:
+    """Ask the agent listening at ``path`` for its statistics (parsed, not yet checked: ``ask``)."""
+    started = time.perf_counter()
+    text = _exchange(path, "stats", timeout, peer)
     report = parse_report(text, f"agent reply from {path}")
     report.seconds = time.perf_counter() - started
     return report
 
 
-def trim(path: str, timeout: float = 30.0) -> AgentTrim:
+def trim(path: str, timeout: float = 30.0, peer: AgentPeer | None = None) -> AgentTrim:
     """Ask the agent listening at ``path`` to trim its allocator now."""
-    try:
-        text = _ask(path, "trim", timeout)
-    except OSError as exc:
-        raise MemgapError(f"the agent at {path} did not answer: {exc.strerror or exc}") from None
-    return parse_trim(text, f"agent reply from {path}")
+    return parse_trim(_exchange(path, "trim", timeout, peer), f"agent reply from {path}")
+
+
+def ask(pid: int, proc_root: str = "/proc", reader: ProcReader | None = None,
+        timeout: float = TIMEOUT) -> AgentReport | None:
+    """The statistics of the agent preloaded in ``pid``, from that process only and every figure
+    checked (None where it has no agent). Raises MemgapError (AgentRefused) saying why not."""
+    reader = reader or ProcReader(pid, proc_root)
+    peer = find_agent(pid, proc_root, reader)
+    if peer is None:
+        return None
+    before = reader.status()
+    report = query(peer.path, timeout, peer)
+    check_report(report, limits_of(pid, before, reader.status()))
+    return report
+
+
+def trim_pid(pid: int, proc_root: str = "/proc", timeout: float = 30.0) -> AgentTrim:
+    """Ask the agent in ``pid`` to trim its allocator now (MemgapError where it has none, or
+    one memgap will not talk to)."""
+    reader = ProcReader(pid, proc_root)
+    peer = find_agent(pid, proc_root, reader)
+    if peer is None:
+        raise MemgapError(f"PID {pid} has no memgap agent preloaded")
+    before = reader.status()
+    result = trim(peer.path, timeout, peer)
+    check_trim(result, limits_of(pid, before, reader.status()))
+    return result

@@ -18,6 +18,11 @@ baseline's own spread between its runs. The recommendation is the cheapest
 remedy that no other one clearly undercuts (its whole idle range below, and by
 more than 5%). --memory-limit SIZE runs each run in a memory cgroup of its own
 capped at SIZE: a variant the kernel OOM-kills there is never recommended.
+Without --variant the default set runs, and the baseline's first run picks more
+from its findings (gc=freeze-at-fork where forked workers copied their master's
+pages, read from outside at rest; arena caps and a lower mmap threshold where
+glibc keeps free memory; the allocator's own settings where it is jemalloc or
+tcmalloc); the output says why each variant ran.
 
   memgap lab --reps 3 -- python -m memgap.scenarios.threadpool
   memgap lab --variant glibc --variant glibc:arena_max=2,trim=idle \\
@@ -56,7 +61,9 @@ if TYPE_CHECKING:  # rich is imported only where a terminal shows the bar
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--variant", action="append", metavar="SPEC",
                    help="a variant to run (repeatable); default: a set covering glibc tunables, trims, "
-                        "jemalloc, tcmalloc, mimalloc and pymalloc off")
+                        "jemalloc, tcmalloc, mimalloc and pymalloc off, and what the baseline's findings point "
+                        "to (the collector frozen at fork where forked workers copied their master's pages, "
+                        "arena caps and mmap thresholds where glibc retains, the allocator's own settings)")
     p.add_argument("--reps", type=_common.count, default=None,
                    help="run every variant exactly this many times (the full grid); default: adaptive, up to 3 "
                         "each: after a first round, variants that cannot win (no usable run, idle not below the "
@@ -165,6 +172,11 @@ class LabRequest:
     lab_dir: str | None = None     # --dir
     show_output: bool = False
 
+    @property
+    def default_set(self) -> bool:
+        """Whether the variants are the default set (no --variant): the baseline's findings add to it."""
+        return tuple(v.spec for v in self.variants) == DEFAULT_SPECS
+
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> LabRequest:
         cmd = list(args.cmd)
@@ -195,7 +207,8 @@ class LabRequest:
                           skipped=skipped, metric=self.metric, params=[(n, list(v)) for n, v in self.params],
                           phase_regex=self.phase_regex, idle_after=self.idle_after,
                           metric_regex=self.metric_regex, agent=self.agent, process=self.process,
-                          load=list(self.load), rest=self.rest, memory_limit=self.memory_limit)
+                          load=list(self.load), rest=self.rest, memory_limit=self.memory_limit,
+                          choose=self.default_set)
 
 
 def _variants(specs: Sequence[str]) -> tuple[Variant, ...]:

@@ -67,7 +67,12 @@ def _lab_from_folder(path: str) -> LabDocument:
     try:
         variants = [parse_variant(spec) for spec in header["variants"]]
         cmd, reps = header["cmd"], int(header["reps"])
-    except (KeyError, TypeError, ValueError) as exc:
+        chosen = dict(header.get("chosen") or {})
+        for event in (e for e in events if e.get("type") == "chosen"):  # what the baseline's findings added
+            chosen.update(event["chosen"])
+            at = next((i for i, v in enumerate(variants) if v.is_baseline), 0) + 1  # as the lab put them
+            variants[at:at] = [parse_variant(spec) for spec in event["added"]]
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise MalformedInput(where, f"not a lab's header and runs ({exc!r})") from None
     for v in variants:  # the preload the recommendation prints: where this machine has the library
         if v.allocator in PRELOADABLE:
@@ -75,6 +80,7 @@ def _lab_from_folder(path: str) -> LabDocument:
     options = LabOptions(cmd, variants, reps, lab_dir=path,
                          skipped=list(header.get("skipped", [])), params=_swept(runs),
                          memory_limit=header.get("memory_limit"))
+    options.chosen = chosen  # as the lab said (a lab of an earlier memgap said nothing)
     missing = len(runs) < _planned(options, runs)
     lab = lab_document(options, runs, sum(r.duration for r in runs), interrupted=missing)
     lab.machine = header.get("machine", lab.machine)

@@ -8,9 +8,10 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
-from ..documents import LAB_SCHEMA, LabDocument, RunStatus, TrimMode
+from ..documents import LAB_SCHEMA, LabDocument, RunDocument, RunStatus, TrimMode
 from ..envnames import TRIM_AFTER_ENV
 from ..errors import Unsupported
 from ..lab_document import AcrossCell, Cell, Recommendation, SweepRow
@@ -18,9 +19,11 @@ from ..recording import RecordingWriter
 from ..report.remedy import remedy_forms
 from ..runs import RunOptions, load_run, machine_info, record_run
 from ..sources.cgroup import read_memory_cgroup
-from ..variants import Variant
+from ..variants import Variant, parse_variant, resolve
 from .adaptive import cannot_win, needs_every_rep
 from .cgroup_limit import CgroupParent, find_parent, make_run_cgroup
+from .choose import add_choices, choose, first_reasons, run_evidence
+from .fork_probe import ForkProbe
 from .metrics import RunMetrics, run_metrics
 from .remedy_lines import recommendation_lines
 from .verdict import Verdict, decide, material, run_to_run_spread, summarize
@@ -54,6 +57,11 @@ class LabOptions:
     memory_limit: int | None = None  # bytes: each run in a memory cgroup of its own capped there
     cgroup_parent: CgroupParent | None = None  # where run cgroups are made (found by run_lab)
     cgroup_note: str = ""    # why runs have no cgroup peak, where memgap itself runs in a limited cgroup
+    choose: bool = False     # the default set: the baseline's first runs' findings add variants (lab.choose)
+    chosen: dict[str, str] = field(default_factory=dict)  # variant -> why it runs (none given: first_reasons)
+
+    def __post_init__(self) -> None:
+        self.chosen = self.chosen or first_reasons(self.variants, self.choose)
 
     def cells(self) -> list[dict[str, str]]:
         """Every combination of the swept parameters (one empty cell without any)."""
@@ -77,11 +85,10 @@ def run_lab(options: LabOptions, progress: Callable[[str], None] = lambda line: 
     events = RecordingWriter(os.path.join(options.lab_dir, "lab.jsonl"))
     events.write({"type": "header", "schema": LAB_SCHEMA, "cmd": options.cmd, "reps": options.reps,
                   "variants": [v.spec for v in options.variants], "skipped": options.skipped,
-                  "machine": machine_info(), "memory_limit": options.memory_limit})
+                  "machine": machine_info(), "memory_limit": options.memory_limit, "chosen": options.chosen})
     results: list[RunMetrics] = []
     started = time.monotonic()
     cells = options.cells()
-    total = f"{'≤' if options.adaptive else ''}{len(options.variants) * options.reps * len(cells)}"
     interrupted = False
     stopped = ""
     try:
@@ -90,14 +97,18 @@ def run_lab(options: LabOptions, progress: Callable[[str], None] = lambda line: 
                 _skip_for_not_python(options, variant, progress)
                 continue
             order = len(results) + 1
-            result = _run_one(options, variant, rep, order, cell)
+            probe = ForkProbe() if options.choose and variant.is_baseline and rep == 1 else None
+            result, run = _run_one(options, variant, rep, order, cell, probe)
             results.append(result)
             events.write({"type": "run", **result.to_dict()})
+            total = f"{'≤' if options.adaptive else ''}{len(options.variants) * options.reps * len(cells)}"
             progress(_progress_line(order, total, result))
             stopped = _baseline_unusable(variant, result)
             if stopped:
                 events.write({"type": "stopped", "reason": stopped})
                 break
+            if probe is not None:
+                _follow_findings(options, run, result, probe, events, progress)
     except KeyboardInterrupt:
         interrupted = True
     finally:
@@ -130,17 +141,44 @@ def _schedule(options: LabOptions, cells: list[dict[str, str]], results: list[Ru
     """(rep, cell, variant) in the lab's order: interleaved, the baseline first in each round.
     Adaptive: after the first round only the variants that can still win run on, until two
     rounds in a row give every cell the same verdict (``results`` grows as the runs finish)."""
-    ordered = sorted(options.variants, key=lambda v: not v.is_baseline)
-    baseline = ordered[0]
+    baseline = _baseline_first(options.variants)[0]
     verdicts: dict[int, str | None] = {}
     for rep in range(1, options.reps + 1):
         for cell in cells:
-            for variant in ordered:
+            k = 0
+            while k < len(options.variants):  # the baseline's findings may add variants (_follow_findings)
+                variant = _baseline_first(options.variants)[k]
+                k += 1
                 if options.adaptive and rep > 1 and _dropped(options, variant, baseline, cell, results, progress):
                     continue
                 yield rep, cell, variant
         if options.adaptive and _settled(options, cells, results, verdicts) and rep >= 2:
             return
+
+
+def _baseline_first(variants: list[Variant]) -> list[Variant]:
+    return sorted(variants, key=lambda v: not v.is_baseline)
+
+
+def _follow_findings(options: LabOptions, run: RunDocument, result: RunMetrics, probe: ForkProbe,
+                     events: RecordingWriter, progress: Callable[[str], None]) -> None:
+    """The variants the baseline's run points to (memgap.lab.choose), run right after the
+    baseline from here on, each with its reason in ``options.chosen``."""
+    findings, allocators = run_evidence(run)
+    before = dict(options.chosen)
+    new = add_choices(choose([*probe.findings, *findings], allocators | probe.allocators, result.python),
+                      options.chosen)
+    ready, skipped = resolve([parse_variant(spec) for spec in new])
+    for line in skipped:
+        options.skipped.append(line)
+        progress(f"skipped {line}")
+    at = options.variants.index(_baseline_first(options.variants)[0]) + 1
+    options.variants[at:at] = ready
+    changed = {spec: why for spec, why in options.chosen.items() if before.get(spec) != why}
+    if changed:
+        events.write({"type": "chosen", "chosen": changed, "added": [v.spec for v in ready]})
+    for v in ready:
+        progress(f"added {v.spec}: {options.chosen[v.spec]}")
 
 
 def _dropped(options: LabOptions, variant: Variant, baseline: Variant, cell: dict[str, str],
@@ -208,7 +246,8 @@ class LabInterrupted(KeyboardInterrupt):
         self.document = document
 
 
-def _run_one(options: LabOptions, variant: Variant, rep: int, order: int, cell: dict[str, str]) -> RunMetrics:
+def _run_one(options: LabOptions, variant: Variant, rep: int, order: int, cell: dict[str, str],
+             probe: ForkProbe | None = None) -> tuple[RunMetrics, RunDocument]:
     slug = "".join(c if c.isalnum() else "-" for c in variant.spec)[:60]
     record_dir = os.path.join(options.lab_dir, f"run-{order:03d}-{slug}")
     env = {**cell, **variant.env()}
@@ -219,11 +258,12 @@ def _run_one(options: LabOptions, variant: Variant, rep: int, order: int, cell: 
     cgroup = (make_run_cgroup(options.cgroup_parent, str(order), options.memory_limit)
               if options.cgroup_parent else None)
     try:
-        record_run(RunOptions(options.cmd, record_dir, options.interval, env=env, timeout=options.timeout,
-                              stdout=sink, stderr=sink, mark_regex=options.phase_regex,
-                              idle_after=options.idle_after, metric_regex=options.metric_regex,
-                              metric_name=options.metric, agent=options.agent, load=options.load,
-                              rest=options.rest, cgroup=cgroup))
+        with probe or nullcontext():
+            record_run(RunOptions(options.cmd, record_dir, options.interval, env=env, timeout=options.timeout,
+                                  stdout=sink, stderr=sink, mark_regex=options.phase_regex,
+                                  idle_after=options.idle_after, metric_regex=options.metric_regex,
+                                  metric_name=options.metric, agent=options.agent, load=options.load,
+                                  rest=options.rest, cgroup=cgroup))
     finally:  # Ctrl-C or a crash of the run included: no cgroup is left behind
         if cgroup is not None:
             cgroup.remove()
@@ -231,7 +271,7 @@ def _run_one(options: LabOptions, variant: Variant, rep: int, order: int, cell: 
     run = load_run(record_dir)
     result = run_metrics(run, variant, rep, order, cpu, metric=options.metric, process=options.process)
     result.params = dict(cell)
-    return result
+    return result, run
 
 
 def _progress_line(order: int, total: str, r: RunMetrics) -> str:
@@ -361,6 +401,7 @@ def lab_document(options: LabOptions, results: list[RunMetrics], seconds: float,
         across_cells=(_across_cells(cells, worst.recommendation.variant)
                       if len(cells) > 1 and worst and worst.recommendation else []),
         skipped=options.skipped,
+        chosen={v.spec: options.chosen[v.spec] for v in options.variants if v.spec in options.chosen},
         adaptive=options.adaptive,
         dropped=[f"{label}: {why}" for label, why in options.dropped.items()],
         warnings=_throughput_warnings(options, results, baseline),

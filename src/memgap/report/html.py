@@ -20,6 +20,7 @@ from .lab import (
     across_line,
     apply_lines,
     cgroup_lines,
+    chosen_lines,
     pattern_evidence,
     recommended,
     table_rows,
@@ -29,7 +30,7 @@ from .lab import (
 
 LAYER_COLORS = {
     "files": "#9e9e9e", "shared_memory": "#78909c", "python_objects": "#3f51b5", "pymalloc_free": "#9fa8da",
-    "allocator_in_use": "#e65100", "allocator_free": "#ffb74d", "stacks": "#00897b", "other_anon": "#8d6e63",
+    "runtime_heap": "#6a1b9a", "runtime_metadata": "#ce93d8", "allocator_in_use": "#e65100", "allocator_free": "#ffb74d", "stacks": "#00897b", "other_anon": "#8d6e63",
 }
 
 
@@ -48,7 +49,7 @@ def _chart_data(lab: LabDocument) -> dict[str, Any]:
              "timeline": r["timeline"], "layers": r["layers"]} for r in data["runs"]]
     return {"cmd": lab.cmd, "machine": lab.machine, "reps": lab.reps, "verdict": lab.verdict,
             "columns": [c.header for c in variant_columns(lab)], "rows": table_rows(lab),
-            "too_slow": too_slow_line(lab), "warnings": cgroup_lines(lab) + lab.warnings,
+            "too_slow": too_slow_line(lab), "warnings": chosen_lines(lab) + cgroup_lines(lab) + lab.warnings,
             "apply": apply_lines(lab.recommendation) if lab.recommendation else [],
             "across": across_line(lab),
             "evidence": {v.spec: pattern_evidence(lab, v.spec) for v in lab.variants},
@@ -270,7 +271,7 @@ def lab_fragment(lab: LabDocument) -> str:
     network), for notebooks: the workload, the verdict, the variants table and the lines that
     apply the recommendation, in the words of the terminal's report."""
     rec = lab.recommendation
-    notes = [too_slow_line(lab), across_line(lab), *cgroup_lines(lab), *lab.warnings]
+    notes = [too_slow_line(lab), across_line(lab), *chosen_lines(lab), *cgroup_lines(lab), *lab.warnings]
     return ('<div class="memgap-lab">' + _FRAGMENT_STYLE
             + f"<p>memgap lab of <code>{escape(' '.join(lab.cmd))}</code>, {lab.reps} repetitions</p>"
             + f'<p>Verdict: <b class="verdict">{escape(lab.verdict)}</b></p>'

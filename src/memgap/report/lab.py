@@ -8,7 +8,7 @@ from typing import TextIO
 from rich.console import RenderableType
 
 from ..documents import LabDocument, RunStatus
-from ..lab_document import Recommendation, Spread, SweepRow, VariantSummary
+from ..lab_document import CHOSEN, Recommendation, Spread, SweepRow, VariantSummary
 from ..units import mib
 from .fit import WRAP, Col, fit_table
 from .terminal import console_on
@@ -109,6 +109,23 @@ def cgroup_lines(lab: LabDocument) -> list[str]:
     names = ", ".join(f"{spec} ({n} of {runs.get(spec, n)} run{'s' * (runs.get(spec, n) != 1)})"
                       for spec, n in killed.items())
     return [f"{limit}. OOM-killed at the limit: {names}; a variant killed in any run is not recommended"]
+
+
+def chosen_lines(lab: LabDocument) -> list[str]:
+    """Why the variants ran: how many of each plain reason (the default set, named), then each
+    variant a finding of the baseline's chose, with the finding; none for a lab saved before."""
+    plain: dict[str, int] = {}
+    found = []
+    for spec, why in lab.chosen.items():
+        head, sep, finding = why.partition(CHOSEN)
+        if sep:
+            found.append(f"  {spec}: {CHOSEN}{finding}" + (f" (and {head.rstrip('; ')})" if head else ""))
+        else:
+            plain[why] = plain.get(why, 0) + 1
+    if not plain and not found:
+        return []
+    counts = ", ".join(f"{why} ({n})" for why, n in plain.items())
+    return [f"Variants: {counts}" + (f"; {len(found)} chosen from the baseline's findings:" if found else "")] + found
 
 
 def pattern_evidence(lab: LabDocument, spec: str) -> list[str]:
@@ -281,6 +298,8 @@ def render_lab(lab: LabDocument, stream: TextIO, width: int | None = None) -> No
         console.print(f"skipped {line}")
     for line in lab.dropped:
         console.print(f"dropped after its first runs (adaptive lab; --reps N runs the full grid): {line}")
+    for line in chosen_lines(lab):
+        console.print(line, highlight=False, markup=False)
     if lab.sweep:
         for spec in dict.fromkeys(filter(None, [lab.baseline, recommended(lab)])):  # the baseline's first
             table = sweep_table(lab, spec, console.width)

@@ -20,6 +20,8 @@ LAYER_TITLES = {
     "shared_memory": "shared memory (SysV, POSIX, memfd, MAP_SHARED)",
     "python_objects": "Python objects",
     "pymalloc_free": "pymalloc free",
+    "runtime_heap": "runtime heap (Go, Java, V8)",
+    "runtime_metadata": "runtime's own structures",
     "allocator_in_use": "C allocator in use",
     "allocator_free": "C allocator free (retained)",
     "allocator_held": "C allocator held (in use + free)",
@@ -31,6 +33,7 @@ LAYER_TITLES = {
 # Short column names for tables with one column per layer.
 LAYER_SHORT = {
     "files": "files", "shared_memory": "shmem", "python_objects": "py objs", "pymalloc_free": "pymalloc free",
+    "runtime_heap": "rt heap", "runtime_metadata": "rt meta",
     "allocator_in_use": "alloc used", "allocator_free": "alloc free", "allocator_held": "alloc held",
     "stacks": "stacks",
     "other_anon": "other anon",
@@ -39,8 +42,8 @@ LAYER_SHORT = {
 
 # Where a terminal is too narrow for every layer's column, the order in which they give way
 # (the last first): what the allocator holds free is what memgap is most often asked about.
-LAYER_RANK = {"allocator_free": 1, "python_objects": 2, "allocator_in_use": 3, "files": 4, "shared_memory": 5,
-              "pymalloc_free": 6, "other_anon": 7, "stacks": 8}
+LAYER_RANK = {"allocator_free": 1, "python_objects": 2, "runtime_heap": 2, "allocator_in_use": 3, "files": 4,
+              "shared_memory": 5, "pymalloc_free": 6, "runtime_metadata": 6, "other_anon": 7, "stacks": 8}
 UNEXPLAINED_RANK = 9
 
 
@@ -120,10 +123,12 @@ def arenas_table(snap: Snapshot, limit: int = 10, width: int = 120) -> Renderabl
     table_rows = []
     for a in rows[:limit]:
         told_free = f"{mib(a.get('free'))} / {mib(a.get('free_walked'))}" if told else ""
+        walked = a.get("address") != 0  # an arena not located: none of its chunks were walked
+        free = [mib(_arena_free(a)), mib(a["top_resident"]), mib(a["trim_releasable"])] if walked else \
+            ["not walked", "", ""]  # its reason under the table, not a free figure of 0.0
         table_rows.append(cells([f"{a['arena']}{' main' if a['main'] else ''}", str(a["heaps"]), mib(a["system"]),
-                                 mib(in_use(a)), mib(a["resident"]), mib(_arena_free(a)),
-                                 mib(a["top_resident"]), mib(a["trim_releasable"])], told_free,
-                                mib(a.get("fragmented"))))
+                                 mib(in_use(a)) if walked else "", mib(a["resident"]), *free], told_free,
+                                mib(a.get("fragmented")) if walked else ""))
     if len(rows) > limit:
         rest = rows[limit:]
         table_rows.append(cells([f"{len(rest)} more", "", mib(sum(a["system"] for a in rest)), "",
@@ -133,8 +138,9 @@ def arenas_table(snap: Snapshot, limit: int = 10, width: int = 120) -> Renderabl
                                 mib(sum(a.get("fragmented") or 0 for a in rest))))
     table_rows.append(cells(["total", "", "", "", "", mib(layer.resident), "",
                              mib(layer.detail.get("trim_releasable"))], "", mib(layer.detail.get("fragmented"))))
-    return fit_table(f"glibc arenas ({len(arenas)}), largest first", cols, table_rows, width,
-                     [None] * (len(table_rows) - 1) + ["bold"])
+    unwalked = "; ".join(f"arena {a['arena']}: {a['problem']}" for a in arenas if a.get("address") == 0)
+    title = f"glibc arenas ({len(arenas)}), largest first" + (f"; not walked: {unwalked}" if unwalked else "")
+    return fit_table(title, cols, table_rows, width, [None] * (len(table_rows) - 1) + ["bold"])
 
 
 def allocator_lines(allocator: dict[str, Any]) -> list[tuple[str, str]]:
@@ -167,6 +173,9 @@ def render_snapshot(snap: Snapshot, stream: TextIO, width: int | None = None) ->
         for which, how in lines:
             console.print(f"- {which}")
             console.print(f"    {how}")
+    problem = snap.allocator.get("agent_problem")
+    if problem:  # one line, as said: the figures above were read without the agent
+        console.print(f"Note: read without memgap's agent: {problem}", markup=False, highlight=False, soft_wrap=True)
     if snap.cgroup:
         for line in cgroup_lines(snap.cgroup, snap.rss, snap.status.get("Pss")):
             console.print(line, highlight=False, markup=False)

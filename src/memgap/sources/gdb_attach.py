@@ -50,13 +50,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from ..errors import MalformedInput, MemgapError, NoSuchProcess, PtraceDisallowed, ToolMissing
+from ..processes import ProcessIdentity
 from .gdb_mi import MiRecord, mi_quote, parse_int, parse_memory, parse_mi_line, parse_threads
 from .gdb_target import (
     DEFAULT_TIMEOUT,
+    attach_race,
     check_attachable,
     check_start_time,
     comm,
     continue_if_left_stopped,
+    executable,
     sigint_pending,
     task_states,
     tgkill,
@@ -159,6 +162,7 @@ class GdbSession:
         self._blocks: list[int] = []               # malloc'ed in the process by us, freed before detaching
         self._pages: list[tuple[int, int]] = []    # (address, size) mmap'ed by us, unmapped before detaching
         self._states_before: dict[int, str] = {}
+        self._before: tuple[ProcessIdentity, str] | None = None  # the process and its program before attaching
         self._started = self._attached_at = 0.0
         self.deadline = 0.0
 
@@ -183,6 +187,7 @@ class GdbSession:
         if path is None:
             raise ToolMissing("gdb", self.needed_for, "apt-get install gdb")
         self._check_process()
+        self._before = (ProcessIdentity.of(self.pid, self.proc_root), executable(self.pid, self.proc_root))
         self._states_before = task_states(self.pid, self.proc_root)
         self._started = time.monotonic()
         self.deadline = self._started + self.timeout
@@ -299,6 +304,9 @@ class GdbSession:
         check_start_time(self.pid, self.proc_root, self.expected_start_time, when)
 
     def _attach_refused(self, message: str) -> None:
+        changed = attach_race(*self._before, self.proc_root) if self._before is not None else None
+        if changed is not None:  # it exited, became another process or program while gdb attached
+            raise changed
         if "Operation not permitted" in message or "Permission denied" in message:
             tracer = 0
             try:

@@ -11,7 +11,7 @@ import os
 import signal
 import time
 
-from ..errors import MalformedInput, NoSuchProcess, PtraceDisallowed
+from ..errors import MalformedInput, MemgapError, NoSuchProcess, PidReused, ProcessExeced, PtraceDisallowed
 from ..processes import ProcessIdentity
 from .procfs import ProcReader, parse_stat, status_int
 from .ptrace_access import has_cap_sys_ptrace, ptrace_refusal, read_yama_scope
@@ -79,6 +79,38 @@ def check_attachable(pid: int, proc_root: str, expected_start_time: int | None) 
     reason = ptrace_refusal(read_yama_scope(), has_cap_sys_ptrace(), tracer, comm(tracer, proc_root))
     if reason:
         raise PtraceDisallowed(pid, reason)
+
+
+def executable(pid: int, proc_root: str = "/proc") -> str:
+    """The program a process runs (/proc/PID/exe), "" where it cannot be read (a zombie, a kernel thread)."""
+    try:
+        return os.readlink(f"{proc_root}/{pid}/exe")
+    except OSError:
+        return ""
+
+
+def attach_race(before: ProcessIdentity, exe_before: str, proc_root: str = "/proc") -> MemgapError | None:
+    """After an attach failed: the error to raise where the process changed under it (exited, a
+    zombie, its PID taken by another, another program run), else None: the same process as before,
+    so the refusal was ptrace's own. The kernel refuses to attach to a zombie with EPERM, as it
+    refuses a security module's veto: the process is looked at first."""
+    pid = before.pid
+    try:
+        stat = ProcReader(pid, proc_root).stat()
+    except NoSuchProcess:
+        return NoSuchProcess(pid, "it exited while gdb attached")
+    except MemgapError:
+        return None
+    if stat.state in "ZX":
+        return NoSuchProcess(pid, "it exited while gdb attached (a zombie now)")
+    try:
+        before.check("its start time changed while gdb attached", proc_root, stat.start_time)
+    except PidReused as exc:
+        return exc
+    exe = executable(pid, proc_root)
+    if exe_before and exe and exe != exe_before:
+        return ProcessExeced(pid, exe_before, exe)
+    return None
 
 
 def check_start_time(pid: int, proc_root: str, expected: int | None, when: str,

@@ -10,8 +10,9 @@ requests with urllib from 4 threads, then rest.
     python drive.py REQUESTS REST_SECONDS  # one request that waits for the server to be up, then
                                           # REQUESTS requests, prints "requests per second: X",
                                           # rests (0.7 of the way: "rest pss BYTES", smaps_rollup's
-                                          # Pss summed over itself and gunicorn's tree), then stops
-                                          # gunicorn (SIGTERM) and exits
+                                          # Pss summed over itself and gunicorn's tree, and "rest
+                                          # workers private BYTES", the workers' Private_Clean and
+                                          # Private_Dirty summed), then stops gunicorn (SIGTERM) and exits
 """
 import os
 import signal
@@ -83,15 +84,19 @@ def hold(port, server):
     time.sleep(600)
 
 
+def rollup(pid, *names):
+    """The named fields of the process's smaps_rollup, summed, in bytes."""
+    with open(f"/proc/{pid}/smaps_rollup") as fh:
+        return sum(int(line.split()[1]) * 1024 for line in fh if line.split(":")[0] in names)
+
+
 def tree_pss(master):
-    """Pss (smaps_rollup) summed over this process, gunicorn's master and its workers, in bytes."""
+    """(Pss summed over this process, gunicorn's master and its workers; the workers' private
+    bytes summed), from smaps_rollup, in bytes."""
     with open(f"/proc/{master}/task/{master}/children") as fh:
-        pids = [os.getpid(), master, *map(int, fh.read().split())]
-    total = 0
-    for pid in pids:
-        with open(f"/proc/{pid}/smaps_rollup") as fh:
-            total += next(int(line.split()[1]) * 1024 for line in fh if line.startswith("Pss:"))
-    return total
+        workers = [int(pid) for pid in fh.read().split()]
+    pss = sum(rollup(pid, "Pss") for pid in [os.getpid(), master, *workers])
+    return pss, sum(rollup(pid, "Private_Clean", "Private_Dirty") for pid in workers)
 
 
 def main():
@@ -106,7 +111,9 @@ def main():
         send(port, int(mode), Counter())
         print(f"requests per second: {int(mode) / (time.monotonic() - began):.2f}", flush=True)
         time.sleep(float(sys.argv[2]) * 0.7)
-        print("rest pss", tree_pss(server.pid), flush=True)
+        pss, private = tree_pss(server.pid)
+        print("rest pss", pss, flush=True)
+        print("rest workers private", private, flush=True)
         time.sleep(float(sys.argv[2]) * 0.3)
     finally:
         server.send_signal(signal.SIGTERM)

@@ -1,0 +1,115 @@
+"""The default variant set follows what the baseline showed: after the baseline's first
+run (of each cell), the findings on its processes (their snapshots', the run's, and what
+the lab's probe read of its tree: memgap.lab.fork_probe) and the allocator it ran on pick
+variants to add, each with the reason the lab document keeps (``LabDocument.chosen``).
+
+Pure: findings and words in, specs and reasons out. One table per kind of evidence, so a
+new finding code is one line of ``FINDING_VARIANTS``.
+"""
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..documents import RunDocument
+from ..lab_document import CHOSEN
+from ..model import Finding
+from ..variants import Variant, parse_variant
+
+DEFAULT_REASON = "the default set"
+NAMED_REASON = "named with --variant"
+BASELINE_REASON = "the baseline: every other variant is measured against it"
+
+# A finding's code -> the variants it points to. What each tries:
+# - copied-from-parent: forked workers copied their master's pages (memgap.cow): the collector
+#   frozen at each fork, so a worker's collections stop writing into (and copying) shared objects
+# - glibc-retention, many-arenas: free memory glibc keeps in its arenas: fewer arenas (arena caps),
+#   and with two, blocks from 64 KiB up served by mmap, given back to the system when freed (the
+#   threshold alone: the default set's 128 KiB idled within 1 MiB of 64 KiB's on the thread pool)
+# - glibc-fragmentation: free memory a trim cannot give back: the same, the lower threshold alone
+#   (blocks served by mmap leave no holes in a heap), and an allocator that returns its free pages
+#   on its own (jemalloc with a 1 s decay)
+FINDING_VARIANTS: dict[str, tuple[str, ...]] = {
+    "copied-from-parent": ("glibc:gc=freeze-at-fork",),
+    "glibc-retention": ("glibc:arena_max=2", "glibc:arena_max=1", "glibc:arena_max=2,mmap_threshold=65536"),
+    "many-arenas": ("glibc:arena_max=2", "glibc:arena_max=1"),
+    "glibc-fragmentation": ("glibc:arena_max=2", "glibc:arena_max=1", "glibc:mmap_threshold=65536",
+                            "glibc:arena_max=2,mmap_threshold=65536",
+                            "jemalloc:background_thread=true,dirty_decay_ms=1000"),
+}
+
+# The allocator the workload already runs on -> its own settings for giving memory back:
+# jemalloc's decay times (muzzy pages, MADV_FREEd, stay in RSS until the kernel wants them:
+# muzzy_decay_ms=0 skips that stage), tcmalloc's release rate (10: its most eager)
+ALLOCATOR_VARIANTS: dict[str, tuple[str, ...]] = {
+    "jemalloc": ("jemalloc:dirty_decay_ms=1000,muzzy_decay_ms=0",
+                 "jemalloc:background_thread=true,dirty_decay_ms=0,muzzy_decay_ms=0"),
+    "tcmalloc": ("tcmalloc:release_rate=10",),
+}
+
+
+def first_reasons(variants: Iterable[Variant], default_set: bool) -> dict[str, str]:
+    """Why each variant of a lab's first lineup runs: the baseline, the default set, or named."""
+    return {v.spec: BASELINE_REASON if v.is_baseline else DEFAULT_REASON if default_set else NAMED_REASON
+            for v in variants}
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A variant the baseline's findings point to, and why."""
+
+    spec: str
+    reason: str
+
+
+def choose(findings: Iterable[Finding], allocators: Collection[str], python: bool) -> list[Choice]:
+    """The variants the baseline's evidence points to, in the tables' order, each once (the
+    first reason that named it): ``findings`` on its processes, ``allocators`` the ones its
+    processes ran on, ``python`` whether it ran Python (else Python's settings are left out)."""
+    out: dict[str, str] = {}
+    seen: set[str] = set()
+    for f in findings:
+        if f.code in seen or f.code not in FINDING_VARIANTS:
+            continue
+        seen.add(f.code)
+        for spec in FINDING_VARIANTS[f.code]:
+            out.setdefault(spec, f"finding {f.code}: {f.summary}")
+    for name in sorted(set(allocators) & set(ALLOCATOR_VARIANTS)):
+        for spec in ALLOCATOR_VARIANTS[name]:
+            out.setdefault(spec, f"the workload runs on {name}: its own settings for giving memory back")
+    return [Choice(spec, why) for spec, why in out.items() if python or not parse_variant(spec).python_only]
+
+
+def add_choices(choices: Sequence[Choice], chosen: dict[str, str]) -> list[str]:
+    """Record each choice's reason in ``chosen`` (spec -> why it runs); returns the specs that
+    are new to the lab. A variant the lab already runs keeps its place, its reason says the
+    finding points to it too (once)."""
+    new = []
+    for c in choices:
+        why = CHOSEN + c.reason
+        if c.spec not in chosen:
+            chosen[c.spec] = why
+            new.append(c.spec)
+        elif why not in chosen[c.spec] and chosen[c.spec] == DEFAULT_REASON:
+            chosen[c.spec] = f"{DEFAULT_REASON}; {why}"
+    return new
+
+
+def run_evidence(run: RunDocument) -> tuple[list[Finding], set[str]]:
+    """The findings on a run's processes (the run's own over its phases, then each snapshot's,
+    the latest first: a reason quotes the state nearest the rest) and the allocators that
+    served their malloc."""
+    findings = [Finding(**_finding_fields(f)) for f in run.findings]
+    allocators: set[str] = set()
+    for p in run.processes:
+        for snap in reversed(p.snapshots):
+            findings.extend(Finding(**_finding_fields(f)) for f in snap.get("findings") or [])
+            name = (snap.get("allocator") or {}).get("name")
+            if name:
+                allocators.add(str(name))
+    return findings, allocators
+
+
+def _finding_fields(data: dict[str, Any]) -> dict[str, Any]:
+    return {k: data[k] for k in ("code", "severity", "summary", "evidence", "remedy") if k in data}

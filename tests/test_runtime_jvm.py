@@ -1,0 +1,506 @@
+"""The JVM's reader (memgap.runtimes.jvm): its perf data parsed from captured files and fuzzed, its
+reservations found in captured maps, and a real JVM (programs/jvm_heap/JvmHeap.java, which knows
+nothing of memgap) read from outside against the figures it prints itself (MemoryMXBean) at the
+same moment, its own smaps, its own Native Memory Tracking (jcmd run by the test), never stopped."""
+import os
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import time
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from conftest import FIXTURES, HERE
+from memgap.errors import MalformedInput
+from memgap.runtimes import READERS, detect_runtimes
+from memgap.runtimes.base import ProcessView
+from memgap.runtimes.jvm import READER
+from memgap.runtimes.jvm_maps import code_cache, find_reservation, first_metaspace_node, heap_piece, writable_bytes
+from memgap.runtimes.jvm_parse import (
+    jvm_figures,
+    parse_heap_info,
+    parse_native_memory,
+    parse_release,
+    parse_size,
+    vm_flags,
+)
+from memgap.sources.hsperfdata import ENTRY_HEADER_SIZE, PROLOGUE_SIZE, parse_perfdata
+from memgap.sources.procfs import ProcReader, parse_maps
+
+JVM = os.path.join(FIXTURES, "jvm")
+MiB = 1 << 20
+JAVA = shutil.which("java")
+JAVAC = shutil.which("javac")
+JCMD = shutil.which("jcmd")
+# Every JDK on this machine the live tests run on: the system's, and a Temurin 25 where installed.
+TEMURIN_25 = "/usr/lib/jvm/temurin-25-jdk-amd64/bin/java"
+JDKS = [j for j in (JAVA and os.path.realpath(JAVA), TEMURIN_25) if j and os.path.exists(j)]
+RETAINED_FLOOR = 32 * MiB  # what the lead's finding would weigh: the figures below are measured against it
+
+
+def _fixture(name, mode="r"):
+    with open(os.path.join(JVM, name), mode) as fh:
+        return fh.read()
+
+
+def _mxbean(text):
+    return {k: int(v) for k, v in (w.split("=") for w in text.split())}
+
+
+def _within(value, witness, share=0.05):
+    return abs(value - witness) <= share * witness
+
+
+# -- the perf data's format, on captured files -------------------------------------------------
+
+@pytest.mark.parametrize("state", ["live", "rest"])
+def test_perfdata_of_a_real_jvm_gives_what_its_mxbean_said(state):
+    perf = parse_perfdata(_fixture(f"hsperfdata-{state}", "rb"))
+    told = _mxbean(_fixture(f"mxbean-{state}.txt"))
+    assert perf.byte_order == "little" and perf.version == (2, 0) and perf.accessible
+    assert perf.text("java.property.java.vm.version") == "17.0.15+6-Debian-1deb12u1"
+    assert perf.counters["sun.gc.generation.1.space.0.used"].units == "bytes"
+    figures = jvm_figures(perf)
+    # MemoryMXBean reads the same counters as the perf data: equal, not only close.
+    assert figures.used == told["heap.used"]
+    assert figures.committed == told["heap.committed"]
+    assert figures.limit == told["heap.max"] == 1 << 30
+    assert figures.policy == "GarbageFirst" and figures.collectors[0] == "G1 young collection pauses"
+    assert figures.vm_args == "-Xmx1g -XX:+UseG1GC -XX:NativeMemoryTracking=summary"
+    assert figures.java_command == "JvmHeap" and figures.attach_supported is True
+
+
+def _big_endian(data):
+    """The captured (little-endian) buffer rewritten in the other byte order, entry by entry."""
+    out = bytearray(data)
+    out[4] = 0
+    used, overflow, stamp, first, count = struct.unpack_from("<iiqii", data, 8)
+    struct.pack_into(">iiqii", out, 8, used, overflow, stamp, first, count)
+    offset = first
+    for _ in range(count):
+        fields = struct.unpack_from("<iiibbbbi", data, offset)
+        struct.pack_into(">iiibbbbi", out, offset, *fields)
+        if fields[3] == ord("J") and fields[2] == 0:
+            struct.pack_into(">q", out, offset + fields[7], struct.unpack_from("<q", data, offset + fields[7])[0])
+        offset += fields[0]
+    return bytes(out)
+
+
+def test_perfdata_in_big_endian_order_reads_the_same():
+    data = _fixture("hsperfdata-rest", "rb")
+    little, big = parse_perfdata(data), parse_perfdata(_big_endian(data))
+    assert big.byte_order == "big" and big.counters == little.counters
+
+
+def test_perfdata_refuses_what_is_not_one():
+    data = _fixture("hsperfdata-rest", "rb")
+    for bad, said in ((b"", "shorter"), (b"\xc0\xc0\xfe\xca" + data[4:], "magic"),
+                      (data[:4] + b"\x07" + data[5:], "byte order"), (data[:5] + b"\x01" + data[6:], "version")):
+        with pytest.raises(MalformedInput, match=said):
+            parse_perfdata(bad)
+
+
+def test_perfdata_cut_short_anywhere_is_refused_or_shorter():
+    data = _fixture("hsperfdata-rest", "rb")
+    whole = parse_perfdata(data).counters
+    used = struct.unpack_from("<i", data, 8)[0]
+    for cut in range(0, used, 37):
+        try:
+            counters = parse_perfdata(data[:cut]).counters
+        except MalformedInput:
+            continue
+        assert cut >= PROLOGUE_SIZE and all(whole[k] == v for k, v in counters.items())
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=4096))
+def test_perfdata_parser_on_garbage(blob):
+    for data in (blob, b"\xca\xfe\xc0\xc0\x01\x02\x00\x01" + blob):
+        try:
+            parse_perfdata(data)
+        except MalformedInput:
+            pass
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 12359), st.integers(0, 255)), min_size=1, max_size=8))
+def test_perfdata_parser_on_damaged_copies(flips):
+    data = bytearray(_fixture("hsperfdata-live", "rb"))
+    for where, value in flips:
+        data[where] = value
+    try:
+        perf = parse_perfdata(bytes(data))
+    except MalformedInput:
+        return
+    try:
+        jvm_figures(perf)
+    except MalformedInput:
+        pass
+
+
+def test_a_torn_entry_is_refused():
+    """An entry whose length runs past the bytes used (a JVM adding one as memgap reads) is refused."""
+    data = bytearray(_fixture("hsperfdata-rest", "rb"))
+    first = struct.unpack_from("<i", data, 24)[0]
+    struct.pack_into("<i", data, first, 1 << 20)
+    with pytest.raises(MalformedInput, match="length"):
+        parse_perfdata(bytes(data))
+    struct.pack_into("<i", data, first, ENTRY_HEADER_SIZE - 1)
+    with pytest.raises(MalformedInput):
+        parse_perfdata(bytes(data))
+
+
+# -- flags, release, jcmd's outputs, reservations in captured maps ------------------------------
+
+def test_flags_from_a_command_line():
+    args = ["-cp", "/x", "-Xmx2g", "-Xms1g", "-XX:+UseG1GC", "-XX:-UseG1GC", "-XX:MaxHeapFreeRatio=30", "-Xrs",
+            "Main", "-Xmx9g", "-XX:+AlwaysPreTouch"]
+    assert vm_flags(args) == {"MaxHeapSize": "2g", "InitialHeapSize": "1g", "UseG1GC": "false",
+                              "MaxHeapFreeRatio": "30", "ReduceSignalUsage": "true"}
+    assert vm_flags(["-jar", "app.jar", "-Xmx1g"]) == {}
+    assert [parse_size(s) for s in ("1g", "512M", "65536k", "123", "1.5g", "")] == [1 << 30, 512 * MiB, 64 * MiB,
+                                                                                    123, None, None]
+
+
+def test_release_file():
+    text = ('IMPLEMENTOR="Debian"\nJAVA_RUNTIME_VERSION="17.0.15+6-Debian-1deb12u1"\nnot a line\n'
+            'JAVA_VERSION="17.0.15"\n')
+    assert parse_release(text) == {"IMPLEMENTOR": "Debian", "JAVA_RUNTIME_VERSION": "17.0.15+6-Debian-1deb12u1",
+                                   "JAVA_VERSION": "17.0.15"}
+
+
+def test_jcmd_outputs_agree_with_the_perf_data_and_the_maps():
+    info = parse_heap_info(_fixture("gc_heap_info.txt"))
+    nmt = parse_native_memory(_fixture("native_memory_summary.txt"))
+    figures = jvm_figures(parse_perfdata(_fixture("hsperfdata-rest", "rb")))
+    maps = parse_maps(_fixture("maps-rest.txt"))
+    # The shape finds the range GC.heap_info prints, whose committed bytes NMT and the perf data count.
+    assert find_reservation(maps, figures.limit, figures.committed, heap_piece) == (info.start, info.end)
+    assert info.committed == nmt["Java Heap"][1] == figures.committed
+    assert writable_bytes(sorted(maps, key=lambda m: m.start), info.start, info.end) == nmt["Java Heap"][1]
+    assert _within(info.used, figures.used)  # jcmd itself allocated (its eden region: 1024K) after the copy
+    assert info.class_space == {"used": 66 << 10, "committed": 128 << 10, "reserved": 1 << 30}
+    assert nmt["Total"] == (2528305 << 10, 151737 << 10) and nmt["GC"][1] > 0
+    assert parse_native_memory("12:\nNative memory tracking is not enabled\n") == {}
+
+
+def test_reservations_by_shape_in_captured_maps():
+    maps = parse_maps(_fixture("maps-live.txt"))
+    figures = jvm_figures(parse_perfdata(_fixture("hsperfdata-live", "rb")))
+    heap = find_reservation(maps, figures.limit, figures.committed, heap_piece)
+    assert heap == (0xC0000000, 0x100000000)
+    code = code_cache(maps, None)
+    assert code is not None and code[1] - code[0] == 240 * MiB
+    node = first_metaspace_node(maps)
+    nmt_metadata = int(re.search(r"Metadata:.*?committed=(\d+)KB", _fixture("native_memory_summary.txt"), re.S)[1])
+    assert node is not None and writable_bytes(sorted(maps, key=lambda m: m.start), *node) == nmt_metadata << 10
+    assert find_reservation(maps, figures.limit + MiB, figures.committed, heap_piece) is None
+
+
+# -- a real JVM, read from outside ---------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def jvm_heap_classes(tmp_path_factory):
+    """programs/jvm_heap/JvmHeap.java compiled by javac into tmp (release 17: every JDK here runs it)."""
+    if JAVAC is None or not JDKS:
+        pytest.skip("needs a JDK (java and javac: scripts/setup.sh installs default-jdk-headless)")
+    out = tmp_path_factory.mktemp("jvm_heap")
+    source = os.path.join(HERE, "programs", "jvm_heap", "JvmHeap.java")
+    subprocess.run([JAVAC, "--release", "17", "-d", str(out), source], check=True)
+    return str(out)
+
+
+class JvmProgram:
+    """JvmHeap running: its first line of figures, then a line of them for each command written."""
+
+    def __init__(self, classes, *flags, java=None, mib=180):
+        cmd = [java or JDKS[0], "-Xmx1g", "-XX:+UseG1GC", "-XX:NativeMemoryTracking=summary", *flags,
+               "-cp", classes, "JvmHeap", str(mib)]
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.pid = self.proc.pid
+        self.first = _mxbean(self.proc.stdout.readline())
+        assert self.proc.stdout.readline() == "ready\n"
+
+    def figures(self, command=""):
+        assert self.proc.poll() is None, "the JVM died"
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+        return _mxbean(self.proc.stdout.readline())
+
+    def close(self):
+        self.proc.stdin.close()
+        assert self.proc.wait(timeout=60) == 0
+
+
+@pytest.fixture
+def jvm(jvm_heap_classes):
+    programs = []
+
+    def start(*flags, **kw):
+        programs.append(JvmProgram(jvm_heap_classes, *flags, **kw))
+        return programs[-1]
+
+    yield start
+    for program in programs:
+        if program.proc.poll() is None:
+            program.close()
+
+
+def _view(pid):
+    reader = ProcReader(pid)
+    return ProcessView(pid, reader, reader.maps(), os.readlink(f"/proc/{pid}/exe"), reader.environ())
+
+
+def _states(pid):
+    """Every thread's state letter, read by the test (T/t: stopped or traced)."""
+    states = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/stat") as fh:
+            states.append(fh.read().rpartition(")")[2].split()[0])
+    return states
+
+
+def _smaps_rss(pid, start, end):
+    """Rss and writable size of the mappings inside [start, end), from the test's own read of smaps."""
+    rss = size = 0
+    inside = False
+    with open(f"/proc/{pid}/smaps") as fh:
+        for line in fh:
+            head = re.match(r"^([0-9a-f]+)-([0-9a-f]+) (\S+)", line)
+            if head:
+                low, high = int(head[1], 16), int(head[2], 16)
+                inside = start <= low and high <= end
+                size += (high - low) if inside and head[3][1] == "w" else 0
+            elif inside and line.startswith("Rss:"):
+                rss += int(line.split()[1]) << 10
+    return rss, size
+
+
+def _read(pid, deep=False):
+    view = _view(pid)
+    try:
+        info = READER.detect(view)
+        assert info is not None
+        return (READER.read_deep if deep else READER.read)(view, info)
+    finally:
+        view.reader.close()
+
+
+def _own_nmt(pid):
+    """The JVM's own Native Memory Tracking, asked by the test itself: category -> committed bytes."""
+    out = subprocess.run([JCMD, str(pid), "VM.native_memory", "summary"], capture_output=True, text=True,
+                         check=True).stdout
+    return {m[1]: int(m[2]) << 10 for m in re.finditer(r"^-\s+(.+?) \(reserved=\d+KB, committed=(\d+)KB\)", out, re.M)}
+
+
+def _settle(pid, timeout=30.0):
+    """Wait for the program to rest: G1 uncommits the regions a shrink gave up concurrently, after the
+    collection, so its maps lag its committed figure until its service thread is done."""
+    def writable():
+        with open(f"/proc/{pid}/maps") as fh:
+            return sum(int(b, 16) - int(a, 16) for a, b, perms in
+                       (re.match(r"([0-9a-f]+)-([0-9a-f]+) (\S+)", line).groups() for line in fh) if perms[1] == "w")
+    deadline, last = time.monotonic() + timeout, None
+    while time.monotonic() < deadline:
+        now = writable()
+        if now == last:
+            return
+        last = now
+        time.sleep(0.5)
+
+
+def _check_against_mxbean(program, command=""):
+    """memgap's read, the program's own figures, memgap's read again: each within 5% of the program's."""
+    if command:
+        program.figures(command)
+        _settle(program.pid)
+    before = _states(program.pid)
+    first = _read(program.pid)
+    told = program.figures()
+    second = _read(program.pid)
+    assert not {"T", "t"} & set(before + _states(program.pid)), "a thread was stopped"
+    for heap in (first, second):
+        assert _within(heap.in_use, told["heap.used"]), (heap.in_use, told)
+        assert _within(heap.committed, told["heap.committed"]), (heap.committed, told)
+        assert heap.limit == told["heap.max"]
+    return second, told
+
+
+def test_a_real_jvm_read_from_outside_against_its_own_figures(jvm):
+    program = jvm()
+    heap, told = _check_against_mxbean(program, "drop")
+    assert heap.route.startswith("outside: the JVM's perf data (hsperfdata: the file /tmp/hsperfdata_")
+    assert heap.info.version == subprocess.run([JDKS[0], "-XshowSettings:properties", "-version"], capture_output=True,
+                                               text=True).stderr.split("java.runtime.version = ")[1].split()[0]
+    ranges = {r.label: r for r in heap.ranges}
+    assert "java heap" in ranges, heap.notes
+    assert ranges["java heap"].heap and ranges["java heap"].end - ranges["java heap"].start == told["heap.max"]
+    rss, writable = _smaps_rss(program.pid, ranges["java heap"].start, ranges["java heap"].end)
+    # The heap's resident pages (smaps, read here) hold what is in use and what the reader calls retained.
+    assert rss >= heap.in_use and _within(heap.in_use + heap.retained, rss)
+    assert _within(writable, told["heap.committed"])
+    assert heap.retained <= heap.committed - heap.in_use
+    code_rss, _ = _smaps_rss(program.pid, ranges["code cache"].start, ranges["code cache"].end)
+    assert heap.metadata["code cache"] > 0 and _within(heap.metadata["code cache"], code_rss)  # the JIT goes on
+    klass_rss, klass_writable = _smaps_rss(program.pid, ranges["class space"].start, ranges["class space"].end)
+    assert heap.metadata["class space"] == klass_rss and klass_writable == told["pool.Compressed_Class_Space.committed"]
+    assert heap.settings["gc policy"] == "GarbageFirst" and heap.settings["MaxHeapSize"] == "1g"
+    assert told["tick.max_gap_us"] < 1_000_000, "the program's ticker stalled"
+    program.close()
+
+
+def test_native_memory_tracking_and_the_deep_route(jvm):
+    program = jvm()
+    program.figures("drop")
+    _settle(program.pid)
+    before = _states(program.pid)
+    heap = _read(program.pid, deep=True)
+    told = program.figures()
+    nmt = _own_nmt(program.pid)
+    assert not {"T", "t"} & set(before + _states(program.pid))
+    assert "inside through its attach API: jcmd GC.heap_info, VM.native_memory summary" in heap.route
+    java_heap = next(r for r in heap.ranges if r.label == "java heap")
+    _rss, writable = _smaps_rss(program.pid, java_heap.start, java_heap.end)
+    # NMT's Java Heap committed: the perf data's figure, and the writable bytes of the range by shape.
+    assert _within(heap.committed, nmt["Java Heap"]) and _within(writable, nmt["Java Heap"])
+    assert _within(heap.metadata["gc structures (committed, NMT)"], nmt["GC"])
+    assert not any("not GC.heap_info's" in n for n in heap.notes), heap.notes  # the shape found jcmd's range
+    assert _within(heap.in_use, told["heap.used"])
+    program.close()
+
+
+def test_perf_data_off_is_detected_and_said(jvm):
+    program = jvm("-XX:-UsePerfData")
+    program.figures("drop")
+    _settle(program.pid)
+    view = _view(program.pid)
+    info = READER.detect(view)
+    assert info is not None and info.version and "release" in info.how
+    heap = READER.read(view, info)
+    assert heap.route.startswith("outside: mapping shapes only, said so") and heap.in_use is None
+    assert any("-XX:-UsePerfData" in n for n in heap.notes)
+    java_heap = next(r for r in heap.ranges if r.label == "java heap")  # found from -Xmx on its command line
+    told = program.figures()
+    assert java_heap.end - java_heap.start == told["heap.max"] and _within(heap.committed, told["heap.committed"])
+    deep = READER.read_deep(_view(program.pid), info)
+    told = program.figures()
+    assert "jcmd GC.heap_info" in deep.route
+    assert _within(deep.in_use, told["heap.used"]) and _within(deep.committed, told["heap.committed"])
+    program.close()
+
+
+def test_what_stands_in_place_of_the_perf_data_file_is_not_trusted(jvm, tmp_path):
+    """The file a JVM maps, deleted (as a /tmp cleaner would) and replaced by a symlink to another perf
+    data file (the captured one), then by a copy of it: neither is taken (a symlink is not followed, a
+    file that is not the mapped inode is refused); the reader takes the mapping itself through
+    /proc/PID/mem, and its figures are the program's, not the decoy's. Renamed: found by its magic, and
+    read from its new name (the inode it maps)."""
+    program = jvm(mib=40)
+    program.figures("drop")
+    _settle(program.pid)
+    with open(f"/proc/{program.pid}/maps") as fh:
+        path = next(line.split()[-1] for line in fh if "/hsperfdata_" in line)
+    decoy = tmp_path / "decoy"
+    decoy.write_bytes(_fixture("hsperfdata-live", "rb"))
+    decoy_used = jvm_figures(parse_perfdata(decoy.read_bytes())).used
+    os.rename(path, str(tmp_path / "moved"))  # maps now names the moved file
+    heap, _told = _check_against_mxbean(program)
+    assert f"the file {tmp_path}/moved it maps" in heap.route, heap.route  # the same inode, renamed
+    os.rename(str(tmp_path / "moved"), path)
+    os.unlink(path)  # maps: "PATH (deleted)"
+    for stand_in in ("symlink", "copy"):
+        os.symlink(str(decoy), path) if stand_in == "symlink" else shutil.copy(str(decoy), path)
+        try:
+            heap, _told = _check_against_mxbean(program)
+            assert f"its mapping of {path} at" in heap.route and heap.in_use != decoy_used, (stand_in, heap.route)
+        finally:
+            os.unlink(path)
+    program.close()
+
+
+def test_jcmd_is_not_run_where_attaching_would_disturb_the_jvm(jvm):
+    """-XX:+DisableAttachMechanism: jcmd's SIGQUIT would print a thread dump into the program's output;
+    not run, said. -Xrs: its attach socket is there from the start, so jcmd runs and it lives on."""
+    program = jvm("-XX:+DisableAttachMechanism", mib=40)
+    heap = _read(program.pid, deep=True)
+    # its perf data says so (sun.rt.jvmCapabilities) before its flags are looked at
+    assert any(n.startswith("jcmd not run: its perf data says it does not support attaching") for n in heap.notes)
+    assert "jcmd" not in heap.route
+    assert program.figures()["heap.used"] > 0  # its next line is its figures, not a thread dump
+    program.close()
+    program = jvm("-Xrs", mib=40)
+    heap = _read(program.pid, deep=True)
+    assert "jcmd GC.heap_info" in heap.route and heap.settings["ReduceSignalUsage"] == "true"
+    assert program.figures()["heap.used"] > 0
+    program.close()
+
+
+def test_retained_at_rest_and_at_live_size(jvm):
+    """The finding-ready figure: retained far above the floor after the drop, under it at live size."""
+    program = jvm()
+    figures = {}
+    for state, command in (("live", ""), ("rest", "drop")):
+        heap, told = _check_against_mxbean(program, command)
+        java_heap = next(r for r in heap.ranges if r.label == "java heap")
+        rss, _ = _smaps_rss(program.pid, java_heap.start, java_heap.end)
+        # retained: the heap's resident bytes (smaps, read here) less what the program says it uses
+        assert abs(heap.retained - (rss - told["heap.used"])) <= max(2 * MiB, 0.05 * heap.retained)
+        figures[state] = heap
+        print(f"{state}: used {heap.in_use / MiB:.1f} committed {heap.committed / MiB:.1f} heap resident "
+              f"{rss / MiB:.1f} retained {heap.retained / MiB:.1f} MiB (MXBean used {told['heap.used'] / MiB:.1f})")
+    live, rest = figures["live"], figures["rest"]
+    assert rest.retained >= RETAINED_FLOOR and rest.retained > rest.in_use
+    assert live.retained < RETAINED_FLOOR and live.retained < live.in_use / 4
+    program.close()
+
+
+@pytest.mark.parametrize("collector", ["UseSerialGC", "UseParallelGC", "UseShenandoahGC", "UseZGC"])
+def test_the_other_collectors(jvm, collector):
+    """Each collector's counters read against its MemoryMXBean. Serial and Parallel commit both survivor
+    spaces, where MemoryMXBean's committed counts one: the reader's committed is the MXBean's plus one."""
+    program = jvm(f"-XX:+{collector}", "-XX:-UseG1GC", mib=60)
+    _settle(program.pid)
+    first = _read(program.pid)
+    told = program.figures()
+    assert _within(first.in_use, told["heap.used"])
+    survivor = next((v for k, v in told.items() if k.endswith("Survivor_Space.committed")), 0)
+    assert _within(first.committed, told["heap.committed"] + (survivor if "Serial" in collector or "Parallel" in
+                                                              collector else 0), 0.01)
+    ranges = [r for r in first.ranges if r.label == "java heap"]
+    if collector == "UseZGC":  # its heap a memfd, mapped once per view
+        assert ranges and all(r.heap for r in ranges) and first.retained is None
+    else:
+        assert len(ranges) == 1 and ranges[0].end - ranges[0].start == first.limit == 1 << 30
+        rss, _ = _smaps_rss(program.pid, ranges[0].start, ranges[0].end)
+        assert first.retained <= max(0, rss - first.in_use) + MiB
+    program.close()
+
+
+@pytest.mark.parametrize("java", JDKS)
+def test_each_jdk_here_is_detected_with_its_version(jvm, java):
+    program = jvm(java=java, mib=40)
+    heap, _told = _check_against_mxbean(program, "drop")
+    release = os.path.join(os.path.dirname(os.path.dirname(java)), "release")
+    with open(release) as fh:
+        assert heap.info.version == parse_release(fh.read())["JAVA_RUNTIME_VERSION"]
+    assert [i.name for i in detect_runtimes(_view(program.pid))].count("jvm") == 1
+    program.close()
+
+
+def test_unrelated_processes_are_not_a_jvm(tmp_path):
+    sleeper = subprocess.Popen(["sleep", "30"])
+    python = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        time.sleep(0.3)
+        for proc in (sleeper, python):
+            assert READER.detect(_view(proc.pid)) is None
+    finally:
+        for proc in (sleeper, python):
+            proc.kill()
+            proc.wait()
+    garbage = ProcessView(os.getpid(), ProcReader(), parse_maps("7f00-7f10 rw-p 0 0:0 0 /opt/jvm/libjvm.so.bak\n"))
+    assert READER.detect(garbage) is None
+    assert "jvm" in READERS
