@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from .attribution import PSS_DERIVATION, Measurements, attribute
 from .errors import MemgapError, NoSuchProcess, Unsupported
 from .memory_map import MappedPages, MemoryMap, read_memory_map
-from .model import Layer, Region, Snapshot
+from .model import NOT_PYTHON, Layer, Region, Snapshot
 from .processes import ProcessIdentity
 from .sources import allocator as allocator_source
 from .sources.anon_objects import find_anon_objects
@@ -44,6 +44,8 @@ class Options:
     class_names: tuple[str, ...] = ()  # classes to count instances of
     regions: bool = True               # keep the labelled memory map in the snapshot
     agent: bool = True                 # outside: ask the process's native agent, when it has one
+    recorded: bool = False             # read by memgap run's recorder: no note sends the user to memgap run
+    agent_beside_glibc: bool = True    # ask the agent also where glibc's heaps are walked from outside
 
 
 def _subtract(start: int, end: int, holes: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -343,6 +345,14 @@ def _ask_agent(reader: ProcReader, pid: int, proc_root: str) -> tuple[AgentRepor
         return None, str(exc)
 
 
+def _no_arena_note(recorded: bool) -> str:
+    """Why a Python process's objects are not measured from outside; under memgap run (``recorded``)
+    it does not send the user to memgap run."""
+    return ("no pymalloc arena found from outside (PYTHONMALLOC=malloc, or a free-threaded build): needs the "
+            "process's own statistics" + (", which its phase snapshots in this run have" if recorded
+                                          else ", run it under `memgap run`"))
+
+
 def snapshot_pid(pid: int, options: Options | None = None, proc_root: str = "/proc",
                  tree: TreeHeaders | None = None) -> Snapshot:
     """A snapshot of another process, read from /proc without stopping or changing it.
@@ -353,13 +363,13 @@ def snapshot_pid(pid: int, options: Options | None = None, proc_root: str = "/pr
     """
     options = options or Options()
     started = time.perf_counter()
-    notes = {"python_objects": "no pymalloc arena found from outside (PYTHONMALLOC=malloc, or a free-threaded "
-                               "build): needs the process's own statistics, run it under `memgap run`"}
+    notes = {"python_objects": _no_arena_note(options.recorded)}
     with ProcReader(pid, proc_root) as reader:
         stat_before = reader.stat()
-        report, agent_problem = _ask_agent(reader, pid, proc_root) if options.agent else (None, "")
         maps = reader.maps()
         detection = allocator_source.detect_pid(reader, maps)
+        asked = options.agent and (options.agent_beside_glibc or not detection.glibc_heaps_readable)
+        report, agent_problem = _ask_agent(reader, pid, proc_root) if asked else (None, "")
         # the agent's statistics stand in for a walk; the pages come from the allocator's mappings,
         # read before the pagemap so that pagemap and VmRSS are read close together
         agent_stats = report is not None and (report.jemalloc is not None or bool(report.tcmalloc))
@@ -371,7 +381,7 @@ def snapshot_pid(pid: int, options: Options | None = None, proc_root: str = "/pr
         layout = None
         is_python = any("python" in os.path.basename(m.path) for m in maps if m.is_file)
         if not is_python:
-            notes["python_objects"] = "not a Python process (no Python interpreter in its maps)"
+            notes["python_objects"] = NOT_PYTHON
         if detection.glibc_heaps_readable:  # read-only, validated walks through /proc/PID/mem
             layout = find_glibc_layout(reader, memmap.plain_mappings, memmap.resident)
         elif not agent_stats:

@@ -129,7 +129,8 @@ def _glibc_retention(snap: Snapshot) -> list[Finding]:
     if not d.get("trim_estimate_complete", True):
         summary += " (at least: an arena changed while it was read, see problems)"
         evidence.extend(d.get("problems", []))
-    remedy = "memgap.trim() (malloc_trim(0)) after the burst"
+    # a program that is not Python calls malloc_trim itself (or runs under `memgap lab`'s trim=idle)
+    remedy = "malloc_trim(0) after the burst" if snap.not_python else "memgap.trim() (malloc_trim(0)) after the burst"
     if held_tops > max(FLOOR, pages // 3):
         evidence.append(f"{mib(held_tops)} MiB sit in thread arenas' top chunks, which malloc_trim(0) leaves "
                         "alone (only the main arena's top is cut)")
@@ -330,6 +331,8 @@ def diagnose_series(snaps: Sequence[Snapshot]) -> list[Finding]:
     """Findings over a process's phases: a leak grows Python objects, retention does not."""
     if len(snaps) < 3:
         return []
+    if all(s.not_python for s in snaps):
+        return _native_series(snaps)
     py = [_resident(s, "python_objects") for s in snaps]
     rss = [s.rss for s in snaps]
     steps = [b - a for a, b in itertools.pairwise(py)]
@@ -364,6 +367,26 @@ def diagnose_series(snaps: Sequence[Snapshot]) -> list[Finding]:
     return [Finding("retention-not-leak", "info",
                     f"RSS grew by {mib(growth_rss)} MiB while Python objects changed by {mib(growth_py)} MiB: "
                     "the allocator retains memory, the program does not hold it", evidence)]
+
+
+def _native_series(snaps: Sequence[Snapshot]) -> list[Finding]:
+    """The same over the phases of a program with no Python in it: memory the program holds grows
+    the C allocator's bytes in use; memory the allocator keeps does not."""
+    growth_rss = snaps[-1].rss - snaps[0].rss
+    if growth_rss < FLOOR:
+        return []
+    in_use = [_resident(s, "allocator_in_use") for s in snaps]
+    evidence = [f"{s.phase or f'#{i}'}: RSS {mib(s.rss)} MiB, C allocator in use {mib(u)} MiB"
+                for i, (s, u) in enumerate(zip(snaps, in_use, strict=True))]
+    grown = in_use[-1] - in_use[0]
+    if grown >= growth_rss / 2:
+        return [Finding("in-use-growth", "warning",
+                        f"RSS grew by {mib(growth_rss)} MiB, {mib(grown)} MiB of it memory the C allocator has "
+                        "handed out and not had back: the program holds it", evidence,
+                        "a heap profiler (heaptrack, valgrind --tool=massif) shows which allocations hold it")]
+    return [Finding("retention-not-leak", "info",
+                    f"RSS grew by {mib(growth_rss)} MiB while the C allocator's bytes in use changed by "
+                    f"{mib(grown)} MiB: the allocator retains memory, the program does not hold it", evidence)]
 
 
 def diagnose_tree(snaps: Sequence[Snapshot]) -> list[Finding]:

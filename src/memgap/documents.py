@@ -150,7 +150,7 @@ class ProcessIdle:
 
 
 # written only where the events were
-_PROCESS_OPTIONAL = ("trimmer", "trims", "quiet_ends", "agent_exit", "pss_reads")
+_PROCESS_OPTIONAL = ("trimmer", "trims", "quiet_ends", "agent_exit", "pss_reads", "peak", "exit")
 
 
 @dataclass
@@ -168,6 +168,8 @@ class ProcessRecord:
     agent_exit: dict[str, Any] | None = None  # the statistics its agent wrote as it exited
     idle: ProcessIdle | None = None  # the idle found, with its rule
     pss_reads: list[list[float]] | None = None  # [time, Pss, Rss] read again while it was quiet (a tree's idle)
+    peak: dict[str, Any] | None = None  # the snapshot read from outside at its highest RSS (memgap.tree_watch)
+    exit: dict[str, Any] | None = None  # when it exited and how close its last snapshot came (tree_watch.exit_of)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"pid": self.pid, "ppid": self.ppid, "cmd": self.cmd, "snapshots": self.snapshots}

@@ -28,6 +28,9 @@ LAYER_NAMES = (
     "stacks",
     "other_anon",
 )
+PYTHON_LAYERS = ("python_objects", "pymalloc_free")
+# The Python layers' note in a process with no Python interpreter: tables then leave those layers out
+NOT_PYTHON = "not a Python process (no Python interpreter in its maps)"
 
 
 @dataclass
@@ -104,6 +107,12 @@ class Snapshot:
     pss_unexplained: int | None = None  # PSS (smaps_rollup) minus the layers' pss; None where they have none
     pss_note: str = ""                  # how the layers' pss was derived, or why there is none
     start_time: int | None = None       # /proc/PID/stat's starttime (clock ticks after boot): with the PID, one process
+
+    @property
+    def not_python(self) -> bool:
+        """Whether memgap found no Python interpreter in the process (its Python layers say so)."""
+        layer = self.layers.get("python_objects")
+        return layer is not None and layer.resident is None and layer.note == NOT_PYTHON
 
     @property
     def pss(self) -> int | None:

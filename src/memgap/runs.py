@@ -20,16 +20,25 @@ from typing import TYPE_CHECKING, Any
 import psutil
 
 from .diagnose import diagnose_series
-from .documents import ProcessRecord, RunDocument, TrimRecord, TrimRoute
-from .envnames import RECORD_DIR_ENV, TRIM_AFTER_ENV, WALK_ENV
+from .documents import ProcessRecord, RunDocument
+from .envnames import EXIT_SOCKET_ENV, RECORD_DIR_ENV, TRIM_AFTER_ENV, WALK_ENV
 from .errors import MemgapError
-from .idle import QUIET_PHASE, QuietSpell, idle_of_process, quiet_after
+from .idle import BEFORE_EXIT_PHASE, idle_of_process
 from .load import LoadDriver
 from .marks import CpuActivity, PhaseClock, StdoutMarks
 from .model import RUN_SCHEMA
-from .recording import RecordingWriter, child_recording_path, read_events
-from .sources.procfs import ProcReader, oom_kills, status_int
+from .recording import RecordingWriter, read_events
+from .sources.procfs import oom_kills
 from .tree_idle import tree_at_idle
+from .tree_watch import (
+    ExitHold,
+    OutsideQuiet,
+    TreeSampler,
+    best_peak,
+    exit_of,
+    outside_snapshot,
+    tree_pids as tree_pids,  # re-exported: the lab's fork probe takes it from here
+)
 
 if TYPE_CHECKING:
     from .lab.cgroup_limit import RunCgroup
@@ -77,90 +86,6 @@ class RunOptions:
     cgroup: RunCgroup | None = None  # a memory cgroup the command enters before it execs (the lab's)
 
 
-def tree_pids(root: int) -> list[int]:
-    """The process and its descendants, from /proc/PID/task/TID/children.
-
-    That costs a few reads per process; psutil's children() reads every
-    process on the machine, which at 10 Hz is the sampler's main cost.
-    """
-    pids, queue = [], [root]
-    while queue:
-        pid = queue.pop()
-        pids.append(pid)
-        try:
-            queue.extend(ProcReader(pid).children_pids())
-        except Exception:  # noqa: BLE001 - exited meanwhile
-            continue
-    if len(pids) == 1 and not os.path.exists(f"/proc/{root}/task/{root}/children"):
-        try:  # a kernel without CONFIG_PROC_CHILDREN
-            return [root, *(c.pid for c in psutil.Process(root).children(recursive=True))]
-        except psutil.NoSuchProcess:
-            return []
-    return pids
-
-
-def _sample(writer: RecordingWriter, root: int, known: set[int], start: float,
-            quiet: OutsideQuiet | None = None) -> None:
-    pids = tree_pids(root)
-    now = time.time() - start
-    for pid in pids:
-        reader = ProcReader(pid)
-        try:
-            status = reader.status()
-            if pid not in known:
-                writer.write({"type": "process", "pid": pid, "ppid": status_int(status, "PPid"),
-                              "cmd": reader.cmdline(), "t": round(now, 4)})
-                known.add(pid)
-            cpu = reader.stat().cpu_ticks if quiet is not None else 0
-        except Exception:  # noqa: BLE001 - a process that exits between listing and reading is skipped
-            continue
-        writer.write({"type": "sample", "t": round(now, 4), "pid": pid, "rss": status_int(status, "VmRSS"),
-                      "anon": status_int(status, "RssAnon"), "file": status_int(status, "RssFile"),
-                      "threads": status_int(status, "Threads")})
-        if quiet is not None:
-            quiet.update(writer, pid, cpu, status_int(status, "VmRSS"), start)
-
-
-class OutsideQuiet:
-    """Quiet spells of the tree's processes: a snapshot from outside as each spell
-    begins (see memgap.idle). A process that marks phases of its own (it has written
-    its own recording, or printed a --phase-regex line) is left to its marks."""
-
-    def __init__(self, record_dir: str) -> None:
-        self.record_dir = record_dir
-        self.spells: dict[int, QuietSpell] = {}
-        self.after = quiet_after()
-        self.hz = os.sysconf("SC_CLK_TCK")
-        self.marked: set[int] = set()  # processes whose marks were read from their output
-
-    def update(self, writer: RecordingWriter, pid: int, cpu_ticks: int, rss: int, start: float) -> None:
-        if pid in self.marked or os.path.exists(child_recording_path(self.record_dir, pid)):
-            return
-        spell = self.spells.setdefault(pid, QuietSpell(self.after))
-        event = spell.update(time.time(), cpu_ticks / self.hz, rss)  # wall time: the recording's clock
-        if event == "quiet":
-            _outside_snapshot(writer, pid, QUIET_PHASE, start, quiet_since=spell.since,
-                              rested_since=spell.rested_since)
-            self._pss_of_the_quiet(writer, pid)
-        elif event == "end":
-            writer.write({"type": "quiet-end", "pid": pid, "time": time.time()})
-
-    def _pss_of_the_quiet(self, writer: RecordingWriter, pid: int) -> None:
-        """The PSS of the processes already quiet, read again as ``pid`` goes quiet too: a shared
-        page's PSS moves when a sharer copies it (a forked worker's writes), with no CPU nor RSS of
-        the sharer's own, so a tree is summed at idle from readings of one moment."""
-        for other, spell in self.spells.items():
-            if other == pid or not spell.reported:
-                continue
-            try:
-                rollup = ProcReader(other).smaps_rollup()
-            except MemgapError:
-                continue  # it exited
-            if rollup is not None:
-                writer.write({"type": "pss", "pid": other, "time": time.time(), "pss": rollup.get("Pss"),
-                              "rss": rollup.get("Rss")})
-
-
 def _stop(proc: subprocess.Popen[bytes], own_group: bool, grace: float = 0.0) -> None:
     """Terminate the command (its whole process group when it has one, else it and its
     descendants), then kill it. ``grace``: seconds it may take to end by itself first (a
@@ -198,51 +123,6 @@ def _stop(proc: subprocess.Popen[bytes], own_group: bool, grace: float = 0.0) ->
     proc.wait()
 
 
-def _outside_snapshot(writer: RecordingWriter, pid: int, phase: str, start: float,
-                      trim_after: str = "", quiet_since: float | None = None,
-                      rested_since: float | None = None) -> None:
-    """A phase snapshot of ``pid`` read from outside (for marks the program did not make itself).
-
-    After the phase named ``trim_after``, the process's agent (if it has one)
-    trims, and an "after-trim" snapshot records what that released.
-    ``quiet_since``: the snapshot opens a quiet spell that began then; ``rested_since``:
-    the process's rest began then (its work ended), earlier when a trim restarted the spell.
-    """
-    from .collect import Options, snapshot_pid
-
-    try:
-        # The program runs on while memgap reads it: its RSS at the mark comes first.
-        read_began = time.time()
-        rss_at_mark = status_int(ProcReader(pid).status(), "VmRSS")
-        snap = snapshot_pid(pid, Options(regions=False))
-    except MemgapError as exc:
-        writer.write({"type": "error", "pid": pid, "phase": phase, "error": str(exc)})
-        return
-    snap.phase = phase
-    snap.quiet_since, snap.rested_since = quiet_since, rested_since
-    record = snap.to_dict(regions=False)
-    record["rss_at_mark"], record["read_began"] = rss_at_mark, read_began
-    writer.write({"type": "snapshot", "pid": pid, "t": round(time.time() - start, 4), "snapshot": record})
-    if phase == trim_after and "agent" in snap.allocator:
-        _agent_trim(writer, pid, start)
-
-
-def _agent_trim(writer: RecordingWriter, pid: int, start: float) -> None:
-    from .agent.client import trim_pid
-    from .collect import Options, snapshot_pid
-
-    try:
-        result = trim_pid(pid)
-        snap = snapshot_pid(pid, Options(regions=False))
-    except (MemgapError, OSError) as exc:
-        writer.write({"type": "error", "pid": pid, "phase": "after-trim", "error": str(exc)})
-        return
-    snap.phase = "after-trim"
-    snap.trim = TrimRecord(result.rss_before, result.rss_after, TrimRoute.AGENT, seconds=result.seconds).to_dict()
-    writer.write({"type": "snapshot", "pid": pid, "t": round(time.time() - start, 4),
-                  "snapshot": snap.to_dict(regions=False)})
-
-
 def _with_agent(env: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
     """``env`` with the native agent preloaded, and what the header says about it."""
     from .agent import agent_env, library_path
@@ -251,6 +131,22 @@ def _with_agent(env: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
         return agent_env(env, mode="auto"), {"library": library_path(), "mode": "auto"}
     except MemgapError as exc:  # no compiler: the run goes on without the agent
         return env, {"problem": str(exc)}
+
+
+def _exit_hold(record_dir: str, writer: RecordingWriter, start: float, env: dict[str, str]) -> ExitHold | None:
+    """The socket where the agents of the tree say they exit (``env`` names it for them); each such
+    process is read from outside as its exit waits, its ``before-exit`` snapshot. None where it
+    cannot be made: the run goes on, its exits unheld."""
+    def read(pid: int) -> None:
+        outside_snapshot(writer, pid, BEFORE_EXIT_PHASE, start, held_exit=True)
+
+    try:
+        hold = ExitHold(record_dir, read)
+    except OSError as exc:
+        writer.write({"type": "error", "pid": None, "phase": "exit", "error": f"exits not held: {exc}"})
+        return None
+    env[EXIT_SOCKET_ENV] = hold.path
+    return hold
 
 
 def record_run(options: RunOptions) -> int:
@@ -275,14 +171,18 @@ class _Recording:
         self.options = options
         os.makedirs(options.record_dir, exist_ok=True)
         self.writer = RecordingWriter(os.path.join(options.record_dir, SAMPLES_FILE))
+        from . import collect  # noqa: F401 - loaded now, not at the first read (0.15 s beside the command)
+
         self.start = time.time()
         env = child_env(options.record_dir)
         if not options.walk:
             env[WALK_ENV] = "0"
         env.update(options.env)
         agent_info: dict[str, str] = {}
+        self.hold: ExitHold | None = None
         if options.agent:
             env, agent_info = _with_agent(env)
+            self.hold = _exit_hold(options.record_dir, self.writer, self.start, env)
         self.writer.write({"type": "header", "schema": RUN_SCHEMA, "cmd": options.cmd, "start": self.start,
                            "interval": options.interval, "machine": machine_info(), "env": options.env,
                            "agent": agent_info})
@@ -295,6 +195,7 @@ class _Recording:
                                          stdout=stdout, stderr=options.stderr,
                                          preexec_fn=options.cgroup.enter if options.cgroup else None)
         except OSError as exc:
+            self._close_hold()
             self.writer.close()
             raise MemgapError(f"cannot run {options.cmd[0]!r}: {exc.strerror or exc}") from None
         self.marks = (StdoutMarks(self.proc.stdout, options.mark_regex, options.stdout is None, service_metric)
@@ -302,9 +203,9 @@ class _Recording:
         self.load = (LoadDriver(options.load, options.record_dir, options.rest, self.writer.write)
                      if options.load else None)
         self.quiet = None if options.idle_after else OutsideQuiet(options.record_dir)  # else its own rule
+        self.sampler = TreeSampler(self.writer, self.start, self.quiet)
         self.clock = PhaseClock(options.record_dir)
         self.activity = CpuActivity()
-        self.known: set[int] = set()
         self.timed_out = self.stopped_at_idle = self.marked_idle = False
         self.oom_before = oom_kills()  # the kernel's count: did its OOM killer act while this ran?
 
@@ -313,7 +214,7 @@ class _Recording:
         options, proc = self.options, self.proc
         deadline = None if options.timeout is None else time.monotonic() + options.timeout
         while True:
-            _sample(self.writer, proc.pid, self.known, self.start, self.quiet)
+            self.sampler.sample(proc.pid)
             if options.cgroup is not None:
                 options.cgroup.sample()
             self._read_marks()
@@ -333,7 +234,7 @@ class _Recording:
         for name in self.marks.pending() if self.marks else []:
             if self.quiet is not None:
                 self.quiet.marked.add(self.proc.pid)
-            _outside_snapshot(self.writer, self.proc.pid, name, self.start, self.trim_after)
+            outside_snapshot(self.writer, self.proc.pid, name, self.start, self.trim_after)
             self.marked_idle = self.marked_idle or name == "idle"
             self.clock.mark()
         for value in self.marks.pending_values() if self.marks else []:
@@ -348,7 +249,7 @@ class _Recording:
         if self.clock.quiet_for() < self.options.idle_after:
             return False
         if not self.marked_idle:
-            _outside_snapshot(self.writer, self.proc.pid, "idle", self.start, self.trim_after,
+            outside_snapshot(self.writer, self.proc.pid, "idle", self.start, self.trim_after,
                               quiet_since=time.time() - self.clock.quiet_for())
         return True
 
@@ -356,8 +257,14 @@ class _Recording:
         self.writer.write({"type": "metric", "pid": pid, "name": self.options.metric_name, "value": value,
                            "time": time.time()})
 
+    def _close_hold(self) -> None:
+        if self.hold is not None:
+            self.hold.close()
+            self.hold = None
+
     def interrupted(self) -> None:
         _stop(self.proc, self.own_group, grace=1.0)
+        self._close_hold()
         if self.load is not None:
             self.load.stop()
         self.writer.write({"type": "end", "t": round(time.time() - self.start, 4),
@@ -367,6 +274,8 @@ class _Recording:
     def finish(self) -> int:
         """The command's end: late marks and metrics, what it left running, the end event."""
         code = self.proc.wait()
+        self._close_hold()  # the exits it held are read: their snapshots are in
+        self.sampler.finish()
         oom_after = oom_kills()
         if self.load is not None:
             self.load.stop()
@@ -435,6 +344,12 @@ def _add_event(processes: dict[int, dict[str, Any]], errors: list[dict[str, Any]
         if snap.get("cmd") or not entry["cmd"]:  # read later than the first sample: after an exec
             entry["cmd"] = snap.get("cmd", [])
         entry["snapshots"].append(snap)
+    elif kind == "peak":  # a new high read on the way (tree_watch.best_peak keeps one)
+        entry = _process_entry(processes, event["pid"])
+        entry.setdefault("peak_reads", []).append(event["snapshot"])
+        entry["cmd"] = event["snapshot"].get("cmd") or entry["cmd"]  # read later: after an exec not seen
+    elif kind == "gone":  # the sampler found it gone: it exited at or before then
+        _process_entry(processes, event["pid"])["gone"] = event["t"]
 
 
 def _process_entry(processes: dict[int, dict[str, Any]], pid: int) -> dict[str, Any]:
@@ -459,9 +374,21 @@ def _add_agent_exit(processes: dict[int, dict[str, Any]], errors: list[dict[str,
 def _order_and_find_idle(entry: dict[str, Any], timeline: list[dict[str, Any]], start: float | None) -> None:
     """A process's marks read from outside and the program's own, in time order (a read from
     outside by when it began: it takes a while, and the program goes on meanwhile); then its idle."""
-    entry["snapshots"].sort(key=lambda snap: snap.get("read_began") or snap.get("time", 0))
+    # a read at the exit the agent held comes last: any other read under way then saw the same moment
+    entry["snapshots"].sort(key=lambda snap: (bool(snap.get("held_exit")),
+                                              snap.get("read_began") or snap.get("time", 0)))
     idle = idle_of_process(entry, timeline, start)
     entry["idle"] = idle.to_dict() if idle is not None else None
+
+
+def _finish_entry(entry: dict[str, Any], timeline: list[dict[str, Any]], start: float | None) -> None:
+    """A process's entry once every event is in: its idle, its exit, a command line that is never blank
+    (what the sampler read, else its snapshots', else its agent's exit record's)."""
+    _order_and_find_idle(entry, timeline, start)
+    entry["peak"] = best_peak([*entry.get("peak_reads", []), *entry["snapshots"]])  # its exit's read may be higher
+    entry["exit"] = exit_of(entry, start)
+    entry.pop("peak_reads", None)
+    entry["cmd"] = entry["cmd"] or (entry.get("agent_exit") or {}).get("cmdline") or [f"[PID {entry['pid']}]"]
 
 
 def load_run(record_dir: str) -> RunDocument:
@@ -479,9 +406,11 @@ def load_run(record_dir: str) -> RunDocument:
         kind = event.get("type")
         if kind == "header":
             header = event
-        elif kind == "process":
+        elif kind == "process":  # first seen, or after an exec: a new program, its peak read anew
             entry = _process_entry(processes, event["pid"])
             entry["ppid"], entry["cmd"] = event.get("ppid"), event.get("cmd", [])
+            if event.get("exec"):
+                entry.pop("peak_reads", None)
         elif kind == "sample":
             timeline.append({k: v for k, v in event.items() if k != "type"})
         elif kind == "end":
@@ -496,7 +425,7 @@ def load_run(record_dir: str) -> RunDocument:
     for path in sorted(glob.glob(os.path.join(record_dir, "agent-*.txt"))):  # the agents' last words
         _add_agent_exit(processes, errors, path)
     for entry in processes.values():
-        _order_and_find_idle(entry, timeline, header.get("start"))
+        _finish_entry(entry, timeline, header.get("start"))
     run = RunDocument.from_dict({
         "schema": RUN_SCHEMA,
         "cmd": header.get("cmd", []),

@@ -10,6 +10,9 @@
  *                       else, or when the path would not fit in a socket address,
  *                       /tmp/memgap-agent-UID, created mode 0700).
  *   MEMGAP_RECORD_DIR   also: at exit, the final statistics go to agent-PID.txt there.
+ *   MEMGAP_EXIT_SOCKET  a socket of memgap run's recorder: at exit, the agent says "exit" there
+ *                       and waits (EXIT_HOLD_MS at most) for the recorder to read the process
+ *                       from outside, so its last snapshot is taken as it exits.
  *   MEMGAP_TRIMMER=1    trim when the process has gone quiet after a burst (glibc).
  *   MEMGAP_TRIM_EVERY=S trim every S seconds (glibc).
  *
@@ -28,6 +31,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <malloc.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
@@ -44,6 +48,7 @@
 #define AGENT_VERSION 1
 #define REPLY_BYTES (8u << 20) /* 8 MiB of address space; only what a reply touches is resident */
 #define MiB (1024.0 * 1024.0)
+#define EXIT_HOLD_MS 1000 /* the longest an exit waits for the recorder */
 
 enum allocator { ALLOC_GLIBC, ALLOC_JEMALLOC, ALLOC_TCMALLOC, ALLOC_MIMALLOC, ALLOC_OTHER };
 static const char *allocator_names[] = {"glibc", "jemalloc", "tcmalloc", "mimalloc", "other"};
@@ -52,6 +57,12 @@ static enum allocator allocator = ALLOC_OTHER;
 static char malloc_from[512];
 static char socket_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 static char record_dir[4096];
+static char exit_socket[sizeof(((struct sockaddr_un *)0)->sun_path)];
+/* The exit's hold: how long it waited, whether the recorder answered, when the process went on to exit. */
+static struct {
+    int tried, answered;
+    double held, at;
+} exit_hold;
 static pid_t owner_pid;
 static char *reply_buf;
 static FILE *reply;
@@ -129,6 +140,21 @@ static long long trim_now(double *seconds) {
     return before >= 0 && after >= 0 ? before - after : 0;
 }
 
+/* The exit record's own lines: the hold, when the process went on to exit, and its command line
+   (hex, its arguments NUL-separated: the recorder's name for a process it never read). */
+static void write_exit(FILE *out) {
+    fprintf(out, "exit time=%.6f held=%.6f answered=%d tried=%d\n", exit_hold.at, exit_hold.held,
+            exit_hold.answered, exit_hold.tried);
+    unsigned char raw[2048];
+    int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd >= 0 ? read(fd, raw, sizeof raw) : -1;
+    if (fd >= 0) close(fd);
+    if (n <= 0) return;
+    fputs("cmdline ", out);
+    for (ssize_t i = 0; i < n; i++) fprintf(out, "%02x", raw[i]);
+    fputc('\n', out);
+}
+
 /* The statistics reply, formatted into `out` (the caller holds reply_lock). */
 static void write_stats(FILE *out) {
     fprintf(out, "memgap-agent %d\npid %d\nallocator %s\nmalloc_from %s\nrss %lld\n", AGENT_VERSION,
@@ -185,6 +211,7 @@ static void write_stats(FILE *out) {
             fputc('\n', out);
         }
     }
+    if (exit_hold.at > 0) write_exit(out);
     fputs("end\n", out);
 }
 
@@ -455,6 +482,8 @@ __attribute__((constructor)) static void agent_start(void) {
     if (!reply || setvbuf(reply, reply_stdio_buf, _IOFBF, sizeof reply_stdio_buf) != 0) return;
     const char *dir = getenv("MEMGAP_RECORD_DIR");
     if (dir) snprintf(record_dir, sizeof record_dir, "%s", dir);
+    const char *exit_at = getenv("MEMGAP_EXIT_SOCKET"); /* kept now: a program may clear its environment */
+    if (exit_at && strlen(exit_at) < sizeof exit_socket) memcpy(exit_socket, exit_at, strlen(exit_at) + 1);
     detect_allocator();
     active = 1;
     start_listener();
@@ -462,9 +491,46 @@ __attribute__((constructor)) static void agent_start(void) {
     pthread_atfork(NULL, NULL, after_fork_in_child);
 }
 
-/* At exit: the final statistics into the recording, and the socket removed. */
+static double wall_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* Under memgap run: "exit" to the recorder, then wait for its "ok" (it has read the process from
+   outside meanwhile), EXIT_HOLD_MS at most all told. Never blocks longer: a recorder that is gone,
+   busy or slow costs the exit that wait and no more. */
+static void hold_exit(void) {
+    if (!exit_socket[0]) return;
+    exit_hold.tried = 1;
+    double started = now_seconds();
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) return;
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    memcpy(addr.sun_path, exit_socket, sizeof addr.sun_path);
+    if (connect(fd, (struct sockaddr *)&addr, sizeof addr) == 0 && send(fd, "exit\n", 5, MSG_NOSIGNAL) == 5) {
+        char answer[8];
+        for (;;) {
+            int left = EXIT_HOLD_MS - (int)((now_seconds() - started) * 1000);
+            struct pollfd p = {.fd = fd, .events = POLLIN};
+            if (left <= 0) break;
+            int ready = poll(&p, 1, left);
+            if (ready < 0 && errno == EINTR) continue;
+            if (ready > 0 && recv(fd, answer, sizeof answer, 0) >= 2 && strncmp(answer, "ok", 2) == 0)
+                exit_hold.answered = 1;
+            break;
+        }
+    }
+    close(fd);
+    exit_hold.held = now_seconds() - started;
+}
+
+/* At exit: held for the recorder's last read (under memgap run), the final statistics into the
+   recording, and the socket removed. */
 __attribute__((destructor)) static void agent_stop(void) {
     if (!active || getpid() != owner_pid) return;
+    hold_exit();
+    exit_hold.at = wall_seconds();
     if (record_dir[0]) {
         char path[4200];
         snprintf(path, sizeof path, "%s/agent-%d.txt", record_dir, (int)getpid());

@@ -53,6 +53,10 @@ class AgentReport:
     jemalloc: JemallocStats | None = None
     tcmalloc: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0  # how long the question took
+    # in the exit record (agent-PID.txt): its hold for the recorder (time, held, answered, tried)
+    # and the process's command line
+    exit: dict[str, float] = field(default_factory=dict)
+    cmdline: list[str] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
         """A JSON-ready digest (the XML itself is not kept)."""
@@ -67,6 +71,10 @@ class AgentReport:
             out["jemalloc"] = self.jemalloc.__dict__.copy()
         if self.tcmalloc:
             out["tcmalloc"] = dict(self.tcmalloc)
+        if self.exit:
+            out["exit"] = dict(self.exit)
+        if self.cmdline:
+            out["cmdline"] = list(self.cmdline)
         return out
 
 
@@ -129,6 +137,15 @@ def _parsed(parse: Callable[[str, str], T], text: str, source: str) -> T:
         raise MalformedInput(source, str(exc)) from None
 
 
+def _cmdline(hexed: str, source: str) -> list[str]:
+    """The exit record's command line: /proc/self/cmdline in hex (its arguments NUL-separated)."""
+    try:
+        raw = bytes.fromhex(hexed)
+    except ValueError:
+        raise MalformedInput(source, "its cmdline is not hex") from None
+    return [a.decode("utf-8", "replace") for a in raw.split(b"\0") if a]
+
+
 def parse_report(text: str, source: str = "agent reply") -> AgentReport:
     """Parse a ``stats`` reply (raises MalformedInput on anything else)."""
     return _parsed(_parse_report, text, source)
@@ -137,7 +154,8 @@ def parse_report(text: str, source: str = "agent reply") -> AgentReport:
 def _parse_report(text: str, source: str) -> AgentReport:
     simple, records, xml = _header(text, source)
     report = AgentReport(pid=_int(simple.get("pid", ""), source), allocator=simple.get("allocator", "unknown"),
-                         malloc_from=simple.get("malloc_from", ""), rss=_int(simple.get("rss", "-1"), source))
+                         malloc_from=simple.get("malloc_from", ""), rss=_int(simple.get("rss", "-1"), source),
+                         cmdline=_cmdline(simple.get("cmdline", ""), source))
     for line in records:
         name, *words = line.split()
         if name == "trimmer":
@@ -154,6 +172,8 @@ def _parse_report(text: str, source: str) -> AgentReport:
                                             v.get("narenas", 0), muzzy=v.get("muzzy", 0))
         elif name == "tcmalloc":
             report.tcmalloc = {k: _int(x, source) for k, x in values.items()}
+        elif name == "exit":
+            report.exit = {k: float(x) for k, x in values.items()}
     if xml:
         report.malloc_info = parse_malloc_info(xml, bins=False)
     return report

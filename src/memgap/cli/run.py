@@ -1,9 +1,12 @@
 """Run a command and explain its memory over time.
 
-Samples the command's process tree (RSS of every process) at --interval, and
-makes Python children record an in-process snapshot at each memgap.phase()
-and at exit, through a bootstrap on PYTHONPATH (the program is not changed).
-Prints the phase table of each process and the final breakdown.
+Samples the command's process tree (RSS of every process) at --interval and
+reads each process from outside, whatever its language: at its peak, its
+quiet spells and its exit (memgap's preloaded agent holds the exit for that
+read). Python children also record an in-process snapshot at each
+memgap.phase() and at exit, through a bootstrap on PYTHONPATH (the program is
+not changed). Prints the breakdown of the process with the highest peak, at
+its peak and at idle, and every other process in one line.
 
   memgap run --json out.json -- python my_service.py
 """

@@ -10,7 +10,7 @@ from typing import Any, TextIO
 from rich.console import Console, RenderableType
 
 from ..diagnose import diagnose_tree
-from ..model import Finding, Snapshot, layer_figure, tree_totals
+from ..model import PYTHON_LAYERS, Finding, Snapshot, layer_figure, tree_totals
 from ..units import mib, pct
 from .cgroup import cgroup_lines
 from .fit import CUT, WRAP, Col, fit_table
@@ -75,6 +75,8 @@ def layers_table(snap: Snapshot, width: int = 120) -> RenderableType:
     rows: list[list[str]] = []
     styles: list[str | None] = []
     for name, layer in snap.layers.items():
+        if snap.not_python and name in PYTHON_LAYERS:
+            continue  # no Python in it: nothing to say about Python
         if layer.resident is None:
             rows.append(row(LAYER_TITLES.get(name, name), ["-", "-", "-"], ["-", "-"], f"not measured: {layer.note}"))
             styles.append("dim")
