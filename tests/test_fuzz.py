@@ -170,3 +170,58 @@ def test_serve_metrics_answers_any_request_or_closes(web_server, lines, newline,
         assert status and int(status[1]) in (400, 401, 405, 408, 431, 505), reply[:100]
     good = _exchange(web_server, b"GET /metrics HTTP/1.1\r\nAuthorization: Bearer t0ken\r\n\r\n")
     assert good.startswith(b"HTTP/1.1 200 OK\r\n") and good.endswith(b"\r\n\r\nok\n"), good
+
+
+# --- memgap report on documents a careless or hostile user hands it (issue 23) -------------------
+
+SAVED_DOCUMENTS = [os.path.join(os.path.dirname(__file__), "fixtures", "documents", d, f)
+                   for d, f in (("04f183d", "run.json"), ("04f183d", "lab.json"), ("b87b24e", "lab-sweep.json"))]
+ODD_VALUES = st.one_of(st.none(), st.booleans(), st.integers(-(1 << 70), 1 << 70), st.floats(allow_nan=False),
+                       st.text(max_size=40), st.lists(st.integers(), max_size=3),
+                       st.dictionaries(st.text(max_size=5), st.integers(), max_size=3))
+
+
+def _paths(doc, prefix=()):
+    """Every path to a value in a JSON document, as key and index tuples."""
+    yield prefix
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            yield from _paths(v, (*prefix, k))
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc[:3]):
+            yield from _paths(v, (*prefix, i))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(SAVED_DOCUMENTS), st.data())
+def test_report_refuses_or_renders_any_damaged_document(tmp_path_factory, path, data):
+    """A saved document with fields replaced by values of any type, or removed: `memgap report` renders it
+    or says in one line what is wrong (exit code 6), never a traceback."""
+    import contextlib
+    import io
+    import json
+
+    from memgap.cli import main
+
+    with open(path) as fh:
+        doc = json.load(fh)
+    paths = [p for p in _paths(doc) if p]
+    for _ in range(data.draw(st.integers(1, 4))):
+        where = data.draw(st.sampled_from(paths))
+        parent = doc
+        for key in where[:-1]:
+            parent = parent[key] if isinstance(parent, (dict, list)) and key in (parent if isinstance(parent, dict)
+                                                                                else range(len(parent))) else None
+        if isinstance(parent, dict) and where[-1] in parent:
+            if data.draw(st.booleans()):
+                parent[where[-1]] = data.draw(ODD_VALUES)
+            else:
+                del parent[where[-1]]
+    damaged = tmp_path_factory.mktemp("damaged") / "doc.json"
+    damaged.write_text(json.dumps(doc))
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["report", str(damaged)])
+    assert code in (0, 6), (code, err.getvalue()[-2000:])
+    if code:
+        assert len(err.getvalue().strip().splitlines()) == 1, err.getvalue()

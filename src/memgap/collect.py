@@ -370,6 +370,8 @@ def snapshot_pid(pid: int, options: Options | None = None, proc_root: str = "/pr
         detection = allocator_source.detect_pid(reader, maps)
         asked = options.agent and (options.agent_beside_glibc or not detection.glibc_heaps_readable)
         report, agent_problem = _ask_agent(reader, pid, proc_root) if asked else (None, "")
+        if report is not None:  # its answer may map memory (jemalloc's stats.mapped grew by 180 KiB): maps again
+            maps = reader.maps()
         # the agent's statistics stand in for a walk; the pages come from the allocator's mappings,
         # read before the pagemap so that pagemap and VmRSS are read close together
         agent_stats = report is not None and (report.jemalloc is not None or bool(report.tcmalloc))

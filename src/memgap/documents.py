@@ -182,7 +182,10 @@ class ProcessRecord:
 
     @classmethod
     def from_dict(cls, data: Any, what: str = "run's process") -> ProcessRecord:
-        return cls(**_fields(cls, data, what))
+        record = cls(**_fields(cls, data, what))
+        for i, snap in enumerate(record.snapshots):  # kept as JSON, but checked as snapshots are
+            Snapshot.from_dict(snap, f"{what}, snapshot {i}")
+        return record
 
     def phases(self) -> list[Snapshot]:
         """Its snapshots as Snapshot objects (what a recording adds to them left out)."""
@@ -192,6 +195,18 @@ class ProcessRecord:
         """The trims of its ``after-trim`` snapshots (the one trim at a marked phase), in time order."""
         return [TrimRecord.from_dict(s["trim"], f"PID {self.pid}'s trim") for s in self.snapshots
                 if s.get("phase") == "after-trim" and s.get("trim")]
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One RSS sample of a run's timeline (its JSON keeps these keys; ``from_dict`` checks them)."""
+
+    t: float          # seconds after the run began
+    pid: int
+    rss: int
+    anon: int = 0
+    file: int = 0
+    threads: int = 0
 
 
 @dataclass
@@ -230,7 +245,14 @@ class RunDocument:
     @classmethod
     def from_dict(cls, data: Any, what: str = "run document") -> RunDocument:
         check_schema(data, "memgap.run", RUN_SCHEMA, what)
-        return cls(**_fields(cls, data, what))
+        run = cls(**_fields(cls, data, what))
+        # kept as JSON for the renderers, but checked: a sample or finding missing a figure is refused here,
+        # not met as a KeyError in a table
+        for i, sample in enumerate(run.timeline):
+            _fields(Sample, sample, f"{what}, timeline[{i}]")
+        for i, finding in enumerate(run.findings):
+            _fields(Finding, finding, f"{what}, findings[{i}]")
+        return run
 
 
 # The run document's fields in the order load_run has always written them.
@@ -372,7 +394,29 @@ class LabDocument:
     @classmethod
     def from_dict(cls, data: Any, what: str = "lab document") -> LabDocument:
         check_schema(data, "memgap.lab", LAB_SCHEMA, what)
-        return cls(**_fields(cls, data, what))
+        lab = cls(**_fields(cls, data, what))
+        if lab.material:  # the settings kept as given are checked all the same
+            _fields(_Material, lab.material, f"{what}, field 'material'")
+        if lab.cgroup:
+            _fields(_CgroupSettings, lab.cgroup, f"{what}, field 'cgroup'")
+        return lab
+
+
+@dataclass(frozen=True)
+class _Material:
+    """A lab's ``material``: what a variant must save to be better (its JSON is kept as a dict)."""
+
+    share: float
+    bytes: int
+
+
+@dataclass(frozen=True)
+class _CgroupSettings:
+    """A lab's ``cgroup``: its runs' memory limit, or why they ran without one (kept as a dict)."""
+
+    limit: int | None = None
+    note: str | None = None
+    per_run: bool = False
 
 
 # The lab document's fields in the order lab_document has always written them.

@@ -31,6 +31,27 @@ public class GrowDrop {
         }
     }
 
+    static long vmrssKib() throws IOException {
+        for (String line : Files.readAllLines(Paths.get("/proc/self/status"))) {
+            if (line.startsWith("VmRSS:")) {
+                return Long.parseLong(line.split("\\s+")[1]);
+            }
+        }
+        return -1;
+    }
+
+    // G1 gives the memory a collection freed back in the background (JDK 17): on a loaded machine that
+    // took over a second once, so the rest begins when VmRSS has held for 300 ms (3 s at most)
+    static void settle() throws InterruptedException, IOException {
+        long last = vmrssKib(), held = 0;
+        for (int waited = 0; waited < 3000 && held < 300; waited += 50) {
+            Thread.sleep(50);
+            long now = vmrssKib();
+            held = now == last ? held + 50 : 0;
+            last = now;
+        }
+    }
+
     public static void main(String[] args) throws InterruptedException, IOException {
         int mib = args.length > 0 ? Integer.parseInt(args[0]) : 200;
         double rest = args.length > 1 ? Double.parseDouble(args[1]) : 2.0;
@@ -50,6 +71,7 @@ public class GrowDrop {
         }
         if (args.length < 3 || !args[2].equals("nogc")) {
             System.gc();
+            settle();
         }
         Thread.sleep((long) (rest * 1000));
         if (args.length > 3) {
