@@ -131,3 +131,42 @@ def test_every_reader_keeps_the_seams_promises(run):
         ranges = sorted((r.start, r.end) for r in heap.ranges)
         assert ranges and all(lo < hi for lo, hi in ranges)
         assert all(a[1] <= b[0] for a, b in itertools.pairwise(ranges)), name
+
+
+def _listening_ports(pid):
+    """TCP ports the process listens on (its sockets' inodes against /proc/net/tcp's listeners)."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as fh:
+            for line in fh.readlines()[1:]:
+                f = line.split()
+                if f[3] == "0A" and f[9] in inodes:
+                    ports.add(int(f[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+@pytest.mark.parametrize("runtime", ["go", "jvm", "v8"])
+def test_deep_takes_each_runtimes_own_route_or_says_why_not(run, runtime):
+    """`inspect --deep` on a runtime's program: the JVM's jcmd (its attach API) told beside the outside read;
+    Go has no such route and is no longer refused (exit 5 before); Node's inspector is not opened (it would
+    stay open to every local user), and no port is left listening."""
+    program = run(runtime)
+    ports = _listening_ports(program.proc.pid)
+    done = memgap("inspect", str(program.proc.pid), "--deep", "--json", "-", timeout=180)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (told,) = json.loads(done.stdout)["deep"]["runtimes"]
+    assert told["runtime"] == runtime
+    if runtime == "jvm":
+        assert "jcmd" in told["route"] and told["in_use"] > 0, told
+    else:
+        assert told["note"], told
+    assert _listening_ports(program.proc.pid) == ports
+    assert not program.stopped_threads()

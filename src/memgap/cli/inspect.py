@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from ..collect import Options, snapshot_pid
 from ..diagnose import diagnose_tree
 from ..documents import TreeDocument
-from ..errors import UsageError
+from ..errors import Unsupported, UsageError
 from ..model import Snapshot, tree_totals
 from ..processes import ProcessIdentity
 from ..report.terminal import render_snapshot, render_tree
@@ -118,14 +118,21 @@ def execute(request: InspectRequest) -> int:
 def _inside(request: InspectRequest) -> int:
     """--deep and --trim: the outside snapshot first, then gdb, each figure with its route."""
     from ..deep import deep, trim
-    from ..report.attach import render_after_trim, render_deep, render_trim
+    from ..report.attach import render_after_trim, render_deep, render_runtimes_deep, render_trim
 
     options = request.gdb_options()
     pid, proc_root = request.pid, request.proc_root
     # regions: the outside count of mmapped chunks, compared with malloc_info's
     snap, identity = snapshot_checked(pid, Options(regions=request.regions or request.deep), proc_root)
     started = identity.start_time
-    found = deep(pid, snap, started, options) if request.deep else None
+    runtimes = _runtimes_deep(snap, pid, proc_root) if request.deep else []
+    found = None
+    if request.deep:
+        try:
+            found = deep(pid, snap, started, options)
+        except Unsupported:
+            if not runtimes:  # nothing gdb can read, and no runtime's own route either
+                raise
     trimmed = after = None
     if request.trim:
         trimmed = trim(pid, snap, started, options)
@@ -133,8 +140,8 @@ def _inside(request: InspectRequest) -> int:
         after.phase, after.trim = "after-trim", trimmed
     if request.json:
         doc = snap.to_dict(regions=request.regions)
-        if found is not None:
-            doc["deep"] = found.to_dict()
+        if found is not None or runtimes:
+            doc["deep"] = {**(found.to_dict() if found is not None else {}), "runtimes": runtimes}
         if after is not None:
             doc["after_trim"] = after.to_dict(regions=False)
         write_json(doc, request.json)
@@ -143,10 +150,20 @@ def _inside(request: InspectRequest) -> int:
         _print_regions(snap, request.regions)
         if found is not None:
             render_deep(found, sys.stdout)
+        render_runtimes_deep(runtimes, sys.stdout)
         if trimmed is not None and after is not None:
             render_trim(pid, trimmed, sys.stdout)
             render_after_trim(after, sys.stdout)
     return 0
+
+
+def _runtimes_deep(snap: Snapshot, pid: int, proc_root: str) -> list[dict[str, object]]:
+    """Each runtime's own deep route (the JVM's jcmd, Node's inspector), where the snapshot read a runtime."""
+    if "runtime_heap" not in snap.layers:
+        return []
+    from ..runtimes import read_deep
+
+    return read_deep(pid, proc_root)
 
 
 def _tree(request: InspectRequest) -> int:

@@ -208,3 +208,19 @@ def render_after_trim(after: Snapshot, stream: TextIO, width: int | None = None)
     console = console_on(stream, width)
     console.print(layers_table(after, console.width))
 
+
+
+def render_runtimes_deep(runtimes: list[dict[str, Any]], stream: TextIO, width: int | None = None) -> None:
+    """What each runtime's own deep route told (``memgap.runtimes.read_deep``), a line or two each."""
+    console = console_on(stream, width)
+    for rt in runtimes:
+        if "note" in rt:
+            console.print(f"{rt['runtime']}: {rt['note']}")
+            continue
+        figures = ", ".join(f"{name} {mib(rt[name])} MiB" for name in ("in_use", "committed", "limit")
+                            if rt.get(name) is not None)
+        console.print(f"{rt['runtime']} {rt.get('version', '')} by its own route ({rt['route']}): {figures}")
+        for name, value in (rt.get("metadata") or {}).items():
+            console.print(f"    {name}: {mib(value)} MiB")
+        for note in rt.get("notes") or []:
+            console.print(f"    note: {note}")

@@ -50,6 +50,44 @@ def detect_runtimes(process: ProcessView) -> list[RuntimeInfo]:
     return found
 
 
+def read_deep(pid: int, proc_root: str = "/proc") -> list[dict[str, Any]]:
+    """`inspect --deep` for the runtimes in a process: each reader's deep route where it has one (the
+    JVM's jcmd, Node's inspector: the runtime's own supported ways, which touch the process), as JSON-ready
+    figures with the route taken; where it has none or it fails, a line saying so."""
+    import dataclasses
+    import os
+
+    from ..errors import MemgapError
+    from ..sources.procfs import ProcReader
+
+    with ProcReader(pid, proc_root) as reader:
+        try:
+            exe: str | None = os.readlink(f"{reader.base}/exe")
+        except OSError:
+            exe = None
+        view = ProcessView(pid, reader, reader.maps(), exe)
+        out: list[dict[str, Any]] = []
+        for info in detect_runtimes(view):
+            runtime = READERS[info.name]
+            deep = getattr(runtime, "read_deep", None)
+            leaves_open = getattr(runtime, "deep_leaves_open", "")
+            if deep is not None and leaves_open:  # not taken for the user: it would outlast memgap's read
+                out.append({"runtime": info.name, "note": f"its deep route is not taken by --deep: {leaves_open}"})
+                continue
+            if deep is None:
+                out.append({"runtime": info.name, "note": "no deep route: what memgap reads from outside is all "
+                                                          "this runtime's own state tells"})
+                continue
+            try:
+                heap = deep(view, info)
+            except (MemgapError, OSError, ValueError) as exc:
+                out.append({"runtime": info.name, "note": f"its deep route failed: {exc}"})
+                continue
+            figures = {k: v for k, v in dataclasses.asdict(heap).items() if k not in ("info", "ranges")}
+            out.append({"runtime": info.name, "version": info.version, **figures})
+    return out
+
+
 def remedy(name: str, heap: dict[str, Any]) -> str:
     """What brings a runtime's retained heap back, as its reader words it (``remedy(heap_detail)``
     on the reader, where it has one), else the lab's line."""
@@ -103,5 +141,5 @@ def _load_all() -> None:
 
 
 __all__ = ["READERS", "SETTINGS", "ProcessView", "RuntimeHeap", "RuntimeInfo", "RuntimeReader", "RuntimeSettings",
-           "all_readers", "detect_runtimes", "register", "register_settings", "remedy", "runtime_settings",
-           "runtime_variants", "settings_prefixes"]
+           "all_readers", "detect_runtimes", "read_deep", "register", "register_settings", "remedy",
+           "runtime_settings", "runtime_variants", "settings_prefixes"]

@@ -471,6 +471,11 @@ def read_deep(process: ProcessView, info: RuntimeInfo, timeout: float = 5.0) -> 
 class V8Reader:
     """V8's reader: ``detect`` from its files, ``read`` from its page headers."""
 
+    # why `inspect --deep` does not open Node's inspector (read_deep does, when called on purpose)
+    deep_leaves_open = ("Node's inspector, opened by SIGUSR1, stays open on loopback after the read, and any "
+                        "local user who reaches its port can run code in the process; V8's page headers read "
+                        "from outside give its heap without it")
+
     def detect(self, process: ProcessView) -> RuntimeInfo | None:
         return detect_v8(process)
 
@@ -482,6 +487,10 @@ class V8Reader:
         except MemgapError:  # gone, or not ours to read: the figures stand without the options
             cmdline, environ = [], {}
         return heap_from_census(info, census, parse_settings(cmdline, environ))
+
+    def read_deep(self, process: ProcessView, info: RuntimeInfo) -> RuntimeHeap:
+        """V8's own figures through Node's inspector (``read_deep``: it opens a port in the process)."""
+        return read_deep(process, info)
 
 
 register("v8", V8Reader())
