@@ -380,16 +380,10 @@ def snapshot_pid(pid: int, options: Options | None = None, proc_root: str = "/pr
         memmap = read_memory_map(reader)
         smaps = reader.smaps_pss()
         memmap.resident.set_shares(smaps)  # beside the pagemap: each mapping's PSS
-        layout = None
         is_python = any("python" in os.path.basename(m.path) for m in maps if m.is_file)
         if not is_python:
             notes["python_objects"] = NOT_PYTHON
-        if detection.glibc_heaps_readable:  # read-only, validated walks through /proc/PID/mem
-            layout = find_glibc_layout(reader, memmap.plain_mappings, memmap.resident)
-        elif not agent_stats:
-            notes["allocator_in_use"] = notes["allocator_free"] = allocator_source.outside_note(detection)
-        if detection.beside:
-            notes["other_anon"] = allocator_source.beside_note(detection)
+        layout = _glibc_outside(reader, memmap, detection, agent_stats, notes)
         sizes: tuple[int | None, int | None] = (DEFAULT_ARENA_SIZE, DEFAULT_POOL_SIZE) if is_python else (None, None)
         runtimes, ranges = _read_runtimes(reader, maps, notes)
         regions = label_regions(reader, memmap, layout, *sizes, owned, ranges)
@@ -415,6 +409,19 @@ def snapshot_pid(pid: int, options: Options | None = None, proc_root: str = "/pr
         pss_unexplained=_pss_unexplained(layers, status), pss_note=PSS_DERIVATION, start_time=stat_before.start_time,
     )
     return _finish(snap, started, proc_root)
+
+
+def _glibc_outside(reader: ProcReader, memmap: MemoryMap, detection: allocator_source.AllocatorDetection,
+                   agent_stats: bool, notes: dict[str, str]) -> GlibcLayout | None:
+    """glibc's heaps walked from outside where they can be (read-only, validated walks through
+    /proc/PID/mem), else the allocator layers' notes say why they are not measured."""
+    if detection.beside:
+        notes["other_anon"] = allocator_source.beside_note(detection)
+    if detection.glibc_heaps_readable:
+        return find_glibc_layout(reader, memmap.plain_mappings, memmap.resident)
+    if not agent_stats:
+        notes["allocator_in_use"] = notes["allocator_free"] = allocator_source.outside_note(detection)
+    return None
 
 
 def _read_runtimes(reader: ProcReader, maps: list[Mapping], notes: dict[str, str]

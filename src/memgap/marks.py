@@ -14,19 +14,31 @@ import re
 import sys
 import threading
 import time
-from typing import IO, TypeVar
+from typing import IO, NamedTuple, TypeVar
 
 _T = TypeVar("_T")
+
+
+class Mark(NamedTuple):
+    """A phase mark, with the program's VmRSS (None: not read) and the time as its line arrived."""
+
+    name: str
+    rss: int | None
+    at: float
 
 
 class StdoutMarks:
     """Phase marks (``pattern``) and metric values (``metric_pattern``, group 1 a number)
     from the lines a program prints."""
 
-    def __init__(self, stream: IO[bytes], pattern: str, echo: bool, metric_pattern: str = "") -> None:
+    def __init__(self, stream: IO[bytes], pattern: str, echo: bool, metric_pattern: str = "",
+                 pid: int | None = None) -> None:
         self.regex = re.compile(pattern) if pattern else None
         self.metric_regex = re.compile(metric_pattern) if metric_pattern else None
-        self.marks: queue.Queue[str] = queue.Queue()
+        # each mark with the program's VmRSS and the time as its line arrived (``pid``: whose): the recorder
+        # may be in the middle of a read of the tree then, and the program runs on meanwhile
+        self.marks: queue.Queue[Mark] = queue.Queue()
+        self.pid = pid
         self.values: queue.Queue[float] = queue.Queue()
         self.echo = echo
         # Set when a mark arrives, and when the stream ends (the program exited, mostly):
@@ -44,7 +56,7 @@ class StdoutMarks:
             line = raw.decode("utf-8", "replace")
             match = self.regex.search(line) if self.regex else None
             if match:
-                self.marks.put(match.group(1) if match.groups() else match.group(0))
+                self.marks.put(Mark(match.group(1) if match.groups() else match.group(0), *self._rss_now()))
                 self.arrived.set()
             match = self.metric_regex.search(line) if self.metric_regex else None
             if match:
@@ -63,7 +75,23 @@ class StdoutMarks:
             except queue.Empty:
                 return items
 
+    def _rss_now(self) -> tuple[int | None, float]:
+        if self.pid is None:
+            return None, time.time()
+        try:
+            with open(f"/proc/{self.pid}/status", "rb") as fh:
+                for line in fh:
+                    if line.startswith(b"VmRSS:"):
+                        return int(line.split()[1]) * 1024, time.time()
+        except (OSError, ValueError, IndexError):
+            pass
+        return None, time.time()
+
     def pending(self) -> list[str]:
+        return [m.name for m in self._drain(self.marks)]
+
+    def pending_marks(self) -> list[Mark]:
+        """The marks arrived since the last call, each with the program's VmRSS as its line arrived."""
         return self._drain(self.marks)
 
     def pending_values(self) -> list[float]:

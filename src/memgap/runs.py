@@ -198,7 +198,8 @@ class _Recording:
             self._close_hold()
             self.writer.close()
             raise MemgapError(f"cannot run {options.cmd[0]!r}: {exc.strerror or exc}") from None
-        self.marks = (StdoutMarks(self.proc.stdout, options.mark_regex, options.stdout is None, service_metric)
+        self.marks = (StdoutMarks(self.proc.stdout, options.mark_regex, options.stdout is None, service_metric,
+                                  self.proc.pid)
                       if self.proc.stdout is not None and (options.mark_regex or service_metric) else None)
         self.load = (LoadDriver(options.load, options.record_dir, options.rest, self.writer.write)
                      if options.load else None)
@@ -231,10 +232,10 @@ class _Recording:
                 return
 
     def _read_marks(self) -> None:
-        for name in self.marks.pending() if self.marks else []:
+        for name, rss, at in self.marks.pending_marks() if self.marks else []:
             if self.quiet is not None:
                 self.quiet.marked.add(self.proc.pid)
-            outside_snapshot(self.writer, self.proc.pid, name, self.start, self.trim_after)
+            outside_snapshot(self.writer, self.proc.pid, name, self.start, self.trim_after, at_mark=(rss, at))
             self.marked_idle = self.marked_idle or name == "idle"
             self.clock.mark()
         for value in self.marks.pending_values() if self.marks else []:

@@ -107,6 +107,7 @@ class TreeSampler:
     def __init__(self, writer: RecordingWriter, start: float, quiet: OutsideQuiet | None) -> None:
         self.writer, self.start, self.quiet = writer, start, quiet
         self.names: dict[int, tuple[str, int]] = {}  # pid -> (comm, VmPeak) at the last look: an exec changes them
+        self.cmds: dict[int, list[str]] = {}  # pid -> the command line last recorded
         self.peaks: dict[int, int] = {}  # pid -> RSS of its last peak snapshot
         self.last_rss: dict[int, int] = {}  # pid -> its RSS at the last round
         self.unsteady: dict[int, int] = {}  # pid -> RSS of a peak read while it moved: read again once still
@@ -178,8 +179,15 @@ class TreeSampler:
         known, self.names[pid] = self.names.get(pid), (comm, vm_peak)
         if known is not None and known[0] == comm and vm_peak >= known[1]:
             return  # the same program: its VmPeak only grows until an exec starts a new one (VmHWM can dip)
-        event = {"type": "process", "pid": pid, "ppid": status_int(status, "PPid"),
-                 "cmd": command_of(reader, status), "t": round(now, 4)}
+        cmd = command_of(reader, status)
+        if cmd[0].startswith("[") and not str(status.get("State", "")).startswith("Z"):
+            # no command line yet, in the middle of an exec (a server started by a driver read as "[python]"
+            # once): asked again at the next sample, recorded again once it has one
+            self.names.pop(pid, None)
+        if cmd == self.cmds.get(pid) and known is None:
+            return
+        self.cmds[pid] = cmd
+        event = {"type": "process", "pid": pid, "ppid": status_int(status, "PPid"), "cmd": cmd, "t": round(now, 4)}
         if known is not None:  # a new program in it: its peak starts again
             event["exec"] = True
             self.peaks.pop(pid, None)
@@ -228,7 +236,8 @@ class OutsideQuiet:
 
 def outside_snapshot(writer: RecordingWriter, pid: int, phase: str, start: float, trim_after: str = "",
                      quiet_since: float | None = None, rested_since: float | None = None,
-                     event: str = "snapshot", held_exit: bool = False) -> dict[str, Any] | None:
+                     event: str = "snapshot", held_exit: bool = False,
+                     at_mark: tuple[int | None, float] | None = None) -> dict[str, Any] | None:
     """A phase snapshot of ``pid`` read from outside (for marks the program did not make itself).
 
     After the phase named ``trim_after``, the process's agent (if it has one)
@@ -237,6 +246,7 @@ def outside_snapshot(writer: RecordingWriter, pid: int, phase: str, start: float
     the process's rest began then (its work ended), earlier when a trim restarted the spell.
     ``event``: "snapshot" (a phase: an error is recorded) or "peak" (a high on the way: a
     process gone meanwhile is no error). ``held_exit``: read as the agent held the process's exit.
+    ``at_mark``: its VmRSS and the time as the mark's line arrived, where the marks' reader read them.
     Returns the snapshot's record (None where it could not be read); ``moving`` in it: its RSS
     changed by more than ``rss_slack`` while it was read.
     """
@@ -246,6 +256,8 @@ def outside_snapshot(writer: RecordingWriter, pid: int, phase: str, start: float
         # The program runs on while memgap reads it: its RSS at the mark comes first.
         read_began = time.time()
         rss_at_mark = status_int(ProcReader(pid).status(), "VmRSS")
+        if at_mark is not None and at_mark[0] is not None:  # read as the line arrived, not now
+            rss_at_mark, read_began = at_mark[0], at_mark[1]
         # at a held exit, glibc's heaps walked from outside are enough: its agent's exit record has
         # its mallinfo2, and the question would cost the wait 4 ms more (3 times the read)
         snap = snapshot_pid(pid, Options(regions=False, recorded=True, agent_beside_glibc=not held_exit))
