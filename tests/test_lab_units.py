@@ -139,6 +139,9 @@ def test_trimmer_recommendations_for_python_and_for_other_programs():
     assert "args=(5,)" in every["python_plain"]
 
 
+REQUIRED = {"pid": 1, "unexplained": 0}  # what every snapshot has, which a run's are checked for
+
+
 def _run(fields):
     """A run document made by hand: the fields given, the rest as an earlier memgap left them."""
     from memgap.documents import RunDocument
@@ -147,7 +150,7 @@ def _run(fields):
 
 
 def test_post_rest_is_the_exit_figure():
-    snap = {"phase": "", "rss": 0, "layers": {}, "status": {}, "allocator": {"name": "glibc"}, "pid": 1, "unexplained": 0,
+    snap = {"phase": "", "rss": 0, "layers": {}, "status": {}, "allocator": {"name": "glibc"}, **REQUIRED,
             "route": "in-process", "time": 0}
     run = {"exit_code": 0, "duration": 5.0, "timeline": [{"t": 1.0, "pid": 1, "rss": 90}],
            "processes": [{"pid": 1, "snapshots": [dict(snap, phase="post-import", rss=30),
@@ -312,7 +315,8 @@ def test_a_pymalloc_setting_on_a_program_that_is_not_python_did_not_apply():
     from memgap.lab.metrics import run_metrics
 
     def run(route):
-        snap = {"rss": 30, "layers": {}, "status": {}, "allocator": {"name": "glibc"}, "pid": 1, "unexplained": 0, "route": route, "time": 0}
+        snap = {"rss": 30, "layers": {}, "status": {}, "allocator": {"name": "glibc"}, **REQUIRED, "route": route,
+                "time": 0}
         return _run({"exit_code": 0, "duration": 1.0, "timeline": [],
                      "processes": [{"pid": 1, "snapshots": [dict(snap, phase="post-import"),
                                                             dict(snap, phase="idle")]}]})
@@ -328,7 +332,7 @@ def test_a_server_seen_only_from_outside_shows_its_trimmer_and_its_interpreter()
     event says a trimmer took, and its command line says it is Python."""
     from memgap.lab.metrics import run_metrics
 
-    snap = {"rss": 30, "layers": {}, "status": {}, "allocator": {"name": "glibc"}, "pid": 1, "unexplained": 0, "route": "outside",
+    snap = {"rss": 30, "layers": {}, "status": {}, "allocator": {"name": "glibc"}, **REQUIRED, "route": "outside",
             "time": 0, "phase": "quiet"}
 
     def run(cmd, **entry):
@@ -346,8 +350,8 @@ def test_a_trimmer_variants_idle_is_what_its_own_trims_left():
     from memgap.lab.metrics import run_metrics
 
     def run(trims=None, agent_trims=0):
-        snap = {"rss": 80, "layers": {}, "status": {}, "allocator": {"name": "glibc"}, "pid": 1, "unexplained": 0, "route": "in-process",
-                "time": 0}
+        snap = {"rss": 80, "layers": {}, "status": {}, "allocator": {"name": "glibc"}, **REQUIRED,
+                "route": "in-process", "time": 0}
         proc = {"pid": 1, "snapshots": [dict(snap, phase="post-import", rss=30), dict(snap, phase="idle"),
                                         dict(snap, phase="exit", rss=20)]}
         if trims:

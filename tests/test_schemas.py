@@ -116,3 +116,16 @@ def test_a_snapshot_without_its_layers_is_refused(resting):
         valid(snap)
     with pytest.raises(MalformedInput, match="layers"):
         Snapshot.from_dict(snap)
+
+
+def test_a_fresh_lab_validates(tmp_path):
+    """A lab run now, on a program that does not import memgap: its document validates and loads."""
+    from memgap.documents import LabDocument
+
+    out = tmp_path / "lab.json"
+    done = memgap("lab", "--reps", "1", "--variant", "glibc", "--variant", "glibc:arena_max=2", "--json", str(out),
+                  "--", sys.executable, "-c", "x = [bytes(1000) for _ in range(20000)]; del x", timeout=180)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lab = json.loads(out.read_text())
+    valid(lab)
+    assert LabDocument.from_dict(lab).runs
