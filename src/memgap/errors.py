@@ -114,6 +114,18 @@ class ProcessExeced(MemgapError):
                          "run memgap again to read the new one")
 
 
+class StoppedBySignal(MemgapError):
+    """``memgap run`` got SIGTERM or SIGHUP: it passed it on, ended its command's tree and kept the
+    recording. The exit code is 128 + the signal's number, as a shell tells a process ended by it
+    (143 for SIGTERM, 129 for SIGHUP)."""
+
+    exit_code = 143
+
+    def __init__(self, signum: int, detail: str) -> None:
+        super().__init__(detail)
+        self.exit_code = 128 + signum
+
+
 def pid_exists(pid: int, proc_root: str = "/proc") -> bool:
     return os.path.exists(f"{proc_root}/{pid}")
 
