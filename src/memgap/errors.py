@@ -71,6 +71,11 @@ class MalformedInput(MemgapError):
         super().__init__(f"malformed {source}: {detail}")
 
 
+class InputTooLarge(MalformedInput):
+    """A recording or document with a line or a string beyond what memgap ever writes (the limits are
+    in memgap.recording and memgap.doc_fields): refused where it is met, never taken for a line cut short."""
+
+
 class PidReused(NoSuchProcess):
     """The PID now names another process than the one memgap was following."""
 

@@ -3,17 +3,18 @@ so a run killed midway keeps every line written before the kill.
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
 import stat
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TextIO
 
 from .doc_fields import parse_json
 from .envnames import RECORD_DIR_ENV
-from .errors import MalformedInput, MemgapError, UsageError
+from .errors import InputTooLarge, MalformedInput, MemgapError, UsageError
 
 CREATE_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -90,22 +91,67 @@ class RecordingWriter:
             self._fh.close()
 
 
-def read_events(path: str) -> Iterator[dict[str, Any]]:
-    """Events of a recording; a last line cut short by a kill is skipped, any other bad line is an error."""
+LINE_LIMIT = 16 << 20  # characters: a recording's longest line (a snapshot without its regions) is far below
+
+
+def open_recorded(path: str) -> TextIO:
+    """A file of a recording, opened to read: a regular file, never through a link (one planted in the
+    folder would show another file's text as the recording's), never blocking (a FIFO)."""
     try:
-        with open(path, encoding="utf-8") as fh:
-            lines = fh.read().split("\n")
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError as exc:
-        raise MalformedInput(path, exc.strerror or str(exc)) from None
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            yield parse_json(line, f"{path}, line {number}")
-        except MalformedInput:
-            if number >= len(lines) - 1:  # the final line, interrupted mid-write
+        why = "a link, not followed: memgap reads only the files it wrote" if exc.errno == errno.ELOOP else \
+            exc.strerror or str(exc)
+        raise MalformedInput(path, why) from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise MalformedInput(path, "not a regular file")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, encoding="utf-8")
+
+
+def read_events(path: str) -> Iterator[dict[str, Any]]:
+    """Events of a recording, read a line at a time (memory: one line, LINE_LIMIT at most); a last line
+    cut short by a kill is skipped, any other bad line is an error."""
+    with open_recorded(path) as fh:
+        number = 0
+        while True:
+            number += 1
+            line = _line(fh, path, number)
+            if not line:
                 return
-            raise
+            if not line.strip():
+                continue
+            try:
+                yield parse_json(line, f"{path}, line {number}")
+            except InputTooLarge:
+                raise
+            except MalformedInput:
+                if line.endswith("\n") and _more(fh, path, number):
+                    raise
+                return  # the final line, interrupted mid-write
+
+
+def _line(fh: TextIO, path: str, number: int) -> str:
+    try:
+        line = fh.readline(LINE_LIMIT + 1)
+    except ValueError as exc:  # not UTF-8
+        raise MalformedInput(f"{path}, line {number}", f"not text memgap wrote ({exc})") from None
+    if len(line) > LINE_LIMIT:
+        raise InputTooLarge(f"{path}, line {number}",
+                            f"a line over {LINE_LIMIT >> 20} MiB: memgap writes none so long")
+    return line
+
+
+def _more(fh: TextIO, path: str, number: int) -> bool:
+    """Whether anything but blank lines follows (a bad line followed by more is no line cut short)."""
+    while True:
+        number += 1
+        line = _line(fh, path, number)
+        if not line:
+            return False
+        if line.strip():
+            return True
 
 
 def child_recording_path(directory: str, pid: int | None = None) -> str:

@@ -26,7 +26,7 @@ from .idle import BEFORE_EXIT_PHASE, idle_of_process
 from .load import LoadDriver
 from .marks import CpuActivity, PhaseClock, StdoutMarks
 from .model import RUN_SCHEMA
-from .recording import RecordingWriter, private_folder, read_events
+from .recording import RecordingWriter, open_recorded, private_folder, read_events
 from .sources.procfs import oom_kills
 from .tree_end import (
     GRACE,
@@ -367,8 +367,8 @@ def _add_agent_exit(processes: dict[int, dict[str, Any]], errors: list[dict[str,
     from .agent.client import parse_report
 
     try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            report = parse_report(fh.read(), path)
+        with open_recorded(path) as fh:  # never through a link planted in the folder
+            report = parse_report(fh.read(1 << 20), path)  # an agent writes a few KiB
     except (OSError, MemgapError) as exc:
         errors.append({"error": str(exc), "file": path})
         return
@@ -417,7 +417,8 @@ def load_run(record_dir: str) -> RunDocument:
             if event.get("exec"):
                 entry.pop("peak_reads", None)
         elif kind == "sample":
-            timeline.append({k: v for k, v in event.items() if k != "type"})
+            del event["type"]
+            timeline.append(event)
         elif kind == "end":
             end = event
         elif kind == "cgroup":
@@ -425,12 +426,18 @@ def load_run(record_dir: str) -> RunDocument:
         else:  # snapshots read from outside, errors, metrics, quiet spells' ends
             _add_event(processes, errors, metrics, event)
     for path in sorted(glob.glob(os.path.join(record_dir, "process-*.jsonl"))):
+        if os.path.islink(path):  # planted: never followed (read_events would refuse it too)
+            errors.append({"error": "a link, not followed: memgap reads only the files it wrote", "file": path})
+            continue
         for event in read_events(path):
             _add_event(processes, errors, metrics, event)
     for path in sorted(glob.glob(os.path.join(record_dir, "agent-*.txt"))):  # the agents' last words
         _add_agent_exit(processes, errors, path)
+    by_pid: dict[int, list[dict[str, Any]]] = {}  # each process's samples: its idle looks at its own only
+    for sample in timeline:
+        by_pid.setdefault(sample["pid"], []).append(sample)
     for entry in processes.values():
-        _finish_entry(entry, timeline, header.get("start"))
+        _finish_entry(entry, by_pid.get(entry["pid"], []), header.get("start"))
     run = RunDocument.from_dict({
         "schema": RUN_SCHEMA,
         "cmd": header.get("cmd", []),

@@ -118,7 +118,16 @@ def command(text: str) -> list[str]:
 
 
 def write_json(data: Any, path: str) -> None:
-    write_text(json.dumps(data, indent=1, default=str) + "\n", path)
+    """As JSON, into a file a piece at a time (a run's document can be hundreds of MB: never one string)."""
+    if path == "-":
+        write_text(json.dumps(data, indent=1, default=str) + "\n", path)
+        return
+    try:
+        with open(path, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, indent=1, default=str)
+            fh.write("\n")
+    except OSError as exc:
+        raise MemgapError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def write_text(text: str, path: str) -> None:
