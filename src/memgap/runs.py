@@ -396,6 +396,19 @@ def _finish_entry(entry: dict[str, Any], timeline: list[dict[str, Any]], start: 
     entry["cmd"] = entry["cmd"] or (entry.get("agent_exit") or {}).get("cmdline") or [f"[PID {entry['pid']}]"]
 
 
+def _read_process_files(record_dir: str, processes: dict[int, dict[str, Any]], errors: list[dict[str, Any]],
+                        metrics: dict[str, float]) -> None:
+    """What the processes wrote themselves: their phases (process-PID.jsonl), their agents' last words."""
+    for path in sorted(glob.glob(os.path.join(record_dir, "process-*.jsonl"))):
+        if os.path.islink(path):  # planted: never followed (read_events would refuse it too)
+            errors.append({"error": "a link, not followed: memgap reads only the files it wrote", "file": path})
+            continue
+        for event in read_events(path):
+            _add_event(processes, errors, metrics, event)
+    for path in sorted(glob.glob(os.path.join(record_dir, "agent-*.txt"))):
+        _add_agent_exit(processes, errors, path)
+
+
 def load_run(record_dir: str) -> RunDocument:
     """Assemble a recording folder (complete or cut short) into the run document (a recording
     whose events do not make one: MalformedInput)."""
@@ -406,8 +419,7 @@ def load_run(record_dir: str) -> RunDocument:
     errors: list[dict[str, Any]] = []
     metrics: dict[str, float] = {}  # the last value reported under each name, any process
     cgroup: dict[str, Any] | None = None  # the run's own memory cgroup, where it ran in one
-    samples_path = os.path.join(record_dir, SAMPLES_FILE)
-    for event in read_events(samples_path) if os.path.exists(samples_path) else []:
+    for event in read_events(path) if os.path.exists(path := os.path.join(record_dir, SAMPLES_FILE)) else []:
         kind = event.get("type")
         if kind == "header":
             header = event
@@ -425,14 +437,7 @@ def load_run(record_dir: str) -> RunDocument:
             cgroup = {k: v for k, v in event.items() if k != "type"}
         else:  # snapshots read from outside, errors, metrics, quiet spells' ends
             _add_event(processes, errors, metrics, event)
-    for path in sorted(glob.glob(os.path.join(record_dir, "process-*.jsonl"))):
-        if os.path.islink(path):  # planted: never followed (read_events would refuse it too)
-            errors.append({"error": "a link, not followed: memgap reads only the files it wrote", "file": path})
-            continue
-        for event in read_events(path):
-            _add_event(processes, errors, metrics, event)
-    for path in sorted(glob.glob(os.path.join(record_dir, "agent-*.txt"))):  # the agents' last words
-        _add_agent_exit(processes, errors, path)
+    _read_process_files(record_dir, processes, errors, metrics)
     by_pid: dict[int, list[dict[str, Any]]] = {}  # each process's samples: its idle looks at its own only
     for sample in timeline:
         by_pid.setdefault(sample["pid"], []).append(sample)
