@@ -35,11 +35,11 @@ from .tree_end import (
     StopSignals,
     TreeEnd,
     Watchdog,
-    become_subreaper,
     child_setup,
     end_tree,
     hold_stop_signals,
     release_stop_signals,
+    subreaper,
 )
 from .tree_idle import tree_at_idle
 from .tree_watch import (
@@ -176,7 +176,7 @@ class _Recording:
         self.trim_after = env.get(TRIM_AFTER_ENV, "")
         self.own_group = options.timeout is not None or bool(options.idle_after) or bool(options.load)
         service_metric = "" if options.load else options.metric_regex  # with a load, the load prints it
-        become_subreaper()  # the tree's orphans come back to memgap: found and ended with it
+        self.was_subreaper = subreaper(True)  # the tree's orphans come back to memgap: found and ended with it
         self.watchdog = Watchdog()  # ends the tree if memgap is killed outright
         try:
             stdout = subprocess.PIPE if options.mark_regex or service_metric else options.stdout
@@ -185,6 +185,7 @@ class _Recording:
                                          preexec_fn=child_setup(options.cgroup.enter if options.cgroup else None))
         except OSError as exc:
             self.watchdog.done()
+            subreaper(self.was_subreaper)
             self._close_hold()
             self.writer.close()
             raise MemgapError(f"cannot run {options.cmd[0]!r}: {exc.strerror or exc}") from None
@@ -266,6 +267,7 @@ class _Recording:
         """A stop signal: the tree ended (memgap.tree_end), the end event says how."""
         ending = end_tree(self.tree, received, GRACE, again)
         self.watchdog.done()
+        subreaper(self.was_subreaper)
         self._close_hold()
         if self.load is not None:
             self.load.stop()
@@ -299,6 +301,7 @@ class _Recording:
             except ProcessLookupError:
                 pass
         self.tree.reap()
+        subreaper(self.was_subreaper)
         if self.options.cgroup is not None:  # the run's own cgroup: its peak, and the OOM killer's acts in it
             self.writer.write({"type": "cgroup", "limit": self.options.cgroup.limit,
                                **asdict(self.options.cgroup.charge())})

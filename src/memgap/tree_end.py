@@ -33,6 +33,7 @@ CTRL_C_WAIT = 1.0  # Ctrl-C in a terminal reached the command too: it may end by
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
+PR_GET_CHILD_SUBREAPER = 37
 WATCHDOG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_watchdog.py")
 
 
@@ -94,10 +95,16 @@ def _libc_prctl() -> Callable[..., int] | None:
     return prctl
 
 
-def become_subreaper() -> bool:
-    """Orphans below memgap come back to it (not to init): found, and ended, with the tree."""
+def subreaper(on: bool) -> bool:
+    """While on, orphans below memgap come back to it (not to init): found, and ended, with the tree.
+    Returns whether it was on before (a container's init may have made it so: restored after the run)."""
     prctl = _libc_prctl()
-    return prctl is not None and prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    if prctl is None:
+        return False
+    was = ctypes.c_int(0)
+    prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(was), 0, 0, 0)
+    prctl(PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0)
+    return bool(was.value)
 
 
 def child_setup(then: Callable[[], None] | None = None) -> Callable[[], None]:
