@@ -135,3 +135,124 @@ def test_deep_in_a_program_with_its_own_memgap_module(tmp_path):
     finally:
         proc.kill()
         proc.wait()
+
+
+# --- the lab's folder, and links planted in memgap's own (item 1) ---------------------------------
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root: the folder is made another user's")
+def test_lab_refuses_a_folder_another_user_made(shared_tmp, tmp_path):
+    victim = tmp_path / "root-owned.txt"
+    victim.write_text("root's own\n")
+    planted = shared_tmp / "lab"
+    planted.mkdir()
+    os.symlink(victim, planted / "lab.jsonl")
+    for pid in range(os.getpid(), os.getpid() + 200):
+        os.symlink(victim, planted / f"agent-{pid}.txt")
+    os.chown(planted, NOBODY, NOBODY)
+    os.chmod(planted, 0o777)
+    line = one_line(memgap("lab", "--reps", "1", "--variant", "glibc", "--dir", str(planted), "--", "true"), 2)
+    assert "not a folder only you may write in" in line and "--dir" in line
+    assert victim.read_text() == "root's own\n"
+    assert not [p for p in planted.iterdir() if not p.is_symlink()]  # nothing written there
+
+
+def test_lab_refuses_a_link_where_its_folder_goes(shared_tmp, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    os.symlink(elsewhere, shared_tmp / "lab")
+    one_line(memgap("lab", "--reps", "1", "--variant", "glibc", "--dir", str(shared_tmp / "lab"), "--", "true"), 2)
+    assert os.listdir(elsewhere) == []
+
+
+def test_lab_makes_its_folder_for_itself(tmp_path):
+    proc = memgap("lab", "--reps", "1", "--variant", "glibc", "--phase-regex", r"phase: (\S+)", "--dir",
+                  str(tmp_path / "lab"), "--", "/bin/sh", "-c", "echo 'phase: idle'; sleep 0.3", timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for folder in (tmp_path / "lab", tmp_path / "lab" / "run-001-glibc"):
+        made = os.stat(folder)
+        assert made.st_uid == os.getuid() and made.st_mode & 0o777 == 0o700, (folder, oct(made.st_mode))
+
+
+# The workload itself plants links in the recording's folder, named for the PIDs its children will
+# have, to a file of root's: the agent (in sleep) and the recorder (of the Python child) must make
+# files of their own, never write through a link.
+PLANTER = r"""
+"$2" -c '
+import os, sys
+for pid in range(os.getpid() + 1, os.getpid() + 400):
+    for name in (f"agent-{pid}.txt", f"process-{pid}.jsonl", f"process-{pid}.trims.jsonl"):
+        os.symlink(sys.argv[1], os.path.join(os.environ["MEMGAP_RECORD_DIR"], name))
+os.symlink(sys.argv[1], os.path.join(os.environ["MEMGAP_RECORD_DIR"], "load-output.txt"))
+' "$1"
+sleep 0.2 & echo "sleep $!"; wait
+"$2" -c 'import os; print("python", os.getpid())'
+"""
+
+
+def test_links_planted_in_the_recording_are_never_followed(tmp_path):
+    victim = tmp_path / "root-owned.txt"
+    victim.write_text("root's own\n")
+    script = tmp_path / "planter.sh"
+    script.write_text(PLANTER)
+    out = tmp_path / "run.json"
+    proc = memgap("run", "--json", str(out), "--", "/bin/sh", str(script), str(victim), sys.executable, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert victim.read_text() == "root's own\n"
+    pids = dict(line.split() for line in proc.stdout.splitlines() if line.startswith(("sleep ", "python ")))
+    folder = tmp_path / "run.json.d"
+    for name in (f"agent-{pids['sleep']}.txt", f"process-{pids['python']}.jsonl"):
+        assert (folder / name).is_symlink(), name  # the test planted what it meant to: a name memgap wanted
+    made = [p for p in folder.iterdir() if not p.is_symlink() and p.is_file()]
+    assert all(p.stat().st_mode & 0o777 == 0o600 for p in made), [(p.name, oct(p.stat().st_mode)) for p in made]
+    import json
+
+    run = json.loads(out.read_text())
+    python = next(p for p in run["processes"] if p["pid"] == int(pids["python"]))
+    assert [s["phase"] for s in python["snapshots"]][-1] in ("exit", "before-exit")  # its own file, made anew
+    assert not any("root's own" in json.dumps(e) for e in run["errors"])  # nothing read through a link
+
+
+# --- recordings too large to be memgap's (item 8) ------------------------------------------------
+
+def _recording(folder, *events):
+    import json
+
+    folder.mkdir()
+    (folder / "samples.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    return folder
+
+
+HEADER = {"type": "header", "schema": "memgap.run/1", "cmd": ["true"], "start": 1.0, "interval": 0.1}
+
+
+@pytest.mark.parametrize("where", ["cmd", "phase"])
+def test_report_refuses_a_string_over_1_mib(tmp_path, where):
+    big = "x" * (2 << 20)
+    events = [{**HEADER, "cmd": ["python", big]}] if where == "cmd" else \
+        [HEADER, {"type": "snapshot", "pid": 5, "snapshot": {"phase": big, "rss": 1, "time": 1.0}}]
+    line = one_line(memgap("report", str(_recording(tmp_path / "rec", *events))), 6)
+    assert "a string of 2.0 MiB" in line and "none over 1 MiB" in line
+
+
+def test_report_refuses_a_line_over_16_mib(tmp_path):
+    folder = _recording(tmp_path / "rec", HEADER)
+    with open(folder / "samples.jsonl", "a") as fh:
+        fh.write('{"type": "sample", "pad": [' + ",".join(["1"] * (9 << 20)) + "]}\n")
+    line = one_line(memgap("report", str(folder)), 6)
+    assert "line 2: a line over 16 MiB" in line
+
+
+def test_report_reads_no_recording_file_through_a_link(tmp_path):
+    secret = tmp_path / "secret.jsonl"
+    secret.write_text('{"type": "metric", "pid": 1, "name": "secret", "value": 42}\n')
+    folder = _recording(tmp_path / "rec", HEADER, {"type": "end", "t": 1.0, "exit_code": 0})
+    os.symlink(secret, folder / "process-77.jsonl")
+    proc = memgap("report", str(folder), "--json", "-")
+    assert proc.returncode == 0, proc.stderr
+    import json
+
+    run = json.loads(proc.stdout)
+    assert run["metrics"] == {} and any("a link, not followed" in e["error"] for e in run["errors"])
+    os.remove(folder / "samples.jsonl")
+    os.symlink(secret, folder / "samples.jsonl")
+    assert "a link, not followed" in one_line(memgap("report", str(folder)), 6)

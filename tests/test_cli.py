@@ -306,7 +306,8 @@ def test_a_lab_folder_that_cannot_be_made_is_a_usage_error(tmp_path, capsys):
     taken.write_text("")
     assert main(["lab", "--variant", "glibc", "--reps", "1", "--dir", str(taken), "--", "true"]) == 2
     err = capsys.readouterr().err
-    assert err == f"memgap: --dir {taken}: cannot make the folder (File exists)\n"
+    assert err == (f"memgap: {taken} exists and is not a folder only you may write in: memgap records only into a "
+                   "folder it makes; choose another --dir\n")
 
 
 def _lab_folder(path, runs_of):

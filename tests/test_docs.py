@@ -197,7 +197,7 @@ def test_the_run_fields_are_a_runs_keys(tmp_path):
 
     doc = load_run(str(tmp_path)).to_dict()  # an empty recording: every field, as a run cut short at once has them
     (top,) = json_tables("Run: `memgap.run/1`")
-    written = set(doc) | {"tree"}  # written where two processes or more were alive at idle
+    written = set(doc) | {"tree", "stopped"}  # written where two processes or more were alive at idle; where stopped
     assert doc["schema"] == "memgap.run/1" and top == written, (top - written, written - top)
 
 

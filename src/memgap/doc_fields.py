@@ -7,15 +7,18 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import json
 import math
+import sys
 import types
 import typing
 from typing import Any
 
-from .errors import MalformedInput
+from .errors import InputTooLarge, MalformedInput
 
 FIGURE_LIMIT = 1 << 63  # no byte count, time or PID memgap writes comes near it
+STRING_LIMIT = 1 << 20  # characters: nor any string (Linux caps one argument of a command line at 128 KiB)
 
 
 def _bounded_int(text: str) -> int:
@@ -36,16 +39,45 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a figure")
 
 
+def _interned(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object's keys interned: a recording repeats the same few keys in every line, and each line
+    parsed apart would hold copies of its own (a third of a recording's memory once read)."""
+    return {sys.intern(k): v for k, v in pairs}
+
+
+_DECODER = json.JSONDecoder(parse_int=_bounded_int, parse_float=_finite, parse_constant=_no_constant,
+                            object_pairs_hook=_interned)
+
+
 def parse_json(text: str, what: str) -> Any:
     """JSON as memgap writes it, or MalformedInput saying what is wrong in one line: no NaN or
     Infinity, no number beyond 64 bits (or one that overflows a float), no nesting deeper than
-    Python's parser can follow."""
+    Python's parser can follow, no string over STRING_LIMIT."""
     try:
-        return json.loads(text, parse_int=_bounded_int, parse_float=_finite, parse_constant=_no_constant)
+        value = _DECODER.decode(text)
     except RecursionError:
         raise MalformedInput(what, "not JSON memgap wrote: nested too deep to read") from None
     except ValueError as exc:
         raise MalformedInput(what, f"not JSON memgap wrote ({exc})") from None
+    if len(text) > STRING_LIMIT:  # a string is never longer than the text that holds it
+        _no_long_string(value, what)
+    return value
+
+
+def _no_long_string(value: Any, what: str) -> None:
+    """MalformedInput where a string (a key or a value) is longer than STRING_LIMIT: what memgap
+    writes has none, and each one would cost every step after it (a table's wrapping) its length."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, str) and len(item) > STRING_LIMIT:
+            raise InputTooLarge(what, f"a string of {len(item) / 2**20:.1f} MiB ({item[:24]!r}...): memgap writes "
+                                       f"none over {STRING_LIMIT >> 20} MiB")
 
 
 def _typed(value: Any, hint: Any, where: str) -> Any:
@@ -75,18 +107,33 @@ def _typed(value: Any, hint: Any, where: str) -> Any:
     if isinstance(hint, type) and dataclasses.is_dataclass(hint):  # a part without a from_dict of its own
         return hint(**_fields(hint, value, where))
     if origin is list:  # an item's place in the list, and a value's key, in where it is: which one is wrong
-        return [_typed(v, args[0], f"{where}[{i}]") for i, v in enumerate(_of(value, list, where))]
+        items = _of(value, list, where)
+        if _free(args[0]):  # kept as read, each only checked (a timeline's samples: no copy, no work per key)
+            kind = typing.get_origin(args[0]) or args[0]
+            for i, v in enumerate(items):
+                if kind is not Any and not isinstance(v, kind):
+                    raise _wrong(f"{where}[{i}]", v, args[0])
+            return items
+        return [_typed(v, args[0], f"{where}[{i}]") for i, v in enumerate(items)]
     if origin is tuple:
         if not isinstance(value, (list, tuple)) or len(value) != len(args):
             raise _wrong(where, value, hint)
         return tuple(_typed(v, a, where) for v, a in zip(value, args, strict=True))
     if origin is dict:
+        if args[1] is Any:
+            return _of(value, dict, where)
         return {k: _typed(v, args[1], f"{where}[{k!r}]") for k, v in _of(value, dict, where).items()}
     if hint is float:
         return value if isinstance(value, (int, float)) and not isinstance(value, bool) else _fail(where, value, hint)
     if hint is int and isinstance(value, bool):
         raise _wrong(where, value, hint)
     return _of(value, hint, where)
+
+
+def _free(hint: Any) -> bool:
+    """A hint whose values are taken as they are: Any, dict[str, Any], list[Any]."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    return hint is Any or (origin is dict and args[1] is Any) or (origin is list and args[0] is Any)
 
 
 def _of(value: Any, kind: type, where: str) -> Any:
@@ -104,11 +151,17 @@ def _fail(where: str, value: Any, hint: Any) -> Any:
     raise _wrong(where, value, hint)
 
 
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    """A class's field types, evaluated once (each evaluation compiles every annotation anew)."""
+    return typing.get_type_hints(cls)
+
+
 def _fields(cls: type, data: Any, what: str, skip: tuple[str, ...] = ()) -> dict[str, Any]:
     """The keyword arguments of dataclass ``cls`` from ``data``: every field it has, checked;
     a field without a default must be there; keys it does not know are left out."""
     data = _of(data, dict, what)
-    hints = typing.get_type_hints(cls)
+    hints = _hints(cls)
     out: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
         if f.name in skip:

@@ -234,6 +234,7 @@ class RunDocument:
     metrics: dict[str, float] = field(default_factory=dict)
     record_dir: str = ""
     tree: dict[str, Any] | None = None  # the tree at idle, summed (memgap.tree_idle.TreeAtIdle.to_dict)
+    stopped: dict[str, Any] | None = None  # a stop signal to memgap: how the tree ended (memgap.tree_end.Ending)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"schema": RUN_SCHEMA}
@@ -258,8 +259,8 @@ class RunDocument:
 # The run document's fields in the order load_run has always written them.
 _RUN_ORDER = ("schema", "cmd", "start", "machine", "interval", "exit_code", "complete", "timed_out",
               "stopped_at_idle", "load_seconds", "oom_kills", "cgroup", "env", "agent", "duration", "processes",
-              "timeline", "findings", "errors", "metrics", "record_dir", "tree")
-_RUN_OPTIONAL = ("tree",)  # added since 8a6ec88: written where there is one
+              "timeline", "findings", "errors", "metrics", "record_dir", "tree", "stopped")
+_RUN_OPTIONAL = ("tree", "stopped")  # added since 8a6ec88 (tree), issue 23 (stopped): written where there is one
 
 
 @dataclass

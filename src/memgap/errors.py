@@ -71,6 +71,11 @@ class MalformedInput(MemgapError):
         super().__init__(f"malformed {source}: {detail}")
 
 
+class InputTooLarge(MalformedInput):
+    """A recording or document with a line or a string beyond what memgap ever writes (the limits are
+    in memgap.recording and memgap.doc_fields): refused where it is met, never taken for a line cut short."""
+
+
 class PidReused(NoSuchProcess):
     """The PID now names another process than the one memgap was following."""
 
@@ -112,6 +117,18 @@ class ProcessExeced(MemgapError):
         self.pid = pid
         super().__init__(f"PID {pid} ran another program while gdb attached ({before} before, {after} now): "
                          "run memgap again to read the new one")
+
+
+class StoppedBySignal(MemgapError):
+    """``memgap run`` got SIGTERM or SIGHUP: it passed it on, ended its command's tree and kept the
+    recording. The exit code is 128 + the signal's number, as a shell tells a process ended by it
+    (143 for SIGTERM, 129 for SIGHUP)."""
+
+    exit_code = 143
+
+    def __init__(self, signum: int, detail: str) -> None:
+        super().__init__(detail)
+        self.exit_code = 128 + signum
 
 
 def pid_exists(pid: int, proc_root: str = "/proc") -> bool:

@@ -17,6 +17,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from .recording import create_new
+
 READY_QUIET = 0.5     # seconds of a quiet tree that mean the service is up and waiting
 READY_TIMEOUT = 120.0  # seconds: a service that never goes quiet gets its load anyway
 LOAD_OUTPUT = "load-output.txt"
@@ -52,13 +54,13 @@ class LoadDriver:
 
     def _start_load(self, now: float) -> None:
         self.load_started = now
-        with open(self.output_path, "wb") as out:
-            try:
+        try:
+            with os.fdopen(create_new(self.output_path), "wb") as out:  # a new file: no link followed
                 self.proc = subprocess.Popen(self.cmd, stdout=out, stderr=subprocess.STDOUT)
-            except OSError as exc:
-                self.write({"type": "error", "phase": "load", "error": f"cannot run {self.cmd[0]!r}: {exc}"})
-                self.state = "resting"
-                return
+        except OSError as exc:
+            self.write({"type": "error", "phase": "load", "error": f"cannot run {self.cmd[0]!r}: {exc}"})
+            self.state = "resting"
+            return
         self.write({"type": "load-start", "time": time.time()})
         self.state = "loading"
 

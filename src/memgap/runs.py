@@ -14,10 +14,9 @@ import platform
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
-
-import psutil
 
 from .diagnose import diagnose_series
 from .documents import ProcessRecord, RunDocument
@@ -27,8 +26,21 @@ from .idle import BEFORE_EXIT_PHASE, idle_of_process
 from .load import LoadDriver
 from .marks import CpuActivity, PhaseClock, StdoutMarks
 from .model import RUN_SCHEMA
-from .recording import RecordingWriter, read_events
+from .recording import RecordingWriter, open_recorded, private_folder, read_events
 from .sources.procfs import oom_kills
+from .tree_end import (
+    GRACE,
+    Ending,
+    Stopped,
+    StopSignals,
+    TreeEnd,
+    Watchdog,
+    child_setup,
+    end_tree,
+    hold_stop_signals,
+    release_stop_signals,
+    subreaper,
+)
 from .tree_idle import tree_at_idle
 from .tree_watch import (
     ExitHold,
@@ -86,43 +98,6 @@ class RunOptions:
     cgroup: RunCgroup | None = None  # a memory cgroup the command enters before it execs (the lab's)
 
 
-def _stop(proc: subprocess.Popen[bytes], own_group: bool, grace: float = 0.0) -> None:
-    """Terminate the command (its whole process group when it has one, else it and its
-    descendants), then kill it. ``grace``: seconds it may take to end by itself first (a
-    terminal's Ctrl-C reaches it too, and a Python program then writes its exit snapshot)."""
-    try:  # its descendants first: once it ends, they are no longer found under it
-        tree = [] if own_group else psutil.Process(proc.pid).children(recursive=True)
-    except psutil.Error:
-        tree = []
-    if grace:
-        try:
-            proc.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            pass
-
-    def signal_all(sig: int) -> None:
-        try:
-            if own_group:
-                os.killpg(proc.pid, sig)
-            else:
-                proc.send_signal(sig)
-        except ProcessLookupError:
-            pass
-        for child in tree:  # not in a group of their own: each is told
-            try:
-                child.send_signal(sig)
-            except psutil.Error:
-                pass
-
-    signal_all(signal.SIGTERM)
-    try:
-        proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        pass
-    signal_all(signal.SIGKILL)  # the group may outlive its leader: no process is left behind
-    proc.wait()
-
-
 def _with_agent(env: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
     """``env`` with the native agent preloaded, and what the header says about it."""
     from .agent import agent_env, library_path
@@ -154,13 +129,25 @@ def record_run(options: RunOptions) -> int:
 
     With ``timeout`` the command runs in its own process group, and the whole
     group is stopped when the time is up (the end event says ``timed_out``).
+    A stop signal to memgap (SIGINT, SIGTERM, SIGHUP) is passed on to the tree, which is ended
+    (memgap.tree_end); the end event says how, and ``Stopped`` is raised (a KeyboardInterrupt).
     """
-    recording = _Recording(options)
-    try:
-        recording.watch()
-    except KeyboardInterrupt:
-        recording.interrupted()
-        raise
+    with StopSignals() as stops:
+        mask = hold_stop_signals()  # none may come between the command's start and the watch
+        try:
+            recording = _Recording(options)
+        except BaseException:
+            release_stop_signals(mask)
+            raise
+        try:
+            release_stop_signals(mask)  # one that came meanwhile is raised here
+            recording.watch()
+        except KeyboardInterrupt as stop:
+            received = stop.signum if isinstance(stop, Stopped) else int(signal.SIGINT)  # Ctrl-C's
+            ending = recording.interrupted(received, lambda: stops.again)
+            if isinstance(stop, Stopped):
+                stop.ending = ending
+            raise
     return recording.finish()
 
 
@@ -169,7 +156,7 @@ class _Recording:
 
     def __init__(self, options: RunOptions) -> None:
         self.options = options
-        os.makedirs(options.record_dir, exist_ok=True)
+        private_folder(options.record_dir)  # made 0700; one there already: the user's own, no one else writes in it
         self.writer = RecordingWriter(os.path.join(options.record_dir, SAMPLES_FILE))
         from . import collect  # noqa: F401 - loaded now, not at the first read (0.15 s beside the command)
 
@@ -189,22 +176,30 @@ class _Recording:
         self.trim_after = env.get(TRIM_AFTER_ENV, "")
         self.own_group = options.timeout is not None or bool(options.idle_after) or bool(options.load)
         service_metric = "" if options.load else options.metric_regex  # with a load, the load prints it
+        self.was_subreaper = subreaper(True)  # the tree's orphans come back to memgap: found and ended with it
+        self.watchdog = Watchdog()  # ends the tree if memgap is killed outright
         try:
             stdout = subprocess.PIPE if options.mark_regex or service_metric else options.stdout
             self.proc = subprocess.Popen(options.cmd, env=env, start_new_session=self.own_group,
                                          stdout=stdout, stderr=options.stderr,
-                                         preexec_fn=options.cgroup.enter if options.cgroup else None)
+                                         preexec_fn=child_setup(options.cgroup.enter if options.cgroup else None))
         except OSError as exc:
+            self.watchdog.done()
+            subreaper(self.was_subreaper)
             self._close_hold()
             self.writer.close()
             raise MemgapError(f"cannot run {options.cmd[0]!r}: {exc.strerror or exc}") from None
+        self.watchdog.watch(self.proc.pid)
+        if self.own_group:
+            self.watchdog.group(self.proc.pid)
         self.marks = (StdoutMarks(self.proc.stdout, options.mark_regex, options.stdout is None, service_metric,
                                   self.proc.pid)
                       if self.proc.stdout is not None and (options.mark_regex or service_metric) else None)
         self.load = (LoadDriver(options.load, options.record_dir, options.rest, self.writer.write)
                      if options.load else None)
         self.quiet = None if options.idle_after else OutsideQuiet(options.record_dir)  # else its own rule
-        self.sampler = TreeSampler(self.writer, self.start, self.quiet)
+        self.sampler = TreeSampler(self.writer, self.start, self.quiet, self.watchdog)
+        self.tree = TreeEnd(self.proc, self.own_group, self._helpers)
         self.clock = PhaseClock(options.record_dir)
         self.activity = CpuActivity()
         self.timed_out = self.stopped_at_idle = self.marked_idle = False
@@ -216,19 +211,20 @@ class _Recording:
         deadline = None if options.timeout is None else time.monotonic() + options.timeout
         while True:
             self.sampler.sample(proc.pid)
+            self.tree.reap(self.sampler.names)
             if options.cgroup is not None:
                 options.cgroup.sample()
             self._read_marks()
             busy = self.activity.busy(tree_pids(proc.pid)) if options.idle_after or self.load else False
             if (options.idle_after and self._quiet_long_enough(busy)) or (self.load and self.load.step(busy)):
                 self.stopped_at_idle = True  # measured at its idle (or after the load and its rest): stopped
-                _stop(proc, self.own_group)
+                end_tree(self.tree, None)
                 return
             if _exited_within(proc, self.marks, options.interval):
                 return
             if deadline is not None and time.monotonic() > deadline:
                 self.timed_out = True
-                _stop(proc, self.own_group)
+                end_tree(self.tree, None)
                 return
 
     def _read_marks(self) -> None:
@@ -263,19 +259,29 @@ class _Recording:
             self.hold.close()
             self.hold = None
 
-    def interrupted(self) -> None:
-        _stop(self.proc, self.own_group, grace=1.0)
+    def _helpers(self) -> set[int]:
+        """memgap's own children that are not the tree's: the watchdog, the load command."""
+        return {pid for pid in (self.watchdog.pid, self.load.proc.pid if self.load and self.load.proc else None)
+                if pid is not None}
+
+    def interrupted(self, received: int, again: Callable[[], bool]) -> Ending:
+        """A stop signal: the tree ended (memgap.tree_end), the end event says how."""
+        ending = end_tree(self.tree, received, GRACE, again)
+        self.watchdog.done()
+        subreaper(self.was_subreaper)
         self._close_hold()
         if self.load is not None:
             self.load.stop()
         self.writer.write({"type": "end", "t": round(time.time() - self.start, 4),
-                           "exit_code": self.proc.returncode, "interrupted": True})
+                           "exit_code": self.proc.returncode, "interrupted": True, "stopped": ending.to_dict()})
         self.writer.close()
+        return ending
 
     def finish(self) -> int:
         """The command's end: late marks and metrics, what it left running, the end event."""
         code = self.proc.wait()
         self._close_hold()  # the exits it held are read: their snapshots are in
+        self.watchdog.done()
         self.sampler.finish()
         oom_after = oom_kills()
         if self.load is not None:
@@ -295,6 +301,8 @@ class _Recording:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        self.tree.reap()
+        subreaper(self.was_subreaper)
         if self.options.cgroup is not None:  # the run's own cgroup: its peak, and the OOM killer's acts in it
             self.writer.write({"type": "cgroup", "limit": self.options.cgroup.limit,
                                **asdict(self.options.cgroup.charge())})
@@ -363,8 +371,8 @@ def _add_agent_exit(processes: dict[int, dict[str, Any]], errors: list[dict[str,
     from .agent.client import parse_report
 
     try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            report = parse_report(fh.read(), path)
+        with open_recorded(path) as fh:  # never through a link planted in the folder
+            report = parse_report(fh.read(1 << 20), path)  # an agent writes a few KiB
     except (OSError, MemgapError) as exc:
         errors.append({"error": str(exc), "file": path})
         return
@@ -392,6 +400,19 @@ def _finish_entry(entry: dict[str, Any], timeline: list[dict[str, Any]], start: 
     entry["cmd"] = entry["cmd"] or (entry.get("agent_exit") or {}).get("cmdline") or [f"[PID {entry['pid']}]"]
 
 
+def _read_process_files(record_dir: str, processes: dict[int, dict[str, Any]], errors: list[dict[str, Any]],
+                        metrics: dict[str, float]) -> None:
+    """What the processes wrote themselves: their phases (process-PID.jsonl), their agents' last words."""
+    for path in sorted(glob.glob(os.path.join(record_dir, "process-*.jsonl"))):
+        if os.path.islink(path):  # planted: never followed (read_events would refuse it too)
+            errors.append({"error": "a link, not followed: memgap reads only the files it wrote", "file": path})
+            continue
+        for event in read_events(path):
+            _add_event(processes, errors, metrics, event)
+    for path in sorted(glob.glob(os.path.join(record_dir, "agent-*.txt"))):
+        _add_agent_exit(processes, errors, path)
+
+
 def load_run(record_dir: str) -> RunDocument:
     """Assemble a recording folder (complete or cut short) into the run document (a recording
     whose events do not make one: MalformedInput)."""
@@ -402,8 +423,7 @@ def load_run(record_dir: str) -> RunDocument:
     errors: list[dict[str, Any]] = []
     metrics: dict[str, float] = {}  # the last value reported under each name, any process
     cgroup: dict[str, Any] | None = None  # the run's own memory cgroup, where it ran in one
-    samples_path = os.path.join(record_dir, SAMPLES_FILE)
-    for event in read_events(samples_path) if os.path.exists(samples_path) else []:
+    for event in read_events(path) if os.path.exists(path := os.path.join(record_dir, SAMPLES_FILE)) else []:
         kind = event.get("type")
         if kind == "header":
             header = event
@@ -413,20 +433,20 @@ def load_run(record_dir: str) -> RunDocument:
             if event.get("exec"):
                 entry.pop("peak_reads", None)
         elif kind == "sample":
-            timeline.append({k: v for k, v in event.items() if k != "type"})
+            del event["type"]
+            timeline.append(event)
         elif kind == "end":
             end = event
         elif kind == "cgroup":
             cgroup = {k: v for k, v in event.items() if k != "type"}
         else:  # snapshots read from outside, errors, metrics, quiet spells' ends
             _add_event(processes, errors, metrics, event)
-    for path in sorted(glob.glob(os.path.join(record_dir, "process-*.jsonl"))):
-        for event in read_events(path):
-            _add_event(processes, errors, metrics, event)
-    for path in sorted(glob.glob(os.path.join(record_dir, "agent-*.txt"))):  # the agents' last words
-        _add_agent_exit(processes, errors, path)
+    _read_process_files(record_dir, processes, errors, metrics)
+    by_pid: dict[int, list[dict[str, Any]]] = {}  # each process's samples: its idle looks at its own only
+    for sample in timeline:
+        by_pid.setdefault(sample["pid"], []).append(sample)
     for entry in processes.values():
-        _finish_entry(entry, timeline, header.get("start"))
+        _finish_entry(entry, by_pid.get(entry["pid"], []), header.get("start"))
     run = RunDocument.from_dict({
         "schema": RUN_SCHEMA,
         "cmd": header.get("cmd", []),
@@ -435,6 +455,7 @@ def load_run(record_dir: str) -> RunDocument:
         "interval": header.get("interval"),
         "exit_code": end.get("exit_code"),
         "complete": bool(end) and not end.get("interrupted", False),
+        "stopped": end.get("stopped"),  # a stop signal to memgap: how the tree ended
         "timed_out": bool(end.get("timed_out")),
         "stopped_at_idle": bool(end.get("stopped_at_idle")),
         "load_seconds": end.get("load_seconds"),  # with --load: how long the load ran (the work)

@@ -27,7 +27,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 
@@ -37,6 +37,9 @@ from .idle import QUIET_PHASE, RSS_SHARE, RSS_SLACK, QuietSpell, quiet_after
 from .recording import RecordingWriter, child_recording_path
 from .sources.procfs import ProcReader, status_int
 from .units import MiB
+
+if TYPE_CHECKING:
+    from .tree_end import Watchdog
 
 PEAK_PHASE = "peak"
 PEAK_STEP = 0.10         # of the last peak snapshot's RSS: a new high this much above it is read again
@@ -104,8 +107,10 @@ class TreeSampler:
     """One round of samples of the tree at a time: RSS of every process, and the reads from outside
     that its quiet spells (``quiet``) and its new highs call for."""
 
-    def __init__(self, writer: RecordingWriter, start: float, quiet: OutsideQuiet | None) -> None:
+    def __init__(self, writer: RecordingWriter, start: float, quiet: OutsideQuiet | None,
+                 watchdog: Watchdog | None = None) -> None:
         self.writer, self.start, self.quiet = writer, start, quiet
+        self.watchdog = watchdog  # told each process as it is first seen, and as it goes (memgap.tree_end)
         self.names: dict[int, tuple[str, int]] = {}  # pid -> (comm, VmPeak) at the last look: an exec changes them
         self.cmds: dict[int, list[str]] = {}  # pid -> the command line last recorded
         self.peaks: dict[int, int] = {}  # pid -> RSS of its last peak snapshot
@@ -166,6 +171,8 @@ class TreeSampler:
 
     def _gone(self, pids: set[int]) -> None:
         for pid in sorted(pids):
+            if self.watchdog is not None and not os.path.exists(f"/proc/{pid}"):  # not an orphan that left
+                self.watchdog.forget(pid)
             self.writer.write({"type": "gone", "pid": pid, "t": round(time.time() - self.start, 4)})
 
     def finish(self) -> None:
@@ -179,6 +186,8 @@ class TreeSampler:
         known, self.names[pid] = self.names.get(pid), (comm, vm_peak)
         if known is not None and known[0] == comm and vm_peak >= known[1]:
             return  # the same program: its VmPeak only grows until an exec starts a new one (VmHWM can dip)
+        if known is None and pid not in self.cmds and self.watchdog is not None:
+            self.watchdog.watch(pid)
         cmd = command_of(reader, status)
         if cmd[0].startswith("[") and not str(status.get("State", "")).startswith("Z"):
             # no command line yet, in the middle of an exec (a server started by a driver read as "[python]"

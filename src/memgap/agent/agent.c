@@ -534,7 +534,8 @@ __attribute__((destructor)) static void agent_stop(void) {
     if (record_dir[0]) {
         char path[4200];
         snprintf(path, sizeof path, "%s/agent-%d.txt", record_dir, (int)getpid());
-        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        /* A new file only: never one that is there, nor where a link planted in the folder points. */
+        int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
         if (fd >= 0) {
             send_reply(fd, write_stats);
             close(fd);

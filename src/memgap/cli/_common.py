@@ -16,18 +16,18 @@ import json
 import math
 import os
 import re
-import shutil
-import stat
+import signal
 import sys
 import tempfile
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..errors import MemgapError, UsageError
+from ..errors import MemgapError, StoppedBySignal
 
 if TYPE_CHECKING:  # loaded only by the commands that use them: the recorder (run, demo), a lab (lab, report)
     from ..documents import LabDocument
     from ..runs import RunOptions
+    from ..tree_end import Stopped
 
 # --- argument types ---------------------------------------------------------------------
 
@@ -118,7 +118,16 @@ def command(text: str) -> list[str]:
 
 
 def write_json(data: Any, path: str) -> None:
-    write_text(json.dumps(data, indent=1, default=str) + "\n", path)
+    """As JSON, into a file a piece at a time (a run's document can be hundreds of MB: never one string)."""
+    if path == "-":
+        write_text(json.dumps(data, indent=1, default=str) + "\n", path)
+        return
+    try:
+        with open(path, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, indent=1, default=str)
+            fh.write("\n")
+    except OSError as exc:
+        raise MemgapError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def write_text(text: str, path: str) -> None:
@@ -158,16 +167,20 @@ def record_folder(json_path: str | None) -> str:
 def run_and_report(options: RunOptions, json_path: str | None) -> int:
     """Record a run as `memgap run` does (into ``options.record_dir``: see ``record_folder``), write
     the run as JSON where asked, show its tables; the command's exit code."""
+    from .. import tree_end
     from ..runs import record_run
 
     record_dir = options.record_dir
-    _make_record_folder(record_dir)
+    make_record_folder(record_dir)
     try:
         code = record_run(options)
-    except KeyboardInterrupt:
-        # Ctrl-C: the recording up to it is kept. Write and show it as for a run that ended (the
-        # lab does the same), and say where it is: without --json, a temporary folder nobody was told of.
+    except KeyboardInterrupt as stop:
+        # Ctrl-C, SIGTERM, SIGHUP: the tree ended, the recording up to it is kept. Write and show it as
+        # for a run that ended (the lab does the same), and say where it is: without --json, a
+        # temporary folder nobody was told of.
         _write_and_show(record_dir, json_path)
+        if isinstance(stop, tree_end.Stopped) and stop.signum != signal.SIGINT:
+            raise StoppedBySignal(stop.signum, _stopped_line(stop, record_dir)) from None
         print(f"memgap run: interrupted; the recording so far is in {record_dir} (memgap report {record_dir})",
               file=sys.stderr)
         raise
@@ -175,29 +188,25 @@ def run_and_report(options: RunOptions, json_path: str | None) -> int:
     return code
 
 
-def _make_record_folder(record_dir: str) -> None:
-    """Make the recording folder, 0700, for this run alone. FILE.d of an earlier run of this user's with
-    the same --json goes, as FILE does (the recorder appends, and the two runs' samples and processes
-    were read back as one run). Any other folder there is refused: memgap (often root) and its agent
-    write into it, and a folder another user can write in lets them plant links to root's files."""
+def _stopped_line(stop: Stopped, record_dir: str) -> str:
+    """What a run stopped by SIGTERM or SIGHUP says: how its tree ended, where its recording is."""
+    ending = stop.ending
+    how = ""
+    if ending is not None:
+        killed = f"{ending.killed} process{'es' if ending.killed != 1 else ''} SIGKILLed" if ending.killed else \
+            "none needed SIGKILL"
+        how = f": {ending.forwarded} passed on to the command, {ending.grace:g} s grace, {killed}"
+    return (f"stopped by {signal.Signals(stop.signum).name}{how}; the recording so far is in {record_dir} "
+            f"(memgap report {record_dir})")
+
+
+def make_record_folder(record_dir: str) -> None:
+    """The run's recording folder, made for it alone (memgap.recording.make_record_folder): FILE.d of an
+    earlier run of this user's with the same --json goes, as FILE does; any other folder is refused."""
+    from ..recording import make_record_folder as make
     from ..runs import SAMPLES_FILE
 
-    try:
-        found = os.lstat(record_dir)
-    except FileNotFoundError:
-        found = None
-    if found is not None:
-        own = stat.S_ISDIR(found.st_mode) and found.st_uid == os.getuid() and not found.st_mode & 0o022
-        if not own:
-            raise UsageError(f"{record_dir} exists and is not a folder only you may write in: memgap records only "
-                             "into a folder it makes; choose another --json")
-        if os.listdir(record_dir) and not os.path.exists(os.path.join(record_dir, SAMPLES_FILE)):
-            raise UsageError(f"{record_dir} exists and is not a memgap recording: choose another --json")
-        shutil.rmtree(record_dir)
-    try:
-        os.mkdir(record_dir, 0o700)
-    except OSError as exc:
-        raise MemgapError(f"cannot make the recording folder {record_dir}: {exc.strerror or exc}") from None
+    make(record_dir, lambda names: SAMPLES_FILE in names, "a memgap recording", "--json")
 
 
 def _write_and_show(record_dir: str, json_path: str | None) -> None:

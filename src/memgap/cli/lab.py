@@ -45,9 +45,7 @@ xms=SIZE,xmx=SIZE (JAVA_TOOL_OPTIONS); node:max_old_space_size=MiB,semi_space=Mi
 from __future__ import annotations
 
 import argparse
-import os
 import re
-import shutil
 import signal
 import sys
 import tempfile
@@ -56,7 +54,8 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from ..errors import UsageError
-from ..lab.runner import LabInterrupted, LabOptions, run_lab
+from ..lab.runner import LAB_EVENTS, LabInterrupted, LabOptions, run_lab
+from ..recording import make_record_folder
 from ..variants import DEFAULT_SPECS, Variant, parse_variant, resolve
 from . import _common
 from ._common import write_lab
@@ -235,23 +234,18 @@ def _parse_param(text: str) -> tuple[str, tuple[str, ...]]:
 
 
 def _lab_dir(path: str | None) -> str:
-    """The folder for the recordings, made before the first run so a bad --dir is a usage error.
-    An earlier lab's recordings there go (its runs would be read back mixed with this one's, as
-    `run --json FILE` replaces FILE.d); a folder holding anything else is refused, untouched."""
+    """The folder for the recordings, made before the first run so a bad --dir is a usage error,
+    as `run --json` makes its FILE.d (memgap.recording.make_record_folder): the user's own, 0700,
+    no one else may write in it. An earlier lab's recordings there go (its runs would be read back
+    mixed with this one's); a folder holding anything else is refused, untouched."""
     if not path:
         return tempfile.mkdtemp(prefix="memgap-lab-")
-    if os.path.isdir(path) and os.listdir(path):
-        names = os.listdir(path)
-        if "lab.jsonl" not in names or any(n != "lab.jsonl" and not n.startswith("run-") for n in names):
-            raise UsageError(f"--dir {path} holds files that are not a memgap lab's: choose an empty or new folder")
-        for name in names:
-            full = os.path.join(path, name)
-            shutil.rmtree(full) if os.path.isdir(full) else os.remove(full)
+
+    def earlier_lab(names: list[str]) -> bool:
+        return LAB_EVENTS in names and all(n == LAB_EVENTS or n.startswith("run-") for n in names)
+
+    if make_record_folder(path, earlier_lab, "a memgap lab's folder", "--dir"):
         print(f"memgap lab: replacing the earlier lab's recordings in {path}", file=sys.stderr)
-    try:
-        os.makedirs(path, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"--dir {path}: cannot make the folder ({exc.strerror or exc})") from None
     return path
 
 
@@ -266,7 +260,9 @@ def execute(request: LabRequest) -> int:
         print(f"memgap lab: skipping {line}", file=sys.stderr)
     options = request.lab_options(variants, skipped, _lab_dir(request.lab_dir))
     total = len(options.variants) * options.reps * len(options.cells())
-    signal.signal(signal.SIGTERM, _interrupt)  # like Ctrl-C: the run stopped, its cgroup removed, the rest kept
+    for stop in (signal.SIGTERM, signal.SIGHUP):  # like Ctrl-C: the run's tree ended, its cgroup removed, the rest kept
+        if signal.getsignal(stop) is not signal.SIG_IGN:
+            signal.signal(stop, _interrupt)
     try:
         with _Progress(total) as progress:
             lab = run_lab(options, progress=progress)

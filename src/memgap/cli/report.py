@@ -16,7 +16,7 @@ from ..allocators import CATALOGUE, PRELOADABLE, find_library
 from ..doc_fields import parse_json
 from ..documents import LabDocument, RunDocument, RunFigures, load_document
 from ..errors import MalformedInput, UsageError
-from ..lab.runner import LabOptions, lab_document
+from ..lab.runner import LAB_EVENTS, LabOptions, lab_document
 from ..recording import read_events
 from ..report.runs import render_run
 from ..runs import SAMPLES_FILE, load_run
@@ -32,8 +32,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--html", metavar="FILE", help="a lab: write its HTML report")
     p.add_argument("--markdown", metavar="FILE", help="a lab: write its variants table as Markdown")
 
-
-LAB_EVENTS = "lab.jsonl"  # the file a lab appends its header and each finished run to (lab.runner)
 
 
 def _load(path: str) -> RunDocument | LabDocument:

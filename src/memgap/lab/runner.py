@@ -15,7 +15,7 @@ from ..documents import LAB_SCHEMA, LabDocument, RunDocument, RunStatus, TrimMod
 from ..envnames import TRIM_AFTER_ENV
 from ..errors import Unsupported
 from ..lab_document import AcrossCell, Cell, Recommendation, SweepRow
-from ..recording import RecordingWriter
+from ..recording import RecordingWriter, private_folder
 from ..report.remedy import remedy_forms
 from ..runs import RunOptions, load_run, machine_info, record_run
 from ..sources.cgroup import read_memory_cgroup
@@ -28,6 +28,7 @@ from .metrics import RunMetrics, run_metrics
 from .remedy_lines import recommendation_lines
 from .verdict import Verdict, decide, material, run_to_run_spread, summarize
 
+LAB_EVENTS = "lab.jsonl"  # the lab's header and each finished run, appended as they come
 TRIM_HINT = 0.8  # a trim at idle that leaves less than this share of the baseline's idle is worth trying
 SHORT_WORKLOAD = 1.0  # seconds: shorter runs' wall times swing by tens of percent on a busy machine
 
@@ -81,8 +82,8 @@ def run_lab(options: LabOptions, progress: Callable[[str], None] = lambda line: 
     so an interrupted lab keeps every run recorded so far.
     """
     _find_cgroup_parent(options)  # with --memory-limit: refused here, before any run, where none can be made
-    os.makedirs(options.lab_dir, exist_ok=True)
-    events = RecordingWriter(os.path.join(options.lab_dir, "lab.jsonl"))
+    private_folder(options.lab_dir)  # made 0700; one there already: the user's own, no one else writes in it
+    events = RecordingWriter(os.path.join(options.lab_dir, LAB_EVENTS))
     events.write({"type": "header", "schema": LAB_SCHEMA, "cmd": options.cmd, "reps": options.reps,
                   "variants": [v.spec for v in options.variants], "skipped": options.skipped,
                   "machine": machine_info(), "memory_limit": options.memory_limit, "chosen": options.chosen})

@@ -60,7 +60,11 @@ def wrap(text: str, width: int) -> list[str]:
                 lines.append(line.rstrip())
                 line = ""
             line += piece
-            while cell_len(line.rstrip()) > width:
+            folds = (len(line.rstrip()) - 1) // width  # a long piece: its whole folds cut at once, not
+            if folds > 0 and cell_len(line.rstrip()) > width:  # one at a time (each would copy the rest)
+                lines.extend(line[k * width:(k + 1) * width] for k in range(folds))
+                line = line[folds * width:]
+            while cell_len(line.rstrip()) > width:  # wide characters: a cell each is not a character each
                 lines.append(line[:width])
                 line = line[width:]
         lines.append(line.rstrip())
@@ -114,7 +118,8 @@ def _widths(least: list[int], natural: list[int], first: list[bool], width: int)
     """Natural widths, narrowed one cell at a time where the most room to give is, to fit:
     the ``first`` columns before the others (a figure's header wrapped costs the table a
     line or two; a text column wrapped, a line on many rows)."""
-    widths = list(natural)
+    # none wider than the room: the narrowing below goes a cell at a time, as many times as it is over
+    widths = [min(n, max(lo, width)) for n, lo in zip(natural, least, strict=True)]
     for group in ([i for i in range(len(widths)) if first[i]], range(len(widths))):
         while sum(w + BORDER for w in widths) + 1 > width:
             i = max(group, key=lambda j: widths[j] - least[j], default=None)

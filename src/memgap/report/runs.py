@@ -219,4 +219,9 @@ def render_run(run: RunDocument, stream: TextIO, width: int | None = None) -> No
     ending = f"exit code {run.exit_code}"
     if run.exit_code == -9 and run.oom_kills:
         ending += f" (SIGKILL; the kernel's OOM killer killed {run.oom_kills} process(es) while it ran)"
+    if run.stopped:  # memgap got a stop signal: how it ended the tree, on a line of its own
+        stop = run.stopped
+        passed = f"passed {stop.get('forwarded')} on" if stop.get('forwarded') else "the tree ended by itself"
+        console.print(f"stopped: memgap got {stop.get('signal')}, {passed}; {stop.get('killed')} process(es) "
+                      f"SIGKILLed after the {stop.get('grace')} s grace")
     console.print(f"{ending}; {run.duration:.1f} s; recording {status}")
