@@ -181,3 +181,32 @@ def start_gunicorn(app, workers, *args, env=None):
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     pytest.fail(f"gunicorn did not start: {''.join(seen)}")
+
+
+def build_c(tmp_path_factory, name, *flags):
+    """tests/programs/NAME.c built with gcc into a folder of its own: the path of the program (a test that
+    needs one skips where there is no compiler, which --no-skips turns into a failure)."""
+    import shutil
+
+    import pytest
+
+    from conftest import HERE
+
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        pytest.skip(f"no C compiler (gcc) to build programs/{name}.c")
+    exe = tmp_path_factory.mktemp(name) / name
+    subprocess.run([cc, "-O1", *flags, "-o", str(exe), os.path.join(HERE, "programs", f"{name}.c")], check=True)
+    return str(exe)
+
+
+def thread_states(pid):
+    """Each thread's state letter from /proc/PID/task/*/stat ('t' or 'T': stopped)."""
+    out = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as fh:
+                out.append(fh.read().rpartition(")")[2].split()[0])
+        except OSError:  # a thread that ended meanwhile
+            continue
+    return out

@@ -9,26 +9,20 @@ read 199.7 MiB against mallinfo2's 42.6 (4.7x), and after a trim 98% of RSS, a l
 """
 import json
 import os
-import shutil
 import subprocess
 import sys
 
 import pytest
 
 from conftest import HERE, child_env
-from helpers import MiB, memgap
+from helpers import MiB, build_c, memgap
 
 PROGRAMS = os.path.join(HERE, "programs")
 
 
 @pytest.fixture(scope="module")
 def fragment_exe(tmp_path_factory):
-    cc = shutil.which("gcc") or shutil.which("cc")
-    if cc is None:
-        pytest.skip("no C compiler (gcc) to build programs/fragment.c")
-    exe = tmp_path_factory.mktemp("fragment") / "fragment"
-    subprocess.run([cc, "-O1", "-pthread", "-o", str(exe), os.path.join(PROGRAMS, "fragment.c")], check=True)
-    return str(exe)
+    return build_c(tmp_path_factory, "fragment", "-pthread")
 
 
 class Program:

@@ -25,6 +25,7 @@ import time
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from helpers import thread_states
 from memgap.errors import MalformedInput
 from memgap.runtimes import detect_runtimes, go, go_state
 from memgap.runtimes.base import ProcessView
@@ -376,11 +377,7 @@ def _joined(ranges):
 
 
 def _states(pid):
-    out = []
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        with open(f"/proc/{pid}/task/{tid}/stat") as fh:
-            out.append(fh.read().rpartition(")")[2].split()[0])
-    return out
+    return thread_states(pid)
 
 
 def test_reading_never_stops_the_program(at_rest):

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from conftest import FIXTURES, HERE
+from helpers import thread_states
 from memgap.errors import MalformedInput
 from memgap.runtimes import READERS, detect_runtimes
 from memgap.runtimes.base import ProcessView
@@ -255,12 +256,7 @@ def _view(pid):
 
 
 def _states(pid):
-    """Every thread's state letter, read by the test (T/t: stopped or traced)."""
-    states = []
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        with open(f"/proc/{pid}/task/{tid}/stat") as fh:
-            states.append(fh.read().rpartition(")")[2].split()[0])
-    return states
+    return thread_states(pid)
 
 
 def _smaps_rss(pid, start, end):

@@ -13,7 +13,7 @@ import subprocess
 import pytest
 
 from conftest import HERE
-from helpers import MiB, memgap
+from helpers import MiB, memgap, thread_states
 
 PROGRAMS = os.path.join(HERE, "programs")
 GO = shutil.which("go") or next((p for p in ("/usr/local/go/bin/go", "/usr/lib/go/bin/go") if os.path.exists(p)), None)
@@ -53,11 +53,7 @@ class Program:
         return json.loads(done.stdout)
 
     def stopped_threads(self):
-        states = []
-        for tid in os.listdir(f"/proc/{self.proc.pid}/task"):
-            with open(f"/proc/{self.proc.pid}/task/{tid}/stat") as fh:
-                states.append(fh.read().rsplit(")", 1)[1].split()[0])
-        return [s for s in states if s in "tT"]
+        return [s for s in thread_states(self.proc.pid) if s in "tT"]
 
     def close(self):
         self.proc.kill()

@@ -21,7 +21,7 @@ import time
 import pytest
 
 from conftest import HERE
-from helpers import MiB, memgap, run_recorded
+from helpers import MiB, build_c, memgap, run_recorded
 
 KiB = 1 << 10
 FLOOR = 16 * MiB  # diagnose.py's byte floor, written out here (a test that read it would move with it)
@@ -31,12 +31,7 @@ SHARED_MEM_C = os.path.join(HERE, "programs", "shared_mem.c")
 
 @pytest.fixture(scope="module")
 def shared_mem_exe(tmp_path_factory):
-    cc = shutil.which("gcc") or shutil.which("cc")
-    if cc is None:
-        pytest.skip("no C compiler (gcc) to build programs/shared_mem.c")
-    exe = tmp_path_factory.mktemp("shared_mem") / "shared_mem"
-    subprocess.run([cc, "-O1", "-o", str(exe), SHARED_MEM_C], check=True)
-    return str(exe)
+    return build_c(tmp_path_factory, "shared_mem")
 
 
 def smaps(pid):

@@ -6,7 +6,6 @@ the recording's end event says how the tree ended; memgap says so in one line.""
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -16,19 +15,14 @@ import uuid
 import pytest
 
 from conftest import child_env
+from helpers import build_c
 
 ROLE = re.compile(r"^sig_tree role=(\w+) pid=(\d+)$")
 
 
 @pytest.fixture(scope="module")
 def sig_tree(tmp_path_factory):
-    cc = shutil.which("gcc") or shutil.which("cc")
-    if cc is None:
-        pytest.skip("no C compiler (gcc) to build programs/sig_tree.c")
-    exe = tmp_path_factory.mktemp("sig") / "sig_tree"
-    src = os.path.join(os.path.dirname(__file__), "programs", "sig_tree.c")
-    subprocess.run([cc, "-O1", "-o", str(exe), src], check=True)
-    return str(exe)
+    return build_c(tmp_path_factory, "sig_tree")
 
 
 def _running_with(marker):

@@ -8,14 +8,13 @@ import json
 import math
 import os
 import re
-import shutil
 import subprocess
 import sys
 
 import pytest
 
 from conftest import child_env
-from helpers import memgap
+from helpers import build_c, memgap
 
 PROGRAMS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "programs")
 MiB = 1 << 20
@@ -24,12 +23,7 @@ OWN = re.compile(r"^tree_work pid=(\d+) hwm=(\d+) rss=(\d+)$", re.M)
 
 @pytest.fixture(scope="module")
 def tree_work(tmp_path_factory):
-    cc = shutil.which("gcc") or shutil.which("cc")
-    if cc is None:
-        pytest.skip("no C compiler (gcc) to build programs/tree_work.c")
-    exe = tmp_path_factory.mktemp("tree") / "tree_work"
-    subprocess.run([cc, "-O1", "-o", str(exe), os.path.join(PROGRAMS, "tree_work.c")], check=True)
-    return str(exe)
+    return build_c(tmp_path_factory, "tree_work")
 
 
 def _run(tmp_path, *cmd):

@@ -25,7 +25,7 @@ from .sources.cgroup import read_memory_cgroup
 from .sources.glibc import Mallinfo2, MallocInfo, glibc_malloc
 from .sources.glibc_heaps import GlibcLayout, ResidentMap, find_glibc_layout
 from .sources.jemalloc import JemallocStats, noreserve_flags
-from .sources.procfs import Mapping, MappingPss, ProcReader, shared_memory_kind, status_int
+from .sources.procfs import Mapping, MappingPss, ProcReader, is_python as maps_python, shared_memory_kind, status_int
 from .sources.pymalloc_pools import TreeHeaders, census
 
 if TYPE_CHECKING:  # the agent's client is imported only where a process has the agent; the runtimes' readers
@@ -380,7 +380,7 @@ def snapshot_pid(pid: int, options: Options | None = None, proc_root: str = "/pr
         memmap = read_memory_map(reader)
         smaps = reader.smaps_pss()
         memmap.resident.set_shares(smaps)  # beside the pagemap: each mapping's PSS
-        is_python = any("python" in os.path.basename(m.path) for m in maps if m.is_file)
+        is_python = maps_python(maps)
         if not is_python:
             notes["python_objects"] = NOT_PYTHON
         layout = _glibc_outside(reader, memmap, detection, agent_stats, notes)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import posixpath
-import re
 import shutil
 import stat as stat_module
 import tempfile
@@ -40,7 +39,7 @@ from .sources.gdb_target import DEFAULT_TIMEOUT
 from .sources.glibc import MallocInfo, parse_malloc_info
 from .sources.jemalloc_gdb import JemallocDeep
 from .sources.mimalloc_gdb import MimallocDeep
-from .sources.procfs import Mapping, ProcReader, status_int
+from .sources.procfs import ProcReader, is_python, status_int
 from .sources.tcmalloc_gdb import TcmallocDeep
 
 ROUTE_OUTSIDE = "outside"
@@ -61,7 +60,6 @@ CALLS = {"jemalloc": ("reads jemalloc's statistics by calling its mallctl", "pur
 MAX_RESULT = 64 << 20  # bytes read back from a file the process wrote
 MAX_GIL_PROBES = 16    # threads asked whether they hold the GIL
 
-_PYTHON_LIB = re.compile(r"^(lib)?python\d+(\.\d+)?")
 
 
 @dataclass
@@ -173,11 +171,6 @@ def outside_mmapped(snap: Snapshot) -> dict[str, Any]:
     chunks = [r for r in snap.regions if r.owner == "mmapped-chunk"]
     return {"count": len(chunks), "bytes": sum(r.end - r.start for r in chunks),
             "resident": sum(r.resident for r in chunks)}
-
-
-def is_python(maps: list[Mapping]) -> bool:
-    """A CPython process: the interpreter or libpython among its mapped files."""
-    return any(m.is_file and _PYTHON_LIB.match(os.path.basename(m.path)) for m in maps)
 
 
 # --- files the process writes for us ------------------------------------------

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -546,3 +547,14 @@ class ProcReader:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+# The interpreter or libpython by its file's name: python3.11, libpython3.12.so.1.0. Not "python" anywhere in
+# a name: memgap's own agent, built as a Python extension (_memgap_agent.cpython-311-x86_64-linux-gnu.so), is
+# preloaded into every program under `memgap run`, and made a C program read as Python.
+_PYTHON_FILE = re.compile(r"^(lib)?python\d+(\.\d+)?")
+
+
+def is_python(maps: list[Mapping]) -> bool:
+    """A CPython process: the interpreter or libpython among its mapped files."""
+    return any(m.is_file and _PYTHON_FILE.match(os.path.basename(m.path)) is not None for m in maps)
