@@ -461,7 +461,8 @@ def test_the_other_collectors(jvm, collector):
     _settle(program.pid)
     first = _read(program.pid)
     told = program.figures()
-    assert _within(first.in_use, told["heap.used"])
+    # ZGC's used moves by whole pages (2 MiB and up) between the two reads: 64 against 68 MiB once, in a fresh clone
+    assert _within(first.in_use, told["heap.used"], 0.1 if collector == "UseZGC" else 0.05)
     survivor = next((v for k, v in told.items() if k.endswith("Survivor_Space.committed")), 0)
     assert _within(first.committed, told["heap.committed"] + (survivor if "Serial" in collector or "Parallel" in
                                                               collector else 0), 0.01)

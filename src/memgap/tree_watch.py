@@ -182,6 +182,8 @@ class TreeSampler:
 
     def _name(self, pid: int, reader: ProcReader, status: dict[str, int | str], now: float) -> None:
         """A process seen for the first time, or again after an exec: its command line recorded."""
+        if "VmPeak" not in status and pid in self.cmds:
+            return  # exiting: its memory is gone, and with it its VmPeak (a fall that is no exec) and its cmdline
         comm, vm_peak = str(status.get("Name", "")), status_int(status, "VmPeak")
         known, self.names[pid] = self.names.get(pid), (comm, vm_peak)
         if known is not None and known[0] == comm and vm_peak >= known[1]:
@@ -189,6 +191,8 @@ class TreeSampler:
         if known is None and pid not in self.cmds and self.watchdog is not None:
             self.watchdog.watch(pid)
         cmd = command_of(reader, status)
+        if cmd[0].startswith("[") and pid in self.cmds and not self.cmds[pid][0].startswith("["):
+            return  # no command line to read now: the one read before stands (a stopped server read '[python]')
         if cmd[0].startswith("[") and not str(status.get("State", "")).startswith("Z"):
             # no command line yet, in the middle of an exec (a server started by a driver read as "[python]"
             # once): asked again at the next sample, recorded again once it has one

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 
 target = subprocess.Popen(["sleep", "600"])
 server = subprocess.Popen([sys.executable, "-m", "memgap", "serve-metrics", "--refresh", "0", "--port", "0",
@@ -33,6 +34,10 @@ for command in sys.stdin:
         target = subprocess.Popen(["sleep", "600"])
         print("reused" if target.pid == pid else "missed", target.pid, flush=True)
     elif command.strip() == "log":
+        waited = 0.0  # the server's line may still be on its way through the pipe and the reader thread
+        while not logged and waited < 5:
+            time.sleep(0.05)
+            waited += 0.05
         for text in logged:
             print(text, end="")
         print("end", flush=True)
