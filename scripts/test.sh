@@ -1,9 +1,11 @@
 #!/bin/sh
 # Set up (see setup.sh); lint and type-check (ruff and mypy, configured in pyproject.toml: ruff
 # 0.1 s; mypy 7 s cold on 2 cores, 30 s beside a busy suite, under 1 s warm from .mypy_cache);
-# then run the whole test suite: every test (--no-skips), in five pytest-xdist workers (most
+# then run the whole test suite: every test (--no-skips), in four pytest-xdist workers (most
 # tests wait on the programs they start: on 2 cores 126-128 s with five or six, 132 s with four,
-# 152 s with three, one after the other on one clone), a file's tests on one worker (--dist
+# 152 s with three, one after the other on one clone, in session 7; since session 8 the suite runs Go,
+# Java and Node programs and labs on them, and five workers on 2 cores made timing flakes in fresh
+# clones, so four), a file's tests on one worker (--dist
 # loadfile: module fixtures that run labs and builds run once, not per worker; xdist 3.8's
 # loadgroup did not group here), the tests that read a Rust program included (--cargo: setup.sh has built it).
 # Bytecode is cached even where the environment says not to (PYTHONDONTWRITEBYTECODE): the suite
@@ -15,4 +17,4 @@ cd "$(dirname "$0")/.."
 sh scripts/setup.sh
 .venv/bin/ruff check src tests benchmarks
 .venv/bin/mypy
-exec .venv/bin/python -m pytest -q --no-skips --cargo -n 5 --dist loadfile --no-loadscope-reorder "$@"
+exec .venv/bin/python -m pytest -q --no-skips --cargo -n 4 --dist loadfile --no-loadscope-reorder "$@"

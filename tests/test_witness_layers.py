@@ -327,7 +327,8 @@ def test_python_allocator_in_use_agrees_with_mallinfo2(python_witness):
         assert low - 1 * MiB <= step["allocator_in_use"] <= high + 256 * KiB, (name, step)
     # the list's 8 MB array of pointers is malloc's, not pymalloc's (measured +8,044,544)
     grown = delta(out["steps"]["held"], out["steps"]["start"], "allocator_in_use")
-    assert abs(grown - out["list_array"]) <= 0.01 * out["list_array"] + 64 * KiB, grown
+    # 256 KiB: the interpreter's own allocations between the two snapshots (200 KB once, in a fresh clone)
+    assert abs(grown - out["list_array"]) <= 0.01 * out["list_array"] + 256 * KiB, grown
 
 
 def test_python_anonymous_mapping_is_other_anon(python_witness):

@@ -174,8 +174,8 @@ def render_snapshot(snap: Snapshot, stream: TextIO, width: int | None = None) ->
             console.print(f"- {which}")
             console.print(f"    {how}")
     problem = snap.allocator.get("agent_problem")
-    if problem:  # one line, as said: the figures above were read without the agent
-        console.print(f"Note: read without memgap's agent: {problem}", markup=False, highlight=False, soft_wrap=True)
+    if problem:  # said once, wrapped to the width (a socket's path is long): the figures above were read without it
+        console.print(f"Note: read without memgap's agent: {problem}", markup=False, highlight=False)
     if snap.cgroup:
         for line in cgroup_lines(snap.cgroup, snap.rss, snap.status.get("Pss")):
             console.print(line, highlight=False, markup=False)
