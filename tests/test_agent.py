@@ -1,6 +1,7 @@
 """The native agent: its replies parsed, and the real library preloaded into real programs."""
 import json
 import os
+import re
 import shutil
 import signal
 import stat
@@ -450,7 +451,9 @@ def test_a_fake_agent_is_not_believed(tmp_path, mode, said):
     finally:
         _stop(proc)
     assert code == base_code == 0, err
-    notes = [line for line in out.splitlines() if line.startswith("Note: read without memgap's agent: ")]
+    # the note, its wrapped continuation lines (indented) joined back
+    notes = [" ".join(line.split()) for line in re.sub(r"\n    (?=\S)", " ", out).splitlines()
+             if line.startswith("Note: read without memgap's agent: ")]
     assert len(notes) == 1 and said in notes[0], (notes, out)
     assert doc["route"] == "outside" and "agent" not in doc["allocator"], doc["allocator"]
     assert said in doc["allocator"]["agent_problem"]

@@ -174,8 +174,13 @@ def render_snapshot(snap: Snapshot, stream: TextIO, width: int | None = None) ->
             console.print(f"- {which}")
             console.print(f"    {how}")
     problem = snap.allocator.get("agent_problem")
-    if problem:  # said once, wrapped to the width (a socket's path is long): the figures above were read without it
-        console.print(f"Note: read without memgap's agent: {problem}", markup=False, highlight=False)
+    if problem:  # said once, the figures above were read without it; wrapped to the width (a socket's path is
+        # long), its continuation indented so that the note reads as one
+        import textwrap
+
+        console.print(textwrap.fill(f"Note: read without memgap's agent: {problem}", width=max(20, console.width),
+                                    subsequent_indent="    ", break_on_hyphens=False), markup=False, highlight=False,
+                      soft_wrap=True)
     if snap.cgroup:
         for line in cgroup_lines(snap.cgroup, snap.rss, snap.status.get("Pss")):
             console.print(line, highlight=False, markup=False)
