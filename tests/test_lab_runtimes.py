@@ -260,15 +260,21 @@ def _run_env(runs, order):
     return json.loads((folder / "samples.jsonl").read_text().splitlines()[0])["env"]
 
 
-def _check_runs(lab, witness, variants):
+def _check_runs(lab, witness, variants, gives_back_at_rest=False):
+    """Each run at rest, its idle against the program's own VmRSS at the end of its rest. Where the runtime
+    gives pages back during the rest on its own (``gives_back_at_rest``: Go's background scavenger, 7.4 MiB
+    under a limit once, 116 MiB of a 322 MiB baseline another time in a fresh clone), the program's figure
+    is a floor the lab's idle, read as the rest began, may stand above."""
     assert lab["complete"] and lab["order"] == [f"{v}#{rep}" for rep in (1, 2) for v in variants]
     assert len(witness) == len(lab["runs"])
     for r, own in zip(lab["runs"], witness, strict=True):
         assert r["status"] == "ok", r
         assert "quiet" in r["idle_rule"], r["idle_rule"]  # found at rest: the program marks nothing
-        # the lab's idle, read from outside as the rest began, against the program's own VmRSS at its end
-        # 8 MiB: Go's scavenger under a memory limit gives pages back during the rest (7.4 MiB once, loaded)
-        assert abs(r["idle"] - own) <= max(0.05 * own, 8 * MiB), (r["variant"], r["idle"], own)
+        room = max(0.05 * own, 4 * MiB)
+        if gives_back_at_rest:
+            assert own - room <= r["idle"] <= 1.7 * own + room, (r["variant"], r["idle"], own)
+        else:
+            assert abs(r["idle"] - own) <= room, (r["variant"], r["idle"], own)
     return {s["spec"]: s["idle"][0] for s in lab["variants"]}
 
 
@@ -279,7 +285,7 @@ def test_the_lab_ranks_gos_own_settings_on_an_unmodified_go_program(tmp_path, go
     under the defaults, 234 with GOGC=25, 29 with GOMEMLIMIT=100MiB (x2.4 the time)."""
     variants = ["glibc", "go:gogc=25", "go:memlimit=100MiB"]
     lab, witness, runs = _lab(tmp_path, variants, [go_program, "200", "2", "gc", str(tmp_path / "own.txt")])
-    idle = _check_runs(lab, witness, variants)
+    idle = _check_runs(lab, witness, variants, gives_back_at_rest=True)
     assert idle["glibc"] > 200 * MiB  # the retention the settings are for
     assert idle["go:gogc=25"] < 0.85 * idle["glibc"]
     assert idle["go:memlimit=100MiB"] < 0.5 * idle["glibc"]
