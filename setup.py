@@ -26,7 +26,7 @@ class BuildPyWithPth(build_py):
 setup(cmdclass={"build_py": BuildPyWithPth}, ext_modules=[
     Extension("memgap.agent._memgap_agent", sources=["src/memgap/agent/agent.c"],
               extra_compile_args=["-O2", "-Wall"], optional=True),
-    # loaded into Python processes with ctypes.PyDLL (memgap.pymalloc_release), not imported
+    # loaded into Python processes with ctypes.PyDLL (memgap.inside.pymalloc_release), not imported
     Extension("memgap.native._pools", sources=["src/memgap/native/pools.c"],
               extra_compile_args=["-O2", "-Wall"], optional=True),
 ])

@@ -28,10 +28,10 @@ import time
 SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
 sys.path.insert(0, SRC)
 
-from memgap.collect import Options, snapshot_pid  # noqa: E402
-from memgap.cow import add_copied_from_parent  # noqa: E402
+from memgap.explain.cow import add_copied_from_parent  # noqa: E402
+from memgap.explain.snapshot import Options, snapshot_pid  # noqa: E402
+from memgap.explain.tree import snapshot_tree  # noqa: E402
 from memgap.sources.procfs import ProcReader  # noqa: E402
-from memgap.trees import snapshot_tree  # noqa: E402
 
 TREE = ("import gc, os, sys, time\n"
         "table = [{'id': i, 'tags': [i]} for i in range(int(sys.argv[1]))]\n"

@@ -17,8 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 
-from memgap.sources.glibc import glibc_malloc  # noqa: E402
-from memgap.sources.pymalloc import capture_debugmallocstats  # noqa: E402
+from memgap.sources.glibc import glibc_malloc
+from memgap.sources.pymalloc import capture_debugmallocstats
 
 
 def work(i: int) -> int:

@@ -1,5 +1,5 @@
 """Write docs/schemas/: the JSON Schema of every document memgap writes, made from the type hints its
-readers check (memgap.doc_schema). Run it after a document gains a field; tests/test_schemas.py fails
+readers check (memgap.documents.schema). Run it after a document gains a field; tests/test_schemas.py fails
 until the files are what this writes.
 
     .venv/bin/python scripts/json_schemas.py
@@ -10,7 +10,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
 
-from memgap.doc_schema import document_schemas
+from memgap.documents.schema import document_schemas
 
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "schemas")
 

@@ -183,7 +183,7 @@ def test_agent_answers_privately_and_adds_no_arena(idle_exe, tmp_path):
 @needs_cc
 def test_agent_trim_releases_what_the_outside_estimate_said(idle_exe, tmp_path):
     from memgap.agent import trim
-    from memgap.collect import Options, snapshot_pid
+    from memgap.explain.snapshot import Options, snapshot_pid
 
     proc = _start([idle_exe], _agent_env(tmp_path))
     try:
@@ -254,7 +254,7 @@ def test_agent_is_dormant_in_python_unless_asked(tmp_path):
 def test_layers_add_up_within_one_percent_with_the_agent(tmp_path):
     """The issue's bar: outside with the agent, the layers add up to VmRSS within 1%; outside
     without it the free chunks walked account for at least 90% of what glibc itself counts free."""
-    from memgap.collect import Options, snapshot_pid
+    from memgap.explain.snapshot import Options, snapshot_pid
     from memgap.scenarios.native import build
 
     exe = build("blockingpool", str(tmp_path / "bin"))
@@ -279,7 +279,7 @@ def test_layers_add_up_within_one_percent_with_the_agent(tmp_path):
 
 @needs_cc
 def test_agent_reports_jemalloc(idle_exe, tmp_path):
-    from memgap.collect import Options, snapshot_pid
+    from memgap.explain.snapshot import Options, snapshot_pid
 
     proc = _start_under_jemalloc(idle_exe, tmp_path)
     try:
@@ -309,8 +309,8 @@ def test_memgap_run_preloads_the_agent_and_keeps_its_last_words(tmp_path):
 
 
 def test_no_compiler_is_a_clear_error(monkeypatch, tmp_path):
-    from memgap import native_build
     from memgap.errors import ToolMissing
+    from memgap.native import build as native_build
 
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.delenv("CC", raising=False)
@@ -321,7 +321,7 @@ def test_no_compiler_is_a_clear_error(monkeypatch, tmp_path):
 
 
 def test_a_cache_folder_someone_else_can_write_is_refused(monkeypatch, tmp_path):
-    from memgap import native_build
+    from memgap.native import build as native_build
 
     monkeypatch.setattr(native_build.tempfile, "gettempdir", lambda: str(tmp_path))
     folder = tmp_path / f"memgap-native-{os.getuid()}"

@@ -190,7 +190,7 @@ def test_ptrace_refusal_names_the_yama_setting():
 
 def test_compare_arenas_pairs_main_and_nearest_sizes():
     from conftest import FIXTURES, read
-    from memgap.deep import compare_arenas
+    from memgap.inside.gdb import compare_arenas
     from memgap.sources.glibc import parse_malloc_info
 
     info = parse_malloc_info(read(os.path.join(FIXTURES, "glibc-2.36-py3.11-8threads", "malloc_info.xml")))
@@ -252,8 +252,8 @@ def test_many_deep_attaches_to_a_busy_process(target_exe, spawn):
     time (about 6 on the 2-core machine when idle, 3 under a parallel test run;
     benchmarks/stress_attach.py runs it for longer): the target never dies, is never
     left stopped, and prints its counter on, unchanged."""
-    from memgap.collect import Options, snapshot_pid
-    from memgap.deep import GdbOptions, deep
+    from memgap.explain.snapshot import Options, snapshot_pid
+    from memgap.inside.gdb import GdbOptions, deep
 
     t = spawn(target_exe, "busy")
     count, started, latencies, slow = 0, time.monotonic(), [], []
@@ -403,17 +403,17 @@ def test_pid_reused_before_gdb_attaches(target_exe, spawn, monkeypatch, capsys):
 
 def test_top_stops_when_the_pid_is_reused(target_exe, spawn, monkeypatch, capsys):
     import memgap.cli
-    import memgap.processes
+    import memgap.sources.processes
 
     t = spawn(target_exe, "hold")
-    real = memgap.processes.start_time(t.pid)
+    real = memgap.sources.processes.start_time(t.pid)
     calls = []
 
     def fake(pid, proc_root="/proc"):
         calls.append(pid)
         return real if len(calls) <= 2 else real + 100  # the second refresh finds another process
 
-    monkeypatch.setattr(memgap.processes, "start_time", fake)
+    monkeypatch.setattr(memgap.sources.processes, "start_time", fake)
     assert memgap.cli.main(["top", str(t.pid), "--iterations", "5", "--interval", "0.01"]) == 7
     captured = capsys.readouterr()
     assert captured.out.count("---") == 1 and "was reused" in captured.err
@@ -448,8 +448,8 @@ def test_after_a_refused_attach_the_process_is_looked_at_first(tmp_path):
     start time), one whose start time is not the one recorded (a reused PID), and one unchanged
     (None: the refusal was ptrace's own)."""
     from memgap.errors import PidReused, ProcessExeced
-    from memgap.processes import ProcessIdentity
     from memgap.sources.gdb_target import attach_race, executable
+    from memgap.sources.processes import ProcessIdentity
 
     shell = subprocess.Popen(["sh", "-c", "read line; exec sleep 60"], stdin=subprocess.PIPE, text=True)
     try:

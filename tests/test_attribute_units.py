@@ -6,8 +6,8 @@ changes one of these numbers.
 """
 import pytest
 
-from memgap.attribution import Measurements, attribute
-from memgap.model import Region
+from memgap.documents.snapshot import Region
+from memgap.explain.attribution import Measurements, attribute
 from memgap.sources.glibc_heaps import ArenaLayout, GlibcLayout
 from memgap.sources.jemalloc import JemallocStats
 from memgap.sources.pyheap import PythonHeap
@@ -402,7 +402,7 @@ def _outside_jemalloc_snapshot():
 
 
 def test_jemalloc_counters_read_through_gdb_move_pages_out_of_other_anon():
-    from memgap.gdb_layers import jemalloc_gdb_layers
+    from memgap.inside.gdb_layers import jemalloc_gdb_layers
 
     outside = _outside_jemalloc_snapshot()
     assert outside["other_anon"].resident == 51 * MiB  # 50 unclaimed + 1 file-cow
@@ -423,7 +423,7 @@ def test_jemalloc_counters_read_through_gdb_move_pages_out_of_other_anon():
 
 
 def test_jemalloc_counters_beyond_the_unclaimed_pages_are_clamped_and_said():
-    from memgap.gdb_layers import jemalloc_gdb_layers
+    from memgap.inside.gdb_layers import jemalloc_gdb_layers
 
     outside = _outside_jemalloc_snapshot()
     # 40 MiB allocated, 2 MiB slack, 2000 pages (7.8125 MiB) dirty, 2 MiB of metadata pages: 51.8 MiB wanted
@@ -440,7 +440,7 @@ def test_jemalloc_counters_beyond_the_unclaimed_pages_are_clamped_and_said():
 # --- tcmalloc's properties and mimalloc's figures read through gdb (inspect --deep) ----------
 
 def test_tcmalloc_properties_read_through_gdb_move_pages_out_of_other_anon():
-    from memgap.gdb_layers import tcmalloc_gdb_layers
+    from memgap.inside.gdb_layers import tcmalloc_gdb_layers
     from memgap.sources.tcmalloc_gdb import TcmallocDeep
 
     outside = _outside_jemalloc_snapshot()  # 50 MiB unclaimed anonymous, 1 MiB file-cow
@@ -460,7 +460,7 @@ def test_tcmalloc_properties_read_through_gdb_move_pages_out_of_other_anon():
 
 
 def test_tcmalloc_properties_beyond_the_unclaimed_pages_are_clamped_and_said():
-    from memgap.gdb_layers import tcmalloc_gdb_layers
+    from memgap.inside.gdb_layers import tcmalloc_gdb_layers
     from memgap.sources.tcmalloc_gdb import TcmallocDeep
 
     outside = _outside_jemalloc_snapshot()
@@ -475,7 +475,7 @@ def test_tcmalloc_properties_beyond_the_unclaimed_pages_are_clamped_and_said():
 
 
 def test_mimalloc_committed_bytes_go_to_a_layer_of_their_own():
-    from memgap.gdb_layers import mimalloc_gdb_layers
+    from memgap.inside.gdb_layers import mimalloc_gdb_layers
     from memgap.sources.mimalloc_gdb import MimallocDeep
 
     outside = _outside_jemalloc_snapshot()
@@ -539,8 +539,8 @@ def test_no_runtime_no_runtime_layers():
 
 
 def test_runtime_retention_finding_fires_above_its_floor_only():
-    from memgap.diagnose import diagnose
-    from memgap.model import Snapshot
+    from memgap.diagnose.findings import diagnose
+    from memgap.documents.snapshot import Snapshot
 
     def snap(in_use, retained):
         owned = [Region(0x10000000, 0x40000000, "runtime-heap", in_use + retained, path="[go] heap")]

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import child_env
 from helpers import MiB, check_adds_up, memgap
-from memgap.runs import load_run
+from memgap.record.recorder import load_run
 
 HOLDER = (
     "import sys, time\n"
@@ -149,8 +149,8 @@ def test_vanished_mid_read():
 
 
 def test_malformed_proc_files(tmp_path):
-    from memgap.collect import snapshot_pid
     from memgap.errors import MalformedInput
+    from memgap.explain.snapshot import snapshot_pid
 
     fake = tmp_path / "proc" / "4242"
     fake.mkdir(parents=True)
@@ -314,8 +314,8 @@ def _lab_folder(path, runs_of):
     """A lab's folder as memgap lab leaves it: lab.jsonl with its header and one line per run."""
     from dataclasses import asdict
 
-    from memgap.lab.metrics import RunMetrics
-    from memgap.recording import RecordingWriter
+    from memgap.lab.figures import RunMetrics
+    from memgap.record.recording import RecordingWriter
 
     path.mkdir()
     events = RecordingWriter(str(path / "lab.jsonl"))

@@ -15,10 +15,10 @@ import re
 
 import pytest
 
+from memgap.allocators.variants import DEFAULT_SPECS, parse_variant
 from memgap.cli import COMMANDS, build_parser, command_module
 from memgap.errors import UsageError
-from memgap.metrics_scrape import Selection
-from memgap.variants import DEFAULT_SPECS, parse_variant
+from memgap.metrics.scrape import Selection
 
 # Options whose field has another name (a negated flag, a plural, a word that is a builtin), or
 # several options that make one typed field (serve-metrics' target).

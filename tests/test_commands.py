@@ -446,8 +446,8 @@ def test_ctrl_c_to_memgap_alone_ends_the_commands_children_too(tmp_path):
 def test_a_snapshot_of_a_process_whose_memory_is_gone_says_it_exited():
     """A process read as it exits (its memory torn down, its status without VmRSS, as a zombie's)
     is gone, not a snapshot of 0 bytes: a lab once summed such a driver's idle PSS as 0."""
-    from memgap.collect import snapshot_pid
     from memgap.errors import NoSuchProcess
+    from memgap.explain.snapshot import snapshot_pid
 
     proc = subprocess.Popen([sys.executable, "-c", "import time; print(1, flush=True); time.sleep(30)"],
                             stdout=subprocess.PIPE)

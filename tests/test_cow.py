@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from helpers import MiB, memgap, pss_sum
-from memgap.cow import inherited_ranges, split_pages
+from memgap.explain.cow import inherited_ranges, split_pages
 from memgap.sources.procfs import Mapping
 
 HERE = os.path.dirname(os.path.abspath(__file__))

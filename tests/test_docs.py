@@ -7,6 +7,7 @@ recording, a lab document from one hand-made run), and the files the docs link t
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import re
@@ -193,7 +194,7 @@ def test_the_tree_fields_are_a_trees_keys(tmp_path, capsys):
 
 
 def test_the_run_fields_are_a_runs_keys(tmp_path):
-    from memgap.runs import load_run
+    from memgap.record.recorder import load_run
 
     doc = load_run(str(tmp_path)).to_dict()  # an empty recording: every field, as a run cut short at once has them
     (top,) = json_tables("Run: `memgap.run/1`")
@@ -202,9 +203,9 @@ def test_the_run_fields_are_a_runs_keys(tmp_path):
 
 
 def test_the_lab_fields_are_a_labs_keys(tmp_path):
-    from memgap.lab.metrics import RunMetrics
+    from memgap.allocators.variants import parse_variant
+    from memgap.lab.figures import RunMetrics
     from memgap.lab.runner import LabOptions, lab_document
-    from memgap.variants import parse_variant
 
     runs = [RunMetrics(spec, rep, 0, "ok", wall=1.0, idle=idle * MiB, baseline=30 * MiB)
             for rep in (1, 2) for spec, idle in (("glibc", 60), ("glibc:arena_max=2", 40))]
@@ -219,7 +220,7 @@ def test_the_lab_fields_are_a_labs_keys(tmp_path):
     statuses = re.findall(r"`([\w-]+)`", next(r for r in tables(section(read("docs", "json.md"),
                                                                           "Lab: `memgap.lab/1`"))[1]
                                                if r[0] == "`status`")[1])
-    from memgap.documents import RunStatus
+    from memgap.documents.records import RunStatus
 
     assert set(statuses) == {s.value for s in RunStatus}, statuses
 
@@ -227,10 +228,10 @@ def test_the_lab_fields_are_a_labs_keys(tmp_path):
 # --- the lab's rule, the layers, the findings ---------------------------------------------------
 
 def test_the_lab_page_states_the_verdict_rule_the_code_applies():
+    from memgap.allocators.variants import DEFAULT_SPECS
     from memgap.lab.adaptive import FAR_TOO_SLOW
     from memgap.lab.runner import TRIM_HINT
     from memgap.lab.verdict import MATERIAL_BYTES, MATERIAL_SHARE, material
-    from memgap.variants import DEFAULT_SPECS
 
     rule = section(read("docs", "lab.md"), "The verdict rule")
     assert f"at least **{MATERIAL_SHARE:.0%}**" in rule
@@ -246,8 +247,8 @@ def test_the_lab_page_states_the_verdict_rule_the_code_applies():
 
 
 def test_the_layer_tables_name_every_layer():
-    from memgap.gdb_layers import HELD_LAYER
-    from memgap.model import LAYER_NAMES
+    from memgap.documents.snapshot import LAYER_NAMES
+    from memgap.inside.gdb_layers import HELD_LAYER
 
     documented = [re.fullmatch(r"`(\w+)`", r[0])[1] for r in tables(read("docs", "layers.md"))[0]]
     assert documented == [*LAYER_NAMES, HELD_LAYER, "unexplained"], documented
@@ -256,7 +257,7 @@ def test_the_layer_tables_name_every_layer():
 
 
 def test_every_finding_is_documented():
-    sources = read("src", "memgap", "diagnose.py") + read("src", "memgap", "diagnose_allocators.py")
+    sources = read("src", "memgap", "diagnose", "findings.py") + read("src", "memgap", "diagnose", "allocators.py")
     codes = set(re.findall(r'Finding\(\s*"([a-z-]+)"', sources))
     assert len(codes) >= 13
     page = read("docs", "findings.md")
@@ -339,11 +340,11 @@ def test_the_readme_status_is_true():
     not_yet = status.partition("Not yet:")[2].split("\n\n")[0]
     done = status.partition("Not yet:")[0]
     features = {  # words in the status -> whether the code has it
-        "prefixed jemalloc": _has("memgap.deep_beside", "beside_jemalloc"),
+        "prefixed jemalloc": _has("memgap.inside.jemalloc_beside", "beside_jemalloc"),
         "ASGI/WSGI routes": _has("memgap.web", "ASGIMiddleware") and _has("memgap.web", "WSGIMiddleware"),
-        "notebook rendering": hasattr(__import__("memgap.model").model.Snapshot, "_repr_html_"),
+        "notebook rendering": hasattr(importlib.import_module("memgap.documents.snapshot").Snapshot, "_repr_html_"),
         "JSON Schemas": os.path.isdir(os.path.join(ROOT, "docs", "schemas")),
-        "shared memory as a layer": "shared_memory" in __import__("memgap.model").model.LAYER_NAMES,
+        "shared memory as a layer": "shared_memory" in importlib.import_module("memgap.documents.snapshot").LAYER_NAMES,
         "Go, the JVM and V8": all(_has(f"memgap.runtimes.{name}") for name in ("go", "jvm", "v8")),
     }
     for words, present in features.items():

@@ -1,4 +1,4 @@
-"""The documents as classes (memgap.documents): saved documents of earlier versions load,
+"""The documents as classes (memgap.documents.records): saved documents of earlier versions load,
 current ones round-trip, documents made live round-trip, and bad input is memgap's error.
 
 The saved documents (tests/fixtures/documents/COMMIT/) were written by memgap at that commit:
@@ -19,7 +19,8 @@ import pytest
 
 from conftest import child_env
 from helpers import memgap, run_recorded
-from memgap.documents import (
+from memgap.documents.lab_summary import AcrossCell, Cell, Recommendation, SweepRow, VariantSummary
+from memgap.documents.records import (
     LabDocument,
     ProcessRecord,
     RunDocument,
@@ -31,7 +32,6 @@ from memgap.documents import (
     load_document,
 )
 from memgap.errors import MalformedInput
-from memgap.lab_document import AcrossCell, Cell, Recommendation, SweepRow, VariantSummary
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SAVED = os.path.join(HERE, "fixtures", "documents")

@@ -1,4 +1,4 @@
-"""Every finding of memgap.diagnose (issue 17, item 5) on a real program that holds what the
+"""Every finding of memgap.diagnose.findings (issue 17, item 5) on a real program that holds what the
 finding is about, and on programs that must not trigger it: one below the byte floor with the
 ratio crossed, one below the ratio with the byte floor crossed (diagnose.py: "a ratio AND a
 byte floor"). The figures a finding prints are checked against what the program says it did
@@ -19,8 +19,8 @@ import pytest
 
 from conftest import HERE, child_env
 from helpers import JEMALLOC, MiB
-from memgap.diagnose import diagnose
-from memgap.model import Layer, Snapshot
+from memgap.diagnose.findings import diagnose
+from memgap.documents.snapshot import Layer, Snapshot
 
 KiB = 1 << 10
 # the floors diagnose.py promises, written out here: a test that read them from the module
@@ -50,7 +50,7 @@ def codes(findings):
 
 
 def outside(pid):
-    from memgap.collect import Options, snapshot_pid
+    from memgap.explain.snapshot import Options, snapshot_pid
 
     snap = snapshot_pid(pid, Options(regions=False))
     assert snap.route == "outside"

@@ -118,7 +118,7 @@ _LINES = st.one_of(
 @settings(max_examples=150, deadline=None)
 @given(st.binary(max_size=2000))
 def test_request_heads_parse_or_raise_bad_request(head):
-    from memgap.metrics_server import BadRequest, Request, parse_head
+    from memgap.metrics.server import BadRequest, Request, parse_head
 
     try:
         assert isinstance(parse_head(head), Request)
@@ -129,7 +129,7 @@ def test_request_heads_parse_or_raise_bad_request(head):
 @pytest.fixture(scope="module")
 def web_server():
     """memgap's HTTP server in this process, answering every path with "ok" behind a bearer token."""
-    from memgap.metrics_server import Credentials, MetricsServer, Response, WebConfig
+    from memgap.metrics.server import Credentials, MetricsServer, Response, WebConfig
 
     server = MetricsServer(WebConfig(port=0, read_timeout=0.5, credentials=Credentials(token="t0ken")),
                            lambda path: Response(200, b"ok\n"))

@@ -18,7 +18,7 @@ import sys
 
 from conftest import HERE
 from helpers import MiB, memgap, recommended
-from memgap.variants import DEFAULT_SPECS
+from memgap.allocators.variants import DEFAULT_SPECS
 
 DRIVE = os.path.join(HERE, "programs", "prefork", "drive.py")
 FREEZE = "glibc:gc=freeze-at-fork"

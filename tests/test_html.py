@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from helpers import memgap
-from memgap.model import LAYER_NAMES
+from memgap.documents.snapshot import LAYER_NAMES
 from memgap.report.html import LAYER_COLORS, safe_json
 
 HOSTILE = '</script><b id="pwn">x</b>\u2028&amp;'

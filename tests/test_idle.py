@@ -1,5 +1,5 @@
 """Idle found without the program's help: the quiet-spell rule and the finder (pure)."""
-from memgap.idle import QuietSpell, find_idle
+from memgap.record.idle import QuietSpell, find_idle
 
 MiB = 1 << 20
 
@@ -121,7 +121,7 @@ def test_memory_given_back_before_the_spell_is_told_keeps_the_spell():
 def test_a_process_read_as_it_exits_leaves_its_last_figure_not_zero():
     """The last sample of a process read as it exits (a zombie: no VmRSS) says 0: its figure before is
     the moment before its exit."""
-    from memgap.idle import idle_of_process
+    from memgap.record.idle import idle_of_process
 
     timeline = [{"pid": 7, "t": 0.1, "rss": 300 * MiB}, {"pid": 7, "t": 0.2, "rss": 333 * MiB},
                 {"pid": 7, "t": 0.3, "rss": 0}]
@@ -134,7 +134,7 @@ def test_a_pss_read_again_counts_only_while_the_spell_held():
     copy, its RSS steady). A reading whose RSS moved beyond the spell's slack came after the spell
     ended unseen (a program freeing its memory as it exits): the driver of a lab test once summed
     to 29 MiB that way, its 117 MiB of ballast gone."""
-    from memgap.idle import QUIET_PHASE, _pss_at_idle
+    from memgap.record.idle import QUIET_PHASE, _pss_at_idle
 
     snap = {"phase": QUIET_PHASE, "time": 10.0, "rss": 117 * MiB, "status": {"Pss": 110 * MiB}}
     master = {"pss_reads": [[11.0, 90 * MiB, 117 * MiB], [12.0, 80 * MiB, 116 * MiB]]}

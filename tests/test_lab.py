@@ -11,10 +11,10 @@ import pytest
 
 from conftest import child_env
 from helpers import JEMALLOC, MiB, memgap, memory_cgroup
+from memgap.allocators.variants import DEFAULT_SPECS
 from memgap.lab.choose import FINDING_VARIANTS
 from memgap.scenarios import scenario_command
 from memgap.sources.procfs import oom_kills
-from memgap.variants import DEFAULT_SPECS
 
 SMALL_THREADPOOL = scenario_command("threadpool", passes=1, chunks=128)
 

@@ -10,7 +10,7 @@ import pytest
 
 from conftest import HERE
 from helpers import MiB, self_contained
-from memgap.documents import LabDocument
+from memgap.documents.records import LabDocument
 
 SAVED = [os.path.join(HERE, "fixtures", "documents", commit, "lab.json") for commit in ("04f183d", "8a6ec88")]
 

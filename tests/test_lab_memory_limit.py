@@ -158,7 +158,7 @@ def limited(unlimited, tmp_path_factory):
 def test_the_limited_lab_keeps_every_figure_whole(limited, width):
     from test_widths import _lab_figures, check, copy_lines, rendered
 
-    from memgap.documents import LabDocument
+    from memgap.documents.records import LabDocument
     from memgap.report.lab import cgroup_lines, render_lab
 
     lab = limited[2]

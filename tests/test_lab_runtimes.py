@@ -13,14 +13,14 @@ import pytest
 
 from conftest import HERE, child_env
 from helpers import memgap
-from memgap.documents import ProcessRecord, RunDocument
+from memgap.allocators.variants import COST_ENV, parse_variant
+from memgap.documents.records import ProcessRecord, RunDocument
+from memgap.documents.snapshot import Finding
 from memgap.errors import UsageError
 from memgap.lab.choose import RUNTIME_FINDINGS, add_choices, choose, run_runtimes
 from memgap.lab.remedy_lines import recommendation_lines
-from memgap.model import Finding
 from memgap.report.remedy import remedy_forms
 from memgap.runtimes import runtime_variants
-from memgap.variants import COST_ENV, parse_variant
 
 MiB = 1 << 20
 PROGRAMS = Path(HERE) / "programs" / "rtlab"
@@ -163,7 +163,7 @@ def test_the_runtimes_a_run_read_come_from_its_snapshots_runtime_heap_layer():
 
 def test_the_baselines_first_run_adds_the_runtimes_variants_right_after_it():
     """The runner's wiring: the runtimes its snapshots read, and its peak, reach the choice."""
-    from memgap.documents import RunFigures, RunStatus
+    from memgap.documents.records import RunFigures, RunStatus
     from memgap.lab import runner
     from memgap.lab.fork_probe import ForkProbe
 

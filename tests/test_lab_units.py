@@ -6,10 +6,10 @@ import re
 
 import pytest
 
-from memgap import variants as V  # noqa: N812 - a short alias, on most lines
-from memgap.allocators import CATALOGUE, Allocator, find_library
+from memgap.allocators import variants as V  # noqa: N812 - a short alias, on most lines
+from memgap.allocators.catalog import CATALOGUE, Allocator, find_library
 from memgap.errors import UsageError
-from memgap.lab.metrics import RunMetrics, classify_pattern
+from memgap.lab.figures import RunMetrics, classify_pattern
 from memgap.lab.runner import recommendation_lines as remedy_lines
 from memgap.lab.verdict import decide, summarize
 from memgap.report.remedy import remedy_forms
@@ -144,7 +144,7 @@ REQUIRED = {"pid": 1, "unexplained": 0}  # what every snapshot has, which a run'
 
 def _run(fields):
     """A run document made by hand: the fields given, the rest as an earlier memgap left them."""
-    from memgap.documents import RunDocument
+    from memgap.documents.records import RunDocument
 
     return RunDocument.from_dict({"schema": "memgap.run/1", **fields})
 
@@ -156,7 +156,7 @@ def test_post_rest_is_the_exit_figure():
            "processes": [{"pid": 1, "snapshots": [dict(snap, phase="post-import", rss=30),
                                                   dict(snap, phase="idle", rss=80),
                                                   dict(snap, phase="exit", rss=40)]}]}
-    from memgap.lab.metrics import run_metrics
+    from memgap.lab.figures import run_metrics
 
     plain = run_metrics(_run(run), "glibc", 1, 1, 0.0)
     assert (plain.idle, plain.post_rest, plain.python) == (80, 40, True)
@@ -312,7 +312,7 @@ def test_allocators_in_the_users_folders_come_first(monkeypatch, tmp_path):
 
 
 def test_a_pymalloc_setting_on_a_program_that_is_not_python_did_not_apply():
-    from memgap.lab.metrics import run_metrics
+    from memgap.lab.figures import run_metrics
 
     def run(route):
         snap = {"rss": 30, "layers": {}, "status": {}, "allocator": {"name": "glibc"}, **REQUIRED, "route": route,
@@ -330,7 +330,7 @@ def test_a_pymalloc_setting_on_a_program_that_is_not_python_did_not_apply():
 def test_a_server_seen_only_from_outside_shows_its_trimmer_and_its_interpreter():
     """A server stopped by a signal has no in-process snapshot: the bootstrap's trimmer-start
     event says a trimmer took, and its command line says it is Python."""
-    from memgap.lab.metrics import run_metrics
+    from memgap.lab.figures import run_metrics
 
     snap = {"rss": 30, "layers": {}, "status": {}, "allocator": {"name": "glibc"}, **REQUIRED, "route": "outside",
             "time": 0, "phase": "quiet"}
@@ -347,7 +347,7 @@ def test_a_server_seen_only_from_outside_shows_its_trimmer_and_its_interpreter()
 
 
 def test_a_trimmer_variants_idle_is_what_its_own_trims_left():
-    from memgap.lab.metrics import run_metrics
+    from memgap.lab.figures import run_metrics
 
     def run(trims=None, agent_trims=0):
         snap = {"rss": 80, "layers": {}, "status": {}, "allocator": {"name": "glibc"}, **REQUIRED,
@@ -386,10 +386,10 @@ def test_a_recommended_idle_trim_says_when_the_idle_trimmer_never_got_to_trim():
 
 def test_a_sweeps_summaries_are_classes_and_write_the_labs_json():
     """lab_document with two cells: each cell, its summaries and recommendation, the sweep's rows
-    and the top recommendation across the cells as memgap.lab_document's classes, written as the
+    and the top recommendation across the cells as memgap.documents.lab_summary's classes, written as the
     lab has always written them (the keys in their order)."""
+    from memgap.documents.lab_summary import AcrossCell, Cell, Recommendation, SweepRow
     from memgap.lab.runner import LabOptions, lab_document
-    from memgap.lab_document import AcrossCell, Cell, Recommendation, SweepRow
 
     runs = []
     for n, base in (("1", 40), ("2", 80)):
@@ -487,7 +487,7 @@ def test_a_variant_oom_killed_in_any_run_is_never_recommended():
 
 
 def _finding(code, summary):
-    from memgap.model import Finding
+    from memgap.documents.snapshot import Finding
 
     return Finding(code, "warning", summary)
 
@@ -541,7 +541,7 @@ def test_a_choice_joins_the_lineup_once_and_a_default_variant_it_points_to_says_
 
 
 def test_a_runs_findings_and_allocators_are_read_from_its_snapshots():
-    from memgap.documents import ProcessRecord, RunDocument
+    from memgap.documents.records import ProcessRecord, RunDocument
     from memgap.lab.choose import run_evidence
 
     snap = {"phase": "quiet", "allocator": {"name": "jemalloc"},
@@ -556,7 +556,7 @@ def test_a_runs_findings_and_allocators_are_read_from_its_snapshots():
 
 
 def test_the_reasons_are_shown_and_a_lab_without_them_shows_none():
-    from memgap.documents import LabDocument
+    from memgap.documents.records import LabDocument
     from memgap.report.lab import chosen_lines
 
     lab = LabDocument(cmd=["x"], runs=[], chosen={

@@ -3,7 +3,7 @@ import subprocess
 import sys
 
 from conftest import child_env
-from memgap.collect import Options, snapshot_pid
+from memgap.explain.snapshot import Options, snapshot_pid
 
 BUSY = r"""
 import sys, threading, zlib

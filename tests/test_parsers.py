@@ -110,7 +110,7 @@ def test_jemalloc_mappings_are_the_noreserve_ones():
 
 def test_noreserve_flags_are_read_again_only_for_new_ranges():
     """smaps costs a page-table walk: the flags are kept per process while maps shows no new range."""
-    from memgap import collect
+    from memgap.explain import snapshot as collect
 
     folder = os.path.join(os.path.dirname(__file__), "fixtures", "many-arenas", "jemalloc-5.3-py3.12")
     smaps = procfs.parse_smaps(read(os.path.join(folder, "proc_self_smaps.txt")))
@@ -137,7 +137,7 @@ def test_noreserve_flags_are_read_again_only_for_new_ranges():
 def test_struct_pthread_found_by_its_self_pointers():
     """x86-64 tcbhead_t at the top of a glibc thread stack: tcb and self (offsets 0 and 16) hold its
     own address, dtv (8) a pointer; frames below hold many pointers into the same stack."""
-    from memgap.memory_map import _self_pointer
+    from memgap.explain.memory_map import _self_pointer
 
     page = 0x7F9B3A5FF000
     data = bytearray(4096)

@@ -104,7 +104,7 @@ def start(tmp_path):
 
 
 def outside(pid):
-    from memgap.collect import Options, snapshot_pid
+    from memgap.explain.snapshot import Options, snapshot_pid
 
     return snapshot_pid(pid, Options(regions=False, agent=False))
 

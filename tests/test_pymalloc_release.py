@@ -17,7 +17,7 @@ pytestmark = pytest.mark.skipif(not HAVE_CC, reason="no C compiler to build the 
 # every survivor and keeps allocating. Prints: released pools rss_drop.
 SCRIPT = textwrap.dedent("""
     import gc, sys
-    from memgap.pymalloc_release import release_pymalloc
+    from memgap.inside.pymalloc_release import release_pymalloc
     data = {i: (str(i) * 3, float(i), [i, i + 1]) for i in range(300000)}
     for i in range(300000):
         if i % 4000 >= 40:  # whole runs freed: their pools empty, a few objects stay in each arena
@@ -65,7 +65,7 @@ def test_release_gives_back_what_it_says_and_python_goes_on():
 # Prints: pools resident_before resident_after live_after released.
 EMPTY_ARENA_SCRIPT = textwrap.dedent("""
     import ctypes, gc, os, struct
-    from memgap.pymalloc_release import release_pymalloc
+    from memgap.inside.pymalloc_release import release_pymalloc
     from memgap.sources.pymalloc import capture_debugmallocstats, parse_debugmallocstats
     POOL = parse_debugmallocstats(capture_debugmallocstats()).pool_size
     PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -140,7 +140,7 @@ def test_threads_allocating_meanwhile_are_unharmed():
     25 took 9 s of CPU for no other check)."""
     code = textwrap.dedent("""
         import threading, gc
-        from memgap.pymalloc_release import release_pymalloc
+        from memgap.inside.pymalloc_release import release_pymalloc
         stop, errors = threading.Event(), []
         def churn(seed):
             n = 0
@@ -165,7 +165,7 @@ def test_threads_allocating_meanwhile_are_unharmed():
 
 
 def test_pymalloc_off_is_unsupported():
-    proc = _run(sys.executable, "from memgap.pymalloc_release import release_pymalloc\n"
+    proc = _run(sys.executable, "from memgap.inside.pymalloc_release import release_pymalloc\n"
                                 "from memgap.errors import Unsupported\n"
                                 "try:\n    release_pymalloc()\nexcept Unsupported as e:\n    print('no:', e)\n",
                 PYTHONMALLOC="malloc")
@@ -224,7 +224,7 @@ def test_a_foreign_arena_allocator_is_refused(tmp_path):
     code = textwrap.dedent(f"""
         import ctypes, os
         from memgap.errors import Unsupported
-        from memgap.pymalloc_release import release_pymalloc
+        from memgap.inside.pymalloc_release import release_pymalloc
         lib = ctypes.CDLL({str(lib)!r})
         class Arenas(ctypes.Structure):
             _fields_ = [("ctx", ctypes.c_void_p), ("alloc", ctypes.c_void_p), ("free", ctypes.c_void_p)]

@@ -18,12 +18,12 @@ import psutil
 
 from conftest import HERE, child_env
 from helpers import MiB, http, start_gunicorn, vmrss
-from memgap.collect import snapshot_pid
+from memgap.allocators.variants import parse_variant
+from memgap.explain.snapshot import snapshot_pid
 from memgap.lab.remedy_lines import recommendation_lines
+from memgap.record.recorder import BOOTSTRAP_DIR
 from memgap.report.remedy import remedy_forms
-from memgap.runs import BOOTSTRAP_DIR
 from memgap.sources.procfs import ProcReader
-from memgap.variants import parse_variant
 
 PAGE = os.path.join(HERE, "..", "docs", "recipes.md")
 PROGRAMS = os.path.join(HERE, "programs")

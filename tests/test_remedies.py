@@ -9,9 +9,9 @@ import pytest
 
 from conftest import child_env
 from helpers import JEMALLOC
-from memgap.allocators import find_library, preloaded
+from memgap.allocators.catalog import find_library, preloaded
+from memgap.record.recorder import BOOTSTRAP_DIR
 from memgap.remedies import preload_env, spawn_env, verify_env
-from memgap.runs import BOOTSTRAP_DIR
 
 BURST_THEN_QUIET = r"""
 import json, os, sys, time

@@ -29,7 +29,7 @@ def valid(document, schema=None):
 
 
 def test_the_published_schemas_are_what_the_readers_check():
-    from memgap.doc_schema import document_schemas
+    from memgap.documents.schema import document_schemas
 
     made = document_schemas()
     assert sorted(made) == sorted(os.listdir(SCHEMAS)), "run scripts/json_schemas.py"
@@ -41,7 +41,7 @@ def test_the_published_schemas_are_what_the_readers_check():
 
 @pytest.mark.parametrize("path", SAVED, ids=[os.path.relpath(p, HERE) for p in SAVED])
 def test_saved_documents_validate_and_load(path):
-    from memgap.documents import load_document
+    from memgap.documents.records import load_document
 
     with open(path) as fh:
         document = json.load(fh)
@@ -71,8 +71,8 @@ def _written(command, *args):
 
 
 def test_what_memgap_writes_validates(resting, tmp_path):
-    from memgap.documents import RunDocument, TreeDocument
-    from memgap.model import Snapshot
+    from memgap.documents.records import RunDocument, TreeDocument
+    from memgap.documents.snapshot import Snapshot
 
     snap = _written("inspect", str(resting.pid))
     valid(snap)
@@ -96,8 +96,8 @@ def test_what_memgap_writes_validates(resting, tmp_path):
     ({"findings": [{"code": "x"}]}, "severity"),
 ])
 def test_a_wrong_snapshot_is_refused_by_both(resting, change, field):
+    from memgap.documents.snapshot import Snapshot
     from memgap.errors import MalformedInput
-    from memgap.model import Snapshot
 
     snap = {**_written("inspect", str(resting.pid)), **change}
     with pytest.raises(jsonschema.ValidationError):
@@ -107,8 +107,8 @@ def test_a_wrong_snapshot_is_refused_by_both(resting, change, field):
 
 
 def test_a_snapshot_without_its_layers_is_refused(resting):
+    from memgap.documents.snapshot import Snapshot
     from memgap.errors import MalformedInput
-    from memgap.model import Snapshot
 
     snap = _written("inspect", str(resting.pid))
     del snap["layers"]
@@ -120,7 +120,7 @@ def test_a_snapshot_without_its_layers_is_refused(resting):
 
 def test_a_fresh_lab_validates(tmp_path):
     """A lab run now, on a program that does not import memgap: its document validates and loads."""
-    from memgap.documents import LabDocument
+    from memgap.documents.records import LabDocument
 
     out = tmp_path / "lab.json"
     done = memgap("lab", "--reps", "1", "--variant", "glibc", "--variant", "glibc:arena_max=2", "--json", str(out),

@@ -393,7 +393,7 @@ def test_no_process_and_a_port_in_use_are_one_line_errors():
 
 
 def test_label_values_are_escaped_and_read_back():
-    from memgap.metrics_export import Family, command_name, render
+    from memgap.metrics.export import Family, command_name, render
 
     fam = Family("memgap_cgroup_usage_bytes", "gauge", "a help with a \\ and a\nnewline")
     odd = 'a "quoted" \\path\nwith a newline'
@@ -411,7 +411,7 @@ def test_label_values_are_escaped_and_read_back():
 def test_the_docs_name_only_metrics_the_exporter_serves():
     """The serve-metrics page (docs/commands/serve-metrics.md), the Grafana dashboard and the alert rules against
     the families memgap renders: a renamed metric would leave a dashboard empty without a word."""
-    from memgap.metrics_export import collection_families, process_families, scrape_families
+    from memgap.metrics.export import collection_families, process_families, scrape_families
 
     served = {f.name for f in [*process_families([]), *scrape_families(0, 0.0, 0), *collection_families(0, 0, 0)]}
     root = os.path.dirname(HERE)

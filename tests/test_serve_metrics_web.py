@@ -232,8 +232,8 @@ def test_a_pid_that_is_no_longer_the_process_found_is_served_as_gone(sleeper):
     started at another tick (as a process that took a reused PID would)."""
     import io
 
-    from memgap.metrics_scrape import Scraper, Selection
-    from memgap.processes import ProcessIdentity
+    from memgap.metrics.scrape import Scraper, Selection
+    from memgap.sources.processes import ProcessIdentity
 
     now = ProcessIdentity.of(sleeper)
     log = io.StringIO()

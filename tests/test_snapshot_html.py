@@ -7,7 +7,7 @@ import sys
 import memgap
 from conftest import child_env
 from helpers import MiB, html_figures, self_contained, vmrss
-from memgap.model import Finding, Snapshot
+from memgap.documents.snapshot import Finding, Snapshot
 
 
 def test_a_snapshot_renders_in_a_notebook_with_its_own_figures():

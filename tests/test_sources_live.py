@@ -14,7 +14,7 @@ import json, threading
 from memgap.sources.procfs import ProcReader
 from memgap.sources.glibc import glibc_malloc
 from memgap.sources.glibc_heaps import find_thread_heaps
-from memgap.memory_map import read_memory_map
+from memgap.explain.memory_map import read_memory_map
 
 ready, done = threading.Barrier(9), threading.Event()
 def hold():
@@ -83,7 +83,7 @@ def test_trim_estimate_knows_fastbin_consolidation_merges_into_the_top(tmp_path)
     """A free chunk followed only by fastbin chunks up to a thread heap's top: malloc_trim(0)
     first consolidates them all into the top chunk, which it leaves alone. Seen in the
     thread-pool scenario (estimates 14-27% too high in 2 of 8 runs) before it was modelled."""
-    from memgap.collect import Options, snapshot_pid
+    from memgap.explain.snapshot import Options, snapshot_pid
 
     exe = tmp_path / "into_top"
     subprocess.run([shutil.which("cc") or "gcc", "-O1", "-pthread", "-o", str(exe),
@@ -106,7 +106,7 @@ def test_trim_estimate_knows_fastbin_consolidation_merges_into_the_top(tmp_path)
 
 def test_a_process_is_its_pid_and_start_time():
     from memgap.errors import PidReused
-    from memgap.processes import ProcessIdentity
+    from memgap.sources.processes import ProcessIdentity
 
     with open(f"/proc/{os.getpid()}/stat") as fh:  # field 22, after the command name in parentheses
         started = int(fh.read().rpartition(")")[2].split()[19])
@@ -121,7 +121,7 @@ def test_a_process_is_its_pid_and_start_time():
 def test_a_snapshot_names_its_process_by_pid_and_start_time():
     """Each snapshot, in-process or from outside, carries the start time the kernel keeps for its
     PID (field 22 of /proc/PID/stat, parsed here), so a saved one names one process."""
-    from memgap.collect import snapshot_pid, snapshot_self
+    from memgap.explain.snapshot import snapshot_pid, snapshot_self
 
     def started(pid):
         with open(f"/proc/{pid}/stat") as fh:

@@ -17,7 +17,7 @@ import pytest
 
 from conftest import HERE, child_env
 from helpers import MiB, memgap
-from memgap.collect import Options, snapshot_pid
+from memgap.explain.snapshot import Options, snapshot_pid
 
 PROGRAM = os.path.join(HERE, "programs", "forked_tree.py")
 
@@ -116,7 +116,7 @@ def test_tree_is_summed_by_pss(tree):
 
 
 def test_in_process_leaves_them_unmeasured_and_says_why():
-    from memgap.collect import snapshot_self
+    from memgap.explain.snapshot import snapshot_self
 
     snap = snapshot_self()
     assert snap.pss_unexplained is None and "mincore" in snap.pss_note
@@ -129,7 +129,7 @@ def test_a_tree_read_at_once_has_every_process_and_what_each_copied(tree):
     """snapshot_tree (inspect --tree and top --tree): the master first, then each worker, with
     the census its own snapshot reads (headers taken from the master's read where the frame is
     the same) and what it copied from the master."""
-    import memgap.trees
+    import memgap.explain.tree
     from memgap.sources.pymalloc_pools import TreeHeaders
 
     made = []
@@ -140,11 +140,11 @@ def test_a_tree_read_at_once_has_every_process_and_what_each_copied(tree):
             made.append(self)
 
     master, pids, _readings = tree
-    memgap.trees.TreeHeaders, original = Kept, memgap.trees.TreeHeaders
+    memgap.explain.tree.TreeHeaders, original = Kept, memgap.explain.tree.TreeHeaders
     try:
-        snaps = memgap.trees.snapshot_tree(master)
+        snaps = memgap.explain.tree.snapshot_tree(master)
     finally:
-        memgap.trees.TreeHeaders = original
+        memgap.explain.tree.TreeHeaders = original
     assert snaps[0].pid == master and sorted(s.pid for s in snaps) == sorted(pids)
     for snap in snaps:  # the workers rest: their objects stay where they are between the two reads
         alone = snapshot_pid(snap.pid, Options(regions=False)).layers["python_objects"].detail

@@ -116,8 +116,8 @@ def test_a_python_process_under_run_is_not_told_to_run_under_run(tmp_path):
 
 def test_a_process_without_a_command_line_is_named_by_its_comm(tree_work):
     """A zombie (exited, not waited for) has an empty /proc/PID/cmdline: its comm stands in."""
+    from memgap.record.tree_watch import command_of
     from memgap.sources.procfs import ProcReader
-    from memgap.tree_watch import command_of
 
     child = subprocess.Popen([tree_work, "work", "1", "0"], stderr=subprocess.DEVNULL)
     try:
@@ -131,7 +131,7 @@ def test_a_process_without_a_command_line_is_named_by_its_comm(tree_work):
 
 
 def test_a_peak_is_read_again_only_past_its_margin():
-    from memgap.tree_watch import PEAK_STEP, PEAK_STEP_MIN, peak_due
+    from memgap.record.tree_watch import PEAK_STEP, PEAK_STEP_MIN, peak_due
 
     assert peak_due(None, 0)  # first sight
     assert not peak_due(20 * MiB, 20 * MiB + PEAK_STEP_MIN - 1) and peak_due(20 * MiB, 20 * MiB + PEAK_STEP_MIN)

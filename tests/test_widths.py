@@ -15,8 +15,8 @@ import pytest
 from rich.cells import cell_len
 
 from helpers import memgap, recommended
-from memgap.model import Snapshot, tree_totals
-from memgap.units import mib, pct
+from memgap.documents.snapshot import Snapshot, tree_totals
+from memgap.report.units import mib, pct
 
 WIDTHS = (50, 80, 120)
 
@@ -197,8 +197,8 @@ def test_top_tree(tree, width):
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_run(run, width):
-    from memgap.documents import RunDocument
-    from memgap.report.runs import render_run
+    from memgap.documents.records import RunDocument
+    from memgap.report.run import render_run
 
     text = rendered(lambda out, w: render_run(RunDocument.from_dict(run), out, w), width)
     by_pid = {}
@@ -215,7 +215,7 @@ def test_run(run, width):
 def _lab_figures(lab):
     """The figures of the lab's essential columns (idle, slowdown, verdict, and the cgroup peak
     under --memory-limit): the table keeps them at any width."""
-    from memgap.documents import LabDocument
+    from memgap.documents.records import LabDocument
     from memgap.report.lab import table_rows, variant_columns
 
     doc = LabDocument.from_dict(lab)
@@ -227,7 +227,7 @@ def _lab_figures(lab):
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_lab_with_one_swept_setting(lab_one_param, width):
-    from memgap.documents import LabDocument
+    from memgap.documents.records import LabDocument
     from memgap.report.lab import render_lab
 
     lab = lab_one_param
@@ -239,7 +239,7 @@ def test_lab_with_one_swept_setting(lab_one_param, width):
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_lab_with_a_grid_and_plain_python_lines(lab_grid, width):
-    from memgap.documents import LabDocument
+    from memgap.documents.records import LabDocument
     from memgap.report.lab import render_lab
 
     lab = lab_grid
@@ -253,7 +253,7 @@ def test_lab_with_a_grid_and_plain_python_lines(lab_grid, width):
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_top(holder, width):
-    from memgap.collect import Options, snapshot_pid
+    from memgap.explain.snapshot import Options, snapshot_pid
     from memgap.report.live import frame
     from memgap.report.terminal import console_on
 
@@ -267,9 +267,9 @@ def test_top(holder, width):
 def inside(holder):
     """--deep and --trim on the holder, through gdb."""
     from memgap.cli.inspect import snapshot_checked
-    from memgap.collect import Options, snapshot_pid
-    from memgap.deep import GdbOptions, deep, trim
     from memgap.errors import MemgapError
+    from memgap.explain.snapshot import Options, snapshot_pid
+    from memgap.inside.gdb import GdbOptions, deep, trim
 
     if not shutil.which("gdb"):
         pytest.skip("gdb is not installed")
@@ -317,8 +317,8 @@ def _inside(cmd, env=None):
     """--deep and --trim through gdb on a program that says "ready" on its second line; yields
     (pid, deep result, trim record, the snapshot after the trim)."""
     from memgap.cli.inspect import snapshot_checked
-    from memgap.collect import Options, snapshot_pid
-    from memgap.deep import GdbOptions, deep, trim
+    from memgap.explain.snapshot import Options, snapshot_pid
+    from memgap.inside.gdb import GdbOptions, deep, trim
 
     proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
     try:

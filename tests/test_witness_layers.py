@@ -66,7 +66,7 @@ class Witness:
         return {k: (int(v) if v.lstrip("-").isdigit() else v) for k, v in (w.split("=", 1) for w in words[1:])}
 
     def layers(self):
-        from memgap.collect import Options, snapshot_pid
+        from memgap.explain.snapshot import Options, snapshot_pid
 
         snap = snapshot_pid(self.proc.pid, Options(regions=False, agent=self.agent))
         assert snap.route == ("outside, with the agent" if self.agent else "outside")
@@ -363,7 +363,7 @@ def test_a_forked_childs_heap_is_walked_across_its_split_mappings():
     """A child that grows the brk heap it inherited: the kernel shows the heap as two [heap]
     lines (the shared part and the child's own), and the child's 15 MiB are the C allocator's
     in use, not other anonymous memory."""
-    from memgap.collect import Options, snapshot_pid
+    from memgap.explain.snapshot import Options, snapshot_pid
 
     parent = subprocess.Popen([sys.executable, "-c", FORKED_HEAP], stdout=subprocess.PIPE, text=True,
                               env=child_env())

@@ -16,11 +16,11 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .api import TrimResult, explain, metric, phase, phases, snapshot, trim
-    from .errors import AccessDenied, MalformedInput, MemgapError, NoSuchProcess, Unsupported
-    from .model import Finding, Layer, Snapshot
-    from .pymalloc_release import PoolRelease, release_pymalloc
-    from .remedies import Trimmer, preload_env, spawn_env, verify_env
+    from memgap.api import TrimResult, explain, metric, phase, phases, snapshot, trim
+    from memgap.documents.snapshot import Finding, Layer, Snapshot
+    from memgap.errors import AccessDenied, MalformedInput, MemgapError, NoSuchProcess, Unsupported
+    from memgap.inside.pymalloc_release import PoolRelease, release_pymalloc
+    from memgap.remedies import Trimmer, preload_env, spawn_env, verify_env
 
 __version__ = "0.1.0"
 
@@ -30,8 +30,8 @@ __version__ = "0.1.0"
 _WHERE = {
     **dict.fromkeys(("TrimResult", "explain", "metric", "phase", "phases", "snapshot", "trim"), ".api"),
     **dict.fromkeys(("AccessDenied", "MalformedInput", "MemgapError", "NoSuchProcess", "Unsupported"), ".errors"),
-    **dict.fromkeys(("Finding", "Layer", "Snapshot"), ".model"),
-    **dict.fromkeys(("PoolRelease", "release_pymalloc"), ".pymalloc_release"),
+    **dict.fromkeys(("Finding", "Layer", "Snapshot"), ".documents.snapshot"),
+    **dict.fromkeys(("PoolRelease", "release_pymalloc"), ".inside.pymalloc_release"),
     **dict.fromkeys(("Trimmer", "preload_env", "spawn_env", "verify_env"), ".remedies"),
 }
 

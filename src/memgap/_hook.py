@@ -6,14 +6,14 @@ import importlib
 import os
 import threading
 
-from .envnames import GC_FREEZE_ENV, RECORD_DIR_ENV, TRIM_AFTER_ENV, TRIM_EVERY_ENV, TRIMMER_ENV
+from memgap.record.envnames import GC_FREEZE_ENV, RECORD_DIR_ENV, TRIM_AFTER_ENV, TRIM_EVERY_ENV, TRIMMER_ENV
 
 _installed = False  # the bootstrap's sitecustomize and memgap's .pth file may both ask
 _events = None  # this process's file for its trimmers' events (a recording.ProcessFile)
 
 
 def _at_exit() -> None:
-    from .api import _record
+    from memgap.api import _record
 
     try:
         _record("exit")
@@ -25,7 +25,7 @@ def _record_trim(rss_before: int, rss_after: int) -> None:
     """Under `memgap run`/`lab`: what each of the idle trimmer's trims did, into the recording."""
     import time
 
-    from .documents import TrimRecord, TrimRoute
+    from memgap.documents.records import TrimRecord, TrimRoute
 
     record = TrimRecord(rss_before, rss_after, TrimRoute.TRIMMER, time=time.time())
     _write_event({"type": "trimmer", "pid": os.getpid(), **record.to_dict()})
@@ -33,10 +33,10 @@ def _record_trim(rss_before: int, rss_after: int) -> None:
 
 def _trim_periodically(seconds: float) -> None:
     """Call malloc_trim(0) every ``seconds`` (glibc only), from a daemon thread."""
-    from .pymalloc_release import release_if_asked
-    from .sources.allocator import detect_in_process
-    from .sources.glibc import glibc_malloc
-    from .sources.procfs import ProcReader
+    from memgap.inside.pymalloc_release import release_if_asked
+    from memgap.sources.allocator import detect_in_process
+    from memgap.sources.glibc import glibc_malloc
+    from memgap.sources.procfs import ProcReader
 
     try:
         if not detect_in_process(ProcReader("self").maps()).is_glibc:
@@ -60,7 +60,7 @@ def _snapshot_before_exit() -> None:
     """Under a recording, in a program that marks no idle: its snapshot as the interpreter
     starts to shut down (threading._shutdown runs before non-daemon threads are joined, the
     atexit handlers run and module teardown frees what the program held), the idle of a
-    program that exits straight after its work (see memgap.idle). With
+    program that exits straight after its work (see memgap.record.idle). With
     MEMGAP_TRIM_AFTER=idle the lab's one trim follows it there: a trim at a quiet spell
     could change the bursts after it. No thread: one would cost the process a glibc arena.
     """
@@ -68,8 +68,8 @@ def _snapshot_before_exit() -> None:
 
     def before_shutdown() -> None:
         try:  # imported only now: memgap's modules are not loaded into a program that did not ask
-            from . import api
-            from .idle import BEFORE_EXIT_PHASE
+            from memgap import api
+            from memgap.record.idle import BEFORE_EXIT_PHASE
 
             if "idle" not in api._own_phases:
                 api._record(BEFORE_EXIT_PHASE)
@@ -85,7 +85,7 @@ def _snapshot_before_exit() -> None:
 def _write_event(event: dict[str, object]) -> None:
     """A trimmer's event, into a file of its own: the recorder takes process-PID.jsonl as the
     sign that the program marks phases itself, which a trimmer's trims are not."""
-    from .recording import ProcessFile
+    from memgap.record.recording import ProcessFile
 
     global _events
     if _events is None:
@@ -113,8 +113,8 @@ def freeze_at_fork() -> None:
 
 def _start_trimmer() -> bool:
     """memgap's idle trimmer in this process (MEMGAP_TRIMMER=1); False where malloc is not glibc's."""
-    from .errors import Unsupported
-    from .remedies import Trimmer
+    from memgap.errors import Unsupported
+    from memgap.remedies import Trimmer
 
     try:
         trimmer = Trimmer(on_trim=_record_trim if os.environ.get(RECORD_DIR_ENV) else None).start()

@@ -6,13 +6,13 @@ import time
 from dataclasses import dataclass
 from types import TracebackType
 
-from .collect import Options, snapshot_self
-from .documents import TrimRecord, TrimRoute
-from .envnames import TRIM_AFTER_ENV, WALK_ENV
-from .errors import Unsupported
-from .model import Snapshot
-from .recording import ProcessFile, RecordingWriter
-from .sources.procfs import ProcReader, status_int
+from memgap.documents.records import TrimRecord, TrimRoute
+from memgap.documents.snapshot import Snapshot
+from memgap.errors import Unsupported
+from memgap.explain.snapshot import Options, snapshot_self
+from memgap.record.envnames import TRIM_AFTER_ENV, WALK_ENV
+from memgap.record.recording import ProcessFile, RecordingWriter
+from memgap.sources.procfs import ProcReader, status_int
 
 _phases: list[Snapshot] = []
 _phase_file = ProcessFile()  # under `memgap run`: this process's phases go there
@@ -130,12 +130,12 @@ def trim(pymalloc: bool | None = None) -> TrimResult:
     release_pymalloc). Where malloc is not glibc's, it does no malloc_trim and
     says why in ``reason``.
     """
-    from .sources.allocator import detect_in_process
-    from .sources.glibc import glibc_malloc
+    from memgap.sources.allocator import detect_in_process
+    from memgap.sources.glibc import glibc_malloc
 
     reader = ProcReader("self")
     rss_before = status_int(reader.status(), "VmRSS")
-    from .pymalloc_release import release_if_asked
+    from memgap.inside.pymalloc_release import release_if_asked
 
     pools_released = release_if_asked(pymalloc)
     detection = detect_in_process(reader.maps())
@@ -156,6 +156,6 @@ def trim(pymalloc: bool | None = None) -> TrimResult:
 
 def explain(walk: bool = True) -> str:
     """The human explanation of this process's memory, as text."""
-    from .report.terminal import render_text
+    from memgap.report.terminal import render_text
 
     return render_text(snapshot(walk=walk, regions=False))

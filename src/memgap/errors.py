@@ -73,7 +73,8 @@ class MalformedInput(MemgapError):
 
 class InputTooLarge(MalformedInput):
     """A recording or document with a line or a string beyond what memgap ever writes (the limits are
-    in memgap.recording and memgap.doc_fields): refused where it is met, never taken for a line cut short."""
+    in memgap.record.recording and memgap.documents.fields): refused where it is met, never taken for a line cut
+    short."""
 
 
 class PidReused(NoSuchProcess):

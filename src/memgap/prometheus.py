@@ -6,7 +6,7 @@
     MemgapCollector()          # registered on prometheus_client's default registry
     start_http_server(8000)
 
-The families are those of `memgap serve-metrics` (see memgap.metrics_export), with the same
+The families are those of `memgap serve-metrics` (see memgap.metrics.export), with the same
 ``role``/``index``/``allocator`` labels, so one dashboard serves both. Each collection takes an
 in-process snapshot: measured on the 2-core machine at 5-7 ms for a 61 MiB process and 16-18 ms
 for 469 MiB, against 12-15 and 90 ms for reading itself from outside, whose buffers also grew
@@ -27,10 +27,10 @@ except ImportError as exc:  # the one optional dependency: say how to get it
     raise ImportError("memgap.prometheus needs prometheus_client, which is not installed: "
                       "pip install prometheus-client (or memgap[prometheus])") from exc
 
-from .collect import Options, snapshot_self
-from .errors import MemgapError
-from .metrics_export import Family, Target, command_name, process_families, scrape_families
-from .sources.procfs import ProcReader
+from memgap.errors import MemgapError
+from memgap.explain.snapshot import Options, snapshot_self
+from memgap.metrics.export import Family, Target, command_name, process_families, scrape_families
+from memgap.sources.procfs import ProcReader
 
 
 def _metric(family: Family) -> Metric:

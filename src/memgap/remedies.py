@@ -14,10 +14,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .envnames import PYMALLOC_RELEASE_ENV
-from .errors import Unsupported
-from .sources.procfs import ProcReader, status_int
-from .units import MiB
+from memgap.errors import Unsupported
+from memgap.record.envnames import PYMALLOC_RELEASE_ENV
+from memgap.report.units import MiB
+from memgap.sources.procfs import ProcReader, status_int
 
 
 @dataclass
@@ -56,8 +56,8 @@ class Trimmer:
         self._thread: threading.Thread | None = None
 
     def start(self) -> Trimmer:
-        from .sources.allocator import detect_in_process
-        from .sources.glibc import glibc_malloc
+        from memgap.sources.allocator import detect_in_process
+        from memgap.sources.glibc import glibc_malloc
 
         detection = detect_in_process(ProcReader("self").maps())
         if not detection.is_glibc:
@@ -65,7 +65,7 @@ class Trimmer:
         self._libc = glibc_malloc()
         # imported here, not in the thread: a fork() while the thread imported it would leave
         # the child a half-made module (a forked worker's trimmer then failed to start)
-        from .pymalloc_release import release_if_asked
+        from memgap.inside.pymalloc_release import release_if_asked
 
         self._release = release_if_asked
         self._thread = threading.Thread(target=self._loop, name="memgap-trimmer", daemon=True)
@@ -142,8 +142,8 @@ def preload_env(allocator: str, base: dict[str, str] | None = None, **options: s
     become MALLOC_CONF, the others' their TCMALLOC_*/MIMALLOC_* variables.
     Raises Unsupported when the allocator is not installed (with the install line).
     """
-    from .allocators import find_library, install_hint, preloaded
-    from .variants import parse_variant
+    from memgap.allocators.catalog import find_library, install_hint, preloaded
+    from memgap.allocators.variants import parse_variant
 
     spec = allocator + (":" + ",".join(f"{k}={v}" for k, v in options.items()) if options else "")
     variant = parse_variant(spec)

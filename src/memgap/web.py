@@ -39,7 +39,7 @@ from dataclasses import asdict
 from typing import Any
 from urllib.parse import parse_qs
 
-from .remedies import Trimmer
+from memgap.remedies import Trimmer
 
 LOOPBACK = ("127.0.0.0/8", "::1/128")
 DEFAULT_PATH = "/memgap"
@@ -144,7 +144,7 @@ class Endpoint:
         fmt = (parse_qs(query).get("format") or ["json"])[-1]
         if fmt not in ("json", "html"):
             return _text(400, f"format must be json or html (got {fmt!r})")
-        from .api import snapshot
+        from memgap.api import snapshot
 
         with self._snapshot_lock:  # one at a time: a burst of requests does not multiply the cost
             snap = snapshot(regions=False)
@@ -153,7 +153,7 @@ class Endpoint:
             doc["trimmer"] = self.trimming.stats()
         headers = [("Cache-Control", "no-store"), ("X-Memgap-Pid", str(snap.pid))]
         if fmt == "html":
-            from .report.snapshot_html import snapshot_page
+            from memgap.report.snapshot_html import snapshot_page
 
             return 200, [("Content-Type", "text/html; charset=utf-8"), *headers], snapshot_page(snap, doc).encode()
         return 200, [("Content-Type", "application/json"), *headers], json.dumps(doc, default=str).encode()

@@ -1,4 +1,4 @@
-"""Programs that hold what a finding of memgap.diagnose is about, and say what they hold,
+"""Programs that hold what a finding of memgap.diagnose.findings is about, and say what they hold,
 measured by themselves (their own counts, glibc's malloc_info, VmRSS), apart from memgap.
 
   findings.py arenas THREADS KIB     THREADS threads, alive together, each malloc KIB KiB in

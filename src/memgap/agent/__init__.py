@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import os
 
-from ..allocators import preloaded
-from ..native_build import shared_library
-from .client import AgentReport, AgentTrim, parse_report, query, socket_path, trim
+from memgap.agent.client import AgentReport, AgentTrim, parse_report, query, socket_path, trim
+from memgap.allocators.catalog import preloaded
+from memgap.native.build import shared_library
 
 __all__ = ["AgentReport", "AgentTrim", "agent_env", "library_path", "parse_report", "query", "socket_path",
            "trim", "AGENT_ENV"]

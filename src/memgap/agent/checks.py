@@ -17,11 +17,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..errors import MemgapError
-from ..sources.procfs import status_int
+from memgap.errors import MemgapError
+from memgap.sources.procfs import status_int
 
 if TYPE_CHECKING:
-    from .client import AgentReport, AgentTrim
+    from memgap.agent.client import AgentReport, AgentTrim
 
 ALLOCATORS = ("glibc", "jemalloc", "tcmalloc", "mimalloc", "other")  # agent.c's allocator_names
 TRIMMER_MODES = ("off", "idle", "every")

@@ -22,11 +22,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from ..errors import MalformedInput, MemgapError
-from ..sources.glibc import Mallinfo2, MallocInfo, parse_malloc_info
-from ..sources.jemalloc import JemallocStats
-from ..sources.procfs import ProcReader
-from .checks import AgentRefused, check_report, check_trim, limits_of
+from memgap.agent.checks import AgentRefused, check_report, check_trim, limits_of
+from memgap.errors import MalformedInput, MemgapError
+from memgap.sources.glibc import Mallinfo2, MallocInfo, parse_malloc_info
+from memgap.sources.jemalloc import JemallocStats
+from memgap.sources.procfs import ProcReader
 
 T = TypeVar("T")
 PROTOCOL = 1

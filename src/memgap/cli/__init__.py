@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import NoReturn
 
-from ..errors import MemgapError, UsageError
+from memgap.errors import MemgapError, UsageError
 
 # Each command's module is imported only when it runs (or for --help): importing all of them
 # cost every invocation 0.15 s of CPU. Their one-line summaries, for the list, are here; a

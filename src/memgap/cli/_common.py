@@ -22,12 +22,12 @@ import tempfile
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..errors import MemgapError, StoppedBySignal
+from memgap.errors import MemgapError, StoppedBySignal
 
 if TYPE_CHECKING:  # loaded only by the commands that use them: the recorder (run, demo), a lab (lab, report)
-    from ..documents import LabDocument
-    from ..runs import RunOptions
-    from ..tree_end import Stopped
+    from memgap.documents.records import LabDocument
+    from memgap.record.recorder import RunOptions
+    from memgap.record.tree_end import Stopped
 
 # --- argument types ---------------------------------------------------------------------
 
@@ -144,8 +144,8 @@ def write_text(text: str, path: str) -> None:
 
 def write_lab(lab: LabDocument, json_path: str | None, html: str | None, markdown: str | None) -> None:
     """Every output asked for, then the tables (unless the JSON goes to stdout)."""
-    from ..report.html import render_html
-    from ..report.lab import markdown_table, render_lab
+    from memgap.report.html import render_html
+    from memgap.report.lab import markdown_table, render_lab
 
     if json_path:
         write_json(lab.to_dict(), json_path)
@@ -167,8 +167,8 @@ def record_folder(json_path: str | None) -> str:
 def run_and_report(options: RunOptions, json_path: str | None) -> int:
     """Record a run as `memgap run` does (into ``options.record_dir``: see ``record_folder``), write
     the run as JSON where asked, show its tables; the command's exit code."""
-    from .. import tree_end
-    from ..runs import record_run
+    from memgap.record import tree_end
+    from memgap.record.recorder import record_run
 
     record_dir = options.record_dir
     make_record_folder(record_dir)
@@ -201,17 +201,17 @@ def _stopped_line(stop: Stopped, record_dir: str) -> str:
 
 
 def make_record_folder(record_dir: str) -> None:
-    """The run's recording folder, made for it alone (memgap.recording.make_record_folder): FILE.d of an
+    """The run's recording folder, made for it alone (memgap.record.recording.make_record_folder): FILE.d of an
     earlier run of this user's with the same --json goes, as FILE does; any other folder is refused."""
-    from ..recording import make_record_folder as make
-    from ..runs import SAMPLES_FILE
+    from memgap.record.recorder import SAMPLES_FILE
+    from memgap.record.recording import make_record_folder as make
 
     make(record_dir, lambda names: SAMPLES_FILE in names, "a memgap recording", "--json")
 
 
 def _write_and_show(record_dir: str, json_path: str | None) -> None:
-    from ..report.runs import render_run
-    from ..runs import load_run
+    from memgap.record.recorder import load_run
+    from memgap.report.run import render_run
 
     run = load_run(record_dir)
     if json_path:

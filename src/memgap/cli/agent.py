@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from ..agent import AGENT_ENV, library_path
+from memgap.agent import AGENT_ENV, library_path
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -9,9 +9,9 @@ import argparse
 import sys
 from dataclasses import dataclass
 
-from ..errors import UsageError
-from . import _common
-from ._common import record_folder, run_and_report
+from memgap.cli import _common
+from memgap.cli._common import record_folder, run_and_report
+from memgap.errors import UsageError
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -33,7 +33,7 @@ class DemoRequest:
     walk: bool = False
 
     def __post_init__(self) -> None:
-        from ..scenarios import SCENARIOS
+        from memgap.scenarios import SCENARIOS
 
         if not self.list_scenarios and self.name not in SCENARIOS:
             raise UsageError(f"no scenario {self.name!r}; choose from {', '.join(SCENARIOS)}")
@@ -48,8 +48,8 @@ def main(args: argparse.Namespace) -> int:
 
 
 def execute(request: DemoRequest) -> int:
-    from ..runs import RunOptions
-    from ..scenarios import SCENARIOS, scenario_command
+    from memgap.record.recorder import RunOptions
+    from memgap.scenarios import SCENARIOS, scenario_command
 
     if request.list_scenarios:
         for name, info in SCENARIOS.items():

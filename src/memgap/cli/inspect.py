@@ -23,20 +23,20 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..collect import Options, snapshot_pid
-from ..diagnose import diagnose_tree
-from ..documents import TreeDocument
-from ..errors import Unsupported, UsageError
-from ..model import Snapshot, tree_totals
-from ..processes import ProcessIdentity
-from ..report.terminal import render_snapshot, render_tree
-from ..sources.gdb_target import DEFAULT_TIMEOUT  # not gdb_attach: loaded only for --deep
-from ..trees import snapshot_tree
-from . import _common
-from ._common import write_json
+from memgap.cli import _common
+from memgap.cli._common import write_json
+from memgap.diagnose.findings import diagnose_tree
+from memgap.documents.records import TreeDocument
+from memgap.documents.snapshot import Snapshot, tree_totals
+from memgap.errors import Unsupported, UsageError
+from memgap.explain.snapshot import Options, snapshot_pid
+from memgap.explain.tree import snapshot_tree
+from memgap.report.terminal import render_snapshot, render_tree
+from memgap.sources.gdb_target import DEFAULT_TIMEOUT  # not gdb_attach: loaded only for --deep
+from memgap.sources.processes import ProcessIdentity
 
-if TYPE_CHECKING:  # memgap.deep is loaded only for --deep and --trim
-    from ..deep import GdbOptions
+if TYPE_CHECKING:  # memgap.inside.gdb is loaded only for --deep and --trim
+    from memgap.inside.gdb import GdbOptions
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -91,7 +91,7 @@ class InspectRequest:
                    deep=args.deep, trim=args.trim, gdb_timeout=args.gdb_timeout, gdb=args.gdb)
 
     def gdb_options(self) -> GdbOptions:
-        from ..deep import GdbOptions  # loaded only for --deep and --trim
+        from memgap.inside.gdb import GdbOptions  # loaded only for --deep and --trim
 
         return GdbOptions(timeout=self.gdb_timeout, gdb=self.gdb, proc_root=self.proc_root)
 
@@ -117,8 +117,8 @@ def execute(request: InspectRequest) -> int:
 
 def _inside(request: InspectRequest) -> int:
     """--deep and --trim: the outside snapshot first, then gdb, each figure with its route."""
-    from ..deep import deep, trim
-    from ..report.attach import render_after_trim, render_deep, render_runtimes_deep, render_trim
+    from memgap.inside.gdb import deep, trim
+    from memgap.report.attach import render_after_trim, render_deep, render_runtimes_deep, render_trim
 
     options = request.gdb_options()
     pid, proc_root = request.pid, request.proc_root
@@ -161,7 +161,7 @@ def _runtimes_deep(snap: Snapshot, pid: int, proc_root: str) -> list[dict[str, o
     """Each runtime's own deep route (the JVM's jcmd, Node's inspector), where the snapshot read a runtime."""
     if "runtime_heap" not in snap.layers:
         return []
-    from ..runtimes import read_deep
+    from memgap.runtimes import read_deep
 
     return read_deep(pid, proc_root)
 

@@ -53,12 +53,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from ..errors import UsageError
-from ..lab.runner import LAB_EVENTS, LabInterrupted, LabOptions, run_lab
-from ..recording import make_record_folder
-from ..variants import DEFAULT_SPECS, Variant, parse_variant, resolve
-from . import _common
-from ._common import write_lab
+from memgap.allocators.variants import DEFAULT_SPECS, Variant, parse_variant, resolve
+from memgap.cli import _common
+from memgap.cli._common import write_lab
+from memgap.errors import UsageError
+from memgap.lab.runner import LAB_EVENTS, LabInterrupted, LabOptions, run_lab
+from memgap.record.recording import make_record_folder
 
 if TYPE_CHECKING:  # rich is imported only where a terminal shows the bar
     from rich.progress import Progress, TaskID
@@ -235,7 +235,7 @@ def _parse_param(text: str) -> tuple[str, tuple[str, ...]]:
 
 def _lab_dir(path: str | None) -> str:
     """The folder for the recordings, made before the first run so a bad --dir is a usage error,
-    as `run --json` makes its FILE.d (memgap.recording.make_record_folder): the user's own, 0700,
+    as `run --json` makes its FILE.d (memgap.record.recording.make_record_folder): the user's own, 0700,
     no one else may write in it. An earlier lab's recordings there go (its runs would be read back
     mixed with this one's); a folder holding anything else is refused, untouched."""
     if not path:

@@ -12,17 +12,17 @@ import os
 import sys
 from dataclasses import dataclass
 
-from ..allocators import CATALOGUE, PRELOADABLE, find_library
-from ..doc_fields import parse_json
-from ..documents import LabDocument, RunDocument, RunFigures, load_document
-from ..errors import MalformedInput, UsageError
-from ..lab.runner import LAB_EVENTS, LabOptions, lab_document
-from ..recording import read_events
-from ..report.runs import render_run
-from ..runs import SAMPLES_FILE, load_run
-from ..variants import parse_variant
-from . import _common
-from ._common import write_json, write_lab
+from memgap.allocators.catalog import CATALOGUE, PRELOADABLE, find_library
+from memgap.allocators.variants import parse_variant
+from memgap.cli import _common
+from memgap.cli._common import write_json, write_lab
+from memgap.documents.fields import parse_json
+from memgap.documents.records import LabDocument, RunDocument, RunFigures, load_document
+from memgap.errors import MalformedInput, UsageError
+from memgap.lab.runner import LAB_EVENTS, LabOptions, lab_document
+from memgap.record.recorder import SAMPLES_FILE, load_run
+from memgap.record.recording import read_events
+from memgap.report.run import render_run
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -16,12 +16,12 @@ import argparse
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..errors import UsageError
-from . import _common
-from ._common import record_folder, run_and_report
+from memgap.cli import _common
+from memgap.cli._common import record_folder, run_and_report
+from memgap.errors import UsageError
 
 if TYPE_CHECKING:  # the recorder is loaded when the run starts
-    from ..runs import RunOptions
+    from memgap.record.recorder import RunOptions
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -47,7 +47,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 @dataclass(frozen=True)
 class RunRequest:
-    """``memgap run``'s options: the command and how to record it (memgap.runs.RunOptions, built by
+    """``memgap run``'s options: the command and how to record it (memgap.record.recorder.RunOptions, built by
     ``run_options`` once the recording's folder is known), and where the run's JSON goes."""
 
     cmd: tuple[str, ...]
@@ -72,7 +72,7 @@ class RunRequest:
                    phase_regex=args.phase_regex, agent=not args.no_agent, load=tuple(args.load), rest=args.rest)
 
     def run_options(self, record_dir: str) -> RunOptions:
-        from ..runs import RunOptions
+        from memgap.record.recorder import RunOptions
 
         return RunOptions(list(self.cmd), record_dir, self.interval, self.walk, mark_regex=self.phase_regex,
                           agent=self.agent, load=list(self.load), rest=self.rest)

@@ -26,12 +26,20 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..errors import MemgapError, NoMatchingProcess, NoSuchProcess, UsageError
-from ..metrics_export import CONTENT_TYPE
-from ..metrics_scrape import Scraper, Selection, find_processes
-from ..metrics_server import READ_TIMEOUT, WRITE_TIMEOUT, Credentials, MetricsServer, Response, WebConfig, tls_context
-from ..processes import ProcessIdentity
-from . import _common
+from memgap.cli import _common
+from memgap.errors import MemgapError, NoMatchingProcess, NoSuchProcess, UsageError
+from memgap.metrics.export import CONTENT_TYPE
+from memgap.metrics.scrape import Scraper, Selection, find_processes
+from memgap.metrics.server import (
+    READ_TIMEOUT,
+    WRITE_TIMEOUT,
+    Credentials,
+    MetricsServer,
+    Response,
+    WebConfig,
+    tls_context,
+)
+from memgap.sources.processes import ProcessIdentity
 
 DEFAULT_PORT = 9555
 DEFAULT_ADDRESS = "127.0.0.1"  # the figures are about other users' processes: this machine only unless asked
@@ -79,7 +87,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 @dataclass(frozen=True)
 class ServeMetricsRequest:
     """``memgap serve-metrics``'s options: the processes to read (PID, --tree and --match, checked
-    into a Selection of memgap.metrics_scrape) and where and to whom to serve them."""
+    into a Selection of memgap.metrics.scrape) and where and to whom to serve them."""
 
     selection: Selection
     port: int = DEFAULT_PORT

@@ -8,10 +8,10 @@ import argparse
 import sys
 from dataclasses import dataclass
 
-from ..api import snapshot
-from ..report.terminal import render_snapshot
-from . import _common
-from ._common import write_json
+from memgap.api import snapshot
+from memgap.cli import _common
+from memgap.cli._common import write_json
+from memgap.report.terminal import render_snapshot
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

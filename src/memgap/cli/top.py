@@ -14,14 +14,14 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from ..collect import Options, snapshot_pid
-from ..errors import NoSuchProcess, PidReused
-from ..model import Snapshot
-from ..processes import ProcessIdentity
-from ..report.live import frame
-from ..report.terminal import console_on
-from ..trees import snapshot_tree
-from . import _common
+from memgap.cli import _common
+from memgap.documents.snapshot import Snapshot
+from memgap.errors import NoSuchProcess, PidReused
+from memgap.explain.snapshot import Options, snapshot_pid
+from memgap.explain.tree import snapshot_tree
+from memgap.report.live import frame
+from memgap.report.terminal import console_on
+from memgap.sources.processes import ProcessIdentity
 
 HISTORY = 60
 

@@ -16,9 +16,9 @@ another's by chance more easily. ``memgap lab --reps N`` keeps the full grid.
 """
 from __future__ import annotations
 
-from ..variants import Variant, parse_variant
-from .metrics import RunMetrics
-from .verdict import MATERIAL_BYTES, MATERIAL_SHARE, Verdict, summarize
+from memgap.allocators.variants import Variant, parse_variant
+from memgap.lab.figures import RunMetrics
+from memgap.lab.verdict import MATERIAL_BYTES, MATERIAL_SHARE, Verdict, summarize
 
 FAR_TOO_SLOW = 1.5  # x the slowest a variant may be (1 + budget): no later run brings it back
 

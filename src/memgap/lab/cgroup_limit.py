@@ -22,8 +22,8 @@ import signal
 import time
 from dataclasses import dataclass
 
-from ..errors import MemgapError, Unsupported
-from ..sources.cgroup import RunCharge, find_memory_cgroup, read_run_charge, read_usage
+from memgap.errors import MemgapError, Unsupported
+from memgap.sources.cgroup import RunCharge, find_memory_cgroup, read_run_charge, read_usage
 
 PREFIX = "memgap-run-"  # run cgroups are named PREFIX + memgap's PID + the run's order
 GONE_WAIT = 5.0  # seconds for the processes of a run cgroup to die before it is removed

@@ -14,17 +14,17 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..documents import RunDocument
-from ..lab_document import CHOSEN
-from ..model import Finding
-from ..variants import Variant, parse_variant
+from memgap.allocators.variants import Variant, parse_variant
+from memgap.documents.lab_summary import CHOSEN
+from memgap.documents.records import RunDocument
+from memgap.documents.snapshot import Finding
 
 DEFAULT_REASON = "the default set"
 NAMED_REASON = "named with --variant"
 BASELINE_REASON = "the baseline: every other variant is measured against it"
 
 # A finding's code -> the variants it points to. What each tries:
-# - copied-from-parent: forked workers copied their master's pages (memgap.cow): the collector
+# - copied-from-parent: forked workers copied their master's pages (memgap.explain.cow): the collector
 #   frozen at each fork, so a worker's collections stop writing into (and copying) shared objects
 # - glibc-retention, many-arenas: free memory glibc keeps in its arenas: fewer arenas (arena caps),
 #   and with two, blocks from 64 KiB up served by mmap, given back to the system when freed (the
@@ -77,7 +77,7 @@ def choose(findings: Iterable[Finding], allocators: Collection[str], python: boo
     processes ran on, ``python`` whether it ran Python (else Python's settings are left out),
     ``runtimes`` the runtimes whose heaps its snapshots read (memgap.runtimes' names), ``peak``
     its peak RSS (a runtime's setting may be sized from it)."""
-    from ..runtimes import runtime_variants  # the runtimes' settings modules, not their readers
+    from memgap.runtimes import runtime_variants  # the runtimes' settings modules, not their readers
 
     out: dict[str, str] = {}
     seen: set[str] = set()

@@ -4,9 +4,9 @@ runs: for the findings that pick the default set's additions (memgap.lab.choose)
 A run's recording holds each process's snapshots, not what a forked worker copied from its
 master: that takes both processes' pagemaps at one moment, while they live. So around the
 baseline's first run the lab watches the processes it started; whenever their tree holds a
-process started by another one of it and has gone quiet (memgap.idle's rule, over the
-tree's CPU and RSS), it reads the whole tree (memgap.trees.snapshot_tree: from /proc only,
-nothing stopped) and keeps its findings (memgap.diagnose.diagnose_tree, and each process's
+process started by another one of it and has gone quiet (memgap.record.idle's rule, over the
+tree's CPU and RSS), it reads the whole tree (memgap.explain.tree.snapshot_tree: from /proc only,
+nothing stopped) and keeps its findings (memgap.diagnose.findings.diagnose_tree, and each process's
 own). A workload of one process is never read; a tree at most MAX_READS times, and no more
 once it has shown its copies.
 """
@@ -17,12 +17,12 @@ import threading
 import time
 from types import TracebackType
 
-from ..diagnose import diagnose_tree
-from ..errors import MemgapError
-from ..idle import QuietSpell, quiet_after
-from ..model import Finding
-from ..runs import tree_pids
-from ..sources.procfs import ProcReader, status_int
+from memgap.diagnose.findings import diagnose_tree
+from memgap.documents.snapshot import Finding
+from memgap.errors import MemgapError
+from memgap.record.idle import QuietSpell, quiet_after
+from memgap.record.recorder import tree_pids
+from memgap.sources.procfs import ProcReader, status_int
 
 INTERVAL = 0.5   # seconds between two looks at the tree (its CPU and RSS)
 MAX_READS = 3    # whole-tree reads per workload tree: each costs about 0.4 s of a CPU on a 6-process, 1.5 GiB tree
@@ -73,7 +73,7 @@ class ForkProbe:
 
     def _read(self, root: int) -> bool:
         """Read the tree whole; whether its forked processes showed their copies."""
-        from ..trees import snapshot_tree  # the snapshot machinery: only for a tree that forked
+        from memgap.explain.tree import snapshot_tree  # the snapshot machinery: only for a tree that forked
 
         try:
             snaps = snapshot_tree(root)

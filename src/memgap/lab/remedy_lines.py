@@ -8,10 +8,10 @@ dependency, the few lines of plain Python that do what was measured.
 """
 from __future__ import annotations
 
-from ..allocators import CATALOGUE, preloaded
-from ..documents import RemedyLines
-from ..envnames import TRIM_AFTER_ENV, TRIMMER_ENV
-from ..variants import Variant
+from memgap.allocators.catalog import CATALOGUE, preloaded
+from memgap.allocators.variants import Variant
+from memgap.documents.records import RemedyLines
+from memgap.record.envnames import TRIM_AFTER_ENV, TRIMMER_ENV
 
 AGENT_LINK = "/usr/local/lib/libmemgap-agent.so"  # where the setup line links the agent, on the target
 
@@ -85,7 +85,7 @@ def recommendation_lines(variant: Variant, python: bool = True) -> RemedyLines:
                      "where MEMGAP_TRIMMER, MEMGAP_TRIM_EVERY, MEMGAP_GC_FREEZE_AT_FORK or MEMGAP_RECORD_DIR is "
                      "set, and does nothing otherwise")
     elif variant.trim:
-        from ..agent import AGENT_ENV
+        from memgap.agent import AGENT_ENV
 
         setup.append(f'ln -sf "$(memgap agent --path)" {AGENT_LINK}   # after pip install memgap')
         env["LD_PRELOAD"] = preloaded(AGENT_LINK, env.get("LD_PRELOAD", ""))
@@ -95,7 +95,7 @@ def recommendation_lines(variant: Variant, python: bool = True) -> RemedyLines:
                      "by editing their headers in place with the GIL held (CPython 3.10-3.13 with a GIL; "
                      "see memgap.release_pymalloc); elsewhere the trims skip it")
     if variant.runtime:
-        from ..runtimes import runtime_settings
+        from memgap.runtimes import runtime_settings
 
         for head in variant.runtime:
             settings = runtime_settings(head)

@@ -11,22 +11,22 @@ from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 
-from ..documents import LAB_SCHEMA, LabDocument, RunDocument, RunStatus, TrimMode
-from ..envnames import TRIM_AFTER_ENV
-from ..errors import Unsupported
-from ..lab_document import AcrossCell, Cell, Recommendation, SweepRow
-from ..recording import RecordingWriter, private_folder
-from ..report.remedy import remedy_forms
-from ..runs import RunOptions, load_run, machine_info, record_run
-from ..sources.cgroup import read_memory_cgroup
-from ..variants import Variant, parse_variant, resolve
-from .adaptive import cannot_win, needs_every_rep
-from .cgroup_limit import CgroupParent, find_parent, make_run_cgroup
-from .choose import add_choices, choose, first_reasons, run_evidence, run_runtimes
-from .fork_probe import ForkProbe
-from .metrics import RunMetrics, run_metrics
-from .remedy_lines import recommendation_lines
-from .verdict import Verdict, decide, material, run_to_run_spread, summarize
+from memgap.allocators.variants import Variant, parse_variant, resolve
+from memgap.documents.lab_summary import AcrossCell, Cell, Recommendation, SweepRow
+from memgap.documents.records import LAB_SCHEMA, LabDocument, RunDocument, RunStatus, TrimMode
+from memgap.errors import Unsupported
+from memgap.lab.adaptive import cannot_win, needs_every_rep
+from memgap.lab.cgroup_limit import CgroupParent, find_parent, make_run_cgroup
+from memgap.lab.choose import add_choices, choose, first_reasons, run_evidence, run_runtimes
+from memgap.lab.figures import RunMetrics, run_metrics
+from memgap.lab.fork_probe import ForkProbe
+from memgap.lab.remedy_lines import recommendation_lines
+from memgap.lab.verdict import Verdict, decide, material, run_to_run_spread, summarize
+from memgap.record.envnames import TRIM_AFTER_ENV
+from memgap.record.recorder import RunOptions, load_run, machine_info, record_run
+from memgap.record.recording import RecordingWriter, private_folder
+from memgap.report.remedy import remedy_forms
+from memgap.sources.cgroup import read_memory_cgroup
 
 LAB_EVENTS = "lab.jsonl"  # the lab's header and each finished run, appended as they come
 TRIM_HINT = 0.8  # a trim at idle that leaves less than this share of the baseline's idle is worth trying
@@ -45,7 +45,7 @@ class LabOptions:
     quiet_workload: bool = True
     metric: str = ""  # a throughput the workload reports with memgap.metric(); else wall time counts
     params: list[tuple[str, list[str]]] = field(default_factory=list)  # swept env vars, in order
-    phase_regex: str = ""    # stdout lines that mark a phase (see memgap.marks)
+    phase_regex: str = ""    # stdout lines that mark a phase (see memgap.record.marks)
     idle_after: float = 0.0  # seconds without a new phase: idle, measured from outside, then stopped
     agent: bool = True       # preload the native agent (statistics, trims and trimmers in non-Python programs)
     metric_regex: str = ""   # stdout lines that report the --metric value (group 1)
@@ -53,7 +53,7 @@ class LabOptions:
     adaptive: bool = False   # after the first round, only the contenders run on (see lab.adaptive)
     dropped: dict[str, str] = field(default_factory=dict)  # variant (and cell) an adaptive lab stopped -> why
     process: str = ""        # a regular expression: the process of the tree the figures describe
-    load: list[str] = field(default_factory=list)  # a load command against a service (see memgap.load)
+    load: list[str] = field(default_factory=list)  # a load command against a service (see memgap.record.load)
     rest: float = 3.0        # with a load: the service's quiet after it, before it is measured and stopped
     memory_limit: int | None = None  # bytes: each run in a memory cgroup of its own capped there
     cgroup_parent: CgroupParent | None = None  # where run cgroups are made (found by run_lab)

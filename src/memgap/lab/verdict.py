@@ -22,9 +22,9 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from ..lab_document import Spread, VariantSummary
-from ..variants import COST_WORDS, Variant
-from .metrics import RunMetrics
+from memgap.allocators.variants import COST_WORDS, Variant
+from memgap.documents.lab_summary import Spread, VariantSummary
+from memgap.lab.figures import RunMetrics
 
 # The share is the default slowdown budget (5% of time), asked of memory in turn. The bytes
 # are one transparent huge page: where THP is on, one touched byte can move RSS by 2 MiB.

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 
-from ..native_build import shared_library
+from memgap.native.build import shared_library
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

@@ -12,14 +12,21 @@ from typing import Any, TextIO
 
 from rich.console import RenderableType
 
-from ..deep import ROUTE_MALLCTL, ROUTE_MALLOC_INFO, ROUTE_MIMALLOC, ROUTE_OUTSIDE, ROUTE_TCMALLOC, DeepResult
-from ..model import Snapshot
-from ..sources.jemalloc_gdb import JemallocDeep
-from ..sources.mimalloc_gdb import MimallocDeep
-from ..sources.tcmalloc_gdb import TcmallocDeep
-from ..units import mib
-from .fit import WRAP, Col, fit_table
-from .terminal import console_on, layers_table, print_findings
+from memgap.documents.snapshot import Snapshot
+from memgap.inside.gdb import (
+    ROUTE_MALLCTL,
+    ROUTE_MALLOC_INFO,
+    ROUTE_MIMALLOC,
+    ROUTE_OUTSIDE,
+    ROUTE_TCMALLOC,
+    DeepResult,
+)
+from memgap.report.fit import WRAP, Col, fit_table
+from memgap.report.terminal import console_on, layers_table, print_findings
+from memgap.report.units import mib
+from memgap.sources.jemalloc_gdb import JemallocDeep
+from memgap.sources.mimalloc_gdb import MimallocDeep
+from memgap.sources.tcmalloc_gdb import TcmallocDeep
 
 
 def _gdb_timing(seconds: dict[str, float]) -> str:

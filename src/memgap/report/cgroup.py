@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..units import mib
+from memgap.report.units import mib
 
 
 def cgroup_lines(cgroup: dict[str, Any], rss: int, pss: int | None) -> list[str]:

@@ -14,9 +14,9 @@ import json
 from html import escape
 from typing import Any
 
-from ..documents import LabDocument
-from ..lab_document import Spread
-from .lab import (
+from memgap.documents.lab_summary import Spread
+from memgap.documents.records import LabDocument
+from memgap.report.lab import (
     across_line,
     apply_lines,
     cgroup_lines,

@@ -7,11 +7,11 @@ from typing import TextIO
 
 from rich.console import RenderableType
 
-from ..documents import LabDocument, RunStatus
-from ..lab_document import CHOSEN, Recommendation, Spread, SweepRow, VariantSummary
-from ..units import mib
-from .fit import WRAP, Col, fit_table
-from .terminal import console_on
+from memgap.documents.lab_summary import CHOSEN, Recommendation, Spread, SweepRow, VariantSummary
+from memgap.documents.records import LabDocument, RunStatus
+from memgap.report.fit import WRAP, Col, fit_table
+from memgap.report.terminal import console_on
+from memgap.report.units import mib
 
 
 def _spread(value: Spread | None) -> str:

@@ -7,11 +7,11 @@ from collections import deque
 
 from rich.console import Group, RenderableType
 
-from ..model import Snapshot, by_pss, layer_figure, tree_totals
-from ..units import mib, pct
-from .fit import CUT, WRAP, Col, fit_table
-from .runs import sparkline, squeeze
-from .terminal import LAYER_TITLES, arenas_table, layers_table, tree_findings, tree_title
+from memgap.documents.snapshot import Snapshot, by_pss, layer_figure, tree_totals
+from memgap.report.fit import CUT, WRAP, Col, fit_table
+from memgap.report.run import sparkline, squeeze
+from memgap.report.terminal import LAYER_TITLES, arenas_table, layers_table, tree_findings, tree_title
+from memgap.report.units import mib, pct
 
 
 def _private_table(history: deque[list[Snapshot]], snaps: list[Snapshot], width: int) -> RenderableType:

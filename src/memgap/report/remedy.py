@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..documents import RemedyLines
+from memgap.documents.records import RemedyLines
 
 
 def remedy_forms(lines: RemedyLines) -> dict[str, Any]:

@@ -12,11 +12,11 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-from ..model import Snapshot
-from ..units import mib, pct
-from .cgroup import cgroup_lines
-from .html import LAYER_COLORS, safe_json
-from .terminal import LAYER_TITLES, allocator_lines
+from memgap.documents.snapshot import Snapshot
+from memgap.report.cgroup import cgroup_lines
+from memgap.report.html import LAYER_COLORS, safe_json
+from memgap.report.terminal import LAYER_TITLES, allocator_lines
+from memgap.report.units import mib, pct
 
 _STYLE = """<style>
 .memgap-snapshot { font: 13px system-ui, sans-serif; color: #222; }

@@ -9,11 +9,11 @@ from typing import Any, TextIO
 
 from rich.console import Console, RenderableType
 
-from ..diagnose import diagnose_tree
-from ..model import PYTHON_LAYERS, Finding, Snapshot, layer_figure, tree_totals
-from ..units import mib, pct
-from .cgroup import cgroup_lines
-from .fit import CUT, WRAP, Col, fit_table
+from memgap.diagnose.findings import diagnose_tree
+from memgap.documents.snapshot import PYTHON_LAYERS, Finding, Snapshot, layer_figure, tree_totals
+from memgap.report.cgroup import cgroup_lines
+from memgap.report.fit import CUT, WRAP, Col, fit_table
+from memgap.report.units import mib, pct
 
 LAYER_TITLES = {
     "files": "files (code, libraries, mapped files)",

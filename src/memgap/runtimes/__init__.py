@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import ProcessView, RuntimeHeap, RuntimeInfo, RuntimeReader
-from .settings import RuntimeSettings
+from memgap.runtimes.base import ProcessView, RuntimeHeap, RuntimeInfo, RuntimeReader
+from memgap.runtimes.settings import RuntimeSettings
 
 READERS: dict[str, RuntimeReader] = {}
 SETTINGS: dict[str, RuntimeSettings] = {}  # by the spec's head ("go", "jvm", "node")
@@ -57,8 +57,8 @@ def read_deep(pid: int, proc_root: str = "/proc") -> list[dict[str, Any]]:
     import dataclasses
     import os
 
-    from ..errors import MemgapError
-    from ..sources.procfs import ProcReader
+    from memgap.errors import MemgapError
+    from memgap.sources.procfs import ProcReader
 
     with ProcReader(pid, proc_root) as reader:
         try:

@@ -1,6 +1,6 @@
 """What every runtime reader takes and gives: a view of the process, and the runtime's figures.
 
-Typed here once so that the layers (memgap.attribution), the findings, the lab's variants and the
+Typed here once so that the layers (memgap.explain.attribution), the findings, the lab's variants and the
 JSON read every runtime the same way, and a contract test can run every reader against the same checks.
 """
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from ..sources.procfs import Mapping, ProcReader
+from memgap.sources.procfs import Mapping, ProcReader
 
 
 @dataclass

@@ -60,12 +60,11 @@ import dataclasses
 import os
 import time
 
-from ..errors import MalformedInput
-from ..sources.procfs import Mapping, ProcReader
-from . import register
-from .base import OwnedRange, ProcessView, RuntimeHeap, RuntimeInfo
-from .go_binary import GoBinary, read_go_binary
-from .go_state import (
+from memgap.errors import MalformedInput
+from memgap.runtimes import register
+from memgap.runtimes.base import OwnedRange, ProcessView, RuntimeHeap, RuntimeInfo
+from memgap.runtimes.go_binary import GoBinary, read_go_binary
+from memgap.runtimes.go_state import (
     MASK64,
     PAGE_LABELS,
     Field,
@@ -80,6 +79,7 @@ from .go_state import (
     scalar,
     slot_is_zero,
 )
+from memgap.sources.procfs import Mapping, ProcReader
 
 ATTEMPTS = 40                    # torn reads read again, this many times at most
 MAX_PS = 1 << 12                 # GOMAXPROCS is capped at 1024 (more: not a P list)

@@ -21,9 +21,9 @@ import zlib
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
-from ..errors import MalformedInput
-from ..sources.elf import read_elf, read_section
-from .go_dwarf import DwarfTypes, parse_dwarf
+from memgap.errors import MalformedInput
+from memgap.runtimes.go_dwarf import DwarfTypes, parse_dwarf
+from memgap.sources.elf import read_elf, read_section
 
 MAGIC = b"\xff Go buildinf:"
 FLAG_INLINE_STRINGS = 2

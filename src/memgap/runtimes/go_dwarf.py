@@ -21,7 +21,7 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..errors import MalformedInput
+from memgap.errors import MalformedInput
 
 TAG_ARRAY, TAG_MEMBER, TAG_POINTER, TAG_STRUCT, TAG_TYPEDEF = 0x01, 0x0D, 0x0F, 0x13, 0x16
 TAG_SUBRANGE, TAG_BASE, TAG_CONSTANT, TAG_VARIABLE = 0x21, 0x24, 0x27, 0x34

@@ -26,8 +26,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from . import register_settings
-from .settings import RuntimeSettings, appended, mib_of, one_of, pattern, whole
+from memgap.runtimes import register_settings
+from memgap.runtimes.settings import RuntimeSettings, appended, mib_of, one_of, pattern, whole
 
 MEMLIMIT_SHARE = 0.75  # of the baseline's peak RSS: above a live heap that is half its peak (GOGC=100)
 

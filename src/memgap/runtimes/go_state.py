@@ -31,7 +31,7 @@ import itertools
 import struct
 from dataclasses import dataclass
 
-from .go_dwarf import TAG_POINTER, DwarfTypes
+from memgap.runtimes.go_dwarf import TAG_POINTER, DwarfTypes
 
 DELTA_FIELDS = ("committed", "released", "inHeap", "inStacks", "inWorkBufs")
 SYS_FIELDS = ("stacks_sys", "mspan_sys", "mcache_sys", "buckhash_sys", "gcMiscSys", "other_sys")

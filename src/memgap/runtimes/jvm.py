@@ -60,13 +60,11 @@ import stat
 from collections.abc import Callable
 from itertools import pairwise
 
-from ..errors import MalformedInput, MemgapError
-from ..sources.hsperfdata import MAGIC, PerfData, parse_perfdata
-from ..sources.procfs import Mapping, count_pagemap
-from . import jvm_maps, register
-from .base import OwnedRange, ProcessView, RuntimeHeap, RuntimeInfo
-from .jvm_jcmd import attach_refusal, jcmd_path, run_jcmd
-from .jvm_parse import (
+from memgap.errors import MalformedInput, MemgapError
+from memgap.runtimes import jvm_maps, register
+from memgap.runtimes.base import OwnedRange, ProcessView, RuntimeHeap, RuntimeInfo
+from memgap.runtimes.jvm_jcmd import attach_refusal, jcmd_path, run_jcmd
+from memgap.runtimes.jvm_parse import (
     HeapInfo,
     JvmFigures,
     jvm_figures,
@@ -77,6 +75,8 @@ from .jvm_parse import (
     split_vm_args,
     vm_flags,
 )
+from memgap.sources.hsperfdata import MAGIC, PerfData, parse_perfdata
+from memgap.sources.procfs import Mapping, count_pagemap
 
 MAX_PERFDATA = 16 << 20   # PerfDataMemorySize is 64 KiB by default; a larger file is not one
 MAX_RELEASE = 64 << 10

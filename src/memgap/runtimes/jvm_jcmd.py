@@ -13,8 +13,8 @@ import os
 import shutil
 import subprocess
 
-from ..errors import MemgapError
-from .base import ProcessView
+from memgap.errors import MemgapError
+from memgap.runtimes.base import ProcessView
 
 JCMD_TIMEOUT = 20.0
 

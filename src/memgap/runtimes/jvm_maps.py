@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from itertools import pairwise
 
-from ..sources.procfs import Mapping
+from memgap.sources.procfs import Mapping
 
 MiB = 1 << 20
 CODE_CACHE_DEFAULTS = (240 * MiB, 48 * MiB)  # ReservedCodeCacheSize: tiered (segmented or not); C2 or C1 only

@@ -9,8 +9,8 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
-from ..errors import MalformedInput
-from ..sources.hsperfdata import PerfData
+from memgap.errors import MalformedInput
+from memgap.sources.hsperfdata import PerfData
 
 PAGE = 4096
 _GEN = re.compile(r"sun\.gc\.generation\.(\d+)\.(capacity|maxCapacity)$")

@@ -26,8 +26,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from . import register_settings
-from .settings import RuntimeSettings, appended, one_of, pattern, whole
+from memgap.runtimes import register_settings
+from memgap.runtimes.settings import RuntimeSettings, appended, one_of, pattern, whole
 
 DEFAULT_MIN_FREE, DEFAULT_MAX_FREE = 40, 70  # HotSpot's MinHeapFreeRatio and MaxHeapFreeRatio
 COLLECTORS = {"serial": "-XX:+UseSerialGC", "parallel": "-XX:+UseParallelGC", "g1": "-XX:+UseG1GC"}

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..model import Layer
-from .base import OwnedRange, RuntimeHeap
+from memgap.documents.snapshot import Layer
+from memgap.runtimes.base import OwnedRange, RuntimeHeap
 
 FREE_OWNER = "runtime-free"   # ... in the ranges of its heap it holds free (OwnedRange.free)
-HEAP_OWNER = "runtime-heap"   # the owner of a region in a runtime's heap ranges (memgap.collect.label_regions;
+HEAP_OWNER = "runtime-heap"   # the owner of a region in a runtime's heap ranges (memgap.explain.snapshot.label_regions;
 #                               attribution names both owners too, so as not to load this package in-process)
 META_OWNER = "runtime-meta"   # ... in the ranges it keeps its own structures in
 

@@ -66,12 +66,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
-from ..errors import MalformedInput, MemgapError
-from ..sources.allocator import process_root
-from ..sources.elf import read_elf
-from ..sources.procfs import PAGE_SIZE, Mapping, present_bitmap
-from . import register
-from .base import OwnedRange, ProcessView, RuntimeHeap, RuntimeInfo
+from memgap.errors import MalformedInput, MemgapError
+from memgap.runtimes import register
+from memgap.runtimes.base import OwnedRange, ProcessView, RuntimeHeap, RuntimeInfo
+from memgap.sources.allocator import process_root
+from memgap.sources.elf import read_elf
+from memgap.sources.procfs import PAGE_SIZE, Mapping, present_bitmap
 
 PAGE_ALIGNMENT = 256 << 10      # kPageSizeBits = 18 (V8 8 to 11)
 HEADER = struct.Struct("<12Q")  # size, flags, heap, area_start, area_end, allocated, wasted, hwm, owner, reservation
@@ -460,7 +460,7 @@ def read_deep(process: ProcessView, info: RuntimeInfo, timeout: float = 5.0) -> 
     open; then one Runtime.evaluate of v8.getHeapStatistics() over its WebSocket. No ranges: the pages
     are the outside read's (``read``). Unsupported where the process does not catch SIGUSR1 (it would
     end it), or its inspector is set to listen elsewhere than loopback."""
-    from .v8_inspector import evaluate_in, inspect_port
+    from memgap.runtimes.v8_inspector import evaluate_in, inspect_port
 
     reader = process.reader
     port = inspect_port(reader.cmdline(), process.environ or reader.environ())

@@ -24,7 +24,7 @@ import struct
 import time
 from collections.abc import Sequence
 
-from ..errors import MalformedInput, MemgapError, Unsupported
+from memgap.errors import MalformedInput, MemgapError, Unsupported
 
 DEFAULT_PORT = 9229
 REPLY_CAP = 1 << 20

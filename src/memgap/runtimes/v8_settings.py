@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from . import register_settings
-from .settings import RuntimeSettings, appended, whole
+from memgap.runtimes import register_settings
+from memgap.runtimes.settings import RuntimeSettings, appended, whole
 
 
 def env(options: Mapping[str, str], environ: Mapping[str, str]) -> dict[str, str]:

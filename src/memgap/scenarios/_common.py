@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from . import SCENARIOS, KnobValue, ScenarioInfo, flag
+from memgap.scenarios import SCENARIOS, KnobValue, ScenarioInfo, flag
 
 __all__ = [
     "PHASE_NAME",

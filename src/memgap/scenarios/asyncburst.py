@@ -20,7 +20,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from . import _common
+from memgap.scenarios import _common
 
 NAME = "asyncburst"
 #: distinct payload texts; events cycle through them

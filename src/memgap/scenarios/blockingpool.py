@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from . import _common
+from memgap.scenarios import _common
 
 NAME = "blockingpool"
 

@@ -22,7 +22,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from . import _common
+from memgap.scenarios import _common
 
 NAME = "multiproc"
 KIB = 1024

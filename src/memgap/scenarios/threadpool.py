@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import numpy.random  # numpy loads it lazily: count it as an import, not as session state
 
-from . import _common
+from memgap.scenarios import _common
 
 NAME = "threadpool"
 #: distinct compressed payloads kept by the session; chunks cycle through them

@@ -16,7 +16,7 @@ import string
 import sys
 from collections.abc import Sequence
 
-from . import _common
+from memgap.scenarios import _common
 
 NAME = "trie"
 

@@ -29,9 +29,9 @@ import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from ..errors import MalformedInput, MemgapError
-from .elf import ElfInfo, defines_symbol, forget_elf_files, read_elf, read_section
-from .procfs import Mapping, ProcReader
+from memgap.errors import MalformedInput, MemgapError
+from memgap.sources.elf import ElfInfo, defines_symbol, forget_elf_files, read_elf, read_section
+from memgap.sources.procfs import Mapping, ProcReader
 
 # basename prefix -> allocator: the answer when the objects' symbols cannot be read
 _LIBRARIES = (

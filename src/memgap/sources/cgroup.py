@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ..errors import MalformedInput
+from memgap.errors import MalformedInput
 
 UNLIMITED = 1 << 60  # v1 writes "no limit" as a page-rounded LLONG_MAX
 

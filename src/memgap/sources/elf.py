@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import MalformedInput, Unsupported
+from memgap.errors import MalformedInput, Unsupported
 
 SHT_SYMTAB, SHT_STRTAB, SHT_DYNAMIC, SHT_DYNSYM = 2, 3, 6, 11
 SHN_UNDEF, SHN_XINDEX = 0, 0xFFFF

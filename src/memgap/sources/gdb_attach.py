@@ -3,7 +3,7 @@
 One job: attach gdb (a subprocess speaking its machine interface, MI) to a PID,
 evaluate expressions that call functions in it, and detach whatever happens:
 an error, a timeout, Ctrl-C. What the calls mean (malloc_info, malloc_trim,
-Python's C API) is the caller's business (``memgap.deep``). gdb's output is
+Python's C API) is the caller's business (``memgap.inside.gdb``). gdb's output is
 parsed in ``gdb_mi`` (tested on text captured from gdb), why ptrace is
 refused is explained in ``ptrace_access``, and what is read of the process and
 sent to it without gdb (thread states, a thread's SIGINT, the checks before
@@ -49,10 +49,9 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from ..errors import MalformedInput, MemgapError, NoSuchProcess, PtraceDisallowed, ToolMissing
-from ..processes import ProcessIdentity
-from .gdb_mi import MiRecord, mi_quote, parse_int, parse_memory, parse_mi_line, parse_threads
-from .gdb_target import (
+from memgap.errors import MalformedInput, MemgapError, NoSuchProcess, PtraceDisallowed, ToolMissing
+from memgap.sources.gdb_mi import MiRecord, mi_quote, parse_int, parse_memory, parse_mi_line, parse_threads
+from memgap.sources.gdb_target import (
     DEFAULT_TIMEOUT,
     attach_race,
     check_attachable,
@@ -64,8 +63,9 @@ from .gdb_target import (
     task_states,
     tgkill,
 )
-from .procfs import ProcReader, status_int
-from .ptrace_access import has_cap_sys_ptrace, ptrace_refusal, read_yama_scope
+from memgap.sources.processes import ProcessIdentity
+from memgap.sources.procfs import ProcReader, status_int
+from memgap.sources.ptrace_access import has_cap_sys_ptrace, ptrace_refusal, read_yama_scope
 
 GRACE_ON_CPU = 2.0     # more seconds for a call still running on the CPU at the deadline
 INTERRUPT_WAIT = 3.0   # for gdb to unwind an interrupted call

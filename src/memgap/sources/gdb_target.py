@@ -11,10 +11,10 @@ import os
 import signal
 import time
 
-from ..errors import MalformedInput, MemgapError, NoSuchProcess, PidReused, ProcessExeced, PtraceDisallowed
-from ..processes import ProcessIdentity
-from .procfs import ProcReader, parse_stat, status_int
-from .ptrace_access import has_cap_sys_ptrace, ptrace_refusal, read_yama_scope
+from memgap.errors import MalformedInput, MemgapError, NoSuchProcess, PidReused, ProcessExeced, PtraceDisallowed
+from memgap.sources.processes import ProcessIdentity
+from memgap.sources.procfs import ProcReader, parse_stat, status_int
+from memgap.sources.ptrace_access import has_cap_sys_ptrace, ptrace_refusal, read_yama_scope
 
 DEFAULT_TIMEOUT = 20.0  # s: for everything gdb does in one --deep or --trim, attach to last call
 

@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..errors import MalformedInput, Unsupported
+from memgap.errors import MalformedInput, Unsupported
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from .procfs import PAGE_SIZE, Mapping, MappingPss
+from memgap.sources.procfs import PAGE_SIZE, Mapping, MappingPss
 
 HEAP_MAX = 64 << 20
 OFF_FASTBINS = 16

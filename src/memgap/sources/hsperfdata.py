@@ -23,7 +23,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
-from ..errors import MalformedInput
+from memgap.errors import MalformedInput
 
 MAGIC = b"\xca\xfe\xc0\xc0"
 PROLOGUE_SIZE = 32

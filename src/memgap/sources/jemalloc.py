@@ -6,8 +6,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import MalformedInput, Unsupported
-from .procfs import SmapsEntry
+from memgap.errors import MalformedInput, Unsupported
+from memgap.sources.procfs import SmapsEntry
 
 _SIZE_STATS = ("allocated", "active", "resident", "retained", "mapped", "metadata")
 MALLCTL_ARENAS_ALL = 4096  # stats.arenas.<this> sums every arena

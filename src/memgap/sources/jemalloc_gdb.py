@@ -20,11 +20,11 @@ import os
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..errors import MalformedInput, Unsupported
-from .elf import read_elf
+from memgap.errors import MalformedInput, Unsupported
+from memgap.sources.elf import read_elf
 
 if TYPE_CHECKING:  # attribution imports the figures in-process too: no gdb machinery there
-    from .gdb_attach import GdbSession
+    from memgap.sources.gdb_attach import GdbSession
 
 ROUTE = "gdb mallctl"
 MALLCTL_ARENAS_ALL = 4096   # "all arenas" in stats.arenas.<i> and arena.<i>.purge (jemalloc 5)
@@ -213,7 +213,7 @@ def mallctl_symbol(found: dict[str, Any], root: str = "") -> str:
 
 
 def _run_batch(session: GdbSession, symbol: str, ctls: list[Ctl], what: str) -> dict[str, int | None]:
-    from .gdb_attach import CallFailed
+    from memgap.sources.gdb_attach import CallFailed
 
     names = session.put_strings(*(c.name for c in ctls))
     block = session.alloc(SLOT * len(ctls))

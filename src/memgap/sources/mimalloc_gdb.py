@@ -22,11 +22,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any
 
-from ..errors import MalformedInput, Unsupported
-from .elf import require_callable
+from memgap.errors import MalformedInput, Unsupported
+from memgap.sources.elf import require_callable
 
 if TYPE_CHECKING:  # attribution imports the figures in-process too: no gdb machinery there
-    from .gdb_attach import GdbSession
+    from memgap.sources.gdb_attach import GdbSession
 
 ROUTE = "gdb mi_process_info"
 INFO = "mi_process_info"
@@ -87,7 +87,7 @@ def check_callable(found: dict[str, Any], root: str = "") -> None:
 
 def read_figures(session: GdbSession) -> MimallocDeep:
     """mi_process_info's eight results, written into a block of the process and read back."""
-    from .gdb_attach import CallFailed
+    from memgap.sources.gdb_attach import CallFailed
 
     block = session.alloc_pages(SIZE)
     try:

@@ -12,7 +12,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..errors import MalformedInput, NoSuchProcess, translate_os_error
+from memgap.errors import MalformedInput, NoSuchProcess, translate_os_error
 
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 

@@ -11,7 +11,7 @@ import ctypes
 import re
 from dataclasses import dataclass
 
-from ..errors import MalformedInput
+from memgap.errors import MalformedInput
 
 _NUM = r"([\d,]+)"
 _PATTERNS = {
@@ -100,7 +100,7 @@ def parse_debugmallocstats(text: str) -> PymallocStats | None:
 
 def capture_debugmallocstats() -> str:
     """The text of ``sys._debugmallocstats()`` for this process, without touching stderr."""
-    from .glibc import glibc_malloc
+    from memgap.sources.glibc import glibc_malloc
 
     func = getattr(ctypes.pythonapi, "_PyObject_DebugMallocStats", None)
     if func is None:

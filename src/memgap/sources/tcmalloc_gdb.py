@@ -22,11 +22,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..errors import MalformedInput, Unsupported
-from .elf import require_callable
+from memgap.errors import MalformedInput, Unsupported
+from memgap.sources.elf import require_callable
 
 if TYPE_CHECKING:  # attribution imports the figures in-process too: no gdb machinery there
-    from .gdb_attach import GdbSession
+    from memgap.sources.gdb_attach import GdbSession
 
 ROUTE = "gdb MallocExtension"
 GET = "MallocExtension_GetNumericProperty"
@@ -143,7 +143,7 @@ def check_callable(found: dict[str, Any], root: str = "") -> None:
 
 def read_figures(session: GdbSession) -> TcmallocDeep:
     """Every property in one gdb expression; the slots read back in one read."""
-    from .gdb_attach import CallFailed
+    from memgap.sources.gdb_attach import CallFailed
 
     names = [name for name, _ in PROPERTIES]
     data, offsets = encode_page(names)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import os
 
-from ...errors import Unsupported
-from ...native_build import compile_c
+from memgap.errors import Unsupported
+from memgap.native.build import compile_c
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PHASE_REGEX = r"phase: (\S+)"

@@ -1,0 +1,441 @@
+"""Findings: what the layers say, with the figures that say it.
+
+A rule fires only when a ratio AND a byte floor are both crossed (Redis's
+MEMORY DOCTOR lesson: no alarm over a 12x ratio on 9 MB).
+
+jemalloc's and tcmalloc's findings read the figures ``inspect --deep`` got through gdb
+(the allocator_free layer's detail, where gdb_layers put them). mimalloc has none: its
+release builds count no allocated bytes, so what it holds free cannot be told from what
+the program uses (``inspect --trim`` measures what mi_collect returns).
+"""
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from memgap.documents.snapshot import Finding, Layer, Snapshot, by_pss
+from memgap.report.units import MiB, mib, pct
+
+FLOOR = 16 * MiB      # below this nothing is worth a warning
+SHARE = 0.20          # a layer must hold at least this share of RSS to be called out
+RETAINED_FLOOR = 256 * MiB  # address space: cheap until a limit on it (ulimit -v, VSZ alarms) is near
+SHARED_MOST = 0.5     # shared pages over this share of RSS: a rule's ratio is taken over private memory
+
+
+def _resident(snap: Snapshot, name: str) -> int:
+    layer = snap.layers.get(name)
+    return layer.resident or 0 if layer else 0
+
+
+def own_memory(snap: Snapshot) -> int:
+    """The process's own memory: its private pages (pagemap bit 56) outside shared memory, where its
+    layers carry them (from outside); else (in-process) RSS less shared memory and files."""
+    measured = {name: layer for name, layer in snap.layers.items() if layer.resident is not None}
+    if measured and all(layer.private is not None for layer in measured.values()):
+        return sum(layer.private or 0 for name, layer in measured.items() if name != "shared_memory")
+    return max(0, snap.rss - _resident(snap, "shared_memory") - _resident(snap, "files"))
+
+
+@dataclass(frozen=True)
+class Base:
+    """What a rule's ratio is taken over: the process's RSS; or, where shared pages (shared memory,
+    libraries, a parent's pages) are most of its RSS, its own memory, which they would hide (a
+    PostgreSQL backend's 20 MiB of free heap is 7% of an RSS of shared buffers, 93% of its own)."""
+
+    bytes: int
+    private: bool   # its own memory (own_memory), not its RSS
+
+    def part(self, layer: Layer | None, resident: int) -> int:
+        """What of a layer's ``resident`` bytes weighs against this base: over private memory, the
+        layer's private pages where read (a free chunk a forked worker shares with its parent is
+        not its own), else its bytes."""
+        if self.private and layer is not None and layer.private is not None and layer.resident == resident:
+            return layer.private
+        return resident
+
+    def crossed(self, part: int, share: float) -> bool:
+        return part > 0 and part >= share * self.bytes  # nothing of its own is no share of nothing
+
+    def words(self, part: int, whole: int | None = None) -> str:
+        """The share, said with its base: "12% of RSS" or "93% of its private memory, 22.4 MiB";
+        ``whole``: the layer's bytes, where ``part`` is only its private pages."""
+        if not self.private:
+            return f"{pct(part, self.bytes)} of RSS"
+        mine = f"{mib(part)} MiB of them its own: " if whole is not None and whole != part else ""
+        return f"{mine}{pct(part, self.bytes)} of its private memory, {mib(self.bytes)} MiB"
+
+
+def ratio_base(snap: Snapshot) -> Base:
+    """RSS, or the process's own memory where shared pages are most of its RSS."""
+    own = own_memory(snap)
+    if snap.rss - own > SHARED_MOST * snap.rss:
+        return Base(own, True)
+    return Base(snap.rss, False)
+
+
+def _base_line(snap: Snapshot, base: Base) -> str:
+    """Evidence: which base a rule's ratio took, where it is not RSS."""
+    return (f"ratio over its private memory ({mib(base.bytes)} MiB, outside shared memory): shared pages are "
+            f"{mib(snap.rss - base.bytes)} MiB of its RSS ({pct(snap.rss - base.bytes, snap.rss)}; shared memory "
+            f"{mib(_resident(snap, 'shared_memory'))} MiB)")
+
+
+def _glibc_free(snap: Snapshot) -> tuple[int, int, int]:
+    """glibc's free bytes on resident pages, of them the whole free pages, and those beside live
+    chunks (fragmentation); a document from before the split counts whole pages only."""
+    layer = snap.layers.get("allocator_free")
+    if layer is None or "arenas" not in layer.detail:
+        return 0, 0, 0
+    free = layer.resident or 0
+    if "by_allocator" in layer.detail:  # a jemalloc beside glibc's: its own share
+        free = layer.detail["by_allocator"].get("glibc") or 0
+    fragmented = min(free, layer.detail.get("fragmented") or 0)
+    return free, free - fragmented, fragmented
+
+
+def _mine(base: Base, layer: Layer | None, part: int) -> int:
+    """Of ``part`` bytes of a layer, what weighs against ``base``: over private memory, its private
+    pages in the layer's own proportion (a free chunk a forked worker shares with its parent is not its own)."""
+    if base.private and layer is not None and layer.private is not None and layer.resident:
+        return round(part * min(1.0, layer.private / layer.resident))
+    return part
+
+
+def _glibc_retention(snap: Snapshot) -> list[Finding]:
+    _, pages, fragmented = _glibc_free(snap)
+    base = ratio_base(snap)
+    part = _mine(base, snap.layers.get("allocator_free"), pages)
+    if pages < FLOOR or not base.crossed(part, SHARE):
+        return []
+    d = snap.layers["allocator_free"].detail
+    releasable = d.get("trim_releasable", 0)
+    held_tops = d.get("held_in_thread_tops", 0)
+    evidence = [f"RSS {mib(snap.rss)} MiB; glibc heaps hold {mib(pages)} MiB resident in whole free pages "
+                f"({base.words(part, pages)})"
+                + (f", and {mib(fragmented)} MiB free beside live chunks (see glibc-fragmentation)"
+                   if fragmented >= FLOOR // 4 else "")]
+    if base.private:
+        evidence.append(_base_line(snap, base))
+    for a in sorted(d["arenas"], key=lambda a: -(a["free_resident"] or 0))[:5]:
+        evidence.append(f"arena {a['arena']}{' (main)' if a['main'] else ''}: resident {mib(a['resident'])} MiB, "
+                        f"free pages {mib(a['free_resident'])} MiB of which top chunk {mib(a['top_resident'])} MiB, "
+                        f"trim would release {mib(a['trim_releasable'])} MiB"
+                        + (f" ({mib(a['joins_top_resident'])} MiB of free chunks stay: the trim's consolidation "
+                           "merges them into the top chunk)" if (a.get("joins_top_resident") or 0) >= FLOOR // 4
+                           else ""))
+    summary = (f"glibc holds {mib(pages)} MiB of free pages in {d['arena_count']} arenas ({d['thread_arenas']} "
+               f"thread arenas); a trim would release ~{mib(releasable)} MiB")
+    if not d.get("trim_estimate_complete", True):
+        summary += " (at least: an arena changed while it was read, see problems)"
+        evidence.extend(d.get("problems", []))
+    # a program that is not Python calls malloc_trim itself (or runs under `memgap lab`'s trim=idle)
+    remedy = "malloc_trim(0) after the burst" if snap.not_python else "memgap.trim() (malloc_trim(0)) after the burst"
+    if held_tops > max(FLOOR, pages // 3):
+        evidence.append(f"{mib(held_tops)} MiB sit in thread arenas' top chunks, which malloc_trim(0) leaves "
+                        "alone (only the main arena's top is cut)")
+        remedy = ("fewer arenas (MALLOC_ARENA_MAX=2) plus a trim after bursts, or a fixed "
+                  "MALLOC_TRIM_THRESHOLD_: measure which with `memgap lab`")
+    return [Finding("glibc-retention", "warning", summary, evidence, remedy)]
+
+
+def _glibc_fragmentation(snap: Snapshot) -> list[Finding]:
+    """Free bytes that share their pages with live chunks: held until the neighbours go, whatever is trimmed."""
+    free, _, fragmented = _glibc_free(snap)
+    base = ratio_base(snap)
+    part = _mine(base, snap.layers.get("allocator_free"), fragmented)
+    if fragmented < FLOOR or not base.crossed(part, SHARE):
+        return []
+    d = snap.layers["allocator_free"].detail
+    in_use = _resident(snap, "allocator_in_use")
+    evidence = [f"RSS {mib(snap.rss)} MiB; glibc's free chunks hold {mib(free)} MiB on resident pages, "
+                f"{mib(fragmented)} MiB of it ({base.words(part, fragmented)}) on pages that also hold a live "
+                f"chunk; in use {mib(in_use)} MiB",
+                "method: every free chunk (top, bins, fastbins) walked from each arena's malloc_state; its bytes on "
+                "resident pages, less the whole pages inside it (a trim's share)"]
+    if base.private:
+        evidence.append(_base_line(snap, base))
+    for a in sorted(d["arenas"], key=lambda a: -(a.get("fragmented") or 0))[:5]:
+        if a.get("fragmented"):
+            evidence.append(f"arena {a['arena']}{' (main)' if a['main'] else ''}: resident {mib(a['resident'])} MiB,"
+                            f" in use {mib(a.get('in_use_resident'))} MiB, free beside live chunks "
+                            f"{mib(a['fragmented'])} MiB")
+    if not d.get("fragmentation_complete", True):
+        evidence.append("at least: an arena's small bins or fastbins could not be walked, see problems")
+        evidence.extend(d.get("problems", []))
+    return [Finding(
+        "glibc-fragmentation", "warning",
+        f"glibc holds {mib(fragmented)} MiB free in pieces between live chunks (fragmentation): no trim releases "
+        f"it; it comes back only when the blocks beside it are freed", evidence,
+        "another allocator (jemalloc keeps blocks of one size class together), fewer arenas (MALLOC_ARENA_MAX=2), "
+        "a lower mmap threshold (MALLOC_MMAP_THRESHOLD_=65536: large blocks in mappings of their own, returned on "
+        "free), or restarting long-lived workers: measure which with `memgap lab`")]
+
+
+def _pymalloc_fragmentation(snap: Snapshot) -> list[Finding]:
+    free = _resident(snap, "pymalloc_free")
+    pm = snap.pymalloc
+    base = ratio_base(snap)
+    if free < FLOOR or not base.crossed(base.part(snap.layers.get("pymalloc_free"), free), SHARE):
+        return []
+    if not pm:
+        return _pymalloc_fragmentation_outside(snap, free, base)
+    used = pm["allocated_blocks_bytes"]
+    arenas = pm["arenas_current"]
+    return [Finding(
+        "pymalloc-fragmentation", "warning",
+        f"pymalloc holds {mib(free)} MiB free in {arenas} arenas ({pm['unused_pools']} unused pools) "
+        f"around {mib(used)} MiB of live objects",
+        [f"arenas {arenas} x {pm['arena_size'] >> 10} KiB; allocated blocks {mib(used)} MiB; free blocks in "
+         f"used pools {mib(pm['available_blocks_bytes'])} MiB; unused pools {pm['unused_pools']} x "
+         f"{pm['pool_size'] >> 10} KiB",
+         "an arena returns to the OS only when every object in it is gone",
+         *([_base_line(snap, base)] if base.private else [])],
+        "memgap.release_pymalloc() gives back the pages of the unused pools (up to "
+        f"{mib(pm['unused_pools'] * pm['pool_size'])} MiB, less what is not resident); the free blocks "
+        "in used pools only come back when their objects go: free objects in allocation order, or "
+        "rebuild the structure into a fresh container",
+    )]
+
+
+def _pymalloc_fragmentation_outside(snap: Snapshot, free: int, base: Base) -> list[Finding]:
+    """The same finding read from outside, where pool headers are all there is to go by."""
+    census = snap.layers["python_objects"].detail if "python_objects" in snap.layers else {}
+    if "pools_read" not in census:
+        return []
+    used = _resident(snap, "python_objects")
+    empty = census["pools_read"] - census["pools_in_use"] - census["pools_rejected"]
+    return [Finding(
+        "pymalloc-fragmentation", "warning",
+        f"pymalloc holds {mib(free)} MiB free in {census['arenas']} arenas around {mib(used)} MiB of live "
+        "small objects (read from outside)",
+        [f"pool headers read from outside: {census['pools_read']} pools resident, {census['pools_in_use']} with "
+         f"live blocks, {empty} empty; live blocks {mib(used)} MiB",
+         "an arena returns to the OS only when every object in it is gone",
+         *([_base_line(snap, base)] if base.private else [])],
+        "memgap.release_pymalloc() in the process gives back the pages of its empty pools; the free blocks in "
+        "used pools only come back when their objects go: free objects in allocation order, or rebuild the "
+        "structure into a fresh container",
+    )]
+
+
+def _threads(snap: Snapshot) -> list[Finding]:
+    stacks = _resident(snap, "stacks")
+    threads = snap.status.get("Threads", 0)
+    free_layer = snap.layers.get("allocator_free")
+    n_arenas = free_layer.detail.get("arena_count", 0) if free_layer else 0
+    out = []
+    base = ratio_base(snap)
+    part = base.part(snap.layers.get("stacks"), stacks)
+    if stacks >= FLOOR and base.crossed(part, 0.1):
+        out.append(Finding("thread-stacks", "info", f"{threads} threads hold {mib(stacks)} MiB of stack",
+                           [f"stacks layer {mib(stacks)} MiB ({base.words(part, stacks)})",
+                            *([_base_line(snap, base)] if base.private else [])]))
+    if n_arenas > 8 and _resident(snap, "allocator_free") >= FLOOR:
+        out.append(Finding("many-arenas", "info",
+                           f"{n_arenas} glibc arenas for {threads} threads: each thread that mallocs may get "
+                           "its own, up to 8 per CPU of the host",
+                           [f"Threads: {threads}; arenas: {n_arenas}"], "MALLOC_ARENA_MAX=2 caps them"))
+    return out
+
+
+def _unexplained(snap: Snapshot) -> list[Finding]:
+    if abs(snap.unexplained) > max(0.05 * snap.rss, 4 * MiB):
+        return [Finding("unexplained", "warning",
+                        f"{mib(snap.unexplained)} MiB of RSS is unexplained ({pct(snap.unexplained, snap.rss)})",
+                        ["VmRSS read after the pagemap walk; memory changed during the snapshot, or mappings "
+                         "memgap does not read (special or PROT_NONE) hold pages"])]
+    return []
+
+
+def _other_allocators(snap: Snapshot) -> list[Finding]:
+    from memgap.sources.allocator import allocator_label
+
+    beside = [f for f in snap.allocator.get("found") or [] if not f.get("serves_malloc")]
+    others = [allocator_label(f) for f in beside] or snap.allocator.get("others") or []
+    if not others:
+        return []
+    return [Finding("second-allocator", "info",
+                    f"another allocator beside {snap.allocator['name']}, which serves malloc: {', '.join(others)}",
+                    ["its memory is under other_anon; LD_PRELOAD and malloc_trim do not reach it"])]
+
+
+def allocator_findings(snap: Snapshot) -> list[Finding]:
+    """The findings on the C allocators' free memory: glibc's from its heaps walked, jemalloc's and
+    tcmalloc's from their own figures where ``inspect --deep`` read them."""
+    from memgap.diagnose.allocators import jemalloc_findings, tcmalloc_findings
+
+    return [*_glibc_retention(snap), *_glibc_fragmentation(snap), *jemalloc_findings(snap), *tcmalloc_findings(snap)]
+
+
+SHMEM_KINDS = {"anonymous": "anonymous MAP_SHARED (/dev/zero (deleted))", "sysv": "SysV segments (/SYSV*)",
+               "posix": "POSIX shared memory (/dev/shm)", "memfd": "memfds (/memfd:)"}
+
+
+def _shmem_kinds(layer: Layer) -> str:
+    kinds = [(k, layer.detail.get(k) or 0) for k in SHMEM_KINDS]
+    return ", ".join(f"{SHMEM_KINDS[k]} {mib(n)} MiB" for k, n in sorted(kinds, key=lambda kn: -kn[1]) if n)
+
+
+def _shared_memory(snap: Snapshot) -> list[Finding]:
+    """Shared memory most of its RSS: said, since a sum of RSS counts it once per process."""
+    layer = snap.layers.get("shared_memory")
+    shm = _resident(snap, "shared_memory")
+    if layer is None or shm < FLOOR or shm < SHARED_MOST * snap.rss:
+        return []
+    here = f" (PSS {mib(layer.pss)} MiB here)" if layer.pss is not None else ""
+    base = ratio_base(snap)
+    return [Finding(
+        "shared-memory", "info",
+        f"shared buffers: {mib(shm)} MiB of shared memory, {pct(shm, snap.rss)} of its RSS{here}: count it once "
+        "across the processes that map it (PSS), not once per RSS",
+        [f"shared memory by kind: {_shmem_kinds(layer)}",
+         f"its own memory beside it: {mib(own_memory(snap))} MiB (private pages outside shared memory); the "
+         f"findings here take their ratios over {'it' if base.private else 'RSS'}"])]
+
+
+def _runtime_retention(snap: Snapshot) -> list[Finding]:
+    """A runtime's heap (Go's, a JVM's, V8's) holding much more resident than its objects use."""
+    layer = snap.layers.get("runtime_heap")
+    out = []
+    base = ratio_base(snap)
+    for rt in (layer.detail.get("runtimes") or []) if layer else []:
+        retained = rt.get("retained")
+        if retained is None or retained < FLOOR or not base.crossed(retained, SHARE):
+            continue
+        from memgap.runtimes import remedy  # here: a process without a runtime never loads the readers
+
+        settings = ", ".join(f"{k}={v}" for k, v in (rt.get("settings") or {}).items())
+        evidence = [f"{rt['runtime']} {rt.get('version', '')}: heap resident {mib(rt['resident'])} MiB, in use "
+                    f"{mib(rt['in_use'])} MiB by its own count, free but resident {mib(retained)} MiB "
+                    f"({base.words(retained)})",
+                    f"read: {rt['route']}"]
+        if rt.get("released") is not None:
+            evidence.append(f"already released to the system (not RSS): {mib(rt['released'])} MiB")
+        if settings:
+            evidence.append(f"settings: {settings}")
+        out.append(Finding(
+            "runtime-heap-retained", "warning",
+            f"the {rt['runtime']} heap holds {mib(retained)} MiB free but resident beside {mib(rt['in_use'])} MiB "
+            "in use", evidence, remedy(rt["runtime"], rt)))
+    return out
+
+
+def diagnose(snap: Snapshot) -> list[Finding]:
+    """Findings for one snapshot."""
+    return [*allocator_findings(snap), *_pymalloc_fragmentation(snap), *_runtime_retention(snap), *_threads(snap),
+            *_unexplained(snap), *_other_allocators(snap), *_shared_memory(snap)]
+
+
+def diagnose_series(snaps: Sequence[Snapshot]) -> list[Finding]:
+    """Findings over a process's phases: a leak grows Python objects, retention does not."""
+    if len(snaps) < 3:
+        return []
+    if all(s.not_python for s in snaps):
+        return _native_series(snaps)
+    py = [_resident(s, "python_objects") for s in snaps]
+    rss = [s.rss for s in snaps]
+    steps = [b - a for a, b in itertools.pairwise(py)]
+    names = [s.phase or f"#{i}" for i, s in enumerate(snaps)]
+    growth_py, growth_rss = py[-1] - py[0], rss[-1] - rss[0]
+    evidence = [f"{n}: RSS {mib(r)} MiB, Python objects {mib(p)} MiB" for n, r, p in zip(names, rss, py, strict=True)]
+    per = growth_py / max(1, len(steps))
+    # A phase grew when it added a real share of the average step: memgap's own phase records
+    # add a few KiB of Python objects at every phase, and counted as growth they made a load
+    # done once, then flat phases, read as a leak.
+    growing = [s for s in steps if s > per / 4]
+    if growth_py >= FLOOR and len(growing) >= len(steps) - 1:
+        per = sum(growing) / len(growing)  # per phase that grew: an exit right after the last is no phase of work
+        return [Finding("python-growth", "warning",
+                        f"Python objects grew by {mib(per)} MiB per phase ({mib(growth_py)} MiB in all): "
+                        "a leak, not retention", evidence,
+                        "find the growing objects with tracemalloc snapshots compared between phases")]
+    if growth_rss < FLOOR or growth_py >= growth_rss * 0.25:
+        return []
+    # Not Python's small objects: free memory the allocators keep, or memory in use that the
+    # program holds (large Python objects go to malloc; a C extension's too)
+    in_use = _resident(snaps[-1], "allocator_in_use") - _resident(snaps[0], "allocator_in_use")
+    if in_use >= growth_rss / 2:
+        return [Finding("in-use-growth", "warning",
+                        f"RSS grew by {mib(growth_rss)} MiB, {mib(in_use)} MiB of it memory the C allocator has "
+                        "handed out and not had back: the program holds it (Python objects over 512 bytes, "
+                        "such as bytes and arrays, come from malloc, not pymalloc; or a C extension's)",
+                        [*evidence, f"C allocator in use: {mib(_resident(snaps[0], 'allocator_in_use'))} -> "
+                                    f"{mib(_resident(snaps[-1], 'allocator_in_use'))} MiB"],
+                        "run it under `memgap run --walk` to count Python's large objects, or compare tracemalloc "
+                        "snapshots between phases")]
+    return [Finding("retention-not-leak", "info",
+                    f"RSS grew by {mib(growth_rss)} MiB while Python objects changed by {mib(growth_py)} MiB: "
+                    "the allocator retains memory, the program does not hold it", evidence)]
+
+
+def _native_series(snaps: Sequence[Snapshot]) -> list[Finding]:
+    """The same over the phases of a program with no Python in it: memory the program holds grows
+    the C allocator's bytes in use; memory the allocator keeps does not."""
+    growth_rss = snaps[-1].rss - snaps[0].rss
+    if growth_rss < FLOOR:
+        return []
+    in_use = [_resident(s, "allocator_in_use") for s in snaps]
+    evidence = [f"{s.phase or f'#{i}'}: RSS {mib(s.rss)} MiB, C allocator in use {mib(u)} MiB"
+                for i, (s, u) in enumerate(zip(snaps, in_use, strict=True))]
+    grown = in_use[-1] - in_use[0]
+    if grown >= growth_rss / 2:
+        return [Finding("in-use-growth", "warning",
+                        f"RSS grew by {mib(growth_rss)} MiB, {mib(grown)} MiB of it memory the C allocator has "
+                        "handed out and not had back: the program holds it", evidence,
+                        "a heap profiler (heaptrack, valgrind --tool=massif) shows which allocations hold it")]
+    return [Finding("retention-not-leak", "info",
+                    f"RSS grew by {mib(growth_rss)} MiB while the C allocator's bytes in use changed by "
+                    f"{mib(grown)} MiB: the allocator retains memory, the program does not hold it", evidence)]
+
+
+def diagnose_tree(snaps: Sequence[Snapshot]) -> list[Finding]:
+    """Findings over a process tree: forked workers that copied their parent's pages; shared memory
+    most of the RSS sum, counted once by PSS. Each process's own findings are its snapshot's."""
+    return [*_copied_from_parent(snaps), *_shared_memory_tree(snaps)]
+
+
+def _shared_memory_tree(snaps: Sequence[Snapshot]) -> list[Finding]:
+    mapping = [s for s in snaps if _resident(s, "shared_memory")]
+    rss_sum = sum(_resident(s, "shared_memory") for s in mapping)
+    if not by_pss(list(snaps)) or rss_sum < FLOOR or rss_sum < SHARED_MOST * sum(s.rss for s in snaps):
+        return []
+    pss = sum(s.layers["shared_memory"].pss or 0 for s in mapping)
+    return [Finding(
+        "shared-memory", "info",
+        f"shared buffers: {mib(pss)} MiB of shared memory, counted once across the tree (PSS) in "
+        f"{len(mapping)} processes; their RSS sum counts it {mib(rss_sum)} MiB",
+        [f"PID {s.pid}: shared memory {mib(_resident(s, 'shared_memory'))} MiB resident, PSS "
+         f"{mib(s.layers['shared_memory'].pss)} MiB here; its own memory {mib(own_memory(s))} MiB" for s in mapping])]
+
+
+def _copied_from_parent(snaps: Sequence[Snapshot]) -> list[Finding]:
+    cows = [(s, cow) for s in snaps if (cow := s.copied_from_parent) and cow["copied"]]
+    forked = [s for s, _ in cows]
+    copied = sum(cow["copied"] for _, cow in cows)
+    private = sum(s.uss or 0 for s in forked)
+    if copied < FLOOR or not private or copied < SHARE * private:
+        return []
+    groups: dict[str, int] = {}
+    for _, cow in cows:
+        for group, n in cow["by_group"].items():
+            groups[group] = groups.get(group, 0) + n
+    python = groups.get("Python objects (pymalloc arenas)", 0)
+    evidence = [f"PID {s.pid}: copied {mib(cow['copied'])} MiB of its parent's pages, "
+                f"its own {mib(cow['own'])} MiB; USS {mib(s.uss)} MiB" for s, cow in cows]
+    evidence.append("copied, by where: " + ", ".join(f"{g} {mib(n)} MiB" for g, n in sorted(groups.items(),
+                                                                                         key=lambda kv: -kv[1])))
+    evidence.append("method: private pages (pagemap bit 56) at addresses where the parent has a page of its own; "
+                    "either side's write makes the copy")
+    cause = ("reference counts and collections write into objects the parent built before the fork (a full "
+             "collection touches every tracked one)" if python >= copied / 2 else
+             "writes after the fork into memory the parent filled before it")
+    return [Finding(
+        "copied-from-parent", "warning",
+        f"{len(forked)} forked processes copied {mib(copied)} MiB of their parent's pages ({pct(copied, private)} "
+        f"of their private memory), {mib(python)} MiB of it Python's objects: likely {cause}",
+        evidence,
+        "freeze the collector at fork (gc.disable() early in the parent, gc.freeze() before each fork, "
+        "gc.enable() in the child; `memgap lab --variant glibc:gc=freeze-at-fork` measures it on your tree), "
+        "or build the data after the fork",
+    )]

@@ -1,0 +1,22 @@
+"""Documents: the typed records memgap writes and reads, and their JSON Schemas.
+
+``snapshot`` (a snapshot's layers, regions and findings), ``records`` (a trim, a run and its
+processes, a lab's result and its runs), ``lab_summary`` (a lab's summaries and verdict),
+``fields`` (how each class reads its fields from JSON, with the checks) and ``schema`` (the
+schemas in docs/schemas/, made from the same type hints). The names of ``records`` are
+importable from here too (``memgap.documents.RunDocument``), loaded on first use.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+
+def __getattr__(name: str) -> Any:
+    records = importlib.import_module("memgap.documents.records")
+    try:
+        value = getattr(records, name)
+    except AttributeError:
+        raise AttributeError(f"module 'memgap.documents' has no attribute {name!r}") from None
+    globals()[name] = value
+    return value

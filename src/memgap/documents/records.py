@@ -1,0 +1,466 @@
+"""The documents that cross modules, as classes: a trim record, a run (`memgap run`'s
+recording assembled by ``runs.load_run``) and its processes, one lab run's figures, and a
+lab's result (``lab.runner.lab_document``), whose summaries are memgap.documents.lab_summary's classes
+(importable from here too).
+
+Each has ``to_dict()``, the JSON memgap writes (docs/json.md), and ``from_dict()``, which
+checks the fields it knows (missing or of the wrong type: ``MalformedInput``, exit code 6)
+and fills in what a document of an earlier version of the same schema lacks (fields are
+only ever added within a version). This module sits below the lab and the report: it
+imports neither, except the report's HTML renderer when a notebook shows a lab
+(``LabDocument._repr_html_``), as ``model.Snapshot`` does. How fields are read and checked:
+memgap.documents.fields.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+from memgap.documents.fields import _fields, _of, _typed, check_schema
+from memgap.documents.lab_summary import AcrossCell, Cell, Recommendation, SweepRow, VariantSummary
+from memgap.documents.snapshot import RUN_SCHEMA, Finding, Snapshot
+from memgap.errors import MalformedInput
+
+LAB_SCHEMA = "memgap.lab/1"
+
+
+class Word(str, enum.Enum):
+    """A str-valued enum: in JSON, in ``str()`` and in f-strings it is its value."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+
+class RunStatus(Word):
+    """How one lab run ended, as its figures say (``RunFigures.status``)."""
+
+    OK = "ok"
+    CRASHED = "crashed"
+    TIMEOUT = "timeout"
+    KILLED = "killed"
+    OOM_KILLED = "oom-killed"
+    NO_IDLE = "no-idle"
+    NOT_APPLIED = "not-applied"
+    NO_PROCESS = "no-process"  # --process matched no process of the tree
+    NO_METRIC = "no-metric"    # --metric: the workload reported none
+
+
+class TrimRoute(Word):
+    """How a trim reached the process."""
+
+    IN_PROCESS = "in-process"  # memgap.trim() in the process itself (the bootstrap's trim at idle among them)
+    AGENT = "agent"            # memgap's native agent, asked over its socket
+    GDB = "gdb"                # inspect --trim through gdb
+    TRIMMER = "trimmer"        # the idle or periodic trimmer, on its own
+
+
+class TrimMode(Word):
+    """A lab variant's ``trim=`` setting (``Variant.trim``: ``every`` carries ``:SECONDS``)."""
+
+    IDLE = "idle"    # one malloc_trim(0) after the phase named idle
+    QUIET = "quiet"  # the idle trimmer
+    EVERY = "every"  # a periodic trim
+
+    @classmethod
+    def of(cls, setting: str) -> TrimMode | None:
+        """The mode of a ``trim=`` setting (``every:5`` is EVERY); None for no trim."""
+        return cls(setting.split(":", 1)[0]) if setting else None
+
+
+# The keys of a trim record that are its typed fields; any other key is the route's detail.
+_TRIM_CORE = ("performed", "route", "by", "rss_before", "rss_after", "released", "seconds", "reason", "time")
+
+
+@dataclass
+class TrimRecord:
+    """What one trim did: VmRSS before and after, and how it reached the process. Every
+    place that trims records it through this class: ``memgap.trim()`` (in-process), the
+    idle and periodic trimmers, ``inspect --trim`` (gdb or the agent), ``memgap run``'s
+    trim at idle through the agent, and the lab, which reads them back."""
+
+    rss_before: int
+    rss_after: int
+    route: TrimRoute = TrimRoute.IN_PROCESS
+    performed: bool = True
+    released: int | None = None   # None: VmRSS before less after (never below 0)
+    seconds: float | None = None  # what the trim call took; the trimmer's records have none
+    reason: str = ""              # why it was not performed
+    time: float | None = None     # the trimmer's records: when
+    # what the route adds, in its order: the call and what it returned, the estimate beside the
+    # release (estimate, estimate_complete, estimate_route, estimate_rss, ...), gdb's timings, notes
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.released is None:
+            self.released = max(0, self.rss_before - self.rss_after)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as JSON: the trimmer's is ``time``, ``rss_before``, ``rss_after``; any
+        other carries ``performed``, its ``route`` (none in-process), the figures and ``reason``."""
+        if self.route is TrimRoute.TRIMMER:
+            out: dict[str, Any] = {"time": self.time, "rss_before": self.rss_before, "rss_after": self.rss_after}
+        else:
+            out = {"performed": self.performed}
+            if self.route is not TrimRoute.IN_PROCESS:
+                out["route"] = self.route.value
+            out.update(rss_before=self.rss_before, rss_after=self.rss_after, released=self.released,
+                       seconds=self.seconds, reason=self.reason)
+            if self.time is not None:
+                out["time"] = self.time
+        out.update(self.details)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Any, what: str = "trim record") -> TrimRecord:
+        """A trim record again. Its route: ``route``, or ``by`` (what ``memgap run`` wrote for the
+        agent's trims before 0.x: read as ``route``); without either, in-process where it says
+        ``performed``, else the trimmer's."""
+        data = _of(data, dict, what)
+        route = data.get("route", data.get("by"))
+        if route is None:
+            route = TrimRoute.IN_PROCESS if "performed" in data else TrimRoute.TRIMMER
+        kwargs = _fields(cls, {k: v for k, v in data.items() if k in _TRIM_CORE}, what, skip=("route", "details"))
+        return cls(**kwargs, route=_typed(route, TrimRoute, f"{what}, field 'route'"),
+                   details={k: v for k, v in data.items() if k not in _TRIM_CORE})
+
+
+@dataclass
+class ProcessIdle:
+    """A process's idle in a run (``memgap.record.idle.idle_of_process``): its RSS then, by which rule
+    it was found, and when."""
+
+    rss: int
+    rule: str                       # marked, quiet, before exit, last (memgap.record.idle's rules)
+    label: str                      # the rule in words, as tables show it ("idle (quiet 1.8 s)")
+    time: float | None = None       # the snapshot's time (None: no snapshot at idle)
+    pss: int | None = None          # its PSS then: a tree is summed by it
+    work_ended: float | None = None  # when its work ended (its rest began, or it exited)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Any, what: str = "process idle") -> ProcessIdle:
+        return cls(**_fields(cls, data, what))
+
+
+# written only where the events were
+_PROCESS_OPTIONAL = ("trimmer", "trims", "quiet_ends", "agent_exit", "pss_reads", "peak", "exit")
+
+
+@dataclass
+class ProcessRecord:
+    """One process of a run: what memgap saw of it, its snapshots (each a snapshot's JSON
+    with its ``phase``; one read from outside also has ``rss_at_mark`` and ``read_began``) and its idle."""
+
+    pid: int
+    snapshots: list[dict[str, Any]]
+    ppid: int | None = None
+    cmd: list[str] = field(default_factory=list)
+    trimmer: str | None = None          # the bootstrap started a trimmer in it: its mode
+    trims: list[TrimRecord] | None = None  # the trimmer's trims
+    quiet_ends: list[float] | None = None  # when its quiet spells ended
+    agent_exit: dict[str, Any] | None = None  # the statistics its agent wrote as it exited
+    idle: ProcessIdle | None = None  # the idle found, with its rule
+    pss_reads: list[list[float]] | None = None  # [time, Pss, Rss] read again while it was quiet (a tree's idle)
+    peak: dict[str, Any] | None = None  # the snapshot read from outside at its highest RSS (memgap.record.tree_watch)
+    exit: dict[str, Any] | None = None  # when it exited and how close its last snapshot came (tree_watch.exit_of)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"pid": self.pid, "ppid": self.ppid, "cmd": self.cmd, "snapshots": self.snapshots}
+        for name in _PROCESS_OPTIONAL:
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = [t.to_dict() for t in value] if name == "trims" else value
+        out["idle"] = self.idle.to_dict() if self.idle is not None else None
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Any, what: str = "run's process") -> ProcessRecord:
+        record = cls(**_fields(cls, data, what))
+        for i, snap in enumerate(record.snapshots):  # kept as JSON, but checked as snapshots are
+            Snapshot.from_dict(snap, f"{what}, snapshot {i}")
+        return record
+
+    def phases(self) -> list[Snapshot]:
+        """Its snapshots as Snapshot objects (what a recording adds to them left out)."""
+        return [Snapshot.from_dict(s) for s in self.snapshots]
+
+    def trims_at_marks(self) -> list[TrimRecord]:
+        """The trims of its ``after-trim`` snapshots (the one trim at a marked phase), in time order."""
+        return [TrimRecord.from_dict(s["trim"], f"PID {self.pid}'s trim") for s in self.snapshots
+                if s.get("phase") == "after-trim" and s.get("trim")]
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One RSS sample of a run's timeline (its JSON keeps these keys; ``from_dict`` checks them)."""
+
+    t: float          # seconds after the run began
+    pid: int
+    rss: int
+    anon: int = 0
+    file: int = 0
+    threads: int = 0
+
+
+@dataclass
+class RunDocument:
+    """``memgap run``'s recording assembled (``memgap.run/1``, docs/json.md)."""
+
+    processes: list[ProcessRecord]
+    cmd: list[str] = field(default_factory=list)
+    start: float | None = None
+    machine: dict[str, Any] = field(default_factory=dict)
+    interval: float | None = None
+    exit_code: int | None = None
+    complete: bool = False
+    timed_out: bool = False
+    stopped_at_idle: bool = False
+    load_seconds: float | None = None
+    oom_kills: int | None = None
+    cgroup: dict[str, Any] | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    agent: dict[str, Any] = field(default_factory=dict)
+    duration: float = 0.0
+    timeline: list[dict[str, Any]] = field(default_factory=list)
+    findings: list[dict[str, Any]] = field(default_factory=list)
+    errors: list[dict[str, Any]] = field(default_factory=list)
+    metrics: dict[str, float] = field(default_factory=dict)
+    record_dir: str = ""
+    tree: dict[str, Any] | None = None  # the tree at idle, summed (memgap.record.tree_idle.TreeAtIdle.to_dict)
+    stopped: dict[str, Any] | None = None  # a stop signal to memgap: how the tree ended (memgap.record.tree_end.Ending)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"schema": RUN_SCHEMA}
+        for f in dataclasses.fields(self):
+            out[f.name] = getattr(self, f.name)
+        out["processes"] = [p.to_dict() for p in self.processes]
+        return {k: out[k] for k in _RUN_ORDER if k not in _RUN_OPTIONAL or out[k] is not None}
+
+    @classmethod
+    def from_dict(cls, data: Any, what: str = "run document") -> RunDocument:
+        check_schema(data, "memgap.run", RUN_SCHEMA, what)
+        run = cls(**_fields(cls, data, what))
+        # kept as JSON for the renderers, but checked: a sample or finding missing a figure is refused here,
+        # not met as a KeyError in a table
+        for i, sample in enumerate(run.timeline):
+            _fields(Sample, sample, f"{what}, timeline[{i}]")
+        for i, finding in enumerate(run.findings):
+            _fields(Finding, finding, f"{what}, findings[{i}]")
+        return run
+
+
+# The run document's fields in the order load_run has always written them.
+_RUN_ORDER = ("schema", "cmd", "start", "machine", "interval", "exit_code", "complete", "timed_out",
+              "stopped_at_idle", "load_seconds", "oom_kills", "cgroup", "env", "agent", "duration", "processes",
+              "timeline", "findings", "errors", "metrics", "record_dir", "tree", "stopped")
+_RUN_OPTIONAL = ("tree", "stopped")  # added since 8a6ec88 (tree), issue 23 (stopped): written where there is one
+
+
+@dataclass
+class RunFigures:
+    """What one lab run of a variant measured (``runs`` of a lab document)."""
+
+    variant: str
+    rep: int
+    order: int                 # position in the interleaved sequence
+    status: RunStatus
+    exit_code: int | None = None
+    wall: float = 0.0          # seconds of work: start to exit, or to the last phase before idle
+    duration: float = 0.0      # seconds the lab spent on the run (start to exit or stop)
+    cpu: float = 0.0           # user + system seconds of the workload's processes
+    baseline: int | None = None    # RSS at the first phase (post-import)
+    peak: int | None = None        # highest RSS sampled or reported (VmHWM)
+    idle: int | None = None        # RSS at the phase named idle (trim=quiet: after the rest)
+    post_rest: int | None = None   # RSS last sampled before the program ended or was stopped
+    after_trim: int | None = None  # RSS right after one malloc_trim(0) at idle
+    trim_released: int | None = None
+    vm_peak: int | None = None
+    throughput: float | None = None  # the workload's own metric (--metric), higher is better
+    pattern: str = ""
+    pattern_evidence: str = ""
+    phases: list[tuple[str, int]] = field(default_factory=list)
+    record_dir: str = ""
+    note: str = ""
+    params: dict[str, str] = field(default_factory=dict)  # the swept parameters of this run
+    timeline: list[tuple[float, int]] = field(default_factory=list)  # (seconds, RSS) of the main process
+    layers: list[dict[str, Any]] = field(default_factory=list)  # per phase: {"phase", "rss", "layers"}
+    python: bool = False           # the main process recorded its own phases (memgap's bootstrap)
+    idle_rule: str = ""            # how idle was found: "idle (marked)", "idle (quiet 2.1 s)", ...
+    process: str = ""              # the command line of the process the figures describe
+    processes: int = 0             # how many processes the workload's tree ran
+    tree: list[dict[str, Any]] = field(default_factory=list)  # every process's idle: cmd, rss, pss, rule
+    process_idle: int | None = None  # the measured process's own idle figure, where idle is the tree's total
+    tree_how: str = ""             # how the tree's total was summed, where idle is the tree's total
+    process_peak: int | None = None  # the measured process's own peak, where peak is the tree's
+    cgroup_peak: int | None = None   # the run's own memory cgroup's highest charge (its tree's, page cache included)
+    cgroup_limit: int | None = None  # that cgroup's limit (memgap lab --memory-limit)
+
+    def __post_init__(self) -> None:
+        self.status = RunStatus(self.status)  # a status given as its word is the same status
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["status"] = self.status.value
+        if self.process_peak is None:  # added since 8a6ec88: written where the peak is the tree's
+            del out["process_peak"]
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Any, what: str = "lab run") -> RunFigures:
+        return cls(**_fields(cls, data, what))
+
+
+@dataclass
+class RemedyLines:
+    """What applies a lab's recommendation where the program is deployed, as data (``report.remedy``
+    renders it for a shell, a Dockerfile, systemd and Python; the lab document holds both).
+
+    ``env``: the variables to set; ``setup``: commands to run once (each may end in a
+    ``   # comment``); ``python_plain``: plain Python doing the same without memgap ("" where
+    none can); ``notes``: what was measured and what the lines do (gunicorn's and uWSGI's
+    hooks among them)."""
+
+    env: dict[str, str] = field(default_factory=dict)
+    setup: list[str] = field(default_factory=list)
+    python_plain: str = ""
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class LabDocument:
+    """A lab's result (``memgap.lab/1``, docs/json.md): every run's figures, each variant's
+    summary per cell (``variants``, ``cells``: memgap.documents.lab_summary's classes) and the verdict."""
+
+    cmd: list[str]
+    runs: list[RunFigures]
+    machine: dict[str, Any] = field(default_factory=dict)
+    python: str = ""
+    reps: int = 0
+    max_slowdown: float = 0.05
+    material: dict[str, Any] = field(default_factory=dict)
+    metric: str = "wall time"
+    params: dict[str, list[str]] = field(default_factory=dict)
+    order: list[str] = field(default_factory=list)
+    baseline: str | None = None
+    cell: dict[str, str] = field(default_factory=dict)
+    variants: list[VariantSummary] = field(default_factory=list)  # the worst cell's (``cell``), ranked
+    verdict: str = ""
+    stopped: str = ""
+    recommendation: Recommendation | None = None
+    time_spread: float = 0.0
+    cells: list[Cell] = field(default_factory=list)
+    sweep: dict[str, list[SweepRow]] = field(default_factory=dict)  # per variant, where more than one cell ran
+    across_cells: list[AcrossCell] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    # variant -> why it ran (the default set, named, or a finding of the baseline's: memgap.lab.choose);
+    # added since b87b24e: written where there is one
+    chosen: dict[str, str] = field(default_factory=dict)
+    adaptive: bool = False
+    dropped: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    lab_seconds: float = 0.0
+    workload_seconds: float = 0.0
+    complete: bool = False
+    lab_dir: str = ""
+    cgroup: dict[str, Any] = field(default_factory=dict)
+    # ``material`` ({"share", "bytes"}) and ``cgroup`` ({"limit", "note", "per_run"}) stay dicts: the
+    # lab's settings, stated as given, that a lab of 04f183d lacks and is written back with as {}
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"schema": LAB_SCHEMA}
+        for f in dataclasses.fields(self):
+            out[f.name] = getattr(self, f.name)
+        out["runs"] = [r.to_dict() for r in self.runs]
+        out["variants"] = [v.to_dict() for v in self.variants]
+        out["recommendation"] = self.recommendation.to_dict() if self.recommendation else None
+        out["cells"] = [c.to_dict() for c in self.cells]
+        out["sweep"] = {spec: [row.to_dict() for row in rows] for spec, rows in self.sweep.items()}
+        out["across_cells"] = [a.to_dict() for a in self.across_cells]
+        return {k: out[k] for k in _LAB_ORDER if out[k] or k not in _LAB_OPTIONAL}
+
+    def _repr_html_(self) -> str:
+        """Jupyter's rich display: the verdict, the variants table and the lines that apply the
+        recommendation, as self-contained HTML (no script, no network)."""
+        from memgap.report.html import lab_fragment  # the renderers only when shown
+
+        return lab_fragment(self)
+
+    @classmethod
+    def from_dict(cls, data: Any, what: str = "lab document") -> LabDocument:
+        check_schema(data, "memgap.lab", LAB_SCHEMA, what)
+        lab = cls(**_fields(cls, data, what))
+        if lab.material:  # the settings kept as given are checked all the same
+            _fields(_Material, lab.material, f"{what}, field 'material'")
+        if lab.cgroup:
+            _fields(_CgroupSettings, lab.cgroup, f"{what}, field 'cgroup'")
+        return lab
+
+
+@dataclass(frozen=True)
+class _Material:
+    """A lab's ``material``: what a variant must save to be better (its JSON is kept as a dict)."""
+
+    share: float
+    bytes: int
+
+
+@dataclass(frozen=True)
+class _CgroupSettings:
+    """A lab's ``cgroup``: its runs' memory limit, or why they ran without one (kept as a dict)."""
+
+    limit: int | None = None
+    note: str | None = None
+    per_run: bool = False
+
+
+# The lab document's fields in the order lab_document has always written them.
+_LAB_ORDER = ("schema", "cmd", "machine", "python", "reps", "max_slowdown", "material", "metric", "params", "order",
+              "runs", "baseline", "cell", "variants", "verdict", "stopped", "recommendation", "time_spread", "cells",
+              "sweep", "across_cells", "skipped", "chosen", "adaptive", "dropped", "warnings", "lab_seconds",
+              "workload_seconds", "complete", "lab_dir", "cgroup")
+_LAB_OPTIONAL = ("chosen",)  # written where there is one: a lab saved before it is written back as it was
+
+
+def load_document(data: Any, what: str = "document") -> RunDocument | LabDocument:
+    """A run or a lab document, by its schema (anything else: MalformedInput)."""
+    schema = str(_of(data, dict, what).get("schema", ""))
+    if schema.startswith("memgap.lab/"):
+        return LabDocument.from_dict(data, what)
+    if schema.startswith("memgap.run/"):
+        return RunDocument.from_dict(data, what)
+    raise MalformedInput(what, f"not a memgap run or lab (schema {schema!r})")
+
+
+
+TREE_SCHEMA = "memgap.tree/1"
+
+
+@dataclass
+class TreeDocument:
+    """A process and its descendants read at one moment (`memgap inspect PID --tree --json`): each
+    process's snapshot, the tree summed (``model.tree_totals``: by PSS, what the tree costs) and
+    the findings over the tree."""
+
+    pid: int
+    processes: list[Snapshot]
+    total_rss: int   # counts a page shared by N processes N times
+    total_pss: int | None  # what the tree costs
+    totals: dict[str, Any]
+    findings: list[Finding] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": TREE_SCHEMA, "pid": self.pid, "processes": [s.to_dict(regions=False) for s in self.processes],
+                "total_rss": self.total_rss, "total_pss": self.total_pss, "totals": self.totals,
+                "findings": [dataclasses.asdict(f) for f in self.findings]}
+
+    @classmethod
+    def from_dict(cls, data: Any, what: str = "tree document") -> TreeDocument:
+        check_schema(data, "memgap.tree", TREE_SCHEMA, what)
+        return cls(**_fields(cls, data, what))

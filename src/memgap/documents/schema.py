@@ -1,0 +1,91 @@
+"""JSON Schemas of memgap's documents, made from the same type hints that ``from_dict`` checks
+(memgap.documents.fields), so the published schema and the reader cannot drift: docs/schemas/ holds
+them as ``scripts/json_schemas.py`` writes them, and tests/test_schemas.py checks both ways.
+
+Each document class is a dataclass; a field is required where it has no default (as ``from_dict``
+requires it), keys a class does not know are allowed (``from_dict`` leaves them out: a newer memgap's
+additions), and a field typed ``Any`` or ``dict[str, Any]`` is left open, as its reader leaves it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+import types
+import typing
+from typing import Any
+
+DIALECT = "https://json-schema.org/draft/2020-12/schema"
+
+
+class _Builder:
+    """One schema: the document's class at the root, every class below it under ``$defs``."""
+
+    def __init__(self) -> None:
+        self.defs: dict[str, dict[str, Any]] = {}
+
+    def of(self, hint: Any) -> dict[str, Any]:
+        origin, args = typing.get_origin(hint), typing.get_args(hint)
+        if hint is Any:
+            return {}
+        if origin in (typing.Union, types.UnionType):
+            return {"anyOf": [self.of(a) for a in args]}
+        if hint is type(None):
+            return {"type": "null"}
+        if isinstance(hint, type) and issubclass(hint, enum.Enum):
+            return {"enum": [m.value for m in hint]}
+        if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+            self.define(hint)
+            return {"$ref": f"#/$defs/{hint.__name__}"}
+        if origin is list:
+            return {"type": "array", "items": self.of(args[0])}
+        if origin is tuple:
+            return {"type": "array", "prefixItems": [self.of(a) for a in args], "minItems": len(args),
+                    "maxItems": len(args)}
+        if origin is dict:
+            return {"type": "object", "additionalProperties": self.of(args[1])}
+        return {"type": _SCALARS[hint]}
+
+    def define(self, cls: type) -> None:
+        if cls.__name__ not in self.defs:
+            self.defs[cls.__name__] = {}  # before its fields: a class that holds itself refers back
+            self.defs[cls.__name__] = self.object(cls)
+
+    def object(self, cls: type) -> dict[str, Any]:
+        hints = typing.get_type_hints(cls)
+        fields = list(dataclasses.fields(cls))
+        required = [f.name for f in fields
+                    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+        out: dict[str, Any] = {"type": "object", "properties": {f.name: self.of(hints[f.name]) for f in fields}}
+        if required:
+            out["required"] = required
+        doc = (cls.__doc__ or "").strip().split("\n\n")[0]
+        if doc:
+            out["description"] = " ".join(doc.split())
+        return out
+
+
+_SCALARS = {int: "integer", float: "number", str: "string", bool: "boolean"}
+
+
+def json_schema(cls: type, schema: str, title: str) -> dict[str, Any]:
+    """The JSON Schema of document class ``cls`` whose ``schema`` field reads ``schema``."""
+    builder = _Builder()
+    root = builder.object(cls)
+    root["properties"] = {"schema": {"const": schema}, **root["properties"]}
+    root.setdefault("required", []).insert(0, "schema")
+    builder.defs.pop(cls.__name__, None)
+    return {"$schema": DIALECT, "$id": f"https://memgap.invalid/schemas/{schema.replace('/', '-')}.json",
+            "title": title, **root, **({"$defs": dict(sorted(builder.defs.items()))} if builder.defs else {})}
+
+
+def document_schemas() -> dict[str, dict[str, Any]]:
+    """Every document memgap writes, by its file name under docs/schemas/."""
+    from memgap.documents.records import LAB_SCHEMA, TREE_SCHEMA, LabDocument, RunDocument, TreeDocument
+    from memgap.documents.snapshot import RUN_SCHEMA, SCHEMA, Snapshot
+
+    return {f"{name.replace('/', '-')}.json": json_schema(cls, name, title) for cls, name, title in (
+        (Snapshot, SCHEMA, "memgap snapshot: one process at one instant, its RSS in layers"),
+        (RunDocument, RUN_SCHEMA, "memgap run: a recorded run of a command and its processes"),
+        (LabDocument, LAB_SCHEMA, "memgap lab: a workload's runs under allocator variants, and the verdict"),
+        (TreeDocument, TREE_SCHEMA, "memgap tree: a process and its descendants read at one moment"),
+    )}

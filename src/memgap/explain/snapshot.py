@@ -1,0 +1,473 @@
+"""Take a snapshot: read every source, label the memory map, attribute.
+
+Two routes share this code: in this process (allocator and Python statistics
+through ctypes) and from outside (/proc only: maps, pagemap, and the
+allocator's structures read through /proc/PID/mem, never stopping the target).
+"""
+from __future__ import annotations
+
+import bisect
+import os
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from memgap.documents.snapshot import NOT_PYTHON, Layer, Region, Snapshot
+from memgap.errors import MemgapError, NoSuchProcess, Unsupported
+from memgap.explain.attribution import PSS_DERIVATION, Measurements, attribute
+from memgap.explain.memory_map import MappedPages, MemoryMap, read_memory_map
+from memgap.sources import allocator as allocator_source
+from memgap.sources.anon_objects import find_anon_objects
+from memgap.sources.cgroup import read_memory_cgroup
+from memgap.sources.glibc import Mallinfo2, MallocInfo, glibc_malloc
+from memgap.sources.glibc_heaps import GlibcLayout, ResidentMap, find_glibc_layout
+from memgap.sources.jemalloc import JemallocStats, noreserve_flags
+from memgap.sources.processes import ProcessIdentity
+from memgap.sources.procfs import (
+    Mapping,
+    MappingPss,
+    ProcReader,
+    is_python as maps_python,
+    shared_memory_kind,
+    status_int,
+)
+from memgap.sources.pymalloc_pools import TreeHeaders, census
+
+if TYPE_CHECKING:  # the agent's client is imported only where a process has the agent; the runtimes' readers
+    from memgap.agent.client import AgentReport  # only in an outside snapshot
+    from memgap.runtimes.base import RuntimeHeap
+
+STATUS_FIELDS = ("VmPeak", "VmSize", "VmHWM", "VmRSS", "RssAnon", "RssFile", "RssShmem", "VmSwap", "Threads",
+                 "Pss", "Uss")
+DEFAULT_ARENA_SIZE, DEFAULT_POOL_SIZE = 1 << 20, 16 << 10  # CPython >= 3.10 on 64-bit
+AllocatorMappings = tuple[str, list[tuple[int, int]]]  # owner name, sorted (start, end) ranges
+
+
+@dataclass
+class Options:
+    walk_python: bool = False          # gc walk for large buffers (O(objects))
+    class_names: tuple[str, ...] = ()  # classes to count instances of
+    regions: bool = True               # keep the labelled memory map in the snapshot
+    agent: bool = True                 # outside: ask the process's native agent, when it has one
+    recorded: bool = False             # read by memgap run's recorder: no note sends the user to memgap run
+    agent_beside_glibc: bool = True    # ask the agent also where glibc's heaps are walked from outside
+
+
+def _subtract(start: int, end: int, holes: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """[start, end) minus the holes, as sorted ranges."""
+    out, pos = [], start
+    for h_start, h_end in sorted(holes):
+        if h_end <= pos or h_start >= end:
+            continue
+        if h_start > pos:
+            out.append((pos, h_start))
+        pos = max(pos, h_end)
+    if pos < end:
+        out.append((pos, end))
+    return out
+
+
+# pid -> MAP_NORESERVE flag of each private anonymous mapping, as last read from smaps
+_NORESERVE: dict[int, dict[tuple[int, int], bool]] = {}
+
+
+def _noreserve_mappings(reader: ProcReader, maps: list[Mapping]) -> list[tuple[int, int]]:
+    """The private anonymous mappings with MAP_NORESERVE, sorted.
+
+    smaps walks every page table (15 ms for a 200 MiB process here, maps under 1 ms), and
+    a mapping keeps the flag its mmap() gave it for life, splits included: smaps is read
+    again only when maps shows a private anonymous range it has not seen.
+    """
+    anon = [(m.start, m.end) for m in maps if not m.is_file and not m.path and m.perms[3] == "p"]
+    known = _NORESERVE.get(reader.numeric_pid)
+    if known is None or any(r not in known for r in anon):
+        known = noreserve_flags(reader.smaps())
+        if len(_NORESERVE) >= 64:  # processes seen by a long recording: forget the oldest
+            del _NORESERVE[next(iter(_NORESERVE))]
+        _NORESERVE[reader.numeric_pid] = known
+    return sorted(r for r in anon if known.get(r))
+
+
+def allocator_mappings(reader: ProcReader, maps: list[Mapping], allocator: str) -> AllocatorMappings | None:
+    """The mappings a non-glibc allocator made, as (owner name, sorted ranges), or None
+    where memgap cannot tell them (the allocator's pages then stay unclaimed anonymous)."""
+    if allocator == "jemalloc":  # see sources.jemalloc.jemalloc_mappings
+        try:
+            return "jemalloc", _noreserve_mappings(reader, maps)
+        except MemgapError:
+            return None
+    if allocator == "tcmalloc":
+        # tcmalloc takes its page heap and metadata from sbrk first (mmap only once brk
+        # cannot grow), and with glibc's malloc replaced nothing else moves the break
+        return "tcmalloc", [(m.start, m.end) for m in maps if m.path == "[heap]"]
+    return None
+
+
+def _in_ranges(ranges: list[tuple[int, int]], address: int) -> bool:
+    i = bisect.bisect_right(ranges, (address, float("inf"))) - 1
+    return i >= 0 and ranges[i][0] <= address < ranges[i][1]
+
+
+def label_regions(reader: ProcReader, memmap: MemoryMap, glibc: GlibcLayout | None,
+                  arena_size: int | None, pool_size: int | None,
+                  allocator: AllocatorMappings | None = None,
+                  runtimes: list[tuple[int, int, str, str]] | None = None) -> list[Region]:
+    """Every resident page of the process, owned by exactly one labelled region.
+
+    ``allocator``: mappings another allocator made (see allocator_mappings); what
+    no heap or stack claims in them is that allocator's, with no object search.
+    """
+    alloc_owner, alloc_ranges = allocator or ("", [])
+    res = memmap.resident
+    owned_by_runtimes = runtimes or []
+    owners = _owners(memmap, glibc, owned_by_runtimes)
+    owner_starts = [o[0] for o in owners]
+    regions: list[Region] = []
+    for mp in memmap.mappings:
+        m = mp.mapping
+        if m.is_file:
+            share = res.share_at(m.start)
+            if mp.file_resident:  # shared memory has an inode too: told by its path
+                regions.append(Region(m.start, m.end, "shmem" if shared_memory_kind(m.path) else "file",
+                                      mp.file_resident, m.perms, m.path,
+                                      *_whole(res, mp.file_resident, mp.file_private, share)))
+            if mp.anon_resident:  # private copies of a file's pages: a runtime's where it owns them (a CDS archive)
+                owner, label = _runtime_owner(owned_by_runtimes, m) or ("file-cow", m.path)
+                regions.append(Region(m.start, m.end, owner, mp.anon_resident, m.perms, label,
+                                      *_whole(res, mp.anon_resident, mp.anon_private, share)))
+            continue
+        if mp.file_resident:  # shared memory without an inode (a SysV segment whose shmid is 0)
+            regions.append(Region(m.start, m.end, "shmem", mp.file_resident, m.perms, m.path,
+                                  *_whole(res, mp.file_resident, mp.file_private, res.share_at(m.start))))
+        claimed: list[tuple[int, int]] = []
+        # heaps and stacks are disjoint and sorted: only those starting before m.end can overlap it
+        for start, end, owner, label in owners[max(0, bisect.bisect_right(owner_starts, m.start) - 1):
+                                                bisect.bisect_left(owner_starts, m.end)]:
+            lo, hi = max(start, m.start), min(end, m.end)
+            if lo < hi:
+                regions.append(Region(lo, hi, owner, _anon_in(res, mp, lo, hi), m.perms, label,
+                                      *_shares(res, [(lo, hi)])))
+                claimed.append((lo, hi))
+        rest = _subtract(m.start, m.end, claimed)
+        if rest and _in_ranges(alloc_ranges, m.start):  # kept when nothing is resident: its size counts
+            regions.append(Region(rest[0][0], rest[-1][1], alloc_owner, sum(res.resident(lo, hi) for lo, hi in rest)
+                                  if claimed else mp.anon_resident, m.perms, m.path or "[anon]", *_shares(res, rest)))
+            continue
+        if not mp.anon_resident:
+            continue
+        objects, unclaimed = find_anon_objects(reader, rest, res, arena_size, pool_size)
+        found = [Region(o.start, o.end, o.kind, o.resident, m.perms, m.path, *_shares(res, [(o.start, o.end)]))
+                 for o in objects]
+        regions.extend(found)
+        if unclaimed:
+            lo, hi = rest[0][0], rest[-1][1]
+            private, pss = _shares(res, rest)  # the unclaimed pages: the rest less the objects found in it
+            if private is not None and pss is not None:
+                private -= sum(r.private or 0 for r in found)
+                pss -= sum(r.pss or 0 for r in found)
+            regions.append(Region(lo, hi, "anon", unclaimed, m.perms, m.path or "[anon]", private, pss))
+    return regions
+
+
+def _runtime_owner(runtimes: list[tuple[int, int, str, str]], m: Mapping) -> tuple[str, str] | None:
+    """The owner and label of the runtime range holding mapping ``m``, if one does."""
+    return next(((owner, label) for start, end, owner, label in runtimes if start <= m.start and m.end <= end), None)
+
+
+def _owners(memmap: MemoryMap, glibc: GlibcLayout | None,
+            runtimes: list[tuple[int, int, str, str]]) -> list[tuple[int, int, str, str]]:
+    """(start, end, owner, label) of the glibc heaps, the thread stacks and the runtimes' ranges, sorted."""
+    # a stack pointer inside a runtime's heap is a goroutine's (its stacks are heap spans): the heap's
+    stacks = [(s, e, "stack", label) for s, e, label in memmap.stacks
+              if not any(s < r_end and r_start < e for r_start, r_end, _, _ in runtimes)]
+    return sorted([*((s, e, "glibc-heap", label) for s, e, label in (glibc.regions() if glibc else [])),
+                   *stacks, *runtimes])
+
+
+def _anon_in(res: ResidentMap, mp: MappedPages, lo: int, hi: int) -> int:
+    """Resident bytes of [lo, hi) inside an anonymous mapping."""
+    return res.resident(lo, hi) if (lo, hi) != (mp.mapping.start, mp.mapping.end) else mp.anon_resident
+
+
+def _shares(res: ResidentMap, ranges: list[tuple[int, int]]) -> tuple[int | None, int | None]:
+    """Private bytes and PSS bytes of the ranges' resident pages; None, None where the
+    exclusive bits were not read (in-process: mincore tells residency only)."""
+    if not res.knows_private:
+        return None, None
+    return sum(res.private(lo, hi) for lo, hi in ranges), round(sum(res.pss(lo, hi) for lo, hi in ranges))
+
+
+def _whole(res: ResidentMap, resident: int, private: int, share: float) -> tuple[int | None, int | None]:
+    """Private and PSS bytes of a whole mapping's pages of one kind, from its page counts."""
+    if not res.knows_private:
+        return None, None
+    return private, round(private + (resident - private) * share)
+
+
+def _with_pss(reader: ProcReader, smaps: list[MappingPss] | None = None) -> dict[str, int | str]:
+    """/proc/PID/status, plus PSS and USS: what summing a tree should use (RSS counts a page
+    shared by N processes N times). From ``smaps`` where the caller read it (the sums of its
+    mappings' figures are what smaps_rollup adds up: the kernel's walk of every page table is
+    not made twice, 3 ms for an 85 MiB worker), else from smaps_rollup."""
+    status = reader.status()
+    if "VmRSS" not in status:  # its memory is gone: read as it exited, it would be a snapshot of 0 bytes
+        raise NoSuchProcess(reader.numeric_pid, "it exited while memgap read it (its status shows no memory; "
+                                                "or it is a kernel thread, which has none)")
+    if smaps is not None:
+        status["Pss"] = sum(m.pss for m in smaps)
+        status["Uss"] = sum(m.private for m in smaps)
+        return status
+    rollup = reader.smaps_rollup()
+    if rollup is not None:
+        status["Pss"] = rollup.get("Pss")
+        status["Uss"] = rollup.get("Private_Clean") + rollup.get("Private_Dirty")
+    return status
+
+
+def _pss_unexplained(layers: dict[str, Layer], status: dict[str, int | str]) -> int | None:
+    """The process's PSS minus its measured layers' pss, or None where a measured layer has none."""
+    measured = [layer for layer in layers.values() if layer.resident is not None]
+    if "Pss" not in status or any(layer.pss is None for layer in measured):
+        return None
+    return status_int(status, "Pss") - sum(layer.pss or 0 for layer in measured)
+
+
+def _status_subset(status: dict[str, int | str]) -> dict[str, int]:
+    return {k: status_int(status, k) for k in STATUS_FIELDS if k in status}
+
+
+def snapshot_self(phase: str | None = None, options: Options | None = None) -> Snapshot:
+    """A snapshot of this process, with allocator and Python statistics.
+
+    The cyclic garbage collector is paused while it runs: the snapshot's own
+    allocations must not set off a collection in the program it observes (one
+    that frees memory between the pagemap read and VmRSS would also show up
+    as unexplained).
+    """
+    import gc
+
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _snapshot_self(phase, options)
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _snapshot_self(phase: str | None, options: Options | None) -> Snapshot:
+    from memgap.sources import pyheap, pymalloc as pymalloc_source
+
+    options = options or Options()
+    started = time.perf_counter()
+    notes: dict[str, str] = {}
+    # The gc walk first: it allocates (and may map new pymalloc arenas), so every
+    # figure read after it, maps included, sees the heap as the walk left it.
+    heap = pyheap.python_heap(options.walk_python, options.class_names)
+    with ProcReader("self") as reader:
+        started_at = reader.stat().start_time
+        cmd = reader.cmdline()  # as an outside snapshot has it (the web route and notebooks showed none)
+        maps = reader.maps()
+        detection = allocator_source.detect_in_process(maps)
+        mallinfo, malloc_info, jemalloc = _own_allocator_statistics(detection, notes)
+        if detection.beside:
+            notes["other_anon"] = allocator_source.beside_note(detection)
+        pm = pymalloc_source.parse_debugmallocstats(pymalloc_source.capture_debugmallocstats())
+        # before the pagemap: parsing smaps allocates, and jemalloc may purge pages when it does
+        owned = allocator_mappings(reader, maps, "jemalloc") if jemalloc is not None else None
+        # Python threads: their pthread struct (the ident) sits at the top of their stack
+        py_threads = [t for t in threading.enumerate() if t is not threading.main_thread() and t.ident]
+        memmap = read_memory_map(reader, tuple(t.ident for t in py_threads if t.ident), maps,
+                                 frozenset(t.native_id for t in py_threads if t.native_id))
+        # VmRSS beside the residency it is compared with: the walks below allocate, and an
+        # allocation may let jemalloc purge decayed pages (5 MiB once, on a loaded machine)
+        status = _with_pss(reader)
+        layout = None
+        if detection.is_glibc and mallinfo is not None and malloc_info is not None:
+            layout = find_glibc_layout(reader, memmap.plain_mappings, memmap.resident)
+        regions = label_regions(reader, memmap, layout, pm.arena_size if pm else None,
+                                pm.pool_size if pm else None, owned)
+    rss = status_int(status, "VmRSS")
+    measured = Measurements(rss, regions, detection.name, layout, mallinfo=mallinfo, malloc_info=malloc_info,
+                            jemalloc=jemalloc, pymalloc=pm, python_heap=heap, notes=notes)
+    layers, unexplained = attribute(measured)
+    snap = Snapshot(
+        pid=os.getpid(), time=time.time(), rss=rss, layers=layers, unexplained=unexplained,
+        allocator=_allocator_dict(detection, mallinfo, malloc_info, jemalloc),
+        phase=phase, route="in-process", status=_status_subset(status),
+        pymalloc=pm.__dict__.copy() if pm else None,
+        python_heap=heap.__dict__.copy() if heap else None,
+        regions=regions if options.regions else [],
+        pss_note="not split by layer in-process: the anonymous pages' residency comes from mincore(2), which "
+                 "does not tell pages shared with another process (an outside snapshot reads pagemap's bit 56)",
+        start_time=started_at, cmd=cmd,
+    )
+    return _finish(snap, started)
+
+
+def _own_allocator_statistics(detection: allocator_source.AllocatorDetection, notes: dict[str, str]
+                              ) -> tuple[Mallinfo2 | None, MallocInfo | None, JemallocStats | None]:
+    """This process's allocator's own figures: glibc's mallinfo2 and malloc_info, or jemalloc's; for
+    another allocator none, and the allocator layers' notes say why."""
+    if detection.is_glibc:
+        glibc = glibc_malloc()
+        return glibc.mallinfo2(), glibc.malloc_info(bins=False), None
+    if detection.name == "jemalloc":
+        from memgap.sources.jemalloc import read_jemalloc_stats
+
+        try:
+            return None, None, read_jemalloc_stats()
+        except Unsupported as exc:
+            notes["allocator_in_use"] = notes["allocator_free"] = str(exc)
+            return None, None, None
+    notes["allocator_in_use"] = notes["allocator_free"] = (
+        f"allocator {detection.name}: memgap reads glibc and jemalloc statistics only")
+    return None, None, None
+
+
+def _allocator_dict(detection: allocator_source.AllocatorDetection, mallinfo: Mallinfo2 | None,
+                    malloc_info: MallocInfo | None, jemalloc: JemallocStats | None) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": detection.name, "library": detection.library, "how": detection.how,
+           "others": detection.others, "found": [f.to_dict() for f in detection.found]}
+    if mallinfo is not None:
+        out["mallinfo2"] = mallinfo.__dict__.copy()
+    if malloc_info is not None:
+        out["arenas"] = len(malloc_info.arenas)
+        out["mmap_count"], out["mmap_bytes"] = malloc_info.mmap_count, malloc_info.mmap_bytes
+    if jemalloc is not None:
+        out["jemalloc"] = jemalloc.__dict__.copy()
+    return out
+
+
+def _ask_agent(reader: ProcReader, pid: int, proc_root: str) -> tuple[AgentReport | None, str]:
+    """The report of the native agent preloaded in ``pid`` (None if it has none, or memgap would
+    not take it: the process's own, every figure checked), and why not."""
+    from memgap.agent.client import ask
+
+    try:
+        return ask(pid, proc_root, reader), ""
+    except MemgapError as exc:
+        return None, str(exc)
+
+
+def _no_arena_note(recorded: bool) -> str:
+    """Why a Python process's objects are not measured from outside; under memgap run (``recorded``)
+    it does not send the user to memgap run."""
+    return ("no pymalloc arena found from outside (PYTHONMALLOC=malloc, or a free-threaded build): needs the "
+            "process's own statistics" + (", which its phase snapshots in this run have" if recorded
+                                          else ", run it under `memgap run`"))
+
+
+def snapshot_pid(pid: int, options: Options | None = None, proc_root: str = "/proc",
+                 tree: TreeHeaders | None = None) -> Snapshot:
+    """A snapshot of another process, read from /proc without stopping or changing it.
+
+    When the process has memgap's native agent preloaded, the agent's allocator
+    statistics (mallinfo2, malloc_info, jemalloc's) join what /proc shows. ``tree``: the pool
+    headers the processes of a tree read at the same moment share (``memgap.explain.tree``).
+    """
+    options = options or Options()
+    started = time.perf_counter()
+    notes = {"python_objects": _no_arena_note(options.recorded)}
+    with ProcReader(pid, proc_root) as reader:
+        stat_before = reader.stat()
+        maps = reader.maps()
+        detection = allocator_source.detect_pid(reader, maps)
+        asked = options.agent and (options.agent_beside_glibc or not detection.glibc_heaps_readable)
+        report, agent_problem = _ask_agent(reader, pid, proc_root) if asked else (None, "")
+        if report is not None:  # its answer may map memory (jemalloc's stats.mapped grew by 180 KiB): maps again
+            maps = reader.maps()
+        # the agent's statistics stand in for a walk; the pages come from the allocator's mappings,
+        # read before the pagemap so that pagemap and VmRSS are read close together
+        agent_stats = report is not None and (report.jemalloc is not None or bool(report.tcmalloc))
+        owned = None if detection.is_glibc or report is None or not agent_stats else \
+            allocator_mappings(reader, maps, "jemalloc" if report.jemalloc is not None else "tcmalloc")
+        memmap = read_memory_map(reader)
+        smaps = reader.smaps_pss()
+        memmap.resident.set_shares(smaps)  # beside the pagemap: each mapping's PSS
+        is_python = maps_python(maps)
+        if not is_python:
+            notes["python_objects"] = NOT_PYTHON
+        layout = _glibc_outside(reader, memmap, detection, agent_stats, notes)
+        sizes: tuple[int | None, int | None] = (DEFAULT_ARENA_SIZE, DEFAULT_POOL_SIZE) if is_python else (None, None)
+        runtimes, ranges = _read_runtimes(reader, maps, notes)
+        regions = label_regions(reader, memmap, layout, *sizes, owned, ranges)
+        status = _with_pss(reader, smaps)
+        # after VmRSS, which belongs beside the pagemap; headers only on the pages that pagemap saw resident
+        pools = census(reader, memmap.resident, [(r.start, r.end) for r in regions if r.owner == "pymalloc-arena"],
+                       DEFAULT_POOL_SIZE, tree) if is_python else None
+        cmd = reader.cmdline()
+        ProcessIdentity(pid, stat_before.start_time).check(now=reader.stat().start_time)
+    rss = status_int(status, "VmRSS")
+    measured = Measurements(rss, regions, detection.name, layout, notes=notes, pools=pools, runtimes=runtimes)
+    _take_agent_figures(measured, report)
+    layers, unexplained = attribute(measured)
+    allocator = _allocator_dict(detection, measured.mallinfo, measured.malloc_info, measured.jemalloc)
+    if report is not None:
+        allocator["agent"] = report.summary()
+    elif agent_problem:
+        allocator["agent_problem"] = agent_problem
+    snap = Snapshot(
+        pid=pid, time=time.time(), rss=rss, layers=layers, unexplained=unexplained,
+        allocator=allocator, route="outside, with the agent" if report is not None else "outside",
+        status=_status_subset(status), regions=regions if options.regions else [], cmd=cmd,
+        pss_unexplained=_pss_unexplained(layers, status), pss_note=PSS_DERIVATION, start_time=stat_before.start_time,
+    )
+    return _finish(snap, started, proc_root)
+
+
+def _glibc_outside(reader: ProcReader, memmap: MemoryMap, detection: allocator_source.AllocatorDetection,
+                   agent_stats: bool, notes: dict[str, str]) -> GlibcLayout | None:
+    """glibc's heaps walked from outside where they can be (read-only, validated walks through
+    /proc/PID/mem), else the allocator layers' notes say why they are not measured."""
+    if detection.beside:
+        notes["other_anon"] = allocator_source.beside_note(detection)
+    if detection.glibc_heaps_readable:
+        return find_glibc_layout(reader, memmap.plain_mappings, memmap.resident)
+    if not agent_stats:
+        notes["allocator_in_use"] = notes["allocator_free"] = allocator_source.outside_note(detection)
+    return None
+
+
+def _read_runtimes(reader: ProcReader, maps: list[Mapping], notes: dict[str, str]
+                   ) -> tuple[list[RuntimeHeap], list[tuple[int, int, str, str]]]:
+    """The heaps of the runtimes found in the process (Go, a JVM, V8), each read by its own reader
+    (memgap.runtimes), and the ranges they own; one that cannot be read is a note under other_anon,
+    and the snapshot goes on."""
+    from memgap.runtimes import READERS, detect_runtimes
+    from memgap.runtimes.base import ProcessView
+    from memgap.runtimes.layers import owner_ranges
+
+    try:
+        exe: str | None = os.readlink(f"{reader.base}/exe")
+    except OSError:
+        exe = None
+    view = ProcessView(reader.numeric_pid, reader, maps, exe)
+    heaps = []
+    for info in detect_runtimes(view):
+        try:
+            heaps.append(READERS[info.name].read(view, info))
+        except (MemgapError, OSError, ValueError) as exc:
+            notes["other_anon"] = f"{info.name} {info.version}: its heap could not be read ({exc})"
+    return heaps, owner_ranges(heaps)
+
+
+def _take_agent_figures(measured: Measurements, report: Any) -> None:
+    """The native agent's allocator statistics, where it answered, in place of a walk."""
+    if report is not None:
+        measured.mallinfo, measured.malloc_info, measured.jemalloc = report.mallinfo, report.malloc_info, \
+            report.jemalloc
+        measured.tcmalloc = report.tcmalloc or None
+
+
+def _finish(snap: Snapshot, started: float, proc_root: str = "/proc") -> Snapshot:
+    """Add the memory cgroup's view, stamp the collection time and add the findings."""
+    from memgap.diagnose.findings import diagnose
+
+    cgroup = read_memory_cgroup(snap.pid if snap.route != "in-process" else "self", proc_root)
+    snap.cgroup = cgroup.to_dict() if cgroup is not None else None
+    snap.collect_seconds = time.perf_counter() - started
+    snap.findings = diagnose(snap)
+    return snap

@@ -1,0 +1,571 @@
+"""Inside a running process, through gdb: glibc's malloc_info, jemalloc's
+mallctl, tcmalloc's MallocExtension properties, mimalloc's mi_process_info, an
+in-process snapshot of a Python process, and a trim (glibc's malloc_trim(0),
+jemalloc's arena.<ALL>.purge, tcmalloc's ReleaseFreeMemory, mimalloc's mi_collect).
+
+Only on request (``memgap inspect --deep`` or ``--trim``); everything else memgap
+reads from outside. ``sources/gdb_attach.py`` attaches, runs the calls with
+timeouts and always lets go; this module picks the calls, reads what they wrote
+(into a private directory memgap makes), and compares it with the outside walk
+(pure functions). Every figure carries its route: ``outside``, ``gdb
+malloc_info``, ``gdb mallctl`` (``sources/jemalloc_gdb``), ``gdb MallocExtension``
+(``sources/tcmalloc_gdb``), ``gdb mi_process_info`` (``sources/mimalloc_gdb``) or
+``gdb in-process``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+import shutil
+import stat as stat_module
+import tempfile
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from memgap.diagnose.findings import allocator_findings
+from memgap.documents.records import TrimRecord, TrimRoute
+from memgap.documents.snapshot import Snapshot
+from memgap.errors import MalformedInput, Unsupported
+from memgap.inside.gdb_layers import jemalloc_gdb_layers, mimalloc_gdb_layers, tcmalloc_gdb_layers
+from memgap.inside.jemalloc_beside import beside_jemalloc, trim_glibc_and_jemalloc
+from memgap.inside.trust import trusted_inside
+from memgap.sources import jemalloc_gdb, mimalloc_gdb, tcmalloc_gdb
+from memgap.sources.allocator import process_root
+from memgap.sources.gdb_attach import CallFailed, GdbSession, GdbTimeout
+from memgap.sources.gdb_target import DEFAULT_TIMEOUT
+from memgap.sources.glibc import MallocInfo, parse_malloc_info
+from memgap.sources.jemalloc_gdb import JemallocDeep
+from memgap.sources.mimalloc_gdb import MimallocDeep
+from memgap.sources.procfs import ProcReader, is_python, status_int
+from memgap.sources.tcmalloc_gdb import TcmallocDeep
+
+ROUTE_OUTSIDE = "outside"
+ROUTE_MALLOC_INFO = "gdb malloc_info"
+ROUTE_IN_PROCESS = "gdb in-process"
+ROUTE_MALLCTL = jemalloc_gdb.ROUTE
+ROUTE_TCMALLOC = tcmalloc_gdb.ROUTE
+ROUTE_MIMALLOC = mimalloc_gdb.ROUTE
+# The allocators whose own figures gdb reads beside jemalloc, each through one module with the
+# same few names (ROUTE, CALL, check_callable, read_figures, release); and, for messages, what
+# --deep and --trim call in each.
+READERS = {"tcmalloc": tcmalloc_gdb, "mimalloc": mimalloc_gdb}
+CALLS = {"jemalloc": ("reads jemalloc's statistics by calling its mallctl", "purges jemalloc's pages"),
+         "tcmalloc": (f"reads tcmalloc's properties by calling {tcmalloc_gdb.GET}",
+                      f"releases tcmalloc's free pages by calling {tcmalloc_gdb.RELEASE}"),
+         "mimalloc": (f"reads mimalloc's figures by calling {mimalloc_gdb.INFO}",
+                      f"collects mimalloc's free memory by calling {mimalloc_gdb.COLLECT}")}
+MAX_RESULT = 64 << 20  # bytes read back from a file the process wrote
+MAX_GIL_PROBES = 16    # threads asked whether they hold the GIL
+
+
+
+@dataclass
+class GdbOptions:
+    """How to run gdb: typed once at the CLI's edge."""
+
+    timeout: float = DEFAULT_TIMEOUT
+    gdb: str = "gdb"
+    proc_root: str = "/proc"
+
+    def session(self, pid: int, start_time: int | None) -> GdbSession:
+        """A gdb session on ``pid`` under these options, refusing a process started at another time."""
+        return GdbSession(pid, timeout=self.timeout, gdb=self.gdb, proc_root=self.proc_root,
+                          expected_start_time=start_time)
+
+
+@dataclass
+class DeepResult:
+    """What --deep found inside the process, beside the outside snapshot it was compared with."""
+
+    pid: int
+    malloc_info: MallocInfo | None = None
+    arenas: list[dict[str, Any]] = field(default_factory=list)   # compare_arenas rows
+    mmapped: dict[str, Any] = field(default_factory=dict)
+    in_process: Snapshot | None = None
+    jemalloc: JemallocDeep | None = None
+    tcmalloc: TcmallocDeep | None = None
+    mimalloc: MimallocDeep | None = None
+    with_allocator: Snapshot | None = None  # the outside snapshot, allocator layers from the allocator's figures
+    # where ``jemalloc`` is a prefixed one beside glibc's malloc: which ("jemalloc (je_) in x")
+    jemalloc_beside: str = ""
+    notes: list[str] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        info = self.malloc_info
+        return {
+            "routes": [ROUTE_OUTSIDE, *([ROUTE_MALLOC_INFO] if info else []),
+                       *([ROUTE_MALLCTL] if self.jemalloc else []),
+                       *([ROUTE_TCMALLOC] if self.tcmalloc else []), *([ROUTE_MIMALLOC] if self.mimalloc else []),
+                       *([ROUTE_IN_PROCESS] if self.in_process else [])],
+            "malloc_info": None if info is None else {
+                "route": ROUTE_MALLOC_INFO, "arenas": len(info.arenas), "system": info.system,
+                "mmap_count": info.mmap_count, "mmap_bytes": info.mmap_bytes,
+                "free": sum(a.free for a in info.arenas)},
+            "arenas": self.arenas,
+            "mmapped": self.mmapped,
+            "in_process": self.in_process.to_dict(regions=False) if self.in_process else None,
+            "jemalloc": self.jemalloc.to_dict() if self.jemalloc else None,
+            "jemalloc_beside": self.jemalloc_beside,
+            "tcmalloc": self.tcmalloc.to_dict() if self.tcmalloc else None,
+            "mimalloc": self.mimalloc.to_dict() if self.mimalloc else None,
+            "with_allocator": self.with_allocator.to_dict(regions=False) if self.with_allocator else None,
+            "notes": self.notes,
+            "gdb_seconds": {k: round(v, 4) for k, v in self.timings.items() if k in ("attach", "held")},
+        }
+
+    @property
+    def allocator_figures(self) -> JemallocDeep | TcmallocDeep | MimallocDeep | None:
+        """The serving allocator's own figures, read through gdb (None where none were)."""
+        return self.jemalloc or self.tcmalloc or self.mimalloc
+
+
+# --- comparisons (pure) --------------------------------------------------------
+
+def compare_arenas(outside_rows: list[dict[str, Any]], info: MallocInfo) -> list[dict[str, Any]]:
+    """Pair the arenas malloc_info lists with those the outside walk found.
+
+    The main arena pairs with malloc_info's heap 0; thread arenas by the
+    nearest system size (the process ran between the two reads, so sizes may
+    have moved a little). An arena on one side only keeps None on the other.
+    """
+    gdb_rest = [a for a in info.arenas if a.nr != 0]
+    pairs = [(next((r for r in outside_rows if r["main"]), None), next((a for a in info.arenas if a.nr == 0), None))]
+    for row in sorted((r for r in outside_rows if not r["main"]), key=lambda r: -r["system"]):
+        best = min(gdb_rest, key=lambda a: (abs(a.system - row["system"]), a.nr), default=None)
+        if best is not None:
+            gdb_rest.remove(best)
+        pairs.append((row, best))
+    pairs += [(None, a) for a in gdb_rest]
+    rows = []
+    for out, arena in pairs:
+        if arena is not None:
+            nr, main = arena.nr, bool(out["main"]) if out else arena.nr == 0
+        elif out is not None:
+            nr, main = out["arena"], bool(out["main"])
+        else:
+            continue
+        rows.append({
+            "arena": nr,
+            "main": main,
+            "system_gdb": arena.system if arena else None,
+            "system_outside": out["system"] if out else None,
+            "free_gdb": arena.free if arena else None,
+            "in_use_gdb": arena.in_use if arena else None,
+            "resident_outside": out["resident"] if out else None,
+            # free bytes on resident pages (whole free pages in a document from before the split)
+            "free_resident_outside": out.get("free_bytes_resident", out["free_resident"]) if out else None,
+            "in_use_outside": out.get("in_use_resident") if out else None,
+            # bytes in the free chunks the walk visits: the top chunk, the bins and the fastbins
+            "free_walked_outside": out.get("free_walked") if out else None,
+            "trim_releasable_outside": out["trim_releasable"] if out else None,
+        })
+    return rows
+
+
+def outside_mmapped(snap: Snapshot) -> dict[str, Any]:
+    """glibc's mmapped chunks as the outside walk found them (needs the snapshot's regions)."""
+    chunks = [r for r in snap.regions if r.owner == "mmapped-chunk"]
+    return {"count": len(chunks), "bytes": sum(r.end - r.start for r in chunks),
+            "resident": sum(r.resident for r in chunks)}
+
+
+# --- files the process writes for us ------------------------------------------
+
+@contextmanager
+def private_dir(pid: int, proc_root: str = "/proc") -> Iterator[tuple[str, str]]:
+    """A fresh 0700 directory for files the process writes: (path here, path as the process sees it).
+
+    Made in the process's own /tmp (through /proc/PID/root, so a process in a
+    container gets a path it can open), owned by the process's user when memgap
+    runs as root for another user; removed afterwards.
+    """
+    root = f"{proc_root}/{pid}/root"
+    try:
+        same_root = os.path.samefile(root, "/")
+    except OSError:
+        same_root = True
+    if same_root:
+        here = tempfile.mkdtemp(prefix="memgap-gdb-")
+        there = here
+    else:
+        here = tempfile.mkdtemp(prefix="memgap-gdb-", dir=os.path.join(root, "tmp"))
+        there = posixpath.join("/tmp", os.path.basename(here))
+    try:
+        uid, gid = _fs_ids(pid, proc_root)
+        if os.geteuid() == 0 and uid != 0:
+            os.chown(here, uid, gid)
+        yield here, there
+    finally:
+        shutil.rmtree(here, ignore_errors=True)
+
+
+def _fs_ids(pid: int, proc_root: str) -> tuple[int, int]:
+    """The uid and gid the process creates files with (the fourth of status's Uid and Gid)."""
+    status = ProcReader(pid, proc_root).status()
+    ids = []
+    for key in ("Uid", "Gid"):
+        words = str(status.get(key, "")).split()
+        ids.append(int(words[3]) if len(words) >= 4 else os.geteuid())
+    return ids[0], ids[1]
+
+
+def read_private(path: str, limit: int = MAX_RESULT) -> str:
+    """A file the process wrote: a regular file (never a link it planted), bounded in size."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        info = os.fstat(fd)
+        if not stat_module.S_ISREG(info.st_mode) or info.st_size > limit:
+            raise MalformedInput(os.path.basename(path), "not a regular file of a sane size")
+        chunks, size = [], 0
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                raise MalformedInput(os.path.basename(path), "larger than expected")
+        return b"".join(chunks).decode("utf-8", "replace")
+    finally:
+        os.close(fd)
+
+
+# --- the calls -------------------------------------------------------------------
+
+def malloc_info_via_gdb(session: GdbSession, here: str, there: str) -> MallocInfo:
+    """``malloc_info(0, fp)`` into a file of the private directory, parsed."""
+    name = "malloc_info.xml"
+    path, mode = session.put_strings(posixpath.join(there, name), "w")
+    fp = session.call_int(f"(unsigned long) fopen((char *) {path}, (char *) {mode})", "fopen")
+    if not fp:
+        raise CallFailed("fopen", f"the process could not create {posixpath.join(there, name)}")
+    try:
+        rc = session.call_int(f"(int) malloc_info(0, (void *) {fp})", "malloc_info")
+    finally:
+        if session.usable:
+            session.call_int(f"(int) fclose((void *) {fp})", "fclose")
+    if rc != 0:
+        raise CallFailed("malloc_info", f"returned {rc}")
+    return parse_malloc_info(read_private(os.path.join(here, name)))
+
+
+# Run by PyRun_SimpleString in the process. exec() with its own globals, so
+# nothing is left in __main__; no exception escapes, so nothing is printed on
+# the process's stderr (PyRun_SimpleString prints what escapes it).
+_RUNNER = "try:\n    exec({script!r}, {{'__name__': '__memgap_gdb__'}})\nexcept Exception:\n    pass\n"
+_SCRIPT = """\
+import json, os, sys
+out, src = {out!r}, {src!r}
+added = src not in sys.path
+if added:
+    sys.path.insert(0, src)  # first: a module of the program's own named memgap must not be taken for it
+try:
+    known = sys.modules.get("memgap")
+    if known is not None and not str(getattr(known, "__file__", "")).startswith(src + os.sep):
+        raise ImportError(f"the program has a module of its own named memgap ({{getattr(known, '__file__', '')}})")
+    import memgap
+    if not str(memgap.__file__).startswith(src + os.sep):
+        raise ImportError(f"memgap was found at {{memgap.__file__}}, not in {{src}}")
+    result = {{"ok": True, "memgap": memgap.__file__,
+              "snapshot": memgap.snapshot(regions=False).to_dict(regions=False)}}
+except Exception as exc:
+    result = {{"ok": False, "error": f"{{type(exc).__name__}}: {{exc}}"}}
+finally:
+    if added and src in sys.path:
+        sys.path.remove(src)
+with open(out + ".part", "w") as fh:
+    json.dump(result, fh, default=str)
+os.replace(out + ".part", out)
+"""
+
+
+def python_runner(out: str, src: str) -> str:
+    """The code given to PyRun_SimpleString: a snapshot of the process, written as JSON to ``out``."""
+    return _RUNNER.format(script=_SCRIPT.format(out=out, src=src))
+
+
+def memgap_source_dir() -> str:
+    """The directory holding the memgap package, for the process's sys.path."""
+    import memgap
+
+    return os.path.dirname(os.path.dirname(os.path.abspath(memgap.__file__)))
+
+
+def _thread_without_gil(session: GdbSession) -> str | None:
+    """A thread that does not hold the GIL, the main thread first.
+
+    A thread holding it is somewhere in the interpreter, at no safe point:
+    Python code run there could find the interpreter half-way through an
+    operation. One that does not hold it takes it (PyGILState_Ensure) when
+    the holder hands it over, at a safe point. Asked with the scheduler
+    locked, so no thread takes or drops the GIL in between.
+    """
+    session.scheduler_locking(True)
+    try:
+        for gid, _lwp in session.threads()[:MAX_GIL_PROBES]:
+            session.select_thread(gid)
+            if session.call_int("(int) PyGILState_Check()", "PyGILState_Check") == 0:
+                return gid
+        return None
+    finally:
+        session.scheduler_locking(False)
+
+
+def python_snapshot_via_gdb(session: GdbSession, here: str, there: str, notes: list[str]) -> Snapshot | None:
+    """memgap.snapshot() run inside a Python process; None (and a note) when it cannot be had."""
+    try:
+        if not session.call_int("(int) Py_IsInitialized()", "Py_IsInitialized"):
+            notes.append("in-process snapshot: the interpreter is not initialized (starting or exiting)")
+            return None
+    except CallFailed as exc:
+        notes.append(f"in-process snapshot: no CPython C API found in the process ({exc.gdb_message.strip()[:80]})")
+        return None
+    thread = _thread_without_gil(session)
+    if thread is None:
+        notes.append("in-process snapshot: every thread asked holds the GIL (or the check is off): "
+                     "not safe to run Python code now; try again")
+        return None
+    session.select_thread(thread)
+    name = "snapshot.json"
+    (code,) = session.put_strings(python_runner(posixpath.join(there, name), memgap_source_dir()))
+    gil = session.call_int("(int) PyGILState_Ensure()", "PyGILState_Ensure")
+    try:
+        session.call_int(f"(int) PyRun_SimpleString((char *) {code})", "PyRun_SimpleString")
+    finally:
+        if session.usable:
+            session.call(f"(void) PyGILState_Release({gil})", "PyGILState_Release")
+    try:
+        data = json.loads(read_private(os.path.join(here, name)))
+    except FileNotFoundError:
+        notes.append("in-process snapshot: the process wrote no result (it could not run memgap's code)")
+        return None
+    except (ValueError, MalformedInput) as exc:
+        notes.append(f"in-process snapshot: unreadable result ({exc})")
+        return None
+    if not data.get("ok"):
+        notes.append(f"in-process snapshot failed in the process: {data.get('error')} "
+                     f"(memgap from {memgap_source_dir()})")
+        return None
+    snap = Snapshot.from_dict(data["snapshot"])
+    snap.route = ROUTE_IN_PROCESS
+    notes.append("the in-process snapshot includes memgap's own import into the process, which stays loaded")
+    return snap
+
+
+def deep(pid: int, outside: Snapshot, start_time: int | None, options: GdbOptions) -> DeepResult:
+    """malloc_info (glibc) or another allocator's own figures and, for Python, an in-process
+    snapshot, through one gdb attach."""
+    glibc = outside.allocator.get("name") == "glibc"
+    python = is_python(ProcReader(pid, options.proc_root).maps())
+    plan, notes = _allocator_plan(pid, outside, python, options.proc_root)
+    beside_symbol, beside_label, why_not = beside_jemalloc(pid, outside, options.proc_root)
+    result = DeepResult(pid, notes=notes + ([why_not] if why_not else []))
+    session = options.session(pid, start_time)
+    try:
+        with ExitStack() as stack:
+            stack.enter_context(session)
+            here, there = stack.enter_context(private_dir(pid, options.proc_root))
+            if glibc:
+                try:
+                    result.malloc_info = malloc_info_via_gdb(session, here, there)
+                except (CallFailed, MalformedInput) as exc:
+                    result.notes.append(f"malloc_info: {exc}")
+            if plan is not None:
+                _allocator_via_gdb(session, plan, result, required=not python)
+            if beside_symbol and session.usable:
+                _allocator_via_gdb(session, GdbPlan("jemalloc", beside_symbol), result, required=False)
+                result.jemalloc_beside = beside_label if result.jemalloc else ""
+            if python and session.usable:
+                try:
+                    result.in_process = python_snapshot_via_gdb(session, here, there, result.notes)
+                except (CallFailed, MalformedInput) as exc:
+                    result.notes.append(f"in-process snapshot: {exc}")
+                except GdbTimeout as exc:
+                    if result.malloc_info is None and result.allocator_figures is None:
+                        raise
+                    result.notes.append(f"in-process snapshot: {exc}")
+    finally:
+        result.notes.extend(session.notes)
+        result.timings = dict(session.timings)
+    if result.in_process is not None:  # under tracemalloc, the outside reading of the heaps is the one to trust
+        result.in_process, why = trusted_inside(outside, result.in_process)
+        result.notes.extend([why] if why else [])
+    if result.malloc_info is not None:
+        layer = outside.layers.get("allocator_free")
+        result.arenas = compare_arenas(layer.detail.get("arenas", []) if layer else [], result.malloc_info)
+        result.mmapped = {"gdb": {"route": ROUTE_MALLOC_INFO, "count": result.malloc_info.mmap_count,
+                                  "bytes": result.malloc_info.mmap_bytes},
+                          "outside": {"route": ROUTE_OUTSIDE, **outside_mmapped(outside)}}
+    if result.allocator_figures is not None:
+        result.with_allocator = with_allocator_layers(outside, result.allocator_figures,
+                                                      "glibc" if result.jemalloc_beside else "")
+    return result
+
+
+@dataclass(frozen=True)
+class GdbPlan:
+    """Whose own figures gdb reads in the process: the allocator serving malloc, and for jemalloc its mallctl."""
+
+    allocator: str   # jemalloc, tcmalloc, mimalloc
+    symbol: str = ""
+
+
+def _allocator_plan(pid: int, outside: Snapshot, python: bool, proc_root: str) -> tuple[GdbPlan | None, list[str]]:
+    """What to read of the allocator serving malloc where it is not glibc's, and notes on what
+    --deep cannot read; Unsupported where it can read nothing."""
+    name = outside.allocator.get("name")
+    plan, why_not = gdb_plan(pid, outside, proc_root)
+    if name != "glibc" and not python and plan is None:
+        raise Unsupported(why_not or f"--deep reads glibc's malloc_info, jemalloc's mallctl, tcmalloc's and "
+                          f"mimalloc's own figures or a Python process's own snapshot; PID {pid} runs {name} malloc "
+                          "and no Python")
+    notes = [f"malloc_info: the process runs {name}, not glibc's malloc"] if name != "glibc" and not plan else []
+    return plan, notes + ([why_not] if why_not else [])
+
+
+def gdb_plan(pid: int, outside: Snapshot, proc_root: str = "/proc",
+             option: str = "--deep") -> tuple[GdbPlan | None, str]:
+    """What gdb calls where jemalloc, tcmalloc or mimalloc serves malloc (None elsewhere), and,
+    where it cannot be called, the one-line reason."""
+    serving = next((f for f in outside.allocator.get("found", []) if f.get("serves_malloc")), None)
+    name = serving.get("name") if serving else None
+    if serving is None or name not in CALLS:
+        return None, ""
+    root = process_root(f"{proc_root}/{pid}")
+    try:
+        if name == "jemalloc":
+            return GdbPlan(name, jemalloc_gdb.mallctl_symbol(serving, root)), ""
+        READERS[name].check_callable(serving, root)
+        return GdbPlan(name), ""
+    except Unsupported as exc:
+        return None, f"{option} {CALLS[name][option == '--trim']} in PID {pid}: {exc}"
+
+
+def _allocator_via_gdb(session: GdbSession, plan: GdbPlan, result: DeepResult, required: bool) -> None:
+    """The allocator's own figures into ``result``; a failure is the command's error where they are all
+    --deep reads (``required``), else a note."""
+    try:
+        if plan.allocator == "jemalloc":
+            result.jemalloc = jemalloc_gdb.read_jemalloc(session, plan.symbol)
+        else:
+            setattr(result, plan.allocator, READERS[plan.allocator].read_figures(session))
+    except (CallFailed, MalformedInput, Unsupported) as exc:
+        if required:
+            raise
+        result.notes.append(f"{'mallctl' if plan.allocator == 'jemalloc' else plan.allocator}: {exc}")
+
+
+def with_allocator_layers(outside: Snapshot, figures: JemallocDeep | TcmallocDeep | MimallocDeep,
+                          beside: str = "") -> Snapshot:
+    """The outside snapshot with its allocator layers from the allocator's own figures (gdb_layers'
+    jemalloc_gdb_layers, tcmalloc_gdb_layers, mimalloc_gdb_layers), added to those of ``beside``
+    (glibc's, walked from outside) where jemalloc sits beside it; the moved layers have no PSS
+    split, so none is shown."""
+    if isinstance(figures, JemallocDeep):
+        layers, unexplained = jemalloc_gdb_layers(outside.layers, outside.rss, figures, beside)
+        key, route = "jemalloc_gdb", ROUTE_MALLCTL
+    elif isinstance(figures, TcmallocDeep):
+        layers, unexplained = tcmalloc_gdb_layers(outside.layers, outside.rss, figures)
+        key, route = "tcmalloc_gdb", ROUTE_TCMALLOC
+    else:
+        layers, unexplained = mimalloc_gdb_layers(outside.layers, outside.rss, figures)
+        key, route = "mimalloc_gdb", ROUTE_MIMALLOC
+    snap = replace(outside, layers=layers, unexplained=unexplained, regions=[], findings=[],
+                   route=f"{ROUTE_OUTSIDE}, allocator layers from {route}", pss_unexplained=None,
+                   allocator={**outside.allocator, key: figures.to_dict()})
+    snap.findings = allocator_findings(snap)  # what the allocators' own figures say of their free memory
+    return snap
+
+
+def trim(pid: int, before: Snapshot, start_time: int | None, options: GdbOptions) -> dict[str, Any]:
+    """``malloc_trim(0)`` in the process; VmRSS around it, beside the outside estimate made before.
+
+    A process with memgap's native agent is asked through the agent (no gdb;
+    jemalloc, tcmalloc and mimalloc then trim with their own calls).
+    """
+    name = before.allocator.get("name")
+    detail = before.layers["allocator_free"].detail if "allocator_free" in before.layers else {}
+    estimate = {"estimate": detail.get("trim_releasable"), "estimate_complete": detail.get("trim_estimate_complete"),
+                "estimate_route": ROUTE_OUTSIDE, "estimate_rss": before.rss}
+    if "agent" in before.allocator:
+        return _trim_via_agent(pid, options.proc_root, estimate)
+    if name == "jemalloc":
+        return _purge_jemalloc(pid, before, start_time, options)
+    if name in READERS:
+        return _release_via_gdb(pid, before, start_time, options)
+    symbol = beside_jemalloc(pid, before, options.proc_root)[0] if name == "glibc" else ""
+    if symbol:
+        return trim_glibc_and_jemalloc(pid, before, start_time, options, symbol)
+    if name != "glibc":
+        raise Unsupported(f"malloc_trim is glibc's: PID {pid} runs {name} malloc"
+                          + (f" ({before.allocator.get('library')})" if before.allocator.get("library") else ""))
+    reader = ProcReader(pid, options.proc_root)
+    session = options.session(pid, start_time)
+    with session:
+        rss_before = status_int(reader.status(), "VmRSS")
+        returned = session.call_int("(int) malloc_trim(0)", "malloc_trim")
+        rss_after = status_int(reader.status(), "VmRSS")
+    return TrimRecord(rss_before, rss_after, TrimRoute.GDB, seconds=session.timings.get("malloc_trim", 0.0),
+                      details={"returned": returned, **estimate, "gdb_seconds": gdb_seconds(session),
+                               "notes": list(session.notes)}).to_dict()
+
+
+def gdb_seconds(session: GdbSession) -> dict[str, float]:
+    """What attaching and holding the process took, for a trim record."""
+    return {k: round(v, 4) for k, v in session.timings.items() if k in ("attach", "held")}
+
+
+def _trim_via_agent(pid: int, proc_root: str, estimate: dict[str, Any]) -> dict[str, Any]:
+    from memgap.agent.client import trim_pid
+
+    result = trim_pid(pid, proc_root)
+    return TrimRecord(result.rss_before, result.rss_after, TrimRoute.AGENT, seconds=result.seconds,
+                      details={"returned": None, "notes": [], **estimate}).to_dict()
+
+
+def _purge_jemalloc(pid: int, before: Snapshot, start_time: int | None, options: GdbOptions) -> dict[str, Any]:
+    """jemalloc's trim: ``arena.<ALL>.purge`` through its mallctl (the call memgap's native agent makes),
+    VmRSS around it, beside the dirty and muzzy pages jemalloc counted just before (the estimate)."""
+    plan, why_not = gdb_plan(pid, before, options.proc_root, "--trim")
+    if plan is None:
+        raise Unsupported(why_not)
+    symbol = plan.symbol
+    reader = ProcReader(pid, options.proc_root)
+    session = options.session(pid, start_time)
+    with session:
+        figures = jemalloc_gdb.read_jemalloc(session, symbol)
+        rss_before = status_int(reader.status(), "VmRSS")
+        returned = jemalloc_gdb.purge(session, symbol)
+        rss_after = status_int(reader.status(), "VmRSS")
+    return TrimRecord(rss_before, rss_after, TrimRoute.GDB, seconds=session.timings.get("mallctl purge", 0.0), details={
+        "call": f"{symbol}(\"arena.{jemalloc_gdb.MALLCTL_ARENAS_ALL}.purge\")", "returned": returned,
+        "estimate": figures.purgeable, "estimate_complete": True, "estimate_route": ROUTE_MALLCTL,
+        "estimate_rss": before.rss, "estimate_parts": {"dirty": figures.dirty_bytes, "muzzy": figures.muzzy_bytes},
+        "gdb_seconds": gdb_seconds(session), "notes": list(session.notes)}).to_dict()
+
+
+def _release_via_gdb(pid: int, before: Snapshot, start_time: int | None, options: GdbOptions) -> dict[str, Any]:
+    """tcmalloc's or mimalloc's own release call (the one memgap's native agent makes), VmRSS around
+    it, and the allocator's figures just before (the estimate, where it counts one) and just after."""
+    plan, why_not = gdb_plan(pid, before, options.proc_root, "--trim")
+    if plan is None:
+        raise Unsupported(why_not)
+    reader, module, notes = ProcReader(pid, options.proc_root), READERS[plan.allocator], []
+    session = options.session(pid, start_time)
+    own_after = None
+    with session:
+        own_before = module.read_figures(session)
+        rss_before = status_int(reader.status(), "VmRSS")
+        module.release(session)
+        rss_after = status_int(reader.status(), "VmRSS")
+        try:
+            own_after = module.read_figures(session)
+        except (CallFailed, MalformedInput, Unsupported) as exc:  # the release happened: report it all the same
+            notes.append(f"{plan.allocator} after the release: {exc}")
+    return TrimRecord(rss_before, rss_after, TrimRoute.GDB, seconds=session.timings.get(module.CALL, 0.0), details={
+        "call": module.CALL, "returned": None,
+        "estimate": own_before.releasable, "estimate_complete": own_before.releasable is not None,
+        "estimate_route": module.ROUTE, "estimate_rss": before.rss,
+        "own_before": own_before.to_dict(), "own_after": own_after.to_dict() if own_after else None,
+        "gdb_seconds": gdb_seconds(session), "notes": notes + list(session.notes)}).to_dict()

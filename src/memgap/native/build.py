@@ -1,0 +1,73 @@
+"""Compile memgap's C sources (native scenarios, the agent) with the system compiler.
+
+Outputs are cached by the source's hash in a folder private to the user, since a
+library found there may be preloaded into programs: the folder must be ours
+and closed to others, or memgap refuses to use it.
+"""
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+import shutil
+import stat
+import subprocess
+import tempfile
+
+from memgap.errors import MemgapError, ToolMissing, Unsupported
+
+
+def cache_dir() -> str:
+    """``$TMPDIR/memgap-native-UID``, created mode 0700 and checked to be ours."""
+    path = os.path.join(tempfile.gettempdir(), f"memgap-native-{os.getuid()}")
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
+        raise MemgapError(f"{path} is not a folder of this user closed to others: memgap will not build "
+                          "or load code from it (remove it, or set TMPDIR)")
+    return path
+
+
+def compiler() -> str:
+    """The C compiler ($CC, cc or gcc); ToolMissing when there is none."""
+    found = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if found is None:
+        raise ToolMissing("a C compiler (cc)", "memgap's native code", "apt-get install gcc, or set CC")
+    return found
+
+
+def compile_c(src: str, name: str, flags: list[str], out_dir: str | None = None) -> str:
+    """Compile ``src`` with ``flags`` (once per source version) and return the output's path."""
+    with open(src, "rb") as fh:
+        digest = hashlib.sha256(fh.read() + " ".join(flags).encode()).hexdigest()[:12]
+    if out_dir:
+        os.makedirs(out_dir, exist_ok=True)
+    else:
+        out_dir = cache_dir()
+    out = os.path.join(out_dir, f"{name}-{digest}")
+    if not os.path.exists(out):
+        cc = compiler()
+        tmp = f"{out}.{os.getpid()}.tmp"
+        result = subprocess.run([cc, *flags, "-o", tmp, src], capture_output=True, text=True)
+        if result.returncode:
+            raise Unsupported(f"{cc} could not build {os.path.basename(src)}: {result.stderr.strip()[-300:]}")
+        os.replace(tmp, out)  # atomic: a concurrent build never sees a half-written file
+    return out
+
+
+def shared_library(source: str, built_pattern: str, name: str, flags: list[str]) -> str:
+    """The library the install built (files matching ``built_pattern``), or ``source`` compiled now.
+
+    In a source checkout a build older than its source is not used: the source
+    changed since. Raises ToolMissing when it has to be built and there is no C
+    compiler.
+    """
+    built = sorted(glob.glob(built_pattern))
+    folder = os.path.dirname(os.path.abspath(source))
+    installed = os.path.basename(os.path.dirname(os.path.dirname(folder))) in ("site-packages", "dist-packages")
+    if built and (installed or os.path.getmtime(built[0]) >= os.path.getmtime(source)):
+        return built[0]
+    return compile_c(source, name, flags)

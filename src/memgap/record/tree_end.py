@@ -1,0 +1,282 @@
+"""How a recorded run's tree ends when memgap is told to stop, and when memgap itself is killed.
+
+- A stop signal to memgap (SIGTERM: ``docker stop``, systemd, Kubernetes; SIGHUP: its terminal
+  closed; SIGINT: Ctrl-C) raises ``Stopped`` in memgap's main thread (``StopSignals``). The recorder
+  passes it on and ends the tree (``end_tree``): the signal to every process of it (its process
+  group, where it has one, and each process found below memgap: memgap is their subreaper, so the
+  orphans of the tree come back to it instead of init), GRACE seconds for them to end, then SIGKILL
+  for what is left. A second stop signal during the grace kills at once.
+- memgap killed outright (SIGKILL, the OOM killer), where no handler runs: the command's
+  parent-death signal (SIGTERM, set between fork and exec: ``child_setup``) reaches it, and the
+  watchdog (``Watchdog``, memgap/record/watchdog.py) ends the rest: every process the sampler saw, by
+  PID and start time, and the command's process group, SIGKILL after the same grace.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+from memgap.sources.procfs import ProcReader
+
+GRACE = 5.0  # seconds the tree has to end after the stop signal, before SIGKILL (not configurable)
+CTRL_C_WAIT = 1.0  # Ctrl-C in a terminal reached the command too: it may end by itself first
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
+PR_GET_CHILD_SUBREAPER = 37
+WATCHDOG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "watchdog.py")
+
+
+class Stopped(KeyboardInterrupt):
+    """memgap got a stop signal while it recorded (a KeyboardInterrupt, as Ctrl-C always was)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+        self.ending: Ending | None = None  # how the recorder ended the tree, once it has
+
+
+@dataclass(frozen=True)
+class Ending:
+    """How a stopped run's tree ended (the recording's end event says it)."""
+
+    signal: str            # what memgap got
+    forwarded: str | None  # what the tree got first (None: the terminal's Ctrl-C reached it, and it ended)
+    grace: float           # seconds it had to end before SIGKILL
+    killed: int            # processes still there after the grace, SIGKILLed
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"signal": self.signal, "forwarded": self.forwarded, "grace": self.grace, "killed": self.killed}
+
+
+class StopSignals:
+    """Within it, SIGINT, SIGTERM and SIGHUP raise ``Stopped`` in the main thread, once; a second one
+    sets ``again`` (the grace ends at once). A signal ignored when it is entered (``nohup``) stays
+    ignored; in another thread nothing is installed (Python lets only the main thread do it)."""
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self.again = False
+        self._old: dict[int, Any] = {}
+
+    def __enter__(self) -> StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            for sig in STOP_SIGNALS:
+                if signal.getsignal(sig) is not signal.SIG_IGN:
+                    self._old[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.received is None:
+            self.received = signum
+            raise Stopped(signum)
+        self.again = True
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+
+
+def _libc_prctl() -> Callable[..., int] | None:
+    try:
+        prctl: Callable[..., int] = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):  # not Linux
+        return None
+    return prctl
+
+
+def subreaper(on: bool) -> bool:
+    """While on, orphans below memgap come back to it (not to init): found, and ended, with the tree.
+    Returns whether it was on before (a container's init may have made it so: restored after the run)."""
+    prctl = _libc_prctl()
+    if prctl is None:
+        return False
+    was = ctypes.c_int(0)
+    prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(was), 0, 0, 0)
+    prctl(PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0)
+    return bool(was.value)
+
+
+def child_setup(then: Callable[[], None] | None = None) -> Callable[[], None]:
+    """What the command's child runs between fork and exec (Popen's preexec_fn): SIGTERM to it when
+    memgap's thread that started it dies (memgap's main thread: memgap killed), then ``then``.
+    Resolved before the fork: the child only calls."""
+    prctl, parent = _libc_prctl(), os.getpid()
+
+    def setup() -> None:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # held in memgap while it started: not in the command
+        if prctl is not None:
+            prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+            if os.getppid() != parent:  # memgap died before the call took: nobody would end it
+                os._exit(126)
+        if then is not None:
+            then()
+
+    return setup
+
+
+def _alive(pid: int) -> bool:
+    """Running, not a zombie (a zombie has ended: it only waits to be reaped)."""
+    try:
+        return not str(ProcReader(pid).status().get("State", "")).startswith("Z")
+    except Exception:  # noqa: BLE001 - gone
+        return False
+
+
+def _below(root: int) -> list[int]:
+    from memgap.record.tree_watch import tree_pids
+
+    return [p for p in tree_pids(root) if p != root]
+
+
+class TreeEnd:
+    """The processes of a run's tree: the command, what is below it, and what is below memgap apart
+    from memgap's own helpers (``spare``: the watchdog, a load command), orphans of the tree."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], own_group: bool, spare: Callable[[], set[int]]) -> None:
+        self.proc, self.own_group, self.spare = proc, own_group, spare
+
+    def members(self) -> list[int]:
+        spared = set()
+        for pid in self.spare():
+            spared |= {pid, *_below(pid)}
+        found = {self.proc.pid, *_below(self.proc.pid), *_below(os.getpid())} - spared - {os.getpid()}
+        return sorted(p for p in found if p == self.proc.pid or _alive(p))
+
+    def signal_all(self, sig: int) -> int:
+        """``sig`` to the group and each member; how many members were running (counted first: the
+        group's signal may end them before they are counted)."""
+        members = [p for p in self.members() if p != self.proc.pid or self.proc.poll() is None]
+        if self.own_group:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, sig)
+        for pid in members:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+        return len(members)
+
+    def running(self) -> bool:
+        return self.proc.poll() is None or any(p != self.proc.pid for p in self.members())
+
+    def wait(self, seconds: float, again: Callable[[], bool] = lambda: False) -> bool:
+        """Until the tree has ended (True), ``seconds`` pass or ``again`` says to stop waiting."""
+        deadline = time.monotonic() + seconds
+        while self.running():
+            if time.monotonic() >= deadline or again():
+                return False
+            time.sleep(0.02)
+        return True
+
+    def reap(self, seen: Collection[int] | None = None) -> None:
+        """Orphans of the tree that ended below memgap (their parent now): waited for, not left zombies.
+        ``seen``: only those (the processes the sampler saw in the tree, while other threads of memgap's
+        may have children of their own to wait for)."""
+        spared = self.spare() | {self.proc.pid}
+        for pid in ProcReader(os.getpid()).children_pids():
+            if pid not in spared and (seen is None or pid in seen) and not _alive(pid):
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, os.WNOHANG)
+
+
+def end_tree(tree: TreeEnd, received: int | None, grace: float = GRACE,
+             again: Callable[[], bool] = lambda: False) -> Ending:
+    """End the tree: the signal memgap got passed on (SIGTERM where memgap itself stops it: idle,
+    timeout, load done), ``grace`` seconds, then SIGKILL to what is left. Ctrl-C in a terminal
+    reached the command (in memgap's process group) with memgap: it has CTRL_C_WAIT to end on
+    its own before it gets SIGTERM."""
+    got = signal.Signals(received).name if received is not None else "none"
+    forwarded: str | None = None
+    if received == signal.SIGINT and not tree.own_group and tree.wait(min(CTRL_C_WAIT, grace), again):
+        tree.reap()
+        return Ending(got, None, grace, 0)
+    if received == signal.SIGINT and not tree.own_group:
+        forwarded = "SIGTERM"
+        sig = signal.SIGTERM
+    else:
+        sig = signal.Signals(received) if received is not None else signal.SIGTERM
+        forwarded = sig.name
+    tree.signal_all(sig)
+    killed = 0
+    if not tree.wait(grace, again):
+        killed = tree.signal_all(signal.SIGKILL)
+        tree.wait(GRACE)  # SIGKILL cannot be caught: they go (one in uninterruptible sleep takes its time)
+    tree.proc.wait()
+    tree.reap()
+    return Ending(got, forwarded, grace, killed)
+
+
+class Watchdog:
+    """The watchdog process (memgap/record/watchdog.py): told the tree's processes as the sampler finds them,
+    it ends them if memgap is killed; ``done`` once memgap has ended the run itself. A watchdog that
+    cannot be started, or stops listening, is no reason to stop the run: it is then simply absent."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen[bytes] | None = None
+        try:  # its own session: a terminal's Ctrl-C or hangup does not reach it, nor memgap's killpg
+            self.proc = subprocess.Popen([sys.executable, "-S", "-E", WATCHDOG],
+                                         stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                         stderr=subprocess.DEVNULL, start_new_session=True)
+        except OSError:
+            return
+        assert self.proc.stdin is not None
+        os.set_blocking(self.proc.stdin.fileno(), False)  # a watchdog that stopped reading never blocks memgap
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    def _say(self, line: str) -> None:
+        if self.proc is None or self.proc.stdin is None:
+            return
+        try:
+            os.write(self.proc.stdin.fileno(), line.encode() + b"\n")
+        except OSError:  # gone, or its pipe full: this process goes unwatched
+            pass
+
+    def watch(self, pid: int) -> None:
+        try:
+            self._say(f"pid {pid} {ProcReader(pid).stat().start_time}")
+        except Exception:  # noqa: BLE001 - it exited already
+            pass
+
+    def group(self, pgid: int) -> None:
+        self._say(f"group {pgid}")
+
+    def forget(self, pid: int) -> None:
+        self._say(f"gone {pid}")
+
+    def done(self) -> None:
+        """The run is over (ended by memgap, or by itself): the watchdog leaves the tree alone and exits."""
+        if self.proc is None:
+            return
+        self._say("done")
+        assert self.proc.stdin is not None
+        with contextlib.suppress(OSError):
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
+
+def hold_stop_signals() -> set[int | signal.Signals]:
+    """Hold the stop signals off (blocked, not lost) while a run starts, in this thread and the threads
+    and processes it starts meanwhile (the command unblocks them: ``child_setup``); returns the mask
+    to restore, which delivers a signal that came meanwhile."""
+    return signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+
+
+def release_stop_signals(mask: set[int | signal.Signals]) -> None:
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)

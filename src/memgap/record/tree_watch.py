@@ -1,0 +1,400 @@
+"""``memgap run``'s sampler: every process of the command's tree, whatever its language, read
+from outside (the snapshot ``memgap inspect PID`` takes: ``collect.snapshot_pid``) at
+
+- its quiet spells (``OutsideQuiet``, by memgap.record.idle's rule), unless it marks phases itself;
+- its peak: a snapshot as the sampler first sees it, then whenever its sampled RSS passes the
+  RSS of its last peak snapshot by PEAK_STEP (10%) or PEAK_STEP_MIN (8 MiB), whichever is
+  larger. So the cost stays bounded: a process that grows to R MiB is read at most
+  11 + log1.1(R / 80 MiB) times on the way (about 21 for 200 MiB, fewer where it grows faster
+  than the samples), and a read that took d seconds is followed by none of the same process for
+  4 d more (PEAK_DUTY: its peak reads take a fifth of the recorder's time at most: a Python
+  heap's pool census can take 0.1-0.4 s on a loaded machine). A read during which its RSS moved
+  (``moving``) is read again once the process is still at that high. The run's document keeps
+  the highest steady read (``best_peak``);
+- its exit: memgap's agent, preloaded in it, says so on ``ExitHold``'s socket as the process
+  exits and waits (1 s at most) while the recorder reads it; the agent's exit record says when
+  the process went on to exit (the document's ``exit``: how close the last snapshot came).
+
+The sampler also names each process: its command line, read again after an exec (its comm or
+its VmHWM changed), else its comm in brackets; a process seen no longer is recorded ``gone``.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import struct
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import psutil
+
+from memgap.documents.records import TrimRecord, TrimRoute
+from memgap.errors import MemgapError
+from memgap.record.idle import QUIET_PHASE, RSS_SHARE, RSS_SLACK, QuietSpell, quiet_after
+from memgap.record.recording import RecordingWriter, child_recording_path
+from memgap.report.units import MiB
+from memgap.sources.procfs import ProcReader, status_int
+
+if TYPE_CHECKING:
+    from memgap.record.tree_end import Watchdog
+
+PEAK_PHASE = "peak"
+PEAK_STEP = 0.10         # of the last peak snapshot's RSS: a new high this much above it is read again
+PEAK_STEP_MIN = 8 * MiB  # ...and at least this much
+PEAK_DUTY = 0.2          # a process's peak reads take at most this share of the recorder's time
+HOLD_SECONDS = 1.0       # the agent waits this long at most (EXIT_HOLD_MS in agent.c)
+SUN_PATH_MAX = 108       # sizeof(sockaddr_un.sun_path), the terminating zero included
+
+
+def tree_pids(root: int) -> list[int]:
+    """The process and its descendants, from /proc/PID/task/TID/children.
+
+    That costs a few reads per process; psutil's children() reads every
+    process on the machine, which at 10 Hz is the sampler's main cost.
+    """
+    pids, queue = [], [root]
+    while queue:
+        pid = queue.pop()
+        pids.append(pid)
+        try:
+            queue.extend(ProcReader(pid).children_pids())
+        except Exception:  # noqa: BLE001 - exited meanwhile
+            continue
+    if len(pids) == 1 and not os.path.exists(f"/proc/{root}/task/{root}/children"):
+        try:  # a kernel without CONFIG_PROC_CHILDREN
+            return [root, *(c.pid for c in psutil.Process(root).children(recursive=True))]
+        except psutil.NoSuchProcess:
+            return []
+    return pids
+
+
+def peak_due(last: int | None, rss: int) -> bool:
+    """Whether a process at ``rss`` is read for its peak: at first sight (``last`` None), then again
+    at each new high PEAK_STEP (PEAK_STEP_MIN at least) above its last peak snapshot's ``last``."""
+    return last is None or rss >= last + max(PEAK_STEP_MIN, int(PEAK_STEP * last))
+
+
+def rss_slack(rss: int) -> int:
+    """RSS that moves less than this is still (memgap.record.idle's slack for a quiet spell)."""
+    return max(RSS_SLACK, int(RSS_SHARE * rss))
+
+
+def best_peak(reads: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The peak snapshot a run's document keeps of a process's snapshots (its peak reads and its
+    phases): the highest steady one, unless a read that moved (RSS changed while it was read: its
+    layers add up less well) is higher than that by more than the peak's margin."""
+    if not reads:
+        return None
+    top = max(reads, key=lambda r: r["rss"])
+    steady = [r for r in reads if not r.get("moving")]
+    best = max(steady, key=lambda r: r["rss"]) if steady else top
+    return top if peak_due(best["rss"], top["rss"]) else best
+
+
+def command_of(reader: ProcReader, status: dict[str, int | str]) -> list[str]:
+    """A process's command line; its comm in brackets where it has none (a zombie, a kernel thread)."""
+    try:
+        cmd = reader.cmdline()
+    except MemgapError:
+        cmd = []
+    return cmd or [f"[{status.get('Name') or '?'}]"]
+
+
+class TreeSampler:
+    """One round of samples of the tree at a time: RSS of every process, and the reads from outside
+    that its quiet spells (``quiet``) and its new highs call for."""
+
+    def __init__(self, writer: RecordingWriter, start: float, quiet: OutsideQuiet | None,
+                 watchdog: Watchdog | None = None) -> None:
+        self.writer, self.start, self.quiet = writer, start, quiet
+        self.watchdog = watchdog  # told each process as it is first seen, and as it goes (memgap.record.tree_end)
+        self.names: dict[int, tuple[str, int]] = {}  # pid -> (comm, VmPeak) at the last look: an exec changes them
+        self.cmds: dict[int, list[str]] = {}  # pid -> the command line last recorded
+        self.peaks: dict[int, int] = {}  # pid -> RSS of its last peak snapshot
+        self.last_rss: dict[int, int] = {}  # pid -> its RSS at the last round
+        self.unsteady: dict[int, int] = {}  # pid -> RSS of a peak read while it moved: read again once still
+        self.next_peak: dict[int, float] = {}  # pid -> monotonic time before which it is not read for a peak
+        self.alive: set[int] = set()
+
+    def sample(self, root: int) -> None:
+        now = time.time() - self.start
+        seen: set[int] = set()
+        for pid in tree_pids(root):
+            reader = ProcReader(pid)
+            try:
+                status = reader.status()
+                if str(status.get("State", "")).startswith("Z"):
+                    continue  # exited, not yet waited for: its memory is gone
+                self._name(pid, reader, status, now)
+                cpu = reader.stat().cpu_ticks if self.quiet is not None else 0
+            except Exception:  # noqa: BLE001 - a process that exits between listing and reading is skipped
+                continue
+            seen.add(pid)
+            rss = status_int(status, "VmRSS")
+            self.writer.write({"type": "sample", "t": round(now, 4), "pid": pid, "rss": rss,
+                               "anon": status_int(status, "RssAnon"), "file": status_int(status, "RssFile"),
+                               "threads": status_int(status, "Threads")})
+            if self.quiet is not None:
+                self.quiet.update(self.writer, pid, cpu, rss, self.start)
+            prev, self.last_rss[pid] = self.last_rss.get(pid), rss
+            if (peak_due(self.peaks.get(pid), rss) or self._settled(pid, rss, prev)) and \
+                    time.monotonic() >= self.next_peak.get(pid, 0.0):
+                self._read_peak(pid, rss)
+        self._gone(self.alive - seen)
+        self.alive = seen
+
+    def _read_peak(self, pid: int, rss: int) -> None:
+        began = time.monotonic()
+        self.peaks[pid] = rss
+        record = outside_snapshot(self.writer, pid, PEAK_PHASE, self.start, event="peak")
+        if record is not None and record.get("moving"):
+            self.unsteady[pid] = rss
+        else:
+            self.unsteady.pop(pid, None)
+        spent = time.monotonic() - began  # its next peak read waits: PEAK_DUTY of the recorder's time at most
+        self.next_peak[pid] = began + spent / PEAK_DUTY
+
+    def _settled(self, pid: int, rss: int, prev: int | None) -> bool:
+        """Whether a process whose last peak read moved (its RSS grew or fell while it was read) has
+        come to rest at that high since: then it is read once more, steady. A high it has left
+        already is not waited for."""
+        level = self.unsteady.get(pid)
+        if level is None or prev is None:
+            return False
+        if rss < level - rss_slack(level):
+            del self.unsteady[pid]  # the high has passed: its moving read is all there is
+            return False
+        return abs(rss - prev) <= rss_slack(rss)
+
+    def _gone(self, pids: set[int]) -> None:
+        for pid in sorted(pids):
+            if self.watchdog is not None and not os.path.exists(f"/proc/{pid}"):  # not an orphan that left
+                self.watchdog.forget(pid)
+            self.writer.write({"type": "gone", "pid": pid, "t": round(time.time() - self.start, 4)})
+
+    def finish(self) -> None:
+        """The command has ended: those of the last round that are no more exited (the command's own
+        process among them, once waited for); the others are left running, or stopped by memgap."""
+        self._gone({pid for pid in self.alive if not os.path.exists(f"/proc/{pid}")})
+
+    def _name(self, pid: int, reader: ProcReader, status: dict[str, int | str], now: float) -> None:
+        """A process seen for the first time, or again after an exec: its command line recorded."""
+        if "VmPeak" not in status and pid in self.cmds:
+            return  # exiting: its memory is gone, and with it its VmPeak (a fall that is no exec) and its cmdline
+        comm, vm_peak = str(status.get("Name", "")), status_int(status, "VmPeak")
+        known, self.names[pid] = self.names.get(pid), (comm, vm_peak)
+        if known is not None and known[0] == comm and vm_peak >= known[1]:
+            return  # the same program: its VmPeak only grows until an exec starts a new one (VmHWM can dip)
+        if known is None and pid not in self.cmds and self.watchdog is not None:
+            self.watchdog.watch(pid)
+        cmd = command_of(reader, status)
+        if cmd[0].startswith("[") and pid in self.cmds and not self.cmds[pid][0].startswith("["):
+            return  # no command line to read now: the one read before stands (a stopped server read '[python]')
+        if cmd[0].startswith("[") and not str(status.get("State", "")).startswith("Z"):
+            # no command line yet, in the middle of an exec (a server started by a driver read as "[python]"
+            # once): asked again at the next sample, recorded again once it has one
+            self.names.pop(pid, None)
+        if cmd == self.cmds.get(pid) and known is None:
+            return
+        self.cmds[pid] = cmd
+        event = {"type": "process", "pid": pid, "ppid": status_int(status, "PPid"), "cmd": cmd, "t": round(now, 4)}
+        if known is not None:  # a new program in it: its peak starts again
+            event["exec"] = True
+            self.peaks.pop(pid, None)
+        self.writer.write(event)
+
+
+class OutsideQuiet:
+    """Quiet spells of the tree's processes: a snapshot from outside as each spell
+    begins (see memgap.record.idle). A process that marks phases of its own (it has written
+    its own recording, or printed a --phase-regex line) is left to its marks."""
+
+    def __init__(self, record_dir: str) -> None:
+        self.record_dir = record_dir
+        self.spells: dict[int, QuietSpell] = {}
+        self.after = quiet_after()
+        self.hz = os.sysconf("SC_CLK_TCK")
+        self.marked: set[int] = set()  # processes whose marks were read from their output
+
+    def update(self, writer: RecordingWriter, pid: int, cpu_ticks: int, rss: int, start: float) -> None:
+        if pid in self.marked or os.path.exists(child_recording_path(self.record_dir, pid)):
+            return
+        spell = self.spells.setdefault(pid, QuietSpell(self.after))
+        event = spell.update(time.time(), cpu_ticks / self.hz, rss)  # wall time: the recording's clock
+        if event == "quiet":
+            outside_snapshot(writer, pid, QUIET_PHASE, start, quiet_since=spell.since,
+                             rested_since=spell.rested_since)
+            self._pss_of_the_quiet(writer, pid)
+        elif event == "end":
+            writer.write({"type": "quiet-end", "pid": pid, "time": time.time()})
+
+    def _pss_of_the_quiet(self, writer: RecordingWriter, pid: int) -> None:
+        """The PSS of the processes already quiet, read again as ``pid`` goes quiet too: a shared
+        page's PSS moves when a sharer copies it (a forked worker's writes), with no CPU nor RSS of
+        the sharer's own, so a tree is summed at idle from readings of one moment."""
+        for other, spell in self.spells.items():
+            if other == pid or not spell.reported:
+                continue
+            try:
+                rollup = ProcReader(other).smaps_rollup()
+            except MemgapError:
+                continue  # it exited
+            if rollup is not None:
+                writer.write({"type": "pss", "pid": other, "time": time.time(), "pss": rollup.get("Pss"),
+                              "rss": rollup.get("Rss")})
+
+
+def outside_snapshot(writer: RecordingWriter, pid: int, phase: str, start: float, trim_after: str = "",
+                     quiet_since: float | None = None, rested_since: float | None = None,
+                     event: str = "snapshot", held_exit: bool = False,
+                     at_mark: tuple[int | None, float] | None = None) -> dict[str, Any] | None:
+    """A phase snapshot of ``pid`` read from outside (for marks the program did not make itself).
+
+    After the phase named ``trim_after``, the process's agent (if it has one)
+    trims, and an "after-trim" snapshot records what that released.
+    ``quiet_since``: the snapshot opens a quiet spell that began then; ``rested_since``:
+    the process's rest began then (its work ended), earlier when a trim restarted the spell.
+    ``event``: "snapshot" (a phase: an error is recorded) or "peak" (a high on the way: a
+    process gone meanwhile is no error). ``held_exit``: read as the agent held the process's exit.
+    ``at_mark``: its VmRSS and the time as the mark's line arrived, where the marks' reader read them.
+    Returns the snapshot's record (None where it could not be read); ``moving`` in it: its RSS
+    changed by more than ``rss_slack`` while it was read.
+    """
+    from memgap.explain.snapshot import Options, snapshot_pid
+
+    try:
+        # The program runs on while memgap reads it: its RSS at the mark comes first.
+        read_began = time.time()
+        rss_at_mark = status_int(ProcReader(pid).status(), "VmRSS")
+        if at_mark is not None and at_mark[0] is not None:  # read as the line arrived, not now
+            rss_at_mark, read_began = at_mark[0], at_mark[1]
+        # at a held exit, glibc's heaps walked from outside are enough: its agent's exit record has
+        # its mallinfo2, and the question would cost the wait 4 ms more (3 times the read)
+        snap = snapshot_pid(pid, Options(regions=False, recorded=True, agent_beside_glibc=not held_exit))
+    except MemgapError as exc:
+        if event == "snapshot":
+            writer.write({"type": "error", "pid": pid, "phase": phase, "error": str(exc)})
+        return None
+    snap.phase = phase
+    snap.quiet_since, snap.rested_since = quiet_since, rested_since
+    record = snap.to_dict(regions=False)
+    record["rss_at_mark"], record["read_began"] = rss_at_mark, read_began
+    if held_exit:
+        record["held_exit"] = True
+    if abs(snap.rss - rss_at_mark) > rss_slack(snap.rss):
+        record["moving"] = True
+    writer.write({"type": event, "pid": pid, "t": round(time.time() - start, 4), "snapshot": record})
+    if phase == trim_after and "agent" in snap.allocator:
+        _agent_trim(writer, pid, start)
+    return record
+
+
+def _agent_trim(writer: RecordingWriter, pid: int, start: float) -> None:
+    from memgap.agent.client import trim_pid
+    from memgap.explain.snapshot import Options, snapshot_pid
+
+    try:
+        result = trim_pid(pid)
+        snap = snapshot_pid(pid, Options(regions=False, recorded=True))
+    except (MemgapError, OSError) as exc:
+        writer.write({"type": "error", "pid": pid, "phase": "after-trim", "error": str(exc)})
+        return
+    snap.phase = "after-trim"
+    snap.trim = TrimRecord(result.rss_before, result.rss_after, TrimRoute.AGENT, seconds=result.seconds).to_dict()
+    writer.write({"type": "snapshot", "pid": pid, "t": round(time.time() - start, 4),
+                  "snapshot": snap.to_dict(regions=False)})
+
+
+class ExitHold:
+    """The recorder's end of the agent's exit hold: a Unix socket (mode 0600) that the agents of the
+    tree call as their processes exit ("exit"); each caller, known by its credentials, is read by
+    ``read(pid)`` while it waits, then told "ok" and goes on to exit."""
+
+    def __init__(self, record_dir: str, read: Callable[[int], None]) -> None:
+        self.read = read
+        self._folder = ""
+        path = os.path.join(record_dir, "exit.sock")
+        if len(path.encode()) >= SUN_PATH_MAX:  # too long for a socket address: a short private folder
+            self._folder = tempfile.mkdtemp(prefix="memgap-exit-")
+            path = os.path.join(self._folder, "exit.sock")
+        self.path = path
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            if os.path.exists(path):
+                os.unlink(path)
+            self._sock.bind(path)
+            os.chmod(path, 0o600)  # before listen(): no one else connects meanwhile
+            self._sock.listen(64)
+        except OSError:
+            self._sock.close()
+            raise
+        self._handlers: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._serve, name="memgap-exit-hold", daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return  # closed
+            handler = threading.Thread(target=self._one, args=(conn,), name="memgap-exit-read", daemon=True)
+            with self._lock:
+                self._handlers = [h for h in self._handlers if h.is_alive()] + [handler]
+            handler.start()
+
+    def _one(self, conn: socket.socket) -> None:
+        with conn:
+            try:
+                pid, uid, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                                  struct.calcsize("3i")))
+                conn.settimeout(HOLD_SECONDS)
+                if uid not in (0, os.getuid()) or not conn.recv(16).startswith(b"exit"):
+                    return
+                self.read(pid)
+                conn.sendall(b"ok\n")
+            except OSError:
+                return  # it gave up waiting: it has exited, or goes on to
+
+    def close(self) -> None:
+        """Stop taking calls and wait for the reads under way (they write into the recording)."""
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)  # wakes the accept()
+        except OSError:
+            pass
+        self._sock.close()
+        self._thread.join(timeout=2)
+        with self._lock:
+            handlers = list(self._handlers)
+        for handler in handlers:
+            handler.join(timeout=HOLD_SECONDS + 1)
+        for path in (self.path, self._folder):
+            try:
+                os.rmdir(path) if path == self._folder else os.unlink(path)
+            except OSError:
+                pass
+
+
+def exit_of(entry: dict[str, Any], start: float | None) -> dict[str, Any] | None:
+    """How close a process's last snapshot came to its exit (the run document's ``exit``), from a
+    run document's process entry: the exit's time by its agent (which held it for the recorder),
+    else the first round of samples that found it gone (the exit came at or before then: ``gap``
+    is an upper bound); None where neither is known (it ran to the end, or was stopped)."""
+    held = (entry.get("agent_exit") or {}).get("exit") or {}
+    gone = entry.pop("gone", None)
+    if held.get("time"):
+        out: dict[str, Any] = {"time": held["time"], "by": "agent", "held": held.get("held"),
+                               "answered": bool(held.get("answered"))}
+    elif gone is not None and start is not None:
+        out = {"time": round(start + gone, 4), "by": "sampled"}
+    else:
+        return None
+    snaps = [*entry["snapshots"], *entry.get("peak_reads", [])]
+    last = max((s["time"] for s in snaps if s.get("time")), default=None)
+    out["last_snapshot"] = last
+    out["gap"] = round(out["time"] - last, 4) if last is not None else None
+    return out
