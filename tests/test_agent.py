@@ -28,7 +28,7 @@ def fixture(name):
 # --- parsing (replies captured from the agent in real programs) -------------------------------
 
 def test_parse_glibc_reply():
-    from memgap.agent.client import parse_report
+    from memgap.agent.reply import parse_report
 
     report = parse_report(fixture("stats-glibc.txt"))
     assert report.allocator == "glibc" and report.malloc_from.endswith("libc.so.6")
@@ -39,7 +39,7 @@ def test_parse_glibc_reply():
 
 
 def test_parse_other_allocators():
-    from memgap.agent.client import parse_report
+    from memgap.agent.reply import parse_report
 
     je = parse_report(fixture("stats-jemalloc.txt"))
     assert je.allocator == "jemalloc" and je.jemalloc.resident >= je.jemalloc.allocated > 0
@@ -50,7 +50,7 @@ def test_parse_other_allocators():
 
 
 def test_parse_trim_reply():
-    from memgap.agent.client import parse_trim
+    from memgap.agent.reply import parse_trim
 
     result = parse_trim(fixture("trim-glibc.txt"))
     assert result.rss_before - result.rss_after == result.released
@@ -58,7 +58,7 @@ def test_parse_trim_reply():
 
 @pytest.mark.parametrize("cut", [10, 200, 5000, -6])
 def test_cut_short_reply_is_an_error(cut):
-    from memgap.agent.client import parse_report
+    from memgap.agent.reply import parse_report
 
     with pytest.raises(MalformedInput):
         parse_report(fixture("stats-glibc.txt")[:cut])
@@ -67,7 +67,7 @@ def test_cut_short_reply_is_an_error(cut):
 @settings(max_examples=300, deadline=None)
 @given(st.data())
 def test_fuzzed_replies_parse_or_raise_malformed(data):
-    from memgap.agent.client import parse_report, parse_trim
+    from memgap.agent.reply import parse_report, parse_trim
 
     text = data.draw(st.sampled_from([fixture("stats-glibc.txt"), fixture("stats-jemalloc.txt"),
                                       fixture("trim-glibc.txt")]))
@@ -183,11 +183,11 @@ def test_agent_answers_privately_and_adds_no_arena(idle_exe, tmp_path):
 @needs_cc
 def test_agent_trim_releases_what_the_outside_estimate_said(idle_exe, tmp_path):
     from memgap.agent import trim
-    from memgap.explain.snapshot import Options, snapshot_pid
+    from memgap.explain.snapshot import SnapshotOptions, snapshot_pid
 
     proc = _start([idle_exe], _agent_env(tmp_path))
     try:
-        snap = snapshot_pid(proc.pid, Options(regions=False))
+        snap = snapshot_pid(proc.pid, SnapshotOptions(regions=False))
         assert snap.route == "outside, with the agent"
         estimate = snap.layers["allocator_free"].detail["trim_releasable"]
         result = trim(_socket(tmp_path, proc.pid))
@@ -254,14 +254,14 @@ def test_agent_is_dormant_in_python_unless_asked(tmp_path):
 def test_layers_add_up_within_one_percent_with_the_agent(tmp_path):
     """The issue's bar: outside with the agent, the layers add up to VmRSS within 1%; outside
     without it the free chunks walked account for at least 90% of what glibc itself counts free."""
-    from memgap.explain.snapshot import Options, snapshot_pid
+    from memgap.explain.snapshot import SnapshotOptions, snapshot_pid
     from memgap.scenarios.native import build
 
     exe = build("blockingpool", str(tmp_path / "bin"))
     proc = _start([exe], _agent_env(tmp_path, CONCURRENCY="16", PAYLOAD_KIB="200"), until="phase: idle")
     try:
-        with_agent = snapshot_pid(proc.pid, Options(regions=False))
-        outside = snapshot_pid(proc.pid, Options(regions=False, agent=False))
+        with_agent = snapshot_pid(proc.pid, SnapshotOptions(regions=False))
+        outside = snapshot_pid(proc.pid, SnapshotOptions(regions=False, agent=False))
     finally:
         _stop(proc)
     assert with_agent.route == "outside, with the agent" and outside.route == "outside"
@@ -279,11 +279,11 @@ def test_layers_add_up_within_one_percent_with_the_agent(tmp_path):
 
 @needs_cc
 def test_agent_reports_jemalloc(idle_exe, tmp_path):
-    from memgap.explain.snapshot import Options, snapshot_pid
+    from memgap.explain.snapshot import SnapshotOptions, snapshot_pid
 
     proc = _start_under_jemalloc(idle_exe, tmp_path)
     try:
-        snap = snapshot_pid(proc.pid, Options(regions=False))
+        snap = snapshot_pid(proc.pid, SnapshotOptions(regions=False))
     finally:
         _stop(proc)
     assert snap.allocator["name"] == "jemalloc" and snap.allocator["agent"]["jemalloc"]["resident"] > 0
@@ -315,8 +315,8 @@ def test_no_compiler_is_a_clear_error(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.delenv("CC", raising=False)
     with pytest.raises(ToolMissing) as info:
-        native_build.compile_c(os.path.join(os.path.dirname(native_build.__file__), "agent", "agent.c"),
-                               "never-built", ["-shared"], str(tmp_path))
+        package = os.path.dirname(os.path.dirname(native_build.__file__))
+        native_build.compile_c(os.path.join(package, "agent", "agent.c"), "never-built", ["-shared"], str(tmp_path))
     assert info.value.exit_code == 9 and "apt-get install gcc" in str(info.value)
 
 

@@ -252,14 +252,15 @@ def test_many_deep_attaches_to_a_busy_process(target_exe, spawn):
     time (about 6 on the 2-core machine when idle, 3 under a parallel test run;
     benchmarks/stress_attach.py runs it for longer): the target never dies, is never
     left stopped, and prints its counter on, unchanged."""
-    from memgap.explain.snapshot import Options, snapshot_pid
-    from memgap.inside.gdb import GdbOptions, deep
+    from memgap.explain.snapshot import SnapshotOptions, snapshot_pid
+    from memgap.inside.gdb import deep
+    from memgap.sources.gdb_options import GdbOptions
 
     t = spawn(target_exe, "busy")
     count, started, latencies, slow = 0, time.monotonic(), [], []
     while time.monotonic() - started < 1.5 or count < 3:  # at least 3, however loaded the machine
         start_time = gdb_attach.ProcReader(t.pid).stat().start_time
-        outside = snapshot_pid(t.pid, Options(regions=True))
+        outside = snapshot_pid(t.pid, SnapshotOptions(regions=True))
         before = time.monotonic()
         found = deep(t.pid, outside, start_time, GdbOptions(timeout=10))
         latencies.append(time.monotonic() - before)

@@ -314,7 +314,7 @@ def _lab_folder(path, runs_of):
     """A lab's folder as memgap lab leaves it: lab.jsonl with its header and one line per run."""
     from dataclasses import asdict
 
-    from memgap.lab.figures import RunMetrics
+    from memgap.documents.records import RunFigures
     from memgap.record.recording import RecordingWriter
 
     path.mkdir()
@@ -325,7 +325,7 @@ def _lab_folder(path, runs_of):
     for rep in (1, 2):
         for spec, idle in runs_of:
             order += 1
-            events.write({"type": "run", **asdict(RunMetrics(spec, rep, order, "ok", wall=1.0, duration=1.2,
+            events.write({"type": "run", **asdict(RunFigures(spec, rep, order, "ok", wall=1.0, duration=1.2,
                                                               idle=idle * MiB, baseline=30 * MiB, python=True))})
     events.close()
 

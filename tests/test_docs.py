@@ -204,10 +204,10 @@ def test_the_run_fields_are_a_runs_keys(tmp_path):
 
 def test_the_lab_fields_are_a_labs_keys(tmp_path):
     from memgap.allocators.variants import parse_variant
-    from memgap.lab.figures import RunMetrics
+    from memgap.documents.records import RunFigures
     from memgap.lab.runner import LabOptions, lab_document
 
-    runs = [RunMetrics(spec, rep, 0, "ok", wall=1.0, idle=idle * MiB, baseline=30 * MiB)
+    runs = [RunFigures(spec, rep, 0, "ok", wall=1.0, idle=idle * MiB, baseline=30 * MiB)
             for rep in (1, 2) for spec, idle in (("glibc", 60), ("glibc:arena_max=2", 40))]
     options = LabOptions(cmd=["work"], variants=[parse_variant(s) for s in ("glibc", "glibc:arena_max=2")],
                          reps=2, lab_dir=str(tmp_path))

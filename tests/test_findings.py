@@ -50,9 +50,9 @@ def codes(findings):
 
 
 def outside(pid):
-    from memgap.explain.snapshot import Options, snapshot_pid
+    from memgap.explain.snapshot import SnapshotOptions, snapshot_pid
 
-    snap = snapshot_pid(pid, Options(regions=False))
+    snap = snapshot_pid(pid, SnapshotOptions(regions=False))
     assert snap.route == "outside"
     return snap
 

@@ -8,8 +8,9 @@ import pytest
 
 from memgap.allocators import variants as V  # noqa: N812 - a short alias, on most lines
 from memgap.allocators.catalog import CATALOGUE, Allocator, find_library
+from memgap.documents.records import RunFigures
 from memgap.errors import UsageError
-from memgap.lab.figures import RunMetrics, classify_pattern
+from memgap.lab.figures import classify_pattern
 from memgap.lab.runner import recommendation_lines as remedy_lines
 from memgap.lab.verdict import decide, summarize
 from memgap.report.remedy import remedy_forms
@@ -156,9 +157,9 @@ def test_post_rest_is_the_exit_figure():
            "processes": [{"pid": 1, "snapshots": [dict(snap, phase="post-import", rss=30),
                                                   dict(snap, phase="idle", rss=80),
                                                   dict(snap, phase="exit", rss=40)]}]}
-    from memgap.lab.figures import run_metrics
+    from memgap.lab.figures import run_figures
 
-    plain = run_metrics(_run(run), "glibc", 1, 1, 0.0)
+    plain = run_figures(_run(run), "glibc", 1, 1, 0.0)
     assert (plain.idle, plain.post_rest, plain.python) == (80, 40, True)
 
 
@@ -173,7 +174,7 @@ def test_pattern_words(values, word):
 
 
 def _runs(spec, idles, walls, status="ok"):
-    return [RunMetrics(spec, rep, 0, status, wall=w, idle=i * MiB, baseline=30 * MiB)
+    return [RunFigures(spec, rep, 0, status, wall=w, idle=i * MiB, baseline=30 * MiB)
             for rep, (i, w) in enumerate(zip(idles, walls, strict=True), 1)]
 
 
@@ -218,7 +219,7 @@ def test_the_lab_document_and_its_report_state_the_margin():
     from memgap.lab.runner import LabOptions, lab_document
     from memgap.report.lab import render_lab
 
-    runs = [RunMetrics(spec, rep, 0, "ok", wall=1.0, idle=idle * MiB, baseline=30 * MiB)
+    runs = [RunFigures(spec, rep, 0, "ok", wall=1.0, idle=idle * MiB, baseline=30 * MiB)
             for rep in (1, 2) for spec, idle in (("glibc", 37), ("glibc:arena_max=2", 37.01))]
     options = LabOptions(cmd=["work"], variants=[V.parse_variant(s) for s in ("glibc", "glibc:arena_max=2")],
                          reps=2, lab_dir="/nonexistent")
@@ -312,7 +313,7 @@ def test_allocators_in_the_users_folders_come_first(monkeypatch, tmp_path):
 
 
 def test_a_pymalloc_setting_on_a_program_that_is_not_python_did_not_apply():
-    from memgap.lab.figures import run_metrics
+    from memgap.lab.figures import run_figures
 
     def run(route):
         snap = {"rss": 30, "layers": {}, "status": {}, "allocator": {"name": "glibc"}, **REQUIRED, "route": route,
@@ -321,16 +322,16 @@ def test_a_pymalloc_setting_on_a_program_that_is_not_python_did_not_apply():
                      "processes": [{"pid": 1, "snapshots": [dict(snap, phase="post-import"),
                                                             dict(snap, phase="idle")]}]})
 
-    outside = run_metrics(run("outside, with the agent"), "glibc:pymalloc=off", 1, 1, 0.0)
+    outside = run_figures(run("outside, with the agent"), "glibc:pymalloc=off", 1, 1, 0.0)
     assert outside.status == "not-applied" and "not a Python one" in outside.note
-    assert run_metrics(run("in-process"), "glibc:pymalloc=off", 1, 1, 0.0).status == "ok"
-    assert run_metrics(run("outside, with the agent"), "glibc", 1, 1, 0.0).status == "ok"
+    assert run_figures(run("in-process"), "glibc:pymalloc=off", 1, 1, 0.0).status == "ok"
+    assert run_figures(run("outside, with the agent"), "glibc", 1, 1, 0.0).status == "ok"
 
 
 def test_a_server_seen_only_from_outside_shows_its_trimmer_and_its_interpreter():
     """A server stopped by a signal has no in-process snapshot: the bootstrap's trimmer-start
     event says a trimmer took, and its command line says it is Python."""
-    from memgap.lab.figures import run_metrics
+    from memgap.lab.figures import run_figures
 
     snap = {"rss": 30, "layers": {}, "status": {}, "allocator": {"name": "glibc"}, **REQUIRED, "route": "outside",
             "time": 0, "phase": "quiet"}
@@ -340,14 +341,14 @@ def test_a_server_seen_only_from_outside_shows_its_trimmer_and_its_interpreter()
                      "processes": [{"pid": 1, "cmd": cmd, "snapshots": [snap], **entry}]})
 
     server = ["/usr/bin/python3", "-m", "uvicorn", "app:app"]
-    assert run_metrics(run(server), "glibc:trim=every:1", 1, 1, 0.0).status == "not-applied"
-    assert run_metrics(run(server, trimmer="every 1 s"), "glibc:trim=every:1", 1, 1, 0.0).status == "ok"
-    assert run_metrics(run(server), "glibc:pymalloc=off", 1, 1, 0.0).status == "ok"
-    assert run_metrics(run(["./server"]), "glibc:pymalloc=off", 1, 1, 0.0).status == "not-applied"
+    assert run_figures(run(server), "glibc:trim=every:1", 1, 1, 0.0).status == "not-applied"
+    assert run_figures(run(server, trimmer="every 1 s"), "glibc:trim=every:1", 1, 1, 0.0).status == "ok"
+    assert run_figures(run(server), "glibc:pymalloc=off", 1, 1, 0.0).status == "ok"
+    assert run_figures(run(["./server"]), "glibc:pymalloc=off", 1, 1, 0.0).status == "not-applied"
 
 
 def test_a_trimmer_variants_idle_is_what_its_own_trims_left():
-    from memgap.lab.figures import run_metrics
+    from memgap.lab.figures import run_figures
 
     def run(trims=None, agent_trims=0):
         snap = {"rss": 80, "layers": {}, "status": {}, "allocator": {"name": "glibc"}, **REQUIRED,
@@ -360,9 +361,9 @@ def test_a_trimmer_variants_idle_is_what_its_own_trims_left():
             proc["agent_exit"] = {"trimmer": {"mode": "idle", "trims": float(agent_trims)}}
         return _run({"exit_code": 0, "duration": 5.0, "timeline": [], "processes": [proc]})
 
-    assert run_metrics(run(trims=[50, 45]), "glibc:trim=quiet", 1, 1, 0.0).idle == 45  # its last trim
-    assert run_metrics(run(agent_trims=1), "glibc:trim=quiet", 1, 1, 0.0).idle == 20  # at exit
-    idle = run_metrics(run(), "glibc:trim=quiet", 1, 1, 0.0)  # it never trimmed: not the exit figure
+    assert run_figures(run(trims=[50, 45]), "glibc:trim=quiet", 1, 1, 0.0).idle == 45  # its last trim
+    assert run_figures(run(agent_trims=1), "glibc:trim=quiet", 1, 1, 0.0).idle == 20  # at exit
+    idle = run_figures(run(), "glibc:trim=quiet", 1, 1, 0.0)  # it never trimmed: not the exit figure
     assert idle.idle == 80 and "did not trim while the program lived" in idle.note
 
 
@@ -371,14 +372,14 @@ def test_a_recommended_idle_trim_says_when_the_idle_trimmer_never_got_to_trim():
 
     specs = ["glibc", "glibc:trim=idle", "glibc:trim=quiet"]
     never = "the idle trimmer did not trim while the program lived (...)"
-    runs = [RunMetrics(spec, rep, 0, "ok", wall=1.4, idle=idle * MiB, baseline=23 * MiB, note=note)
+    runs = [RunFigures(spec, rep, 0, "ok", wall=1.4, idle=idle * MiB, baseline=23 * MiB, note=note)
             for rep in (1, 2, 3) for spec, idle, note in (("glibc", 43, ""), ("glibc:trim=idle", 27, ""),
                                                          ("glibc:trim=quiet", 43, never))]
     options = LabOptions(cmd=["work"], variants=[V.parse_variant(s) for s in specs], lab_dir="/nonexistent")
     rec = lab_document(options, runs, 1.0).recommendation
     assert rec is not None and rec.variant == "glibc:trim=idle" and "never trimmed" in rec.notes[-1]
     trimmed = [r for r in runs if r.variant != "glibc:trim=quiet"] + [
-        RunMetrics("glibc:trim=quiet", rep, 0, "ok", wall=1.4, idle=30 * MiB, baseline=23 * MiB) for rep in (1, 2, 3)]
+        RunFigures("glibc:trim=quiet", rep, 0, "ok", wall=1.4, idle=30 * MiB, baseline=23 * MiB) for rep in (1, 2, 3)]
     rec = lab_document(options, trimmed, 1.0).recommendation
     assert rec is not None and not any("never trimmed" in note for note in rec.notes)
 
@@ -395,7 +396,7 @@ def test_a_sweeps_summaries_are_classes_and_write_the_labs_json():
     for n, base in (("1", 40), ("2", 80)):
         for rep in (1, 2):
             for spec, idle in (("glibc", base), ("glibc:trim=idle", 20)):
-                runs.append(RunMetrics(spec, rep, 0, "ok", wall=1.0, idle=idle * MiB, peak=2 * base * MiB))
+                runs.append(RunFigures(spec, rep, 0, "ok", wall=1.0, idle=idle * MiB, peak=2 * base * MiB))
                 runs[-1].params = {"N": n}
     options = LabOptions(cmd=["work"], variants=[V.parse_variant(s) for s in ("glibc", "glibc:trim=idle")],
                          reps=2, lab_dir="/nonexistent", params=[("N", ["1", "2"])])
@@ -416,7 +417,7 @@ def test_a_sweeps_summaries_are_classes_and_write_the_labs_json():
     assert data["variants"] == data["cells"][1]["variants"]
 
 def _fixed_runs(spec, idles, status="ok", wall=1.0):
-    return [RunMetrics(variant=spec, rep=k + 1, order=0, status=status, idle=idle, wall=wall)
+    return [RunFigures(variant=spec, rep=k + 1, order=0, status=status, idle=idle, wall=wall)
             for k, idle in enumerate(idles)]
 
 
@@ -462,7 +463,7 @@ def test_a_costlier_choice_over_a_simpler_winner_waits_for_every_repetition():
 
 def _limited(spec, statuses, idle):
     """Runs under a 200 MiB --memory-limit: an OOM-killed one has no idle, and its cgroup peak is the limit."""
-    return [RunMetrics(spec, rep, 0, status, wall=1.0, idle=idle * MiB if status == "ok" else None,
+    return [RunFigures(spec, rep, 0, status, wall=1.0, idle=idle * MiB if status == "ok" else None,
                        cgroup_peak=(idle + 20) * MiB if status == "ok" else 200 * MiB, cgroup_limit=200 * MiB)
             for rep, status in enumerate(statuses, 1)]
 

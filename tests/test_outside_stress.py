@@ -3,7 +3,7 @@ import subprocess
 import sys
 
 from conftest import child_env
-from memgap.explain.snapshot import Options, snapshot_pid
+from memgap.explain.snapshot import SnapshotOptions, snapshot_pid
 
 BUSY = r"""
 import sys, threading, zlib
@@ -32,7 +32,7 @@ def test_a_hundred_snapshots_of_a_busy_process():
         expected_total = int(first[1])
         problems = 0
         for _ in range(100):
-            snap = snapshot_pid(proc.pid, Options(regions=False))
+            snap = snapshot_pid(proc.pid, SnapshotOptions(regions=False))
             assert proc.poll() is None, "the target died"
             assert _state(proc.pid) != "T", "the target was left stopped"
             layers = [layer.resident for layer in snap.layers.values() if layer.resident is not None]

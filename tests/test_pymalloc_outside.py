@@ -104,9 +104,9 @@ def start(tmp_path):
 
 
 def outside(pid):
-    from memgap.explain.snapshot import Options, snapshot_pid
+    from memgap.explain.snapshot import SnapshotOptions, snapshot_pid
 
-    return snapshot_pid(pid, Options(regions=False, agent=False))
+    return snapshot_pid(pid, SnapshotOptions(regions=False, agent=False))
 
 
 def within(got, want, share, slack=0):

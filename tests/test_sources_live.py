@@ -83,7 +83,7 @@ def test_trim_estimate_knows_fastbin_consolidation_merges_into_the_top(tmp_path)
     """A free chunk followed only by fastbin chunks up to a thread heap's top: malloc_trim(0)
     first consolidates them all into the top chunk, which it leaves alone. Seen in the
     thread-pool scenario (estimates 14-27% too high in 2 of 8 runs) before it was modelled."""
-    from memgap.explain.snapshot import Options, snapshot_pid
+    from memgap.explain.snapshot import SnapshotOptions, snapshot_pid
 
     exe = tmp_path / "into_top"
     subprocess.run([shutil.which("cc") or "gcc", "-O1", "-pthread", "-o", str(exe),
@@ -91,7 +91,7 @@ def test_trim_estimate_knows_fastbin_consolidation_merges_into_the_top(tmp_path)
     proc = subprocess.Popen([str(exe)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().startswith("ready")
-        arenas = snapshot_pid(proc.pid, Options(agent=False)).layers["allocator_free"].detail["arenas"]
+        arenas = snapshot_pid(proc.pid, SnapshotOptions(agent=False)).layers["allocator_free"].detail["arenas"]
         proc.stdin.write("trim\n")
         proc.stdin.flush()
         released = int(proc.stdout.readline().split()[1]) << 10

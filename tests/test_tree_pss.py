@@ -17,7 +17,7 @@ import pytest
 
 from conftest import HERE, child_env
 from helpers import MiB, memgap
-from memgap.explain.snapshot import Options, snapshot_pid
+from memgap.explain.snapshot import SnapshotOptions, snapshot_pid
 
 PROGRAM = os.path.join(HERE, "programs", "forked_tree.py")
 
@@ -57,7 +57,7 @@ def test_layers_pss_adds_up_to_each_process_pss(tree):
     _master, pids, readings = tree
     for pid in pids:
         own_reading(pid, readings)  # once first: the handler's own first run touches pages
-        snap = snapshot_pid(pid, Options(regions=False))
+        snap = snapshot_pid(pid, SnapshotOptions(regions=False))
         _, own_pss, _ = own_reading(pid, readings)
         layers = snap.layers.values()
         assert all(layer.pss is not None for layer in layers if layer.resident is not None), snap.layers
@@ -74,7 +74,7 @@ def test_layers_pss_adds_up_to_each_process_pss(tree):
 def test_worker_private_buffer_and_shared_objects(tree):
     master, pids, _ = tree
     for pid in pids[1:]:
-        snap = snapshot_pid(pid, Options(regions=False))
+        snap = snapshot_pid(pid, SnapshotOptions(regions=False))
         # the 24 MiB bytearray is one glibc mmapped chunk: allocator_in_use, not other_anon
         in_use, other = snap.layers["allocator_in_use"], snap.layers["other_anon"]
         assert in_use.private >= 24 * MiB, (in_use.private / MiB, other.private / MiB)
@@ -84,7 +84,7 @@ def test_worker_private_buffer_and_shared_objects(tree):
         assert objects.resident >= 40 * MiB
         assert objects.shared >= 0.9 * objects.resident, (objects.shared / MiB, objects.resident / MiB)
         assert objects.pss <= 0.45 * objects.resident, (objects.pss / MiB, objects.resident / MiB)
-    master_snap = snapshot_pid(master, Options(regions=False))
+    master_snap = snapshot_pid(master, SnapshotOptions(regions=False))
     assert master_snap.layers["allocator_in_use"].private < 8 * MiB  # no 24 MiB buffer of its own
 
 
@@ -147,7 +147,7 @@ def test_a_tree_read_at_once_has_every_process_and_what_each_copied(tree):
         memgap.explain.tree.TreeHeaders = original
     assert snaps[0].pid == master and sorted(s.pid for s in snaps) == sorted(pids)
     for snap in snaps:  # the workers rest: their objects stay where they are between the two reads
-        alone = snapshot_pid(snap.pid, Options(regions=False)).layers["python_objects"].detail
+        alone = snapshot_pid(snap.pid, SnapshotOptions(regions=False)).layers["python_objects"].detail
         assert snap.layers["python_objects"].detail == alone and snap.regions == [], snap.pid
         if snap.pid != master:
             assert snap.copied_from_parent["parent"] == master and snap.copied_from_parent["copied"] > 0

@@ -253,11 +253,11 @@ def test_lab_with_a_grid_and_plain_python_lines(lab_grid, width):
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_top(holder, width):
-    from memgap.explain.snapshot import Options, snapshot_pid
+    from memgap.explain.snapshot import SnapshotOptions, snapshot_pid
     from memgap.report.live import frame
     from memgap.report.terminal import console_on
 
-    history = deque([[snapshot_pid(holder.pid, Options(regions=False))] for _ in range(3)])
+    history = deque([[snapshot_pid(holder.pid, SnapshotOptions(regions=False))] for _ in range(3)])
     now = history[-1][0]
     text = rendered(lambda out, w: console_on(out, w).print(frame(history, history[-1], w)), width)
     check(text, width, [str(now.pid), *snapshot_figures(now)])
@@ -268,19 +268,20 @@ def inside(holder):
     """--deep and --trim on the holder, through gdb."""
     from memgap.cli.inspect import snapshot_checked
     from memgap.errors import MemgapError
-    from memgap.explain.snapshot import Options, snapshot_pid
-    from memgap.inside.gdb import GdbOptions, deep, trim
+    from memgap.explain.snapshot import SnapshotOptions, snapshot_pid
+    from memgap.inside.gdb import deep, trim
+    from memgap.sources.gdb_options import GdbOptions
 
     if not shutil.which("gdb"):
         pytest.skip("gdb is not installed")
-    snap, identity = snapshot_checked(holder.pid, Options(regions=True), "/proc")
+    snap, identity = snapshot_checked(holder.pid, SnapshotOptions(regions=True), "/proc")
     started = identity.start_time
     try:
         found = deep(holder.pid, snap, started, GdbOptions())
         trimmed = trim(holder.pid, snap, started, GdbOptions())
     except MemgapError as exc:
         pytest.skip(f"gdb cannot attach here: {exc}")
-    after = snapshot_pid(holder.pid, Options(regions=False))
+    after = snapshot_pid(holder.pid, SnapshotOptions(regions=False))
     after.phase = "after-trim"
     return found, trimmed, after
 
@@ -317,18 +318,19 @@ def _inside(cmd, env=None):
     """--deep and --trim through gdb on a program that says "ready" on its second line; yields
     (pid, deep result, trim record, the snapshot after the trim)."""
     from memgap.cli.inspect import snapshot_checked
-    from memgap.explain.snapshot import Options, snapshot_pid
-    from memgap.inside.gdb import GdbOptions, deep, trim
+    from memgap.explain.snapshot import SnapshotOptions, snapshot_pid
+    from memgap.inside.gdb import deep, trim
+    from memgap.sources.gdb_options import GdbOptions
 
     proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
     try:
         proc.stdout.readline()
         assert proc.stdout.readline() == "ready\n"
-        snap, identity = snapshot_checked(proc.pid, Options(regions=True), "/proc")
+        snap, identity = snapshot_checked(proc.pid, SnapshotOptions(regions=True), "/proc")
         started = identity.start_time
         found = deep(proc.pid, snap, started, GdbOptions())
         trimmed = trim(proc.pid, snap, started, GdbOptions())
-        after = snapshot_pid(proc.pid, Options(regions=False))
+        after = snapshot_pid(proc.pid, SnapshotOptions(regions=False))
         after.phase = "after-trim"
         yield proc.pid, found, trimmed, after
     finally:

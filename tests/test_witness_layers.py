@@ -66,9 +66,9 @@ class Witness:
         return {k: (int(v) if v.lstrip("-").isdigit() else v) for k, v in (w.split("=", 1) for w in words[1:])}
 
     def layers(self):
-        from memgap.explain.snapshot import Options, snapshot_pid
+        from memgap.explain.snapshot import SnapshotOptions, snapshot_pid
 
-        snap = snapshot_pid(self.proc.pid, Options(regions=False, agent=self.agent))
+        snap = snapshot_pid(self.proc.pid, SnapshotOptions(regions=False, agent=self.agent))
         assert snap.route == ("outside, with the agent" if self.agent else "outside")
         out = {name: layer.resident for name, layer in snap.layers.items()}
         # glibc's free bytes split: whole free pages, and bytes on pages shared with live chunks
@@ -363,7 +363,7 @@ def test_a_forked_childs_heap_is_walked_across_its_split_mappings():
     """A child that grows the brk heap it inherited: the kernel shows the heap as two [heap]
     lines (the shared part and the child's own), and the child's 15 MiB are the C allocator's
     in use, not other anonymous memory."""
-    from memgap.explain.snapshot import Options, snapshot_pid
+    from memgap.explain.snapshot import SnapshotOptions, snapshot_pid
 
     parent = subprocess.Popen([sys.executable, "-c", FORKED_HEAP], stdout=subprocess.PIPE, text=True,
                               env=child_env())
@@ -371,7 +371,7 @@ def test_a_forked_childs_heap_is_walked_across_its_split_mappings():
         child = int(parent.stdout.readline())
         with open(f"/proc/{child}/maps") as fh:
             heaps = [line for line in fh if line.rstrip().endswith("[heap]")]
-        snap = snapshot_pid(child, Options(regions=False, agent=False))
+        snap = snapshot_pid(child, SnapshotOptions(regions=False, agent=False))
     finally:
         os.kill(child, 9)
         parent.wait()

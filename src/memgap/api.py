@@ -9,7 +9,7 @@ from types import TracebackType
 from memgap.documents.records import TrimRecord, TrimRoute
 from memgap.documents.snapshot import Snapshot
 from memgap.errors import Unsupported
-from memgap.explain.snapshot import Options, snapshot_self
+from memgap.explain.snapshot import SnapshotOptions, snapshot_self
 from memgap.record.envnames import TRIM_AFTER_ENV, WALK_ENV
 from memgap.record.recording import ProcessFile, RecordingWriter
 from memgap.sources.procfs import ProcReader, status_int
@@ -25,7 +25,7 @@ def snapshot(walk: bool = False, count: tuple[str, ...] = (), regions: bool = Tr
     ``walk`` adds a gc walk for large buffers (bytes, bytearray, numpy arrays)
     when tracemalloc is not tracing; ``count`` names classes to count.
     """
-    return snapshot_self(options=Options(walk_python=walk, class_names=tuple(count), regions=regions))
+    return snapshot_self(options=SnapshotOptions(walk_python=walk, class_names=tuple(count), regions=regions))
 
 
 def _recording_writer() -> RecordingWriter | None:
@@ -39,7 +39,7 @@ def _record(name: str, trim_result: TrimResult | None = None) -> Snapshot | None
     writer = _recording_writer()
     walk = os.environ.get(WALK_ENV, "1") != "0"
     try:
-        snap = snapshot_self(phase=name, options=Options(walk_python=walk, regions=False))
+        snap = snapshot_self(phase=name, options=SnapshotOptions(walk_python=walk, regions=False))
     except Exception as exc:  # see the docstring
         if writer is None:
             raise

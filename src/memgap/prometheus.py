@@ -28,7 +28,7 @@ except ImportError as exc:  # the one optional dependency: say how to get it
                       "pip install prometheus-client (or memgap[prometheus])") from exc
 
 from memgap.errors import MemgapError
-from memgap.explain.snapshot import Options, snapshot_self
+from memgap.explain.snapshot import SnapshotOptions, snapshot_self
 from memgap.metrics.export import Family, Target, command_name, process_families, scrape_families
 from memgap.sources.procfs import ProcReader
 
@@ -63,7 +63,7 @@ class MemgapCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         started = time.perf_counter()
         try:
-            targets = [Target(snapshot_self(options=Options(regions=False)), self.role, self.index)]
+            targets = [Target(snapshot_self(options=SnapshotOptions(regions=False)), self.role, self.index)]
         except MemgapError:
             self.errors_total += 1
             targets = []

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import os
 
-from memgap.agent.client import AgentReport, AgentTrim, parse_report, query, socket_path, trim
+from memgap.agent.client import query, socket_path, trim
+from memgap.agent.reply import AgentReport, AgentTrim, parse_report
 from memgap.allocators.catalog import preloaded
 from memgap.native.build import shared_library
 

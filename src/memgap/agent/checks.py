@@ -21,7 +21,7 @@ from memgap.errors import MemgapError
 from memgap.sources.procfs import status_int
 
 if TYPE_CHECKING:
-    from memgap.agent.client import AgentReport, AgentTrim
+    from memgap.agent.reply import AgentReport, AgentTrim
 
 ALLOCATORS = ("glibc", "jemalloc", "tcmalloc", "mimalloc", "other")  # agent.c's allocator_names
 TRIMMER_MODES = ("off", "idle", "every")

@@ -29,14 +29,14 @@ from memgap.diagnose.findings import diagnose_tree
 from memgap.documents.records import TreeDocument
 from memgap.documents.snapshot import Snapshot, tree_totals
 from memgap.errors import Unsupported, UsageError
-from memgap.explain.snapshot import Options, snapshot_pid
+from memgap.explain.snapshot import SnapshotOptions, snapshot_pid
 from memgap.explain.tree import snapshot_tree
 from memgap.report.terminal import render_snapshot, render_tree
 from memgap.sources.gdb_target import DEFAULT_TIMEOUT  # not gdb_attach: loaded only for --deep
 from memgap.sources.processes import ProcessIdentity
 
 if TYPE_CHECKING:  # memgap.inside.gdb is loaded only for --deep and --trim
-    from memgap.inside.gdb import GdbOptions
+    from memgap.sources.gdb_options import GdbOptions
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -59,7 +59,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gdb", default="gdb", metavar="PATH", help="the gdb to run (gdb)")
 
 
-def snapshot_checked(pid: int, options: Options, proc_root: str) -> tuple[Snapshot, ProcessIdentity]:
+def snapshot_checked(pid: int, options: SnapshotOptions, proc_root: str) -> tuple[Snapshot, ProcessIdentity]:
     """An outside snapshot, and the process it is of (its start time checked on both sides)."""
     identity = ProcessIdentity.asked_for(pid, proc_root)
     snap = snapshot_pid(pid, options, proc_root)
@@ -91,7 +91,7 @@ class InspectRequest:
                    deep=args.deep, trim=args.trim, gdb_timeout=args.gdb_timeout, gdb=args.gdb)
 
     def gdb_options(self) -> GdbOptions:
-        from memgap.inside.gdb import GdbOptions  # loaded only for --deep and --trim
+        from memgap.sources.gdb_options import GdbOptions  # loaded only for --deep and --trim
 
         return GdbOptions(timeout=self.gdb_timeout, gdb=self.gdb, proc_root=self.proc_root)
 
@@ -105,7 +105,7 @@ def execute(request: InspectRequest) -> int:
     if request.tree:
         return _tree(request)
     if not (request.deep or request.trim):
-        snap = snapshot_pid(request.pid, Options(regions=request.regions), request.proc_root)
+        snap = snapshot_pid(request.pid, SnapshotOptions(regions=request.regions), request.proc_root)
         if request.json:
             write_json(snap.to_dict(regions=request.regions), request.json)
         if request.json != "-":
@@ -123,7 +123,7 @@ def _inside(request: InspectRequest) -> int:
     options = request.gdb_options()
     pid, proc_root = request.pid, request.proc_root
     # regions: the outside count of mmapped chunks, compared with malloc_info's
-    snap, identity = snapshot_checked(pid, Options(regions=request.regions or request.deep), proc_root)
+    snap, identity = snapshot_checked(pid, SnapshotOptions(regions=request.regions or request.deep), proc_root)
     started = identity.start_time
     runtimes = _runtimes_deep(snap, pid, proc_root) if request.deep else []
     found = None
@@ -136,7 +136,7 @@ def _inside(request: InspectRequest) -> int:
     trimmed = after = None
     if request.trim:
         trimmed = trim(pid, snap, started, options)
-        after = snapshot_pid(pid, Options(regions=False), proc_root)
+        after = snapshot_pid(pid, SnapshotOptions(regions=False), proc_root)
         after.phase, after.trim = "after-trim", trimmed
     if request.json:
         doc = snap.to_dict(regions=request.regions)

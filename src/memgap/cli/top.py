@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from memgap.cli import _common
 from memgap.documents.snapshot import Snapshot
 from memgap.errors import NoSuchProcess, PidReused
-from memgap.explain.snapshot import Options, snapshot_pid
+from memgap.explain.snapshot import SnapshotOptions, snapshot_pid
 from memgap.explain.tree import snapshot_tree
 from memgap.report.live import frame
 from memgap.report.terminal import console_on
@@ -40,7 +40,7 @@ def _snapshots(pid: int, tree: bool, shown: ProcessIdentity | None) -> tuple[lis
     identity = ProcessIdentity.asked_for(pid)
     if shown is not None and identity != shown:
         raise PidReused(pid, "another process has it since the last refresh")
-    snaps = snapshot_tree(pid) if tree else [snapshot_pid(pid, Options(regions=False))]
+    snaps = snapshot_tree(pid) if tree else [snapshot_pid(pid, SnapshotOptions(regions=False))]
     identity.check()
     return snaps, identity
 

@@ -80,7 +80,7 @@ def _no_long_string(value: Any, what: str) -> None:
                                        f"none over {STRING_LIMIT >> 20} MiB")
 
 
-def _typed(value: Any, hint: Any, where: str) -> Any:
+def typed_value(value: Any, hint: Any, where: str) -> Any:
     """``value`` checked against the type ``hint`` (nested: lists, dicts, tuples, enums, documents)."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if hint is Any:
@@ -90,10 +90,10 @@ def _typed(value: Any, hint: Any, where: str) -> Any:
             return None
         kinds = [a for a in args if a is not type(None)]
         if len(kinds) == 1:  # X | None: what is wrong with it as an X
-            return _typed(value, kinds[0], where)
+            return typed_value(value, kinds[0], where)
         for arg in kinds:
             try:
-                return _typed(value, arg, where)
+                return typed_value(value, arg, where)
             except MalformedInput:
                 continue
         raise _wrong(where, value, hint)
@@ -105,29 +105,29 @@ def _typed(value: Any, hint: Any, where: str) -> Any:
     if hasattr(hint, "from_dict"):
         return hint.from_dict(value, where)
     if isinstance(hint, type) and dataclasses.is_dataclass(hint):  # a part without a from_dict of its own
-        return hint(**_fields(hint, value, where))
+        return hint(**dataclass_fields(hint, value, where))
     if origin is list:  # an item's place in the list, and a value's key, in where it is: which one is wrong
-        items = _of(value, list, where)
+        items = of_type(value, list, where)
         if _free(args[0]):  # kept as read, each only checked (a timeline's samples: no copy, no work per key)
             kind = typing.get_origin(args[0]) or args[0]
             for i, v in enumerate(items):
                 if kind is not Any and not isinstance(v, kind):
                     raise _wrong(f"{where}[{i}]", v, args[0])
             return items
-        return [_typed(v, args[0], f"{where}[{i}]") for i, v in enumerate(items)]
+        return [typed_value(v, args[0], f"{where}[{i}]") for i, v in enumerate(items)]
     if origin is tuple:
         if not isinstance(value, (list, tuple)) or len(value) != len(args):
             raise _wrong(where, value, hint)
-        return tuple(_typed(v, a, where) for v, a in zip(value, args, strict=True))
+        return tuple(typed_value(v, a, where) for v, a in zip(value, args, strict=True))
     if origin is dict:
         if args[1] is Any:
-            return _of(value, dict, where)
-        return {k: _typed(v, args[1], f"{where}[{k!r}]") for k, v in _of(value, dict, where).items()}
+            return of_type(value, dict, where)
+        return {k: typed_value(v, args[1], f"{where}[{k!r}]") for k, v in of_type(value, dict, where).items()}
     if hint is float:
         return value if isinstance(value, (int, float)) and not isinstance(value, bool) else _fail(where, value, hint)
     if hint is int and isinstance(value, bool):
         raise _wrong(where, value, hint)
-    return _of(value, hint, where)
+    return of_type(value, hint, where)
 
 
 def _free(hint: Any) -> bool:
@@ -136,7 +136,7 @@ def _free(hint: Any) -> bool:
     return hint is Any or (origin is dict and args[1] is Any) or (origin is list and args[0] is Any)
 
 
-def _of(value: Any, kind: type, where: str) -> Any:
+def of_type(value: Any, kind: type, where: str) -> Any:
     if not isinstance(value, kind):
         raise _wrong(where, value, kind)
     return value
@@ -157,17 +157,17 @@ def _hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
-def _fields(cls: type, data: Any, what: str, skip: tuple[str, ...] = ()) -> dict[str, Any]:
+def dataclass_fields(cls: type, data: Any, what: str, skip: tuple[str, ...] = ()) -> dict[str, Any]:
     """The keyword arguments of dataclass ``cls`` from ``data``: every field it has, checked;
     a field without a default must be there; keys it does not know are left out."""
-    data = _of(data, dict, what)
+    data = of_type(data, dict, what)
     hints = _hints(cls)
     out: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
         if f.name in skip:
             continue
         if f.name in data:
-            out[f.name] = _typed(data[f.name], hints[f.name], f"{what}, field {f.name!r}")
+            out[f.name] = typed_value(data[f.name], hints[f.name], f"{what}, field {f.name!r}")
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             raise MalformedInput(what, f"no field {f.name!r}")
     return out
@@ -175,7 +175,7 @@ def _fields(cls: type, data: Any, what: str, skip: tuple[str, ...] = ()) -> dict
 
 def check_schema(data: Any, family: str, current: str, what: str) -> None:
     """Refuse a document of another kind, or of a version of ``family`` this memgap does not read."""
-    schema = _of(data, dict, what).get("schema")
+    schema = of_type(data, dict, what).get("schema")
     if not isinstance(schema, str) or not schema.startswith(family + "/"):
         raise MalformedInput(what, f"not a {family} document (schema {schema!r})")
     if schema != current:

@@ -13,7 +13,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
-from memgap.documents.fields import _fields
+from memgap.documents.fields import dataclass_fields
 
 # how a reason in a lab document's ``chosen`` that a finding of the baseline's gave begins (memgap.lab.choose)
 CHOSEN = "chosen because: "
@@ -23,10 +23,10 @@ CHOSEN = "chosen because: "
 Spread = tuple[float, float, float]
 
 
-_P = TypeVar("_P", bound="_Part")
+_P = TypeVar("_P", bound="_Summary")
 
 
-class _Part:
+class _Summary:
     """A part written as its fields (``dataclasses.asdict``) and read back checked; ``WHAT``
     names it in an error."""
 
@@ -38,11 +38,11 @@ class _Part:
 
     @classmethod
     def from_dict(cls: type[_P], data: Any, what: str = "") -> _P:
-        return cls(**_fields(cls, data, what or cls.WHAT))
+        return cls(**dataclass_fields(cls, data, what or cls.WHAT))
 
 
 @dataclass
-class VariantSummary(_Part):
+class VariantSummary(_Summary):
     """One variant's runs in one cell, summed up, and what the verdict made of them."""
 
     WHAT = "variant summary"
@@ -81,7 +81,7 @@ class VariantSummary(_Part):
 
 
 @dataclass
-class Recommendation(_Part):
+class Recommendation(_Summary):
     """The variant the verdict chose, why, and the lines that apply it in every form
     (``report.remedy.remedy_forms``)."""
 
@@ -102,7 +102,7 @@ class Recommendation(_Part):
 
 
 @dataclass
-class Cell(_Part):
+class Cell(_Summary):
     """One setting of the swept parameters (the one empty cell without any): its variants,
     ranked as the verdict ranked them, and its own verdict."""
 
@@ -123,7 +123,7 @@ class Cell(_Part):
 
 
 @dataclass
-class SweepRow(_Part):
+class SweepRow(_Summary):
     """One variant in one cell of a sweep: its idle and peak medians, and their growth over
     the first cell's (None where either is unknown)."""
 
@@ -138,7 +138,7 @@ class SweepRow(_Part):
 
 
 @dataclass
-class AcrossCell(_Part):
+class AcrossCell(_Summary):
     """The top recommendation in one cell of a sweep: its word there, its idle median and the
     baseline's (None where unknown)."""
 

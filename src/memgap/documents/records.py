@@ -18,7 +18,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-from memgap.documents.fields import _fields, _of, _typed, check_schema
+from memgap.documents.fields import check_schema, dataclass_fields, of_type, typed_value
 from memgap.documents.lab_summary import AcrossCell, Cell, Recommendation, SweepRow, VariantSummary
 from memgap.documents.snapshot import RUN_SCHEMA, Finding, Snapshot
 from memgap.errors import MalformedInput
@@ -120,12 +120,13 @@ class TrimRecord:
         """A trim record again. Its route: ``route``, or ``by`` (what ``memgap run`` wrote for the
         agent's trims before 0.x: read as ``route``); without either, in-process where it says
         ``performed``, else the trimmer's."""
-        data = _of(data, dict, what)
+        data = of_type(data, dict, what)
         route = data.get("route", data.get("by"))
         if route is None:
             route = TrimRoute.IN_PROCESS if "performed" in data else TrimRoute.TRIMMER
-        kwargs = _fields(cls, {k: v for k, v in data.items() if k in _TRIM_CORE}, what, skip=("route", "details"))
-        return cls(**kwargs, route=_typed(route, TrimRoute, f"{what}, field 'route'"),
+        core = {k: v for k, v in data.items() if k in _TRIM_CORE}
+        kwargs = dataclass_fields(cls, core, what, skip=("route", "details"))
+        return cls(**kwargs, route=typed_value(route, TrimRoute, f"{what}, field 'route'"),
                    details={k: v for k, v in data.items() if k not in _TRIM_CORE})
 
 
@@ -146,7 +147,7 @@ class ProcessIdle:
 
     @classmethod
     def from_dict(cls, data: Any, what: str = "process idle") -> ProcessIdle:
-        return cls(**_fields(cls, data, what))
+        return cls(**dataclass_fields(cls, data, what))
 
 
 # written only where the events were
@@ -182,7 +183,7 @@ class ProcessRecord:
 
     @classmethod
     def from_dict(cls, data: Any, what: str = "run's process") -> ProcessRecord:
-        record = cls(**_fields(cls, data, what))
+        record = cls(**dataclass_fields(cls, data, what))
         for i, snap in enumerate(record.snapshots):  # kept as JSON, but checked as snapshots are
             Snapshot.from_dict(snap, f"{what}, snapshot {i}")
         return record
@@ -246,13 +247,13 @@ class RunDocument:
     @classmethod
     def from_dict(cls, data: Any, what: str = "run document") -> RunDocument:
         check_schema(data, "memgap.run", RUN_SCHEMA, what)
-        run = cls(**_fields(cls, data, what))
+        run = cls(**dataclass_fields(cls, data, what))
         # kept as JSON for the renderers, but checked: a sample or finding missing a figure is refused here,
         # not met as a KeyError in a table
         for i, sample in enumerate(run.timeline):
-            _fields(Sample, sample, f"{what}, timeline[{i}]")
+            dataclass_fields(Sample, sample, f"{what}, timeline[{i}]")
         for i, finding in enumerate(run.findings):
-            _fields(Finding, finding, f"{what}, findings[{i}]")
+            dataclass_fields(Finding, finding, f"{what}, findings[{i}]")
         return run
 
 
@@ -314,7 +315,7 @@ class RunFigures:
 
     @classmethod
     def from_dict(cls, data: Any, what: str = "lab run") -> RunFigures:
-        return cls(**_fields(cls, data, what))
+        return cls(**dataclass_fields(cls, data, what))
 
 
 @dataclass
@@ -395,11 +396,11 @@ class LabDocument:
     @classmethod
     def from_dict(cls, data: Any, what: str = "lab document") -> LabDocument:
         check_schema(data, "memgap.lab", LAB_SCHEMA, what)
-        lab = cls(**_fields(cls, data, what))
+        lab = cls(**dataclass_fields(cls, data, what))
         if lab.material:  # the settings kept as given are checked all the same
-            _fields(_Material, lab.material, f"{what}, field 'material'")
+            dataclass_fields(_Material, lab.material, f"{what}, field 'material'")
         if lab.cgroup:
-            _fields(_CgroupSettings, lab.cgroup, f"{what}, field 'cgroup'")
+            dataclass_fields(_CgroupSettings, lab.cgroup, f"{what}, field 'cgroup'")
         return lab
 
 
@@ -430,7 +431,7 @@ _LAB_OPTIONAL = ("chosen",)  # written where there is one: a lab saved before it
 
 def load_document(data: Any, what: str = "document") -> RunDocument | LabDocument:
     """A run or a lab document, by its schema (anything else: MalformedInput)."""
-    schema = str(_of(data, dict, what).get("schema", ""))
+    schema = str(of_type(data, dict, what).get("schema", ""))
     if schema.startswith("memgap.lab/"):
         return LabDocument.from_dict(data, what)
     if schema.startswith("memgap.run/"):
@@ -463,4 +464,4 @@ class TreeDocument:
     @classmethod
     def from_dict(cls, data: Any, what: str = "tree document") -> TreeDocument:
         check_schema(data, "memgap.tree", TREE_SCHEMA, what)
-        return cls(**_fields(cls, data, what))
+        return cls(**dataclass_fields(cls, data, what))

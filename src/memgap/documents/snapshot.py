@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from memgap.documents.fields import _fields, _of, check_schema
+from memgap.documents.fields import check_schema, dataclass_fields, of_type
 
 SCHEMA = "memgap.snapshot/1"
 MIB = 1 << 20
@@ -152,8 +152,8 @@ class Snapshot:
     def from_dict(cls, data: Any, what: str = "snapshot") -> Snapshot:
         """A snapshot from its JSON, every field checked against its type (docs/schemas/); what is
         missing or wrong is MalformedInput naming the field. A snapshot inside a run may omit its schema."""
-        check_schema({"schema": _of(data, dict, what).get("schema", SCHEMA)}, "memgap.snapshot", SCHEMA, what)
-        return cls(**_fields(cls, data, what))
+        check_schema({"schema": of_type(data, dict, what).get("schema", SCHEMA)}, "memgap.snapshot", SCHEMA, what)
+        return cls(**dataclass_fields(cls, data, what))
 
 
 def by_pss(snaps: list[Snapshot]) -> bool:

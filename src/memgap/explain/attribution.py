@@ -44,7 +44,7 @@ class Measurements:
 
 
 @dataclass(frozen=True)
-class _Part:
+class _Sizes:
     """Resident bytes with what of them no other process maps and their share of PSS
     (both None where pagemap's exclusive bits were not read)."""
 
@@ -52,22 +52,22 @@ class _Part:
     private: int | None = 0
     pss: float | None = 0.0
 
-    def __add__(self, other: _Part) -> _Part:
+    def __add__(self, other: _Sizes) -> _Sizes:
         if self.private is None or other.private is None or self.pss is None or other.pss is None:
-            return _Part(self.resident + other.resident, None, None)
-        return _Part(self.resident + other.resident, self.private + other.private, self.pss + other.pss)
+            return _Sizes(self.resident + other.resident, None, None)
+        return _Sizes(self.resident + other.resident, self.private + other.private, self.pss + other.pss)
 
-    def __sub__(self, other: _Part) -> _Part:
-        return self + _Part(-other.resident, None if other.private is None else -other.private,
+    def __sub__(self, other: _Sizes) -> _Sizes:
+        return self + _Sizes(-other.resident, None if other.private is None else -other.private,
                             None if other.pss is None else -other.pss)
 
-    def take(self, resident: int) -> _Part:
+    def take(self, resident: int) -> _Sizes:
         """``resident`` bytes of this part, private and shared in its own proportions: a layer
         counted in bytes (blocks, the allocator's counters) says nothing of which pages hold them."""
         if self.private is None or self.pss is None:
-            return _Part(resident, None, None)
+            return _Sizes(resident, None, None)
         ratio = resident / self.resident if self.resident else 0.0
-        return _Part(resident, round(self.private * ratio), self.pss * ratio)
+        return _Sizes(resident, round(self.private * ratio), self.pss * ratio)
 
 
 class _Owners:
@@ -79,14 +79,14 @@ class _Owners:
         self.virtual: dict[str, int] = {}
         self.count: dict[str, int] = {}
         self.shmem_kinds: dict[str, int] = {}
-        self._parts: dict[str, _Part] = {}
+        self._parts: dict[str, _Sizes] = {}
         # an owner with no region holds nothing: 0 private bytes, unless no page was told private (in-process)
-        self._none = _Part() if all(r.private is not None for r in regions) else _Part(0, None, None)
+        self._none = _Sizes() if all(r.private is not None for r in regions) else _Sizes(0, None, None)
         for r in regions:
             self.resident[r.owner] = self.resident.get(r.owner, 0) + r.resident
             self.virtual[r.owner] = self.virtual.get(r.owner, 0) + r.end - r.start
             self.count[r.owner] = self.count.get(r.owner, 0) + 1
-            self._parts[r.owner] = self._parts.get(r.owner, _Part()) + _Part(r.resident, r.private, r.pss)
+            self._parts[r.owner] = self._parts.get(r.owner, _Sizes()) + _Sizes(r.resident, r.private, r.pss)
             if r.owner == "shmem":
                 kind = shared_memory_kind(r.path) or "anonymous"
                 self.shmem_kinds[kind] = self.shmem_kinds.get(kind, 0) + r.resident
@@ -94,9 +94,9 @@ class _Owners:
     def __call__(self, owner: str) -> int:
         return self.resident.get(owner, 0)
 
-    def part(self, *owners: str) -> _Part:
+    def part(self, *owners: str) -> _Sizes:
         """The owners' resident bytes with their private and PSS bytes."""
-        total = _Part()
+        total = _Sizes()
         for owner in owners:
             total += self._parts.get(owner, self._none)
         return total
@@ -257,10 +257,10 @@ class _Allocator:
 
     in_use: int | None
     free: int | None
-    in_use_part: _Part
-    free_part: _Part
+    in_use_part: _Sizes
+    free_part: _Sizes
     other_anon: int
-    other_part: _Part
+    other_part: _Sizes
     in_use_how: list[str] = field(default_factory=list)
     free_how: list[str] = field(default_factory=list)
     source: str = ""
@@ -276,7 +276,7 @@ def _c_allocator(m: Measurements, owned: _Owners) -> _Allocator:
         return _counted_allocator(m, owned)
     # No statistics for this allocator: its memory stays under other_anon, and the two
     # allocator layers say "not measured" rather than print a zero nobody measured.
-    return _Allocator(None, None, _Part(), _Part(), owned("anon") + owned("glibc-heap") + owned("mmapped-chunk"),
+    return _Allocator(None, None, _Sizes(), _Sizes(), owned("anon") + owned("glibc-heap") + owned("mmapped-chunk"),
                       owned.part("anon") + owned.part("glibc-heap", "mmapped-chunk"))
 
 
@@ -287,9 +287,9 @@ def _glibc_allocator(m: Measurements, owned: _Owners) -> _Allocator:
     pages = sum(a.free_resident for a in glibc.arenas)
     heap_free = sum(a.free_bytes_resident for a in glibc.arenas)
     # whole free pages: their private and PSS bytes exact; free bytes beside live chunks: pro rata
-    pages_part = _Part(pages, None, None)
+    pages_part = _Sizes(pages, None, None)
     if heap_part.private is not None:
-        pages_part = _Part(pages, sum(a.free_private for a in glibc.arenas), sum(a.free_pss for a in glibc.arenas))
+        pages_part = _Sizes(pages, sum(a.free_private for a in glibc.arenas), sum(a.free_pss for a in glibc.arenas))
     free_part = pages_part + (heap_part - pages_part).take(heap_free - pages)
     arenas = _arena_detail(m)
     detail = {
@@ -505,7 +505,7 @@ PRO_RATA = "; a layer counted in bytes within pages it shares with another (bloc
            "allocator's counters) takes those pages' private and shared parts in proportion"
 
 
-def _set_shares(layers: dict[str, Layer], parts: dict[str, _Part]) -> None:
+def _set_shares(layers: dict[str, Layer], parts: dict[str, _Sizes]) -> None:
     """Each measured layer's private, shared and PSS bytes, from the part of the pages it holds."""
     for name, layer in layers.items():
         part = parts[name]

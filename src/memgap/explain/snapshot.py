@@ -36,7 +36,7 @@ from memgap.sources.procfs import (
 from memgap.sources.pymalloc_pools import TreeHeaders, census
 
 if TYPE_CHECKING:  # the agent's client is imported only where a process has the agent; the runtimes' readers
-    from memgap.agent.client import AgentReport  # only in an outside snapshot
+    from memgap.agent.reply import AgentReport  # only in an outside snapshot
     from memgap.runtimes.base import RuntimeHeap
 
 STATUS_FIELDS = ("VmPeak", "VmSize", "VmHWM", "VmRSS", "RssAnon", "RssFile", "RssShmem", "VmSwap", "Threads",
@@ -46,7 +46,7 @@ AllocatorMappings = tuple[str, list[tuple[int, int]]]  # owner name, sorted (sta
 
 
 @dataclass
-class Options:
+class SnapshotOptions:
     walk_python: bool = False          # gc walk for large buffers (O(objects))
     class_names: tuple[str, ...] = ()  # classes to count instances of
     regions: bool = True               # keep the labelled memory map in the snapshot
@@ -238,7 +238,7 @@ def _status_subset(status: dict[str, int | str]) -> dict[str, int]:
     return {k: status_int(status, k) for k in STATUS_FIELDS if k in status}
 
 
-def snapshot_self(phase: str | None = None, options: Options | None = None) -> Snapshot:
+def snapshot_self(phase: str | None = None, options: SnapshotOptions | None = None) -> Snapshot:
     """A snapshot of this process, with allocator and Python statistics.
 
     The cyclic garbage collector is paused while it runs: the snapshot's own
@@ -257,10 +257,10 @@ def snapshot_self(phase: str | None = None, options: Options | None = None) -> S
             gc.enable()
 
 
-def _snapshot_self(phase: str | None, options: Options | None) -> Snapshot:
+def _snapshot_self(phase: str | None, options: SnapshotOptions | None) -> Snapshot:
     from memgap.sources import pyheap, pymalloc as pymalloc_source
 
-    options = options or Options()
+    options = options or SnapshotOptions()
     started = time.perf_counter()
     notes: dict[str, str] = {}
     # The gc walk first: it allocates (and may map new pymalloc arenas), so every
@@ -360,7 +360,7 @@ def _no_arena_note(recorded: bool) -> str:
                                           else ", run it under `memgap run`"))
 
 
-def snapshot_pid(pid: int, options: Options | None = None, proc_root: str = "/proc",
+def snapshot_pid(pid: int, options: SnapshotOptions | None = None, proc_root: str = "/proc",
                  tree: TreeHeaders | None = None) -> Snapshot:
     """A snapshot of another process, read from /proc without stopping or changing it.
 
@@ -368,7 +368,7 @@ def snapshot_pid(pid: int, options: Options | None = None, proc_root: str = "/pr
     statistics (mallinfo2, malloc_info, jemalloc's) join what /proc shows. ``tree``: the pool
     headers the processes of a tree read at the same moment share (``memgap.explain.tree``).
     """
-    options = options or Options()
+    options = options or SnapshotOptions()
     started = time.perf_counter()
     notes = {"python_objects": _no_arena_note(options.recorded)}
     with ProcReader(pid, proc_root) as reader:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from memgap.documents.snapshot import Snapshot
 from memgap.errors import NoSuchProcess
 from memgap.explain.cow import add_copied_from_parent
-from memgap.explain.snapshot import Options, snapshot_pid
+from memgap.explain.snapshot import SnapshotOptions, snapshot_pid
 from memgap.sources.processes import descendants
 from memgap.sources.pymalloc_pools import TreeHeaders
 
@@ -18,10 +18,10 @@ def snapshot_tree(pid: int, proc_root: str = "/proc") -> list[Snapshot]:
     The descendants' regions tell where the copied pages lie, then go.
     Raises what ``snapshot_pid`` raises for ``pid`` itself."""
     headers = TreeHeaders()
-    snaps = [snapshot_pid(pid, Options(regions=False), proc_root, headers)]
+    snaps = [snapshot_pid(pid, SnapshotOptions(regions=False), proc_root, headers)]
     for child in descendants(pid):
         try:
-            snaps.append(snapshot_pid(child, Options(regions=True), proc_root, headers))
+            snaps.append(snapshot_pid(child, SnapshotOptions(regions=True), proc_root, headers))
         except NoSuchProcess:
             continue  # exited while the tree was read
     add_copied_from_parent(snaps, proc_root)

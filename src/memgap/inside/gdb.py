@@ -35,7 +35,7 @@ from memgap.inside.trust import trusted_inside
 from memgap.sources import jemalloc_gdb, mimalloc_gdb, tcmalloc_gdb
 from memgap.sources.allocator import process_root
 from memgap.sources.gdb_attach import CallFailed, GdbSession, GdbTimeout
-from memgap.sources.gdb_target import DEFAULT_TIMEOUT
+from memgap.sources.gdb_options import GdbOptions
 from memgap.sources.glibc import MallocInfo, parse_malloc_info
 from memgap.sources.jemalloc_gdb import JemallocDeep
 from memgap.sources.mimalloc_gdb import MimallocDeep
@@ -60,20 +60,6 @@ CALLS = {"jemalloc": ("reads jemalloc's statistics by calling its mallctl", "pur
 MAX_RESULT = 64 << 20  # bytes read back from a file the process wrote
 MAX_GIL_PROBES = 16    # threads asked whether they hold the GIL
 
-
-
-@dataclass
-class GdbOptions:
-    """How to run gdb: typed once at the CLI's edge."""
-
-    timeout: float = DEFAULT_TIMEOUT
-    gdb: str = "gdb"
-    proc_root: str = "/proc"
-
-    def session(self, pid: int, start_time: int | None) -> GdbSession:
-        """A gdb session on ``pid`` under these options, refusing a process started at another time."""
-        return GdbSession(pid, timeout=self.timeout, gdb=self.gdb, proc_root=self.proc_root,
-                          expected_start_time=start_time)
 
 
 @dataclass

@@ -20,8 +20,8 @@ from memgap.sources import jemalloc_gdb
 from memgap.sources.allocator import allocator_label, process_root
 from memgap.sources.procfs import ProcReader, status_int
 
-if TYPE_CHECKING:  # deep imports this module
-    from memgap.inside.gdb import GdbOptions
+if TYPE_CHECKING:
+    from memgap.sources.gdb_options import GdbOptions
 
 
 def beside_jemalloc(pid: int, outside: Snapshot, proc_root: str = "/proc") -> tuple[str, str, str]:

@@ -17,13 +17,13 @@ another's by chance more easily. ``memgap lab --reps N`` keeps the full grid.
 from __future__ import annotations
 
 from memgap.allocators.variants import Variant, parse_variant
-from memgap.lab.figures import RunMetrics
+from memgap.documents.records import RunFigures
 from memgap.lab.verdict import MATERIAL_BYTES, MATERIAL_SHARE, Verdict, summarize
 
 FAR_TOO_SLOW = 1.5  # x the slowest a variant may be (1 + budget): no later run brings it back
 
 
-def cannot_win(variant: Variant, baseline: Variant, runs: list[RunMetrics], max_slowdown: float) -> str:
+def cannot_win(variant: Variant, baseline: Variant, runs: list[RunFigures], max_slowdown: float) -> str:
     """Why ``variant`` cannot be recommended, from its runs and the baseline's so far
     (one cell of the lab); "" while it still can."""
     if variant.is_baseline:
@@ -48,12 +48,12 @@ def cannot_win(variant: Variant, baseline: Variant, runs: list[RunMetrics], max_
     return ""
 
 
-def _slowdown(variant: Variant, runs: list[RunMetrics], baseline: Variant) -> float | None:
+def _slowdown(variant: Variant, runs: list[RunFigures], baseline: Variant) -> float | None:
     mine = [r for r in runs if r.variant == variant.spec]
     return summarize(variant, mine, [r for r in runs if r.variant == baseline.spec]).slowdown
 
 
-def _dominates(spec: str, usable: list[RunMetrics], runs: list[RunMetrics], baseline: Variant,
+def _dominates(spec: str, usable: list[RunFigures], runs: list[RunFigures], baseline: Variant,
                max_slowdown: float) -> bool:
     """Whether variant ``spec`` idled below every one of these runs by twice the material
     margin in all its own runs, within the time budget: the verdict would never pick the

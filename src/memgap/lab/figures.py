@@ -20,7 +20,6 @@ NO_IDLE = ("no idle: the workload marked no phase named idle, showed no quiet sp
            "before its exit to read")
 
 
-RunMetrics = RunFigures  # the lab's older name for one run's figures (memgap.documents.records)
 
 
 def _main_process(run: RunDocument, process: str = "") -> ProcessRecord | None:
@@ -101,7 +100,7 @@ def _sigkill_cause(oom_kills: int | None) -> str:
     return " (not by the OOM killer: /proc/vmstat oom_kill did not move while it ran)"
 
 
-def run_metrics(run: RunDocument, variant: Variant | str, rep: int, order: int, cpu: float,
+def run_figures(run: RunDocument, variant: Variant | str, rep: int, order: int, cpu: float,
                 metric: str = "", process: str = "") -> RunFigures:
     """Figures of one run of ``variant`` (a spec is parsed). A trim=idle variant is itself
     the idle trim: its idle figure is the RSS after that trim; a trim=quiet one (the idle

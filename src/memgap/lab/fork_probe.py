@@ -21,7 +21,7 @@ from memgap.diagnose.findings import diagnose_tree
 from memgap.documents.snapshot import Finding
 from memgap.errors import MemgapError
 from memgap.record.idle import QuietSpell, quiet_after
-from memgap.record.recorder import tree_pids
+from memgap.sources.processes import tree_pids
 from memgap.sources.procfs import ProcReader, status_int
 
 INTERVAL = 0.5   # seconds between two looks at the tree (its CPU and RSS)

@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 
 from memgap.allocators.variants import Variant, parse_variant, resolve
 from memgap.documents.lab_summary import AcrossCell, Cell, Recommendation, SweepRow
-from memgap.documents.records import LAB_SCHEMA, LabDocument, RunDocument, RunStatus, TrimMode
+from memgap.documents.records import LAB_SCHEMA, LabDocument, RunDocument, RunFigures, RunStatus, TrimMode
 from memgap.errors import Unsupported
 from memgap.lab.adaptive import cannot_win, needs_every_rep
 from memgap.lab.cgroup_limit import CgroupParent, find_parent, make_run_cgroup
 from memgap.lab.choose import add_choices, choose, first_reasons, run_evidence, run_runtimes
-from memgap.lab.figures import RunMetrics, run_metrics
+from memgap.lab.figures import run_figures
 from memgap.lab.fork_probe import ForkProbe
 from memgap.lab.remedy_lines import recommendation_lines
 from memgap.lab.verdict import Verdict, decide, material, run_to_run_spread, summarize
@@ -87,7 +87,7 @@ def run_lab(options: LabOptions, progress: Callable[[str], None] = lambda line: 
     events.write({"type": "header", "schema": LAB_SCHEMA, "cmd": options.cmd, "reps": options.reps,
                   "variants": [v.spec for v in options.variants], "skipped": options.skipped,
                   "machine": machine_info(), "memory_limit": options.memory_limit, "chosen": options.chosen})
-    results: list[RunMetrics] = []
+    results: list[RunFigures] = []
     started = time.monotonic()
     cells = options.cells()
     interrupted = False
@@ -137,7 +137,7 @@ def _find_cgroup_parent(options: LabOptions) -> None:
                                    "run and memgap itself, so no run's peak can be read from it")
 
 
-def _schedule(options: LabOptions, cells: list[dict[str, str]], results: list[RunMetrics],
+def _schedule(options: LabOptions, cells: list[dict[str, str]], results: list[RunFigures],
               progress: Callable[[str], None]) -> Iterator[tuple[int, dict[str, str], Variant]]:
     """(rep, cell, variant) in the lab's order: interleaved, the baseline first in each round.
     Adaptive: after the first round only the variants that can still win run on, until two
@@ -161,7 +161,7 @@ def _baseline_first(variants: list[Variant]) -> list[Variant]:
     return sorted(variants, key=lambda v: not v.is_baseline)
 
 
-def _follow_findings(options: LabOptions, run: RunDocument, result: RunMetrics, probe: ForkProbe,
+def _follow_findings(options: LabOptions, run: RunDocument, result: RunFigures, probe: ForkProbe,
                      events: RecordingWriter, progress: Callable[[str], None]) -> None:
     """The variants the baseline's run points to (memgap.lab.choose), run right after the
     baseline from here on, each with its reason in ``options.chosen``."""
@@ -183,7 +183,7 @@ def _follow_findings(options: LabOptions, run: RunDocument, result: RunMetrics, 
 
 
 def _dropped(options: LabOptions, variant: Variant, baseline: Variant, cell: dict[str, str],
-             results: list[RunMetrics], progress: Callable[[str], None]) -> bool:
+             results: list[RunFigures], progress: Callable[[str], None]) -> bool:
     label = variant.spec + "".join(f" {k}={v}" for k, v in cell.items())
     if label in options.dropped:
         return True
@@ -194,7 +194,7 @@ def _dropped(options: LabOptions, variant: Variant, baseline: Variant, cell: dic
     return bool(why)
 
 
-def _settled(options: LabOptions, cells: list[dict[str, str]], results: list[RunMetrics],
+def _settled(options: LabOptions, cells: list[dict[str, str]], results: list[RunFigures],
              verdicts: dict[int, str | None]) -> bool:
     """Whether this round left every cell's recommendation where the last round left it
     (and none of them rests on a costlier remedy clearing a simpler one: see lab.adaptive)."""
@@ -207,7 +207,7 @@ def _settled(options: LabOptions, cells: list[dict[str, str]], results: list[Run
     return same
 
 
-def _baseline_unusable(variant: Variant, result: RunMetrics) -> str:
+def _baseline_unusable(variant: Variant, result: RunFigures) -> str:
     """Why the lab stops after this run: the baseline's first run failed, or has no idle
     to compare against (every other run would be compared with nothing)."""
     if not variant.is_baseline or result.rep != 1 or (result.status == RunStatus.OK and result.idle is not None):
@@ -223,7 +223,7 @@ def _baseline_unusable(variant: Variant, result: RunMetrics) -> str:
     return f"stopped after the baseline's first run ({why}): {advice}"
 
 
-def _pointless(variant: Variant, results: list[RunMetrics]) -> bool:
+def _pointless(variant: Variant, results: list[RunFigures]) -> bool:
     """A Python setting, once the runs so far have shown the workload is not a Python program."""
     if not variant.python_only:
         return False
@@ -248,7 +248,7 @@ class LabInterrupted(KeyboardInterrupt):
 
 
 def _run_one(options: LabOptions, variant: Variant, rep: int, order: int, cell: dict[str, str],
-             probe: ForkProbe | None = None) -> tuple[RunMetrics, RunDocument]:
+             probe: ForkProbe | None = None) -> tuple[RunFigures, RunDocument]:
     slug = "".join(c if c.isalnum() else "-" for c in variant.spec)[:60]
     record_dir = os.path.join(options.lab_dir, f"run-{order:03d}-{slug}")
     env = {**cell, **variant.env({**os.environ, **cell})}  # a swept variable the variant also sets keeps its value
@@ -270,19 +270,19 @@ def _run_one(options: LabOptions, variant: Variant, rep: int, order: int, cell: 
             cgroup.remove()
     cpu = _cpu_of_children() - cpu_before
     run = load_run(record_dir)
-    result = run_metrics(run, variant, rep, order, cpu, metric=options.metric, process=options.process)
+    result = run_figures(run, variant, rep, order, cpu, metric=options.metric, process=options.process)
     result.params = dict(cell)
     return result, run
 
 
-def _progress_line(order: int, total: str, r: RunMetrics) -> str:
+def _progress_line(order: int, total: str, r: RunFigures) -> str:
     idle = f"idle {r.idle / 2**20:.0f} MiB" if r.idle is not None else "no idle"
     status = "" if r.status == RunStatus.OK else f" [{r.status}{': ' + r.note if r.note else ''}]"
     cell = " ".join(f"{k}={v}" for k, v in r.params.items())
     return f"[{order}/{total}] {r.variant}{' ' + cell if cell else ''} (rep {r.rep}): {idle}, {r.wall:.1f} s{status}"
 
 
-def _cell_verdict(options: LabOptions, runs: list[RunMetrics]) -> tuple[Verdict, Recommendation | None]:
+def _cell_verdict(options: LabOptions, runs: list[RunFigures]) -> tuple[Verdict, Recommendation | None]:
     by_spec = {v.spec: [r for r in runs if r.variant == v.spec] for v in options.variants}
     baseline = next((v for v in options.variants if v.is_baseline), None)
     base_runs = by_spec.get(baseline.spec, []) if baseline else []
@@ -344,7 +344,7 @@ def _across_cells(cells: list[Cell], spec: str) -> list[AcrossCell]:
     return found
 
 
-def _throughput_warnings(options: LabOptions, results: list[RunMetrics], baseline: Variant | None) -> list[str]:
+def _throughput_warnings(options: LabOptions, results: list[RunFigures], baseline: Variant | None) -> list[str]:
     """What the reader should know before trusting the slowdown column."""
     if options.metric or baseline is None:
         return []
@@ -358,7 +358,7 @@ def _throughput_warnings(options: LabOptions, results: list[RunMetrics], baselin
             "figure (--metric)"]
 
 
-def lab_document(options: LabOptions, results: list[RunMetrics], seconds: float,
+def lab_document(options: LabOptions, results: list[RunFigures], seconds: float,
                  interrupted: bool = False, stopped: str = "") -> LabDocument:
     """The lab's results. With swept parameters the verdict at the top is the one of
     the cell where the baseline idles highest (the worst case); every cell has its own."""
@@ -375,7 +375,7 @@ def lab_document(options: LabOptions, results: list[RunMetrics], seconds: float,
     worst = max(cells, key=lambda c: c.baseline_idle) if cells else None
     workload_seconds = sum(r.duration for r in results)
 
-    def cell_label(r: RunMetrics) -> str:
+    def cell_label(r: RunFigures) -> str:
         return f" [{' '.join(f'{k}={v}' for k, v in r.params.items())}]" if r.params else ""
 
     return LabDocument(

@@ -24,7 +24,7 @@ from typing import Any
 
 from memgap.allocators.variants import COST_WORDS, Variant
 from memgap.documents.lab_summary import Spread, VariantSummary
-from memgap.lab.figures import RunMetrics
+from memgap.documents.records import RunFigures
 
 # The share is the default slowdown budget (5% of time), asked of memory in turn. The bytes
 # are one transparent huge page: where THP is on, one touched byte can move RSS by 2 MiB.
@@ -46,7 +46,7 @@ def _spread(values: list[Any]) -> tuple[Any, Any, Any] | None:  # ints or floats
     return (statistics.median(values), min(values), max(values)) if values else None
 
 
-def summarize(variant: Variant, runs: list[RunMetrics], baseline_runs: list[RunMetrics]) -> VariantSummary:
+def summarize(variant: Variant, runs: list[RunFigures], baseline_runs: list[RunFigures]) -> VariantSummary:
     ok = [r for r in runs if r.status == "ok"]
     statuses: dict[str, int] = {}
     for r in runs:

@@ -18,7 +18,7 @@ from typing import TextIO
 import psutil
 
 from memgap.errors import MemgapError, NoSuchProcess
-from memgap.explain.snapshot import Options, snapshot_pid
+from memgap.explain.snapshot import SnapshotOptions, snapshot_pid
 from memgap.metrics.export import (
     Process,
     Target,
@@ -129,7 +129,7 @@ class Scraper:
         self._wake = threading.Event()
 
     def _read(self, proc: Process, headers: TreeHeaders) -> Target:
-        snap = snapshot_pid(proc.pid, Options(regions=False), tree=headers)
+        snap = snapshot_pid(proc.pid, SnapshotOptions(regions=False), tree=headers)
         # a PID reused since it was found names another process (PidReused): it is found afresh next scrape
         ProcessIdentity(proc.pid, proc.start).check()
         return Target(snap, "", 0)

@@ -48,8 +48,8 @@ from memgap.record.tree_watch import (
     best_peak,
     exit_of,
     outside_snapshot,
-    tree_pids as tree_pids,  # re-exported: the lab's fork probe takes it from here
 )
+from memgap.sources.processes import tree_pids
 from memgap.sources.procfs import oom_kills
 
 if TYPE_CHECKING:
@@ -369,7 +369,7 @@ def _process_entry(processes: dict[int, dict[str, Any]], pid: int) -> dict[str, 
 
 def _add_agent_exit(processes: dict[int, dict[str, Any]], errors: list[dict[str, Any]], path: str) -> None:
     """The statistics an agent wrote as its process exited, onto that process's entry."""
-    from memgap.agent.client import parse_report
+    from memgap.agent.reply import parse_report
 
     try:
         with open_recorded(path) as fh:  # never through a link planted in the folder

@@ -134,7 +134,7 @@ def _alive(pid: int) -> bool:
 
 
 def _below(root: int) -> list[int]:
-    from memgap.record.tree_watch import tree_pids
+    from memgap.sources.processes import tree_pids
 
     return [p for p in tree_pids(root) if p != root]
 

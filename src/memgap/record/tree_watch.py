@@ -29,13 +29,12 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import psutil
-
 from memgap.documents.records import TrimRecord, TrimRoute
 from memgap.errors import MemgapError
 from memgap.record.idle import QUIET_PHASE, RSS_SHARE, RSS_SLACK, QuietSpell, quiet_after
 from memgap.record.recording import RecordingWriter, child_recording_path
 from memgap.report.units import MiB
+from memgap.sources.processes import tree_pids
 from memgap.sources.procfs import ProcReader, status_int
 
 if TYPE_CHECKING:
@@ -47,28 +46,6 @@ PEAK_STEP_MIN = 8 * MiB  # ...and at least this much
 PEAK_DUTY = 0.2          # a process's peak reads take at most this share of the recorder's time
 HOLD_SECONDS = 1.0       # the agent waits this long at most (EXIT_HOLD_MS in agent.c)
 SUN_PATH_MAX = 108       # sizeof(sockaddr_un.sun_path), the terminating zero included
-
-
-def tree_pids(root: int) -> list[int]:
-    """The process and its descendants, from /proc/PID/task/TID/children.
-
-    That costs a few reads per process; psutil's children() reads every
-    process on the machine, which at 10 Hz is the sampler's main cost.
-    """
-    pids, queue = [], [root]
-    while queue:
-        pid = queue.pop()
-        pids.append(pid)
-        try:
-            queue.extend(ProcReader(pid).children_pids())
-        except Exception:  # noqa: BLE001 - exited meanwhile
-            continue
-    if len(pids) == 1 and not os.path.exists(f"/proc/{root}/task/{root}/children"):
-        try:  # a kernel without CONFIG_PROC_CHILDREN
-            return [root, *(c.pid for c in psutil.Process(root).children(recursive=True))]
-        except psutil.NoSuchProcess:
-            return []
-    return pids
 
 
 def peak_due(last: int | None, rss: int) -> bool:
@@ -263,7 +240,7 @@ def outside_snapshot(writer: RecordingWriter, pid: int, phase: str, start: float
     Returns the snapshot's record (None where it could not be read); ``moving`` in it: its RSS
     changed by more than ``rss_slack`` while it was read.
     """
-    from memgap.explain.snapshot import Options, snapshot_pid
+    from memgap.explain.snapshot import SnapshotOptions, snapshot_pid
 
     try:
         # The program runs on while memgap reads it: its RSS at the mark comes first.
@@ -273,7 +250,7 @@ def outside_snapshot(writer: RecordingWriter, pid: int, phase: str, start: float
             rss_at_mark, read_began = at_mark[0], at_mark[1]
         # at a held exit, glibc's heaps walked from outside are enough: its agent's exit record has
         # its mallinfo2, and the question would cost the wait 4 ms more (3 times the read)
-        snap = snapshot_pid(pid, Options(regions=False, recorded=True, agent_beside_glibc=not held_exit))
+        snap = snapshot_pid(pid, SnapshotOptions(regions=False, recorded=True, agent_beside_glibc=not held_exit))
     except MemgapError as exc:
         if event == "snapshot":
             writer.write({"type": "error", "pid": pid, "phase": phase, "error": str(exc)})
@@ -294,11 +271,11 @@ def outside_snapshot(writer: RecordingWriter, pid: int, phase: str, start: float
 
 def _agent_trim(writer: RecordingWriter, pid: int, start: float) -> None:
     from memgap.agent.client import trim_pid
-    from memgap.explain.snapshot import Options, snapshot_pid
+    from memgap.explain.snapshot import SnapshotOptions, snapshot_pid
 
     try:
         result = trim_pid(pid)
-        snap = snapshot_pid(pid, Options(regions=False, recorded=True))
+        snap = snapshot_pid(pid, SnapshotOptions(regions=False, recorded=True))
     except (MemgapError, OSError) as exc:
         writer.write({"type": "error", "pid": pid, "phase": "after-trim", "error": str(exc)})
         return

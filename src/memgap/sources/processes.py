@@ -1,6 +1,7 @@
 """A process's identity and its tree, as the commands that read it from outside need them."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from memgap.errors import NoSuchProcess, PidReused, Unsupported, pid_exists
@@ -64,3 +65,27 @@ class ProcessIdentity:
         time (``now``, one just read by the caller, or read here) is not this one's."""
         if (start_time(self.pid, proc_root) if now is None else now) != self.start_time:
             raise PidReused(self.pid, detail)
+
+
+def tree_pids(root: int) -> list[int]:
+    """The process and its descendants, from /proc/PID/task/TID/children.
+
+    That costs a few reads per process; psutil's children() reads every
+    process on the machine, which at 10 Hz is the sampler's main cost.
+    """
+    pids, queue = [], [root]
+    while queue:
+        pid = queue.pop()
+        pids.append(pid)
+        try:
+            queue.extend(ProcReader(pid).children_pids())
+        except Exception:  # noqa: BLE001 - exited meanwhile
+            continue
+    if len(pids) == 1 and not os.path.exists(f"/proc/{root}/task/{root}/children"):
+        import psutil  # only here: a kernel without CONFIG_PROC_CHILDREN
+
+        try:
+            return [root, *(c.pid for c in psutil.Process(root).children(recursive=True))]
+        except psutil.NoSuchProcess:
+            return []
+    return pids
