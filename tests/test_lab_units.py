@@ -593,3 +593,22 @@ def test_the_reasons_are_shown_and_a_lab_without_them_shows_none():
     assert chosen_lines(LabDocument(cmd=["x"], runs=[])) == []
     assert "chosen" in lab.to_dict() and "chosen" not in LabDocument(cmd=["x"], runs=[]).to_dict()
     assert LabDocument.from_dict(lab.to_dict()).chosen == lab.chosen
+
+
+@pytest.mark.parametrize("python", [False, True])
+def test_a_lab_rebuilt_from_its_journal_plans_the_runs_the_runner_would_make(tmp_path, python):
+    """One rule (journal.worth_running) for the runner's skips and the rebuild's count: a Python setting
+    is not planned once a run that saw the workload (here its idle read, no layers) found it is not
+    Python, so that lab is complete; a Python workload's lab still owes that variant's run."""
+    from memgap.lab.journal import Journal, rebuild, worth_running
+    from memgap.lab.state import LabOptions, LabState
+
+    options = LabOptions(("work",), (V.parse_variant("glibc"), V.parse_variant("glibc:pymalloc=off")), reps=1,
+                         lab_dir=str(tmp_path / "lab"))
+    run = RunFigures("glibc", 1, 1, "ok", wall=1.0, idle=50 * MiB, baseline=20 * MiB, python=python)
+    with Journal(options.lab_dir) as journal:
+        journal.header(options, LabState.start(options))
+        journal.run(run)
+    assert worth_running(options.variants[1], [run]) is python
+    lab = rebuild(options.lab_dir)
+    assert [r.variant for r in lab.runs] == ["glibc"] and lab.complete is not python
