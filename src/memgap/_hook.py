@@ -25,7 +25,7 @@ def _record_trim(rss_before: int, rss_after: int) -> None:
     """Under `memgap run`/`lab`: what each of the idle trimmer's trims did, into the recording."""
     import time
 
-    from memgap.documents.records import TrimRecord, TrimRoute
+    from memgap.documents.trim import TrimRecord, TrimRoute
 
     record = TrimRecord(rss_before, rss_after, TrimRoute.TRIMMER, time=time.time())
     _write_event({"type": "trimmer", "pid": os.getpid(), **record.to_dict()})

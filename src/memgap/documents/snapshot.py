@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from memgap.documents.fields import check_schema, dataclass_fields, of_type
+from memgap.documents.trim import TrimRecord
 
 SCHEMA = "memgap.snapshot/1"
 MIB = 1 << 20
@@ -99,7 +100,7 @@ class Snapshot:
     findings: list[Finding] = field(default_factory=list)
     collect_seconds: float = 0.0
     cmd: list[str] = field(default_factory=list)
-    trim: dict[str, Any] | None = None  # set on the snapshot taken right after a measured trim
+    trim: TrimRecord | None = None  # set on the snapshot taken right after a measured trim
     quiet_since: float | None = None    # a snapshot at a quiet spell: when the spell began (memgap.record.idle)
     rested_since: float | None = None   # ...and when the rest began (a trim in it restarts the spell, not the rest)
     cgroup: dict[str, Any] | None = None  # the memory cgroup it runs in (memgap.sources.cgroup), where readable
@@ -146,6 +147,8 @@ class Snapshot:
         out.update(asdict(self if regions else replace(self, regions=[])))
         if not regions:
             out.pop("regions")
+        if self.trim is not None:  # its JSON is its own (the route's details after its fields)
+            out["trim"] = self.trim.to_dict()
         return out
 
     @classmethod
