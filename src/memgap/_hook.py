@@ -6,7 +6,14 @@ import importlib
 import os
 import threading
 
-from memgap.record.envnames import GC_FREEZE_ENV, RECORD_DIR_ENV, TRIM_AFTER_ENV, TRIM_EVERY_ENV, TRIMMER_ENV
+from memgap.record.envnames import (
+    BEFORE_EXIT_PHASE,
+    GC_FREEZE_ENV,
+    RECORD_DIR_ENV,
+    TRIM_AFTER_ENV,
+    TRIM_EVERY_ENV,
+    TRIMMER_ENV,
+)
 
 _installed = False  # the bootstrap's sitecustomize and memgap's .pth file may both ask
 _events = None  # this process's file for its trimmers' events (a recording.ProcessFile)
@@ -69,7 +76,6 @@ def _snapshot_before_exit() -> None:
     def before_shutdown() -> None:
         try:  # imported only now: memgap's modules are not loaded into a program that did not ask
             from memgap import api
-            from memgap.record.idle import BEFORE_EXIT_PHASE
 
             if "idle" not in api._own_phases:
                 api._record(BEFORE_EXIT_PHASE)

@@ -223,7 +223,7 @@ def render_tree(snaps: Sequence[Snapshot], stream: TextIO, width: int | None = N
     rows = []
     for s in snaps:
         cmd = " ".join([os.path.basename(s.cmd[0]), *s.cmd[1:]]) if s.cmd else ""
-        copied = [mib((s.copied_from_parent or {}).get("copied"))] if copies else []
+        copied = [mib(s.copied_from_parent.copied if s.copied_from_parent else None)] if copies else []
         rows.append([str(s.pid), cmd, mib(s.rss), mib(s.pss), mib(s.uss), *copied,
                      *(mib(layer_figure(s.layers[n], pss)) for n in names),
                      mib(s.pss_unexplained if pss else s.unexplained)])
