@@ -142,7 +142,7 @@ def test_a_tree_read_at_once_has_every_process_and_what_each_copied(tree):
     master, pids, _readings = tree
     memgap.explain.tree.TreeHeaders, original = Kept, memgap.explain.tree.TreeHeaders
     try:
-        snaps = memgap.explain.tree.snapshot_tree(master)
+        snaps = memgap.explain.tree.snapshot_tree(master).processes
     finally:
         memgap.explain.tree.TreeHeaders = original
     assert snaps[0].pid == master and sorted(s.pid for s in snaps) == sorted(pids)

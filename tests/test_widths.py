@@ -15,7 +15,7 @@ import pytest
 from rich.cells import cell_len
 
 from helpers import memgap, recommended
-from memgap.documents.snapshot import Snapshot, tree_totals
+from memgap.documents.snapshot import Snapshot, TreeSnapshot, tree_totals
 from memgap.report.units import mib, pct
 
 WIDTHS = (50, 80, 120)
@@ -174,11 +174,11 @@ def test_tree(tree, width):
     from memgap.report.terminal import render_tree
 
     assert len(tree) == 3
-    text = rendered(lambda out, w: render_tree(tree, out, w), width)
+    text = rendered(lambda out, w: render_tree(TreeSnapshot(tree[0].pid, tree), out, w), width)
     figures = [f for s in tree for f in (str(s.pid), mib(s.rss), mib(s.status["Pss"]), mib(s.status["Uss"]))]
     totals = tree_totals(tree)
-    assert totals["layers_by"] == "pss"
-    check(text, width, [*figures, mib(sum(s.rss for s in tree)), mib(totals["pss"]), mib(totals["uss"]),
+    assert totals.layers_by == "pss"
+    check(text, width, [*figures, mib(sum(s.rss for s in tree)), mib(totals.pss), mib(totals.uss),
                         "3 processes"])
 
 
@@ -190,8 +190,8 @@ def test_top_tree(tree, width):
 
     text = rendered(lambda out, w: console_on(out, w).print(frame(deque([tree]), tree, w)), width)
     totals = tree_totals(tree)
-    check(text, width, [mib(totals["pss"]), mib(totals["rss_sum"]),
-                        *(mib(v) for v in totals["layers"].values() if v is not None)])
+    check(text, width, [mib(totals.pss), mib(totals.rss_sum),
+                        *(mib(v) for v in totals.layers.values() if v is not None)])
     assert "layers by PSS" in " ".join(text.split()) and LAYER_TITLES["python_objects"] in text
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from memgap.documents.fields import check_schema, dataclass_fields, of_type
 from memgap.documents.lab_summary import AcrossCell, Cell, Recommendation, SweepRow, VariantSummary
-from memgap.documents.snapshot import RUN_SCHEMA, Finding, Snapshot
+from memgap.documents.snapshot import RUN_SCHEMA, Finding, Snapshot, TreeSnapshot, TreeTotals
 from memgap.documents.trim import (
     TrimDetails as TrimDetails,  # the trim record's names, importable from here too
     TrimPart as TrimPart,
@@ -375,19 +375,24 @@ TREE_SCHEMA = "memgap.tree/1"
 @dataclass
 class TreeDocument:
     """A process and its descendants read at one moment (`memgap inspect PID --tree --json`): each
-    process's snapshot, the tree summed (``model.tree_totals``: by PSS, what the tree costs) and
-    the findings over the tree."""
+    process's snapshot, the tree summed (``documents.snapshot.tree_totals``: by PSS, what the tree
+    costs) and the findings over the tree."""
 
     pid: int
     processes: list[Snapshot]
     total_rss: int   # counts a page shared by N processes N times
     total_pss: int | None  # what the tree costs
-    totals: dict[str, Any]
+    totals: TreeTotals
     findings: list[Finding] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, tree: TreeSnapshot, findings: list[Finding]) -> TreeDocument:
+        totals = tree.totals
+        return cls(tree.pid, tree.processes, totals.rss_sum, totals.pss, totals, findings)
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": TREE_SCHEMA, "pid": self.pid, "processes": [s.to_dict(regions=False) for s in self.processes],
-                "total_rss": self.total_rss, "total_pss": self.total_pss, "totals": self.totals,
+                "total_rss": self.total_rss, "total_pss": self.total_pss, "totals": dataclasses.asdict(self.totals),
                 "findings": [dataclasses.asdict(f) for f in self.findings]}
 
     @classmethod

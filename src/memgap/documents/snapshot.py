@@ -187,24 +187,50 @@ def layer_figure(layer: Layer, pss: bool) -> int | None:
     return layer.pss if pss else layer.resident
 
 
-def tree_totals(snaps: list[Snapshot]) -> dict[str, Any]:
-    """A process tree summed: its PSS (each shared page split among its sharers: what the tree
-    costs), its USS, the RSS sum (which counts a shared page once per process that maps it),
-    and each layer summed by PSS where every process has it, else by resident bytes."""
+@dataclass
+class TreeTotals:
+    """A process tree summed (``tree_totals``): its PSS (each shared page split among its sharers:
+    what the tree costs), its USS, the RSS sum (which counts a shared page once per process that maps
+    it), and each layer summed by PSS where every process has it, else by resident bytes."""
+
+    processes: int
+    pss: int | None                  # None where a process's PSS was not read
+    uss: int | None
+    rss_sum: int
+    layers_by: str                   # "pss" or "resident"
+    layers: dict[str, int | None]    # None: no process measured it
+    unexplained: int
+    copied_from_parent: int = 0      # forked processes: their private pages the parent has its own copy of
+
+
+def tree_totals(snaps: list[Snapshot]) -> TreeTotals:
+    """A process tree's snapshots summed (TreeTotals)."""
     pss = by_pss(snaps)
     layers: dict[str, int | None] = {}
     for name in snaps[0].layers if snaps else ():
         values = [layer_figure(s.layers[name], pss) for s in snaps if name in s.layers]
         known = [v for v in values if v is not None]
         layers[name] = sum(known) if known else None
-    return {
-        "processes": len(snaps),
-        "pss": sum(s.pss or 0 for s in snaps) if all(s.pss is not None for s in snaps) else None,
-        "uss": sum(s.uss or 0 for s in snaps) if all(s.uss is not None for s in snaps) else None,
-        "rss_sum": sum(s.rss for s in snaps),
-        "layers_by": "pss" if pss else "resident",
-        "layers": layers,
-        "unexplained": sum((s.pss_unexplained if pss else s.unexplained) or 0 for s in snaps),
-        # forked processes: their private pages the parent has its own copy of (memgap.explain.cow)
-        "copied_from_parent": sum(s.copied_from_parent.copied for s in snaps if s.copied_from_parent),
-    }
+    return TreeTotals(
+        processes=len(snaps),
+        pss=sum(s.pss or 0 for s in snaps) if all(s.pss is not None for s in snaps) else None,
+        uss=sum(s.uss or 0 for s in snaps) if all(s.uss is not None for s in snaps) else None,
+        rss_sum=sum(s.rss for s in snaps),
+        layers_by="pss" if pss else "resident",
+        layers=layers,
+        unexplained=sum((s.pss_unexplained if pss else s.unexplained) or 0 for s in snaps),
+        copied_from_parent=sum(s.copied_from_parent.copied for s in snaps if s.copied_from_parent),
+    )
+
+
+@dataclass
+class TreeSnapshot:
+    """A process and its descendants read at one moment (memgap.explain.tree.snapshot_tree): the
+    root's snapshot first, then each descendant's, and the tree summed."""
+
+    pid: int
+    processes: list[Snapshot]
+
+    @property
+    def totals(self) -> TreeTotals:
+        return tree_totals(self.processes)

@@ -34,7 +34,7 @@ def _trend_table(history: deque[list[Snapshot]], snaps: list[Snapshot], width: i
     tree = len(snaps) > 1
     pss = tree and all(by_pss(frame) for frame in history)
     totals = tree_totals(snaps)
-    total = totals["pss"] if pss else totals["rss_sum"]
+    total = totals.pss if pss and totals.pss is not None else totals.rss_sum
     whole = tree_title(totals) if tree else f"1 process: RSS {mib(total)} MiB"
     title = f"{whole}, last {len(history)} refreshes" + ("; layers by PSS" if pss else "")
     cols = [Col("layer", WRAP), Col("MiB"), Col("of PSS" if pss else "of RSS"),
