@@ -52,8 +52,11 @@ def test_parse_other_allocators():
 def test_parse_trim_reply():
     from memgap.agent.reply import parse_trim
 
-    result = parse_trim(fixture("trim-glibc.txt"))
-    assert result.rss_before - result.rss_after == result.released
+    pid, result = parse_trim(fixture("trim-glibc.txt"))
+    assert pid == 31433 and result.route == "agent"
+    assert result.rss_before - result.rss_after == result.released > 0
+    with pytest.raises(MalformedInput):  # a reply whose figures disagree with each other
+        parse_trim(fixture("trim-glibc.txt").replace("released=15450112", "released=15450113"))
 
 
 @pytest.mark.parametrize("cut", [10, 200, 5000, -6])
@@ -190,7 +193,8 @@ def test_agent_trim_releases_what_the_outside_estimate_said(idle_exe, tmp_path):
         snap = snapshot_pid(proc.pid, SnapshotOptions(regions=False))
         assert snap.route == "outside, with the agent"
         estimate = snap.layers["allocator_free"].detail["trim_releasable"]
-        result = trim(_socket(tmp_path, proc.pid))
+        pid, result = trim(_socket(tmp_path, proc.pid))
+        assert pid == proc.pid
         assert estimate > 30 * MiB
         assert abs(result.released - estimate) <= 0.2 * estimate, (result.released, estimate)
     finally:
