@@ -251,12 +251,11 @@ def _unexplained(snap: Snapshot) -> list[Finding]:
 def _other_allocators(snap: Snapshot) -> list[Finding]:
     from memgap.sources.allocator import allocator_label
 
-    beside = [f for f in snap.allocator.get("found") or [] if not f.get("serves_malloc")]
-    others = [allocator_label(f) for f in beside] or snap.allocator.get("others") or []
+    others = [allocator_label(f) for f in snap.allocator.beside] or snap.allocator.others
     if not others:
         return []
     return [Finding("second-allocator", "info",
-                    f"another allocator beside {snap.allocator['name']}, which serves malloc: {', '.join(others)}",
+                    f"another allocator beside {snap.allocator.name}, which serves malloc: {', '.join(others)}",
                     ["its memory is under other_anon; LD_PRELOAD and malloc_trim do not reach it"])]
 
 

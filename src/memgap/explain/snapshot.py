@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from memgap.documents.allocator import AllocatorInfo
 from memgap.documents.snapshot import NOT_PYTHON, Layer, Region, Snapshot
 from memgap.errors import MemgapError, NoSuchProcess, Unsupported
 from memgap.explain.attribution import PSS_DERIVATION, Measurements, attribute
@@ -295,7 +296,7 @@ def _snapshot_self(phase: str | None, options: SnapshotOptions | None) -> Snapsh
     layers, unexplained = attribute(measured)
     snap = Snapshot(
         pid=os.getpid(), time=time.time(), rss=rss, layers=layers, unexplained=unexplained,
-        allocator=_allocator_dict(detection, mallinfo, malloc_info, jemalloc),
+        allocator=_allocator_info(detection, mallinfo, malloc_info, jemalloc),
         phase=phase, route="in-process", status=_status_subset(status),
         pymalloc=pm.__dict__.copy() if pm else None,
         python_heap=heap.__dict__.copy() if heap else None,
@@ -327,17 +328,16 @@ def _own_allocator_statistics(detection: allocator_source.AllocatorDetection, no
     return None, None, None
 
 
-def _allocator_dict(detection: allocator_source.AllocatorDetection, mallinfo: Mallinfo2 | None,
-                    malloc_info: MallocInfo | None, jemalloc: JemallocStats | None) -> dict[str, Any]:
-    out: dict[str, Any] = {"name": detection.name, "library": detection.library, "how": detection.how,
-           "others": detection.others, "found": [f.to_dict() for f in detection.found]}
+def _allocator_info(detection: allocator_source.AllocatorDetection, mallinfo: Mallinfo2 | None,
+                    malloc_info: MallocInfo | None, jemalloc: JemallocStats | None) -> AllocatorInfo:
+    out = detection.info()
     if mallinfo is not None:
-        out["mallinfo2"] = mallinfo.__dict__.copy()
+        out.mallinfo2 = mallinfo.__dict__.copy()
     if malloc_info is not None:
-        out["arenas"] = len(malloc_info.arenas)
-        out["mmap_count"], out["mmap_bytes"] = malloc_info.mmap_count, malloc_info.mmap_bytes
+        out.arenas = len(malloc_info.arenas)
+        out.mmap_count, out.mmap_bytes = malloc_info.mmap_count, malloc_info.mmap_bytes
     if jemalloc is not None:
-        out["jemalloc"] = jemalloc.__dict__.copy()
+        out.jemalloc = jemalloc.__dict__.copy()
     return out
 
 
@@ -404,11 +404,11 @@ def snapshot_pid(pid: int, options: SnapshotOptions | None = None, proc_root: st
     measured = Measurements(rss, regions, detection.name, layout, notes=notes, pools=pools, runtimes=runtimes)
     _take_agent_figures(measured, report)
     layers, unexplained = attribute(measured)
-    allocator = _allocator_dict(detection, measured.mallinfo, measured.malloc_info, measured.jemalloc)
+    allocator = _allocator_info(detection, measured.mallinfo, measured.malloc_info, measured.jemalloc)
     if report is not None:
-        allocator["agent"] = report.summary()
+        allocator.agent = report.summary()
     elif agent_problem:
-        allocator["agent_problem"] = agent_problem
+        allocator.agent_problem = agent_problem
     snap = Snapshot(
         pid=pid, time=time.time(), rss=rss, layers=layers, unexplained=unexplained,
         allocator=allocator, route="outside, with the agent" if report is not None else "outside",

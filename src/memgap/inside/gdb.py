@@ -342,7 +342,7 @@ def python_snapshot_via_gdb(session: GdbSession, here: str, there: str, notes: l
 def deep(pid: int, outside: Snapshot, start_time: int | None, options: GdbOptions) -> DeepResult:
     """malloc_info (glibc) or another allocator's own figures and, for Python, an in-process
     snapshot, through one gdb attach."""
-    glibc = outside.allocator.get("name") == "glibc"
+    glibc = outside.allocator.name == "glibc"
     python = is_python(ProcReader(pid, options.proc_root).maps())
     plan, notes = _allocator_plan(pid, outside, python, options.proc_root)
     beside_symbol, beside_label, why_not = beside_jemalloc(pid, outside, options.proc_root)
@@ -400,7 +400,7 @@ class GdbPlan:
 def _allocator_plan(pid: int, outside: Snapshot, python: bool, proc_root: str) -> tuple[GdbPlan | None, list[str]]:
     """What to read of the allocator serving malloc where it is not glibc's, and notes on what
     --deep cannot read; Unsupported where it can read nothing."""
-    name = outside.allocator.get("name")
+    name = outside.allocator.name
     plan, why_not = gdb_plan(pid, outside, proc_root)
     if name != "glibc" and not python and plan is None:
         raise Unsupported(why_not or f"--deep reads glibc's malloc_info, jemalloc's mallctl, tcmalloc's and "
@@ -414,15 +414,15 @@ def gdb_plan(pid: int, outside: Snapshot, proc_root: str = "/proc",
              option: str = "--deep") -> tuple[GdbPlan | None, str]:
     """What gdb calls where jemalloc, tcmalloc or mimalloc serves malloc (None elsewhere), and,
     where it cannot be called, the one-line reason."""
-    serving = next((f for f in outside.allocator.get("found", []) if f.get("serves_malloc")), None)
-    name = serving.get("name") if serving else None
+    serving = outside.allocator.serving
+    name = serving.name if serving else None
     if serving is None or name not in CALLS:
         return None, ""
     root = process_root(f"{proc_root}/{pid}")
     try:
         if name == "jemalloc":
-            return GdbPlan(name, jemalloc_gdb.mallctl_symbol(serving, root)), ""
-        READERS[name].check_callable(serving, root)
+            return GdbPlan(name, jemalloc_gdb.mallctl_symbol(serving.to_dict(), root)), ""
+        READERS[name].check_callable(serving.to_dict(), root)
         return GdbPlan(name), ""
     except Unsupported as exc:
         return None, f"{option} {CALLS[name][option == '--trim']} in PID {pid}: {exc}"
@@ -450,16 +450,16 @@ def with_allocator_layers(outside: Snapshot, figures: JemallocDeep | TcmallocDee
     split, so none is shown."""
     if isinstance(figures, JemallocDeep):
         layers, unexplained = jemalloc_gdb_layers(outside.layers, outside.rss, figures, beside)
-        key, route = "jemalloc_gdb", ROUTE_MALLCTL
+        key, route = "jemalloc", ROUTE_MALLCTL
     elif isinstance(figures, TcmallocDeep):
         layers, unexplained = tcmalloc_gdb_layers(outside.layers, outside.rss, figures)
-        key, route = "tcmalloc_gdb", ROUTE_TCMALLOC
+        key, route = "tcmalloc", ROUTE_TCMALLOC
     else:
         layers, unexplained = mimalloc_gdb_layers(outside.layers, outside.rss, figures)
-        key, route = "mimalloc_gdb", ROUTE_MIMALLOC
+        key, route = "mimalloc", ROUTE_MIMALLOC
     snap = replace(outside, layers=layers, unexplained=unexplained, regions=[], findings=[],
                    route=f"{ROUTE_OUTSIDE}, allocator layers from {route}", pss_unexplained=None,
-                   allocator={**outside.allocator, key: figures.to_dict()})
+                   allocator=replace(outside.allocator, gdb={**outside.allocator.gdb, key: figures.to_dict()}))
     snap.findings = allocator_findings(snap)  # what the allocators' own figures say of their free memory
     return snap
 
@@ -470,11 +470,11 @@ def trim(pid: int, before: Snapshot, start_time: int | None, options: GdbOptions
     A process with memgap's native agent is asked through the agent (no gdb;
     jemalloc, tcmalloc and mimalloc then trim with their own calls).
     """
-    name = before.allocator.get("name")
+    name = before.allocator.name
     detail = before.layers["allocator_free"].detail if "allocator_free" in before.layers else {}
     estimate = {"estimate": detail.get("trim_releasable"), "estimate_complete": detail.get("trim_estimate_complete"),
                 "estimate_route": ROUTE_OUTSIDE, "estimate_rss": before.rss}
-    if "agent" in before.allocator:
+    if before.allocator.agent is not None:
         return _trim_via_agent(pid, options.proc_root, estimate)
     if name == "jemalloc":
         return _purge_jemalloc(pid, before, start_time, options)
@@ -485,7 +485,7 @@ def trim(pid: int, before: Snapshot, start_time: int | None, options: GdbOptions
         return trim_glibc_and_jemalloc(pid, before, start_time, options, symbol)
     if name != "glibc":
         raise Unsupported(f"malloc_trim is glibc's: PID {pid} runs {name} malloc"
-                          + (f" ({before.allocator.get('library')})" if before.allocator.get("library") else ""))
+                          + (f" ({before.allocator.library})" if before.allocator.library else ""))
     reader = ProcReader(pid, options.proc_root)
     session = options.session(pid, start_time)
     with session:

@@ -26,9 +26,9 @@ import ctypes
 import functools
 import os
 import re
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass, field, replace
 
+from memgap.documents.allocator import AllocatorInfo, FoundAllocator
 from memgap.errors import MalformedInput, MemgapError
 from memgap.sources.elf import ElfInfo, defines_symbol, forget_elf_files, read_elf, read_section
 from memgap.sources.procfs import Mapping, ProcReader
@@ -61,21 +61,6 @@ _MARKERS = {
 }
 
 
-@dataclass(frozen=True)
-class FoundAllocator:
-    """One allocator in a process: which, in which object, under which prefix, and how we know."""
-
-    name: str                    # jemalloc, tcmalloc, mimalloc, glibc, musl, unknown
-    library: str                 # the object it lives in (the program's path for a static one)
-    prefix: str = ""             # its API's symbol prefix ("je_", "_rjem_"); "?" when its symbols are stripped
-    how: str = ""
-    serves_malloc: bool = False  # the one ``malloc`` (and free, realloc...) resolves to
-    exported: bool = False       # its API is in .dynsym: dlsym, and so memgap's agent, can find it
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
 @dataclass
 class AllocatorDetection:
     name: str                   # the allocator serving malloc: glibc, jemalloc, tcmalloc, mimalloc, musl, unknown
@@ -99,12 +84,15 @@ class AllocatorDetection:
         """The allocators found that do not serve malloc (prefixed, bundled, or loaded but not bound)."""
         return [f for f in self.found if not f.serves_malloc]
 
+    def info(self) -> AllocatorInfo:
+        """What a snapshot keeps of it (``Snapshot.allocator``), its figures added by the snapshot."""
+        return AllocatorInfo(self.name, self.library, self.how, list(self.others), list(self.found))
 
-def allocator_label(entry: dict[str, Any]) -> str:
-    """"jemalloc (_rjem_) in librjem.so": one found allocator (``FoundAllocator.to_dict()``) in a few words."""
-    prefix = entry.get("prefix") or ""
-    prefix = " (symbols stripped)" if prefix == "?" else f" ({prefix})" if prefix else ""
-    return f"{entry.get('name')}{prefix} in {os.path.basename(entry.get('library') or '?')}"
+
+def allocator_label(entry: FoundAllocator) -> str:
+    """"jemalloc (_rjem_) in librjem.so": one found allocator in a few words."""
+    prefix = " (symbols stripped)" if entry.prefix == "?" else f" ({entry.prefix})" if entry.prefix else ""
+    return f"{entry.name}{prefix} in {os.path.basename(entry.library or '?')}"
 
 
 def outside_note(detection: AllocatorDetection) -> str:
@@ -136,7 +124,7 @@ def beside_note(detection: AllocatorDetection) -> str:
     beside = detection.beside
     if not beside:
         return ""
-    return (", ".join(allocator_label(f.to_dict()) for f in beside) + " beside malloc's allocator: "
+    return (", ".join(allocator_label(f) for f in beside) + " beside malloc's allocator: "
             + ("their" if len(beside) > 1 else "its") + " memory is counted under other anonymous "
             "from outside (`inspect --deep` reads a jemalloc beside glibc's through its mallctl where a symbol "
             "table, or the dynamic one, keeps it)")
