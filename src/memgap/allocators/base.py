@@ -130,7 +130,8 @@ class DeepFigures(Protocol):
 class RatioBase(Protocol):
     """The base a finding's ratio is taken over (memgap.diagnose.findings.Base)."""
 
-    bytes: int
+    @property
+    def bytes(self) -> int: ...
 
     def crossed(self, part: int, share: float) -> bool: ...
 
@@ -148,6 +149,20 @@ class Rules:
     base: RatioBase
 
 
+def deep_figures(snap: Snapshot, route: str, key: str) -> dict[str, Any] | None:
+    """An allocator's figures (its ``*Deep.to_dict()``) that ``--deep``'s layers were built from: in the
+    allocator_free layer's detail, directly where it serves malloc, under "beside" where a prefixed
+    jemalloc sits beside glibc's."""
+    layer = snap.layers.get("allocator_free")
+    if layer is None:
+        return None
+    for detail in (layer.detail, layer.detail.get("beside") or {}):
+        figures = detail.get(key)
+        if detail.get("route") == route and isinstance(figures, dict):
+            return figures
+    return None
+
+
 class AllocatorReader:
     """One allocator's reader. ``name`` is the name detection gives it (memgap.sources.allocator);
     every method answers as for an allocator memgap reads nothing of, until a reader overrides it."""
@@ -156,6 +171,8 @@ class AllocatorReader:
     owner = ""            # the owner label of the regions its own mappings make ("" where it has none told apart)
     deep_key = ""         # the route of its figures read through gdb ("gdb mallctl"), "" for none
     calls: tuple[str, str] = ("", "")  # what --deep and --trim call in it, in words, for messages
+    deep_label = ""       # how a failed read through gdb is named in a note (its name where "")
+    reads_malloc_info = False  # --deep asks it for malloc_info (glibc's XML report)
 
     # --- from outside, in the process, from the agent ----------------------------------------
 
@@ -209,9 +226,13 @@ class AllocatorReader:
         raise NotImplementedError(self.name)
 
     def release(self, pid: int, before: Snapshot, start_time: int | None, options: GdbOptions,
-                plan: GdbPlan) -> dict[str, Any]:
-        """Its own release call through gdb, VmRSS around it, as a trim record's dict."""
-        raise NotImplementedError(self.name)
+                plan: GdbPlan | None) -> dict[str, Any]:
+        """Its own release call through gdb, VmRSS around it, as a trim record's dict (``plan``: what
+        ``deep_plan`` gave for --trim, where it gives one)."""
+        from memgap.errors import Unsupported
+
+        raise Unsupported(f"malloc_trim is glibc's: PID {pid} runs {self.name} malloc"
+                          + (f" ({before.allocator.library})" if before.allocator.library else ""))
 
     # --- findings -----------------------------------------------------------------------------------
 

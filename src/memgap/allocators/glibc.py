@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from memgap.allocators.base import AllocatorReader, OwnFigures, Share
+from memgap.allocators.base import AllocatorReader, GdbPlan, OwnFigures, Share
 from memgap.explain.measured import Measurements, Owners, Sizes
 
 if TYPE_CHECKING:
+    from memgap.documents.snapshot import Snapshot
     from memgap.explain.memory_map import MemoryMap
     from memgap.sources.allocator import AllocatorDetection
+    from memgap.sources.gdb_options import GdbOptions
     from memgap.sources.glibc_heaps import GlibcLayout
     from memgap.sources.procfs import ProcReader
 
@@ -25,6 +27,7 @@ STATIC_NOTE = ("glibc's malloc is linked into the program statically: from outsi
 
 class Glibc(AllocatorReader):
     name = "glibc"
+    reads_malloc_info = True
 
     def heaps(self, reader: ProcReader, memmap: MemoryMap, detection: AllocatorDetection) -> GlibcLayout | None:
         from memgap.sources.glibc_heaps import find_glibc_layout
@@ -47,6 +50,17 @@ class Glibc(AllocatorReader):
 
     def share(self, m: Measurements, owned: Owners) -> Share | None:
         return _glibc_share(m, owned) if m.glibc is not None else None
+
+    def release(self, pid: int, before: Snapshot, start_time: int | None, options: GdbOptions,
+                plan: GdbPlan | None) -> dict[str, Any]:
+        """malloc_trim(0) through gdb; where a jemalloc sits beside glibc's malloc, both trimmed."""
+        from memgap.allocators.gdb_routes import malloc_trim
+        from memgap.inside.jemalloc_beside import beside_jemalloc, trim_glibc_and_jemalloc
+
+        symbol = beside_jemalloc(pid, before, options.proc_root)[0]
+        if symbol:
+            return trim_glibc_and_jemalloc(pid, before, start_time, options, symbol)
+        return malloc_trim(pid, before, start_time, options)
 
 
 def _arena_detail(m: Measurements) -> list[dict[str, Any]]:

@@ -8,6 +8,7 @@ and says so.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Iterator
 
 from memgap.allocators.base import AllocatorReader, OwnFigures
 
@@ -17,29 +18,32 @@ C_ALLOCATORS = MODULES[:4]  # those that serve malloc; pymalloc sits on top of o
 _READERS: dict[str, AllocatorReader] = {}
 
 
+def _load(module: str) -> AllocatorReader:
+    """One reader, its module imported on first use only: a process that snapshots itself loads only
+    the readers it asks (each module loaded is memory in the process measured)."""
+    if module not in _READERS:
+        _READERS[module] = importlib.import_module(f"memgap.allocators.{module}").READER
+    return _READERS[module]
+
+
 def all_readers() -> dict[str, AllocatorReader]:
     """Every allocator's reader, by name, in MODULES' order."""
-    if not _READERS:
-        for module in MODULES:
-            reader: AllocatorReader = importlib.import_module(f"memgap.allocators.{module}").READER
-            _READERS[reader.name] = reader
-    return _READERS
+    return {name: _load(name) for name in MODULES}
 
 
 def reader_for(name: str | None) -> AllocatorReader:
     """The reader of the allocator detection names ``name``; the base one (reads nothing) for one without."""
-    found = all_readers().get(name or "")
-    if found is not None:
-        return found
+    if name in MODULES:
+        return _load(name)
     unknown = AllocatorReader()
     unknown.name = name or "unknown"
     return unknown
 
 
-def c_readers() -> list[AllocatorReader]:
-    """The readers of the allocators that serve malloc, in the order their figures are tried."""
-    readers = all_readers()
-    return [readers[name] for name in C_ALLOCATORS]
+def c_readers() -> Iterator[AllocatorReader]:
+    """The readers of the allocators that serve malloc, in the order their figures are tried (each loaded
+    when it is reached)."""
+    return (_load(name) for name in C_ALLOCATORS)
 
 
 def counting(figures: OwnFigures) -> AllocatorReader | None:

@@ -262,9 +262,12 @@ def _other_allocators(snap: Snapshot) -> list[Finding]:
 def allocator_findings(snap: Snapshot) -> list[Finding]:
     """The findings on the C allocators' free memory: glibc's from its heaps walked, jemalloc's and
     tcmalloc's from their own figures where ``inspect --deep`` read them."""
-    from memgap.diagnose.allocators import jemalloc_findings, tcmalloc_findings
+    from memgap.allocators.base import Rules
+    from memgap.allocators.registry import all_readers
 
-    return [*_glibc_retention(snap), *_glibc_fragmentation(snap), *jemalloc_findings(snap), *tcmalloc_findings(snap)]
+    rules = Rules(FLOOR, RETAINED_FLOOR, SHARE, ratio_base(snap))
+    return [*_glibc_retention(snap), *_glibc_fragmentation(snap),
+            *(f for reader in all_readers().values() for f in reader.findings(snap, rules))]
 
 
 SHMEM_KINDS = {"anonymous": "anonymous MAP_SHARED (/dev/zero (deleted))", "sysv": "SysV segments (/SYSV*)",
