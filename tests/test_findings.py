@@ -20,6 +20,7 @@ import pytest
 from conftest import HERE, child_env
 from helpers import JEMALLOC, MiB
 from memgap.diagnose.findings import diagnose
+from memgap.documents.allocator import AllocatorInfo
 from memgap.documents.snapshot import Layer, Snapshot
 
 KiB = 1 << 10
@@ -246,7 +247,7 @@ def test_unexplained_below_zero_is_a_finding_too():
 
     def snap(unexplained):
         layers = {"other_anon": Layer("other_anon", rss - unexplained)}
-        return Snapshot(pid=1, time=0.0, rss=rss, layers=layers, unexplained=unexplained, allocator={})
+        return Snapshot(pid=1, time=0.0, rss=rss, layers=layers, unexplained=unexplained, allocator=AllocatorInfo())
 
     f = the_finding(diagnose(snap(-6 * MiB)), "unexplained")
     assert figures(f["summary"]) == [-6.0, -6.0], f  # -6.0 MiB, -6% of RSS
