@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from memgap.diagnose.findings import FLOOR, RETAINED_FLOOR, SHARE, ratio_base
+from memgap.diagnose.floors import FLOOR, RETAINED_FLOOR, SHARE, ratio_base
 from memgap.documents.snapshot import Finding, Snapshot
 from memgap.report.units import mib
 
