@@ -25,12 +25,10 @@ from typing import TYPE_CHECKING
 
 from memgap.cli import _common
 from memgap.cli._common import write_json
-from memgap.diagnose.findings import diagnose_tree
-from memgap.documents.records import TreeDocument
-from memgap.documents.snapshot import Snapshot, tree_totals
+from memgap.documents.snapshot import Snapshot
 from memgap.errors import Unsupported, UsageError
 from memgap.explain.snapshot import SnapshotOptions, snapshot_pid
-from memgap.explain.tree import snapshot_tree
+from memgap.explain.tree import snapshot_tree, tree_document
 from memgap.report.terminal import render_snapshot, render_tree
 from memgap.sources.gdb_target import DEFAULT_TIMEOUT  # not gdb_attach: loaded only for --deep
 from memgap.sources.processes import ProcessIdentity
@@ -167,14 +165,12 @@ def _runtimes_deep(snap: Snapshot, pid: int, proc_root: str) -> list[dict[str, o
 
 
 def _tree(request: InspectRequest) -> int:
-    pid = request.pid
-    snaps = snapshot_tree(pid, request.proc_root)
+    """The tree read, summed and diagnosed once (``tree_document``); its JSON and its table both show that."""
+    tree = tree_document(request.pid, snapshot_tree(request.pid, request.proc_root))
     if request.json:
-        totals = tree_totals(snaps)
-        write_json(TreeDocument(pid, snaps, totals["rss_sum"], totals["pss"], totals, diagnose_tree(snaps)).to_dict(),
-                   request.json)
+        write_json(tree.to_dict(), request.json)
     if request.json != "-":
-        render_tree(snaps, sys.stdout)
+        render_tree(tree, sys.stdout)
     return 0
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from memgap.documents import display
 from memgap.documents.fields import check_schema, dataclass_fields, of_type
 
 SCHEMA = "memgap.snapshot/1"
@@ -135,10 +136,9 @@ class Snapshot:
                 f"{self.unexplained / MIB:.1f} MiB{findings}>")
 
     def _repr_html_(self) -> str:
-        """Jupyter's rich display: the breakdown as self-contained HTML (no script, no network)."""
-        from memgap.report.snapshot_html import snapshot_fragment  # rich and the renderers only when shown
-
-        return snapshot_fragment(self)
+        """Jupyter's rich display: the breakdown as self-contained HTML (no script, no network), by the
+        renderer memgap registers (``memgap.documents.display``)."""
+        return display.html("snapshot", self)
 
     def to_dict(self, regions: bool = True) -> dict[str, Any]:
         out: dict[str, Any] = {"schema": SCHEMA}

@@ -1,10 +1,13 @@
 """A process tree read from outside at one moment: each process's snapshot, and what each
 forked process copied from its parent. The snapshots share one ``TreeHeaders``: a worker's
 pool headers on page frames it still shares with its master are read once (as root).
+``tree_document`` sums and diagnoses the tree once, for its JSON and its tables alike.
 """
 from __future__ import annotations
 
-from memgap.documents.snapshot import Snapshot
+from memgap.diagnose.findings import diagnose_tree
+from memgap.documents.records import TreeDocument
+from memgap.documents.snapshot import Snapshot, tree_totals
 from memgap.errors import NoSuchProcess
 from memgap.explain.cow import add_copied_from_parent
 from memgap.explain.snapshot import SnapshotOptions, snapshot_pid
@@ -28,3 +31,10 @@ def snapshot_tree(pid: int, proc_root: str = "/proc") -> list[Snapshot]:
     for snap in snaps:
         snap.regions = []
     return snaps
+
+
+def tree_document(pid: int, snaps: list[Snapshot]) -> TreeDocument:
+    """The tree read, summed (``tree_totals``) and diagnosed (``diagnose_tree``) once: what
+    ``inspect --tree --json`` writes and what its table and ``top --tree`` show."""
+    totals = tree_totals(snaps)
+    return TreeDocument(pid, snaps, totals["rss_sum"], totals["pss"], totals, diagnose_tree(snaps))
