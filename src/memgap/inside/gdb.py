@@ -273,10 +273,9 @@ def python_runner(out: str, src: str) -> str:
 
 
 def memgap_source_dir() -> str:
-    """The directory holding the memgap package, for the process's sys.path."""
-    import memgap
-
-    return os.path.dirname(os.path.dirname(os.path.abspath(memgap.__file__)))
+    """The directory holding the memgap package, for the process's sys.path: this module's
+    (memgap/inside/gdb.py) folder's grandparent; no import of the package's API from down here."""
+    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _thread_without_gil(session: GdbSession) -> str | None:
