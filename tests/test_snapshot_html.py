@@ -57,8 +57,9 @@ import json, sys
 before = "memgap.report.snapshot_html" in sys.modules
 page = snap._repr_html_()
 from memgap.report.snapshot_html import snapshot_fragment
+layers = {{k: v.resident for k, v in snap.layers.items()}}
 print(json.dumps({{"before": before, "same": page == snapshot_fragment(snap), "page": page,
-                  "rss": snap.rss, "unexplained": snap.unexplained, "layers": {{k: v.resident for k, v in snap.layers.items()}}}}))
+                  "rss": snap.rss, "unexplained": snap.unexplained, "layers": layers}}))
 """
 MADE = "import memgap\nsnap = memgap.snapshot()"
 READ = ("from memgap.documents.snapshot import Snapshot\n"
@@ -111,7 +112,9 @@ def test_import_memgap_leaves_the_integrations_out():
                          timeout=60)
     assert out.returncode == 0, out.stderr
     plain, with_web = (set(json.loads(line)) for line in out.stdout.splitlines())
+    # nor the documents: what registers their renderers (memgap.documents.display) loads none of them
     for name in ("memgap.web", "memgap.report.snapshot_html", "memgap.report.html", "memgap.prometheus",
+                 "memgap.documents.snapshot", "memgap.documents.records",
                  "memgap_pytest", "rich", "starlette", "anyio", "uvicorn", "gunicorn", "IPython"):
         assert name not in plain, name
     # the middleware imports no server or framework of its own either

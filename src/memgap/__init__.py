@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from memgap.documents import display as _display
+from memgap.documents.display import register_html as _register_html
 
 if TYPE_CHECKING:
     from memgap.api import TrimResult, explain, metric, phase, phases, snapshot, trim
@@ -53,8 +53,8 @@ def _lab_html(lab: LabDocument) -> str:
 
 # A document shows itself in a notebook through these: the documents import no renderer, and this
 # package runs before any of their modules, whichever a user imports first.
-_display.register_html("snapshot", _snapshot_html)
-_display.register_html("lab", _lab_html)
+_register_html("snapshot", _snapshot_html)
+_register_html("lab", _lab_html)
 
 
 def __getattr__(name: str) -> Any:

@@ -11,11 +11,11 @@ from __future__ import annotations
 from typing import Any
 
 from memgap.diagnose.floors import FLOOR, RETAINED_FLOOR, SHARE, ratio_base
-from memgap.documents import routes
+from memgap.documents.routes import MALLCTL, TCMALLOC
 from memgap.documents.snapshot import Finding, Snapshot
 from memgap.report.units import mib
 
-MALLCTL_ROUTE, TCMALLOC_ROUTE = routes.MALLCTL, routes.TCMALLOC
+MALLCTL_ROUTE, TCMALLOC_ROUTE = MALLCTL, TCMALLOC
 PURGE_ALL = "arena.4096.purge"  # 4096: MALLCTL_ARENAS_ALL, every arena (jemalloc 5)
 
 

@@ -14,6 +14,6 @@ def register_html(kind: str, render: Callable[[Any], str]) -> None:
     _HTML[kind] = render
 
 
-def html(kind: str, document: object) -> str:
+def as_html(kind: str, document: object) -> str:
     """``document`` as HTML, by its kind's renderer."""
     return _HTML[kind](document)

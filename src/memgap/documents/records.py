@@ -18,7 +18,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-from memgap.documents import display
+from memgap.documents.display import as_html
 from memgap.documents.fields import check_schema, dataclass_fields, of_type, typed_value
 from memgap.documents.lab_summary import AcrossCell, Cell, Recommendation, SweepRow, VariantSummary
 from memgap.documents.snapshot import RUN_SCHEMA, Finding, Snapshot
@@ -391,7 +391,7 @@ class LabDocument:
         """Jupyter's rich display: the verdict, the variants table and the lines that apply the
         recommendation, as self-contained HTML (no script, no network), by the renderer memgap
         registers (``memgap.documents.display``)."""
-        return display.html("lab", self)
+        return as_html("lab", self)
 
     @classmethod
     def from_dict(cls, data: Any, what: str = "lab document") -> LabDocument:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from memgap.documents import display
+from memgap.documents.display import as_html
 from memgap.documents.fields import check_schema, dataclass_fields, of_type
 
 SCHEMA = "memgap.snapshot/1"
@@ -138,7 +138,7 @@ class Snapshot:
     def _repr_html_(self) -> str:
         """Jupyter's rich display: the breakdown as self-contained HTML (no script, no network), by the
         renderer memgap registers (``memgap.documents.display``)."""
-        return display.html("snapshot", self)
+        return as_html("snapshot", self)
 
     def to_dict(self, regions: bool = True) -> dict[str, Any]:
         out: dict[str, Any] = {"schema": SCHEMA}

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from memgap.diagnose.findings import allocator_findings
-from memgap.documents import routes
 from memgap.documents.records import TrimRecord, TrimRoute
+from memgap.documents.routes import IN_PROCESS, MALLOC_INFO, OUTSIDE
 from memgap.documents.snapshot import Snapshot
 from memgap.errors import MalformedInput, Unsupported
 from memgap.inside.gdb_layers import jemalloc_gdb_layers, mimalloc_gdb_layers, tcmalloc_gdb_layers
@@ -43,9 +43,9 @@ from memgap.sources.mimalloc_gdb import MimallocDeep
 from memgap.sources.procfs import ProcReader, is_python, status_int
 from memgap.sources.tcmalloc_gdb import TcmallocDeep
 
-ROUTE_OUTSIDE = routes.OUTSIDE
-ROUTE_MALLOC_INFO = routes.MALLOC_INFO
-ROUTE_IN_PROCESS = routes.IN_PROCESS
+ROUTE_OUTSIDE = OUTSIDE
+ROUTE_MALLOC_INFO = MALLOC_INFO
+ROUTE_IN_PROCESS = IN_PROCESS
 ROUTE_MALLCTL = jemalloc_gdb.ROUTE
 ROUTE_TCMALLOC = tcmalloc_gdb.ROUTE
 ROUTE_MIMALLOC = mimalloc_gdb.ROUTE

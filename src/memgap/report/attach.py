@@ -13,7 +13,7 @@ from typing import Any, Protocol, TextIO
 
 from rich.console import RenderableType
 
-from memgap.documents import routes
+import memgap.documents.routes as routes
 from memgap.documents.snapshot import Snapshot
 from memgap.report.fit import WRAP, Col, fit_table
 from memgap.report.terminal import console_on, layers_table, print_findings
