@@ -21,8 +21,8 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
 
-from memgap.explain.memory_map import read_memory_map
 from memgap.explain.snapshot import DEFAULT_POOL_SIZE, SnapshotOptions, label_regions, snapshot_pid
+from memgap.sources.memory_map import read_memory_map
 from memgap.sources.procfs import ProcReader
 from memgap.sources.pymalloc_pools import census
 

@@ -6,14 +6,13 @@ changes one of these numbers.
 """
 import pytest
 
+from memgap.allocators.measured import Measurements
 from memgap.documents.allocator import AllocatorInfo
+from memgap.documents.parts import PymallocStats, PythonHeap
 from memgap.documents.snapshot import Region
 from memgap.explain.attribution import attribute
-from memgap.explain.measured import Measurements
 from memgap.sources.glibc_heaps import ArenaLayout, GlibcLayout
 from memgap.sources.jemalloc import JemallocStats
-from memgap.sources.pyheap import PythonHeap
-from memgap.sources.pymalloc import PymallocStats
 from memgap.sources.pymalloc_pools import PoolCensus
 
 KiB, MiB = 1 << 10, 1 << 20
@@ -404,7 +403,7 @@ def _outside_jemalloc_snapshot():
 
 
 def test_jemalloc_counters_read_through_gdb_move_pages_out_of_other_anon():
-    from memgap.inside.gdb_layers import jemalloc_gdb_layers
+    from memgap.allocators.gdb_layers import jemalloc_gdb_layers
 
     outside = _outside_jemalloc_snapshot()
     assert outside["other_anon"].resident == 51 * MiB  # 50 unclaimed + 1 file-cow
@@ -425,7 +424,7 @@ def test_jemalloc_counters_read_through_gdb_move_pages_out_of_other_anon():
 
 
 def test_jemalloc_counters_beyond_the_unclaimed_pages_are_clamped_and_said():
-    from memgap.inside.gdb_layers import jemalloc_gdb_layers
+    from memgap.allocators.gdb_layers import jemalloc_gdb_layers
 
     outside = _outside_jemalloc_snapshot()
     # 40 MiB allocated, 2 MiB slack, 2000 pages (7.8125 MiB) dirty, 2 MiB of metadata pages: 51.8 MiB wanted
@@ -442,7 +441,7 @@ def test_jemalloc_counters_beyond_the_unclaimed_pages_are_clamped_and_said():
 # --- tcmalloc's properties and mimalloc's figures read through gdb (inspect --deep) ----------
 
 def test_tcmalloc_properties_read_through_gdb_move_pages_out_of_other_anon():
-    from memgap.inside.gdb_layers import tcmalloc_gdb_layers
+    from memgap.allocators.gdb_layers import tcmalloc_gdb_layers
     from memgap.sources.tcmalloc_gdb import TcmallocDeep
 
     outside = _outside_jemalloc_snapshot()  # 50 MiB unclaimed anonymous, 1 MiB file-cow
@@ -462,7 +461,7 @@ def test_tcmalloc_properties_read_through_gdb_move_pages_out_of_other_anon():
 
 
 def test_tcmalloc_properties_beyond_the_unclaimed_pages_are_clamped_and_said():
-    from memgap.inside.gdb_layers import tcmalloc_gdb_layers
+    from memgap.allocators.gdb_layers import tcmalloc_gdb_layers
     from memgap.sources.tcmalloc_gdb import TcmallocDeep
 
     outside = _outside_jemalloc_snapshot()
@@ -477,7 +476,7 @@ def test_tcmalloc_properties_beyond_the_unclaimed_pages_are_clamped_and_said():
 
 
 def test_mimalloc_committed_bytes_go_to_a_layer_of_their_own():
-    from memgap.inside.gdb_layers import mimalloc_gdb_layers
+    from memgap.allocators.gdb_layers import mimalloc_gdb_layers
     from memgap.sources.mimalloc_gdb import MimallocDeep
 
     outside = _outside_jemalloc_snapshot()

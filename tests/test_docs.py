@@ -250,8 +250,8 @@ def test_the_lab_page_states_the_verdict_rule_the_code_applies():
 
 
 def test_the_layer_tables_name_every_layer():
+    from memgap.allocators.gdb_layers import HELD_LAYER
     from memgap.documents.snapshot import LAYER_NAMES
-    from memgap.inside.gdb_layers import HELD_LAYER
 
     documented = [re.fullmatch(r"`(\w+)`", r[0])[1] for r in tables(read("docs", "layers.md"))[0]]
     assert documented == [*LAYER_NAMES, HELD_LAYER, "unexplained"], documented
@@ -345,7 +345,7 @@ def test_the_readme_status_is_true():
     not_yet = status.partition("Not yet:")[2].split("\n\n")[0]
     done = status.partition("Not yet:")[0]
     features = {  # words in the status -> whether the code has it
-        "prefixed jemalloc": _has("memgap.inside.jemalloc_beside", "beside_jemalloc"),
+        "prefixed jemalloc": _has("memgap.allocators.jemalloc_beside", "beside_jemalloc"),
         "ASGI/WSGI routes": _has("memgap.web", "ASGIMiddleware") and _has("memgap.web", "WSGIMiddleware"),
         "notebook rendering": hasattr(importlib.import_module("memgap.documents.snapshot").Snapshot, "_repr_html_"),
         "JSON Schemas": os.path.isdir(os.path.join(ROOT, "docs", "schemas")),

@@ -11,10 +11,24 @@
   a typed request at the edge, and everything past it takes the request;
 - no comparison with an allocator's name outside memgap.allocators (its readers and registry), but
   the exceptions listed with their reasons.
+- no import cycle in src/, and the renderers only render: ``memgap.report.*`` imports the documents,
+  the report, the errors, the standard library and rich, nothing that computes;
+- the root of src/memgap holds at most ROOT_MODULES modules (the rest lives in the pipeline's folders);
+- the floors: ``memgap inspect PID``'s request goes from the command down the pipeline to the
+  rendered table without climbing back to a floor it has left (``FLOORS``, below).
+
+The import graph counts every import: at the top of a module, inside a function, under
+``TYPE_CHECKING`` (a module that imports another only to show itself depends on it all the same).
+Importing ``pkg.mod`` from outside ``pkg`` also runs ``pkg/__init__.py``: that counts as an import of
+``pkg`` where its ``__init__`` has code (more than a docstring), and not where it has none. The root
+package ``memgap`` holds every module, so none imports it that way: only by name (``import memgap``).
+Imports made at run time by name (``importlib.import_module``: the runtimes' registry, the commands)
+are not in the graph. ``scripts/import_walk.py`` prints the walk for a human.
 """
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parent.parent / "src"
@@ -170,8 +184,6 @@ NAME_COMPARISONS_ALLOWED = {
     "memgap.sources.allocator": 7,
     # the agent's reply is a wire format: its sections are named by allocator (agent.c writes them)
     "memgap.agent.reply": 2,
-    # a jemalloc beside glibc's malloc (Redis, Rust services): a module about that pair, by name
-    "memgap.inside.jemalloc_beside": 2,
 }
 
 
@@ -197,3 +209,204 @@ def test_no_branch_on_an_allocators_name_outside_its_reader():
     counts = {name: len(lines) for name, lines in found.items()}
     wrong = {n: found[n] for n in found if counts[n] != NAME_COMPARISONS_ALLOWED.get(n)}
     assert counts == NAME_COMPARISONS_ALLOWED, wrong
+
+
+# --- the import graph --------------------------------------------------------------------------
+
+def _has_code(tree: ast.Module) -> bool:
+    """More than a docstring and ``from __future__`` imports: importing the package runs something."""
+    return any(not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant))
+               and not (isinstance(node, ast.ImportFrom) and node.module == "__future__") for node in tree.body)
+
+
+PACKAGES_WITH_CODE = {name for name, (path, tree) in MODULES.items()
+                      if path.name == "__init__.py" and name != "memgap" and _has_code(tree)}
+
+
+def _packages_run(importer: str, module: str) -> list[str]:
+    """The packages whose ``__init__`` (with code) importing ``module`` runs, ``importer`` outside them."""
+    parts = module.split(".")
+    found = []
+    for n in range(2, len(parts)):
+        package = ".".join(parts[:n])
+        if package in PACKAGES_WITH_CODE and not _within(importer, (package,)):
+            found.append(package)
+    return found
+
+
+def import_graph() -> dict[str, dict[str, int]]:
+    """{module: {module it imports: line}} for every module of src/memgap, every import counted (the
+    module docstring says how)."""
+    graph: dict[str, dict[str, int]] = {}
+    for name in MODULES:
+        edges: dict[str, int] = {}
+        for module, _, line in _imports(name):
+            if module in MODULES and module != name:
+                for target in (*_packages_run(name, module), module):
+                    edges.setdefault(target, line)
+        edges.pop(name, None)
+        graph[name] = edges
+    return graph
+
+
+GRAPH = import_graph()
+
+
+def cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(graph[root]))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, targets = work[-1]
+            for target in targets:
+                if target not in index:
+                    index[target] = low[target] = len(index)
+                    stack.append(target)
+                    on_stack.add(target)
+                    work.append((target, iter(graph[target])))
+                    break
+                if target in on_stack:
+                    low[node] = min(low[node], index[target])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        found.append(sorted(component))
+    return found
+
+
+def test_the_graph_counts_every_kind_of_import():
+    """A function-level import (inspect's --deep renderers), a TYPE_CHECKING one (inspect's GdbOptions),
+    an ``import memgap.x`` and a package ``__init__`` run on the way (the agent's) are all edges."""
+    assert "memgap.report.attach" in GRAPH["memgap.cli.inspect"]
+    assert "memgap.sources.gdb_options" in GRAPH["memgap.cli.inspect"]
+    assert "memgap.agent" in GRAPH["memgap.explain.snapshot"]  # explain.snapshot imports memgap.agent.client
+    assert "memgap.agent" in PACKAGES_WITH_CODE and "memgap.report" not in PACKAGES_WITH_CODE
+    assert cycles({"a": {"b": 1}, "b": {"c": 1}, "c": {"a": 1}, "d": {"a": 1}}) == [["a", "b", "c"]]
+
+
+def test_no_import_cycle_in_src():
+    found = cycles(GRAPH)
+    assert not found, f"import cycles (a module below imports one above it): {found}"
+
+
+def test_no_import_cycle_between_memgap_and_its_pytest_plugin():
+    """src/memgap_pytest imports memgap; nothing of memgap imports it back."""
+    back = [f"{name} line {line}" for name in MODULES for module, _, line in _imports(name)
+            if module == "memgap_pytest" or module.startswith("memgap_pytest.")]
+    assert (SRC / "memgap_pytest" / "__init__.py").exists() and not back, back
+
+
+# The renderers take documents and a stream: they import the documents, each other (units, fit),
+# the errors, the standard library and rich; nothing that reads or computes.
+REPORT_MAY_IMPORT = ("memgap.documents", "memgap.report", "memgap.errors")
+REPORT_MAY_IMPORT_OUTSIDE = frozenset(sys.stdlib_module_names) | {"rich"}
+
+
+def test_the_renderers_import_only_documents_and_each_other():
+    crossed: set[str] = set()
+    for name in MODULES:
+        if not _within(name, ("memgap.report",)):
+            continue
+        for module, _, line in _imports(name):
+            top = module.split(".")[0]
+            allowed = _within(module, REPORT_MAY_IMPORT) if top == "memgap" else top in REPORT_MAY_IMPORT_OUTSIDE
+            if not allowed:
+                crossed.add(f"{name} line {line}: {module}")
+    assert not crossed, f"a renderer imports only {REPORT_MAY_IMPORT}, the standard library and rich: " \
+                        f"{sorted(crossed)}"
+
+
+ROOT_MODULES = 8
+
+
+def test_the_root_holds_at_most_8_modules():
+    root = sorted(p.name for p in (SRC / "memgap").glob("*.py"))
+    assert len(root) <= ROOT_MODULES, f"src/memgap/ holds {len(root)} modules: put new ones in a folder: {root}"
+
+
+# The floors of the pipeline, read from the command down. A request enters at the command (7), which
+# reads the process (explain, inside: 5); the reading diagnoses what it read (4) with what the
+# readers gave (runtimes, the agent, the allocators' catalogue: 3; sources of truth: 2); the command
+# then hands the documents to a renderer (1), the last floor, just above the ground (0: the documents,
+# the errors, the units and the environment's names, which every floor uses). An import goes to its
+# own floor or below; one to a higher floor is the request climbing back to a floor it has left (a
+# renderer computing findings, a document importing its renderer, a reader calling the public API).
+# The floors the inspect walk never reaches (record, lab, ...) are placed all the same, where their
+# imports put them, so that every module has one.
+GROUND = ("memgap.errors", "memgap.documents", "memgap.report.units", "memgap.record.envnames")
+FLOORS = {
+    "memgap.report": 1,
+    "memgap.sources": 2, "memgap.native": 2,
+    "memgap.runtimes": 3, "memgap.agent": 3, "memgap.allocators": 3,
+    "memgap.diagnose": 4,
+    "memgap.explain": 5, "memgap.inside": 5,
+    "memgap.record": 6, "memgap.lab": 6, "memgap.metrics": 6, "memgap.remedies": 6, "memgap.api": 6,
+    "memgap.cli": 7, "memgap.web": 7, "memgap.prometheus": 7, "memgap._hook": 7, "memgap._bootstrap": 7,
+    "memgap.scenarios": 7, "memgap.__main__": 7, "memgap": 7,
+}
+INSPECT = "memgap.cli.inspect"
+
+
+def floor(module: str) -> int:
+    """A module's floor: 0 on the ground, else its package's (the longest name in FLOORS it is within)."""
+    if _within(module, GROUND):
+        return 0
+    return max(((len(p), f) for p, f in FLOORS.items() if _within(module, (p,))), default=(0, -1))[1]
+
+
+def walk(start: str = INSPECT) -> list[tuple[str, str, int]]:
+    """Every import edge (importer, imported, line) reachable from ``start``, breadth first."""
+    seen, queue, edges = {start}, [start], []
+    while queue:
+        module = queue.pop(0)
+        for target, line in sorted(GRAPH[module].items()):
+            edges.append((module, target, line))
+            if target not in seen:
+                seen.add(target)
+                queue.append(target)
+    return edges
+
+
+def climbs(edges: list[tuple[str, str, int]]) -> list[str]:
+    return [f"{a} (floor {floor(a)}) line {line} -> {b} (floor {floor(b)})" for a, b, line in edges
+            if floor(b) > floor(a)]
+
+
+def test_every_module_has_a_floor():
+    assert not [name for name in MODULES if floor(name) < 0]
+
+
+def test_the_inspect_walk_goes_down_to_the_rendered_table():
+    edges = walk()
+    reached = {b for _, b, _ in edges}
+    # the walk reaches the stages the request passes: the reading, the findings, the documents, the table
+    assert {"memgap.explain.snapshot", "memgap.diagnose.findings", "memgap.documents.snapshot",
+            "memgap.report.terminal", "memgap.report.attach", "memgap.inside.gdb"} <= reached
+    found = climbs(edges)
+    assert not found, "memgap inspect's request climbs back to a floor it has left:\n" + "\n".join(found)
+
+
+def test_no_module_climbs():
+    """The floors hold everywhere, not only on inspect's walk (top, run, the lab and the API too)."""
+    found = climbs([(a, b, line) for a, targets in GRAPH.items() for b, line in targets.items()])
+    assert not found, "imports to a higher floor:\n" + "\n".join(found)

@@ -46,3 +46,26 @@ def test_a_saved_lab_renders_in_a_notebook_with_its_own_figures(path):
         assert f"Apply {recommended}:" in page and " ".join(raw["recommendation"]["shell"]) in unescape(page)
     else:
         assert "Apply" not in page and "keep the defaults" in page
+
+
+def test_a_saved_lab_shows_itself_in_a_fresh_interpreter():
+    """Only the documents imported: the lab shows itself through the renderer memgap/__init__ registers
+    (the documents import none), loaded when first shown; the page is the renderer's own."""
+    import subprocess
+    import sys
+
+    from conftest import child_env
+
+    probe = ("import json, sys\nfrom memgap.documents.records import LabDocument\n"
+             "lab = LabDocument.from_dict(json.load(open(sys.argv[1])))\n"
+             "before = 'memgap.report.html' in sys.modules\npage = lab._repr_html_()\n"
+             "from memgap.report.html import lab_fragment\n"
+             "print(json.dumps([before, page == lab_fragment(lab), page]))\n")
+    out = subprocess.run([sys.executable, "-c", probe, SAVED[-1]], capture_output=True, text=True, env=child_env(),
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    before, same, page = json.loads(out.stdout)
+    assert not before and same
+    with open(SAVED[-1]) as f:
+        raw = json.load(f)
+    assert f'Verdict: <b class="verdict">{raw["verdict"]}</b>' in unescape(page)

@@ -139,7 +139,7 @@ def test_noreserve_flags_are_read_again_only_for_new_ranges():
 def test_struct_pthread_found_by_its_self_pointers():
     """x86-64 tcbhead_t at the top of a glibc thread stack: tcb and self (offsets 0 and 16) hold its
     own address, dtv (8) a pointer; frames below hold many pointers into the same stack."""
-    from memgap.explain.memory_map import _self_pointer
+    from memgap.sources.memory_map import _self_pointer
 
     page = 0x7F9B3A5FF000
     data = bytearray(4096)

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import memgap
 from conftest import child_env
-from helpers import MiB, html_figures, self_contained, vmrss
+from helpers import MiB, html_figures, memgap as run_memgap, self_contained, vmrss
 from memgap.documents.allocator import FoundAllocator
 from memgap.documents.snapshot import Finding, Snapshot
 
@@ -50,6 +50,61 @@ def test_strings_from_the_process_cannot_make_markup():
     assert doc["findings"][-1]["summary"] == evil
 
 
+# In a fresh interpreter: a snapshot made by memgap.snapshot(), or read back by Snapshot.from_dict with
+# nothing of memgap's API imported, shows itself through the renderer memgap/__init__ registers (the
+# documents import none); the page is the renderer's own, and the renderer is loaded only once shown.
+FRESH = """
+import json, sys
+{make}
+before = "memgap.report.snapshot_html" in sys.modules
+page = snap._repr_html_()
+from memgap.report.snapshot_html import snapshot_fragment
+layers = {{k: v.resident for k, v in snap.layers.items()}}
+print(json.dumps({{"before": before, "same": page == snapshot_fragment(snap), "page": page,
+                  "rss": snap.rss, "unexplained": snap.unexplained, "layers": layers}}))
+"""
+MADE = "import memgap\nsnap = memgap.snapshot()"
+READ = ("from memgap.documents.snapshot import Snapshot\n"
+        "snap = Snapshot.from_dict(json.load(open(sys.argv[1])))")
+
+
+def _fresh(make, *args):
+    out = subprocess.run([sys.executable, "-c", FRESH.format(make=make), *args], capture_output=True, text=True,
+                         env=child_env(), timeout=60)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_a_snapshot_shows_itself_in_a_fresh_interpreter_however_it_was_made(tmp_path):
+    made = _fresh(MADE)
+    # a program that does not import memgap, read from outside and saved as `inspect --json` writes it
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; x = bytearray(24 << 20); x[::4096] = "
+                               "b'1' * len(x[::4096]); print('ready', flush=True); sys.stdin.read()"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "ready\n"
+        saved = tmp_path / "snap.json"
+        proc = run_memgap("inspect", str(holder.pid), "--json", str(saved))
+        assert proc.returncode == 0, proc.stderr
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=30)
+    read = _fresh(READ, str(saved))
+    doc = json.loads(saved.read_text())
+    for shown in (made, read):
+        assert shown["same"] and not shown["before"]
+        self_contained(shown["page"])
+        rows, _ = html_figures(shown["page"])
+        assert rows.pop("rss") == shown["rss"] and rows.pop("unexplained") == shown["unexplained"]
+        assert rows == {k: v for k, v in shown["layers"].items() if v is not None}
+    # the one read back: its figures against the saved file's, read as JSON, not through memgap
+    rows, _ = html_figures(read["page"])
+    assert rows["rss"] == doc["rss"] and rows["unexplained"] == doc["unexplained"]
+    assert {k: v for k, v in rows.items() if k not in ("rss", "unexplained")} == \
+        {k: v["resident"] for k, v in doc["layers"].items() if v["resident"] is not None}
+    assert sum(v for k, v in rows.items() if k != "rss") == doc["rss"] >= 24 * MiB  # the holder's bytes, written
+
+
 def test_import_memgap_leaves_the_integrations_out():
     probe = ("import json, sys, memgap\n"
              "print(json.dumps(sorted(sys.modules)))\n"
@@ -59,7 +114,9 @@ def test_import_memgap_leaves_the_integrations_out():
                          timeout=60)
     assert out.returncode == 0, out.stderr
     plain, with_web = (set(json.loads(line)) for line in out.stdout.splitlines())
+    # nor the documents: what registers their renderers (memgap.documents.display) loads none of them
     for name in ("memgap.web", "memgap.report.snapshot_html", "memgap.report.html", "memgap.prometheus",
+                 "memgap.documents.snapshot", "memgap.documents.records",
                  "memgap_pytest", "rich", "starlette", "anyio", "uvicorn", "gunicorn", "IPython"):
         assert name not in plain, name
     # the middleware imports no server or framework of its own either

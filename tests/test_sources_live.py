@@ -14,7 +14,7 @@ import json, threading
 from memgap.sources.procfs import ProcReader
 from memgap.sources.glibc import glibc_malloc
 from memgap.sources.glibc_heaps import find_thread_heaps
-from memgap.explain.memory_map import read_memory_map
+from memgap.sources.memory_map import read_memory_map
 
 ready, done = threading.Barrier(9), threading.Event()
 def hold():

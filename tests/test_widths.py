@@ -15,7 +15,8 @@ import pytest
 from rich.cells import cell_len
 
 from helpers import memgap, recommended
-from memgap.documents.snapshot import Snapshot, TreeSnapshot, tree_totals
+from memgap.documents.records import TreeDocument
+from memgap.documents.snapshot import Snapshot
 from memgap.report.units import mib, pct
 
 WIDTHS = (50, 80, 120)
@@ -68,9 +69,10 @@ def snap(holder):
 
 @pytest.fixture(scope="module")
 def tree():
+    """The tree's document, as `inspect --tree --json` wrote it: its processes, totals and findings."""
     proc = _started(TREE)
     try:
-        return [Snapshot.from_dict(p) for p in _json("inspect", str(proc.pid), "--tree")["processes"]]
+        return TreeDocument.from_dict(_json("inspect", str(proc.pid), "--tree"))
     finally:
         _stop(proc)
 
@@ -173,23 +175,24 @@ def test_tree(tree, width):
     """The reported cut: PIDs and RSS as ``16…`` and ``208…`` in a 120-column terminal."""
     from memgap.report.terminal import render_tree
 
-    assert len(tree) == 3
-    text = rendered(lambda out, w: render_tree(TreeSnapshot(tree[0].pid, tree), out, w), width)
-    figures = [f for s in tree for f in (str(s.pid), mib(s.rss), mib(s.status["Pss"]), mib(s.status["Uss"]))]
-    totals = tree_totals(tree)
+    assert len(tree.processes) == 3
+    text = rendered(lambda out, w: render_tree(tree, out, w), width)
+    figures = [f for s in tree.processes for f in (str(s.pid), mib(s.rss), mib(s.status["Pss"]), mib(s.status["Uss"]))]
+    totals = tree.totals
     assert totals.layers_by == "pss"
-    check(text, width, [*figures, mib(sum(s.rss for s in tree)), mib(totals.pss), mib(totals.uss),
+    check(text, width, [*figures, mib(sum(s.rss for s in tree.processes)), mib(totals.pss), mib(totals.uss),
                         "3 processes"])
 
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_top_tree(tree, width):
     """top --tree: the heading's PSS total and RSS sum, and each layer summed by PSS."""
+    from memgap.cli.top import refresh_of
     from memgap.report.live import frame
     from memgap.report.terminal import LAYER_TITLES, console_on
 
-    text = rendered(lambda out, w: console_on(out, w).print(frame(deque([tree]), tree, w)), width)
-    totals = tree_totals(tree)
+    text = rendered(lambda out, w: console_on(out, w).print(frame(refresh_of(deque([tree])), w)), width)
+    totals = tree.totals
     check(text, width, [mib(totals.pss), mib(totals.rss_sum),
                         *(mib(v) for v in totals.layers.values() if v is not None)])
     assert "layers by PSS" in " ".join(text.split()) and LAYER_TITLES["python_objects"] in text
@@ -253,13 +256,17 @@ def test_lab_with_a_grid_and_plain_python_lines(lab_grid, width):
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_top(holder, width):
+    from memgap.cli.top import refresh_of
+    from memgap.documents.snapshot import TreeSnapshot
     from memgap.explain.snapshot import SnapshotOptions, snapshot_pid
+    from memgap.explain.tree import tree_document
     from memgap.report.live import frame
     from memgap.report.terminal import console_on
 
-    history = deque([[snapshot_pid(holder.pid, SnapshotOptions(regions=False))] for _ in range(3)])
-    now = history[-1][0]
-    text = rendered(lambda out, w: console_on(out, w).print(frame(history, history[-1], w)), width)
+    history = deque([tree_document(TreeSnapshot(holder.pid, [snapshot_pid(holder.pid, SnapshotOptions(regions=False))]))
+                     for _ in range(3)])
+    now = history[-1].processes[0]
+    text = rendered(lambda out, w: console_on(out, w).print(frame(refresh_of(history), w)), width)
     check(text, width, [str(now.pid), *snapshot_figures(now)])
 
 

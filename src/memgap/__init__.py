@@ -15,8 +15,11 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from memgap.documents.display import register_html as _register_html
+
 if TYPE_CHECKING:
     from memgap.api import TrimResult, explain, metric, phase, phases, snapshot, trim
+    from memgap.documents.records import LabDocument
     from memgap.documents.snapshot import Finding, Layer, Snapshot
     from memgap.errors import AccessDenied, MalformedInput, MemgapError, NoSuchProcess, Unsupported
     from memgap.inside.pymalloc_release import PoolRelease, release_pymalloc
@@ -34,6 +37,24 @@ _WHERE = {
     **dict.fromkeys(("PoolRelease", "release_pymalloc"), ".inside.pymalloc_release"),
     **dict.fromkeys(("Trimmer", "preload_env", "spawn_env", "verify_env"), ".remedies"),
 }
+
+
+def _snapshot_html(snap: Snapshot) -> str:
+    from memgap.report.snapshot_html import snapshot_fragment  # rich and the renderers only when shown
+
+    return snapshot_fragment(snap)
+
+
+def _lab_html(lab: LabDocument) -> str:
+    from memgap.report.html import lab_fragment
+
+    return lab_fragment(lab)
+
+
+# A document shows itself in a notebook through these: the documents import no renderer, and this
+# package runs before any of their modules, whichever a user imports first.
+_register_html("snapshot", _snapshot_html)
+_register_html("lab", _lab_html)
 
 
 def __getattr__(name: str) -> Any:

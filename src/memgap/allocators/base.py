@@ -14,19 +14,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from memgap.explain.measured import Measurements, Owners, Sizes
+from memgap.allocators.measured import Measurements, Owners, Sizes
 
 if TYPE_CHECKING:
     from memgap.documents.allocator import FoundAllocator
     from memgap.documents.snapshot import Finding, Layer, Snapshot
     from memgap.documents.trim import TrimRecord
-    from memgap.explain.memory_map import MemoryMap
     from memgap.sources.allocator import AllocatorDetection
     from memgap.sources.gdb_attach import GdbSession
     from memgap.sources.gdb_options import GdbOptions
     from memgap.sources.glibc import Mallinfo2, MallocInfo
     from memgap.sources.glibc_heaps import GlibcLayout
     from memgap.sources.jemalloc import JemallocStats
+    from memgap.sources.memory_map import MemoryMap
     from memgap.sources.procfs import Mapping, ProcReader
 
 

@@ -11,15 +11,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from memgap.allocators.base import AllocatorReader, GdbPlan, OwnFigures, Share
-from memgap.explain.measured import Measurements, Owners, Sizes
+from memgap.allocators.measured import Measurements, Owners, Sizes
 
 if TYPE_CHECKING:
     from memgap.documents.snapshot import Snapshot
     from memgap.documents.trim import TrimRecord
-    from memgap.explain.memory_map import MemoryMap
     from memgap.sources.allocator import AllocatorDetection
     from memgap.sources.gdb_options import GdbOptions
     from memgap.sources.glibc_heaps import GlibcLayout
+    from memgap.sources.memory_map import MemoryMap
     from memgap.sources.procfs import ProcReader
 
 STATIC_NOTE = ("glibc's malloc is linked into the program statically: from outside memgap finds glibc's arenas "
@@ -56,7 +56,7 @@ class Glibc(AllocatorReader):
                 plan: GdbPlan | None) -> TrimRecord:
         """malloc_trim(0) through gdb; where a jemalloc sits beside glibc's malloc, both trimmed."""
         from memgap.allocators.gdb_routes import malloc_trim
-        from memgap.inside.jemalloc_beside import beside_jemalloc, trim_glibc_and_jemalloc
+        from memgap.allocators.jemalloc_beside import beside_jemalloc, trim_glibc_and_jemalloc
 
         symbol = beside_jemalloc(pid, before, options.proc_root)[0]
         if symbol:

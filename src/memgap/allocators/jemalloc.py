@@ -20,9 +20,9 @@ from memgap.allocators.base import (
     unread_note,
     within_mappings,
 )
+from memgap.allocators.measured import Measurements, Owners
 from memgap.documents.snapshot import Finding
 from memgap.errors import MemgapError, Unsupported
-from memgap.explain.measured import Measurements, Owners
 from memgap.report.units import mib
 
 if TYPE_CHECKING:
@@ -85,7 +85,7 @@ class Jemalloc(AllocatorReader):
 
     def deep_layers(self, layers: dict[str, Layer], rss: int, figures: DeepFigures,
                     beside: str = "") -> tuple[dict[str, Layer], int]:
-        from memgap.inside.gdb_layers import jemalloc_gdb_layers
+        from memgap.allocators.gdb_layers import jemalloc_gdb_layers
         from memgap.sources.jemalloc_gdb import JemallocDeep
 
         assert isinstance(figures, JemallocDeep)  # what read_deep gave

@@ -41,7 +41,7 @@ class Mimalloc(AllocatorReader):
 
     def deep_layers(self, layers: dict[str, Layer], rss: int, figures: DeepFigures,
                     beside: str = "") -> tuple[dict[str, Layer], int]:
-        from memgap.inside.gdb_layers import mimalloc_gdb_layers
+        from memgap.allocators.gdb_layers import mimalloc_gdb_layers
         from memgap.sources.mimalloc_gdb import MimallocDeep
 
         assert isinstance(figures, MimallocDeep)  # what read_deep gave

@@ -19,8 +19,8 @@ from memgap.allocators.base import (
     unread_note,
     within_mappings,
 )
+from memgap.allocators.measured import Measurements, Owners
 from memgap.documents.snapshot import Finding
-from memgap.explain.measured import Measurements, Owners
 from memgap.report.units import mib
 
 if TYPE_CHECKING:
@@ -70,7 +70,7 @@ class Tcmalloc(AllocatorReader):
 
     def deep_layers(self, layers: dict[str, Layer], rss: int, figures: DeepFigures,
                     beside: str = "") -> tuple[dict[str, Layer], int]:
-        from memgap.inside.gdb_layers import tcmalloc_gdb_layers
+        from memgap.allocators.gdb_layers import tcmalloc_gdb_layers
         from memgap.sources.tcmalloc_gdb import TcmallocDeep
 
         assert isinstance(figures, TcmallocDeep)  # what read_deep gave

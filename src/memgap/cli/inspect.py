@@ -25,12 +25,10 @@ from typing import TYPE_CHECKING
 
 from memgap.cli import _common
 from memgap.cli._common import write_json
-from memgap.diagnose.findings import diagnose_tree
-from memgap.documents.records import TreeDocument
 from memgap.documents.snapshot import Snapshot
 from memgap.errors import Unsupported, UsageError
 from memgap.explain.snapshot import SnapshotOptions, snapshot_pid
-from memgap.explain.tree import snapshot_tree
+from memgap.explain.tree import snapshot_tree, tree_document
 from memgap.report.terminal import render_snapshot, render_tree
 from memgap.sources.gdb_target import DEFAULT_TIMEOUT  # not gdb_attach: loaded only for --deep
 from memgap.sources.processes import ProcessIdentity
@@ -167,10 +165,10 @@ def _runtimes_deep(snap: Snapshot, pid: int, proc_root: str) -> list[dict[str, o
 
 
 def _tree(request: InspectRequest) -> int:
-    pid = request.pid
-    tree = snapshot_tree(pid, request.proc_root)
+    """The tree read, summed and diagnosed once (``tree_document``); its JSON and its table both show that."""
+    tree = tree_document(snapshot_tree(request.pid, request.proc_root))
     if request.json:
-        write_json(TreeDocument.of(tree, diagnose_tree(tree.processes)).to_dict(), request.json)
+        write_json(tree.to_dict(), request.json)
     if request.json != "-":
         render_tree(tree, sys.stdout)
     return 0

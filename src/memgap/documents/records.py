@@ -7,8 +7,8 @@ Each has ``to_dict()``, the JSON memgap writes (docs/json.md), and ``from_dict()
 checks the fields it knows (missing or of the wrong type: ``MalformedInput``, exit code 6)
 and fills in what a document of an earlier version of the same schema lacks (fields are
 only ever added within a version). This module sits below the lab and the report: it
-imports neither, except the report's HTML renderer when a notebook shows a lab
-(``LabDocument._repr_html_``), as ``model.Snapshot`` does. How fields are read and checked:
+imports neither; a notebook shows a lab (``LabDocument._repr_html_``) through the renderer
+memgap registers (memgap.documents.display), as a Snapshot does. How fields are read and checked:
 memgap.documents.fields.
 """
 from __future__ import annotations
@@ -17,6 +17,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from memgap.documents.display import as_html
 from memgap.documents.fields import check_schema, dataclass_fields, of_type
 from memgap.documents.lab_summary import AcrossCell, Cell, Recommendation, SweepRow, VariantSummary
 from memgap.documents.snapshot import RUN_SCHEMA, Finding, Snapshot, TreeSnapshot, TreeTotals
@@ -317,10 +318,9 @@ class LabDocument:
 
     def _repr_html_(self) -> str:
         """Jupyter's rich display: the verdict, the variants table and the lines that apply the
-        recommendation, as self-contained HTML (no script, no network)."""
-        from memgap.report.html import lab_fragment  # the renderers only when shown
-
-        return lab_fragment(self)
+        recommendation, as self-contained HTML (no script, no network), by the renderer memgap
+        registers (``memgap.documents.display``)."""
+        return as_html("lab", self)
 
     @classmethod
     def from_dict(cls, data: Any, what: str = "lab document") -> LabDocument:

@@ -10,11 +10,10 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from memgap.documents.allocator import AllocatorInfo
+from memgap.documents.display import as_html
 from memgap.documents.fields import check_schema, dataclass_fields, of_type
+from memgap.documents.parts import CgroupMemory, PymallocStats, PythonHeap
 from memgap.documents.trim import TrimRecord
-from memgap.sources.cgroup import CgroupMemory
-from memgap.sources.pyheap import PythonHeap
-from memgap.sources.pymalloc import PymallocStats
 
 SCHEMA = "memgap.snapshot/1"
 MIB = 1 << 20
@@ -152,10 +151,9 @@ class Snapshot:
                 f"{self.unexplained / MIB:.1f} MiB{findings}>")
 
     def _repr_html_(self) -> str:
-        """Jupyter's rich display: the breakdown as self-contained HTML (no script, no network)."""
-        from memgap.report.snapshot_html import snapshot_fragment  # rich and the renderers only when shown
-
-        return snapshot_fragment(self)
+        """Jupyter's rich display: the breakdown as self-contained HTML (no script, no network), by the
+        renderer memgap registers (``memgap.documents.display``)."""
+        return as_html("snapshot", self)
 
     def to_dict(self, regions: bool = True) -> dict[str, Any]:
         out: dict[str, Any] = {"schema": SCHEMA}

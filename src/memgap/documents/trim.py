@@ -43,7 +43,7 @@ class _Part(TypedDict):
 
 class TrimPart(_Part, total=False):
     """One allocator's part of a trim that called two (glibc's malloc_trim, then a prefixed jemalloc's
-    purge: memgap.inside.jemalloc_beside)."""
+    purge: memgap.allocators.jemalloc_beside)."""
 
     dirty: int | None  # jemalloc's part only
     muzzy: int | None

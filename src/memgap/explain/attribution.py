@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from memgap.allocators.base import Share, unread_share
+from memgap.allocators.measured import Measurements, Owners as _Owners, Sizes as _Sizes
 from memgap.documents.snapshot import Layer
-from memgap.explain.measured import Measurements, Owners as _Owners, Sizes as _Sizes
 
 MiB = 1 << 20
 

@@ -27,7 +27,7 @@ from memgap.documents.snapshot import CowSplit, Region, Snapshot
 from memgap.errors import MemgapError
 from memgap.sources.procfs import PAGE_SIZE, Mapping, ProcReader, exclusive_bitmap, present_bitmap
 
-# region owners (memgap.explain.memory_map) grouped as the layers people read them by
+# region owners (memgap.sources.memory_map) grouped as the layers people read them by
 OWNER_GROUPS = {"pymalloc-arena": "Python objects (pymalloc arenas)", "glibc-heap": "C allocator (glibc heaps)",
                 "mmapped-chunk": "C allocator (glibc heaps)", "stack": "thread stacks"}
 OTHER_GROUP = "other anonymous"

@@ -16,19 +16,19 @@ from typing import TYPE_CHECKING
 
 from memgap.allocators import registry
 from memgap.allocators.base import OwnFigures
+from memgap.allocators.measured import Measurements
 from memgap.allocators.registry import reader_for
 from memgap.documents.allocator import AllocatorInfo
 from memgap.documents.snapshot import NOT_PYTHON, Layer, Region, Snapshot
 from memgap.errors import MemgapError, NoSuchProcess
 from memgap.explain.attribution import PSS_DERIVATION, attribute
-from memgap.explain.measured import Measurements
-from memgap.explain.memory_map import MappedPages, MemoryMap, read_memory_map
 from memgap.sources import allocator as allocator_source
 from memgap.sources.anon_objects import find_anon_objects
 from memgap.sources.cgroup import read_memory_cgroup
 from memgap.sources.glibc import Mallinfo2, MallocInfo
 from memgap.sources.glibc_heaps import GlibcLayout, ResidentMap
 from memgap.sources.jemalloc import JemallocStats
+from memgap.sources.memory_map import MappedPages, MemoryMap, read_memory_map
 from memgap.sources.processes import ProcessIdentity
 from memgap.sources.procfs import (
     Mapping,

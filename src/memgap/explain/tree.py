@@ -1,9 +1,12 @@
 """A process tree read from outside at one moment: each process's snapshot, and what each
 forked process copied from its parent. The snapshots share one ``TreeHeaders``: a worker's
 pool headers on page frames it still shares with its master are read once (as root).
+``tree_document`` sums and diagnoses the tree once, for its JSON and its tables alike.
 """
 from __future__ import annotations
 
+from memgap.diagnose.findings import diagnose_tree
+from memgap.documents.records import TreeDocument
 from memgap.documents.snapshot import TreeSnapshot
 from memgap.errors import NoSuchProcess
 from memgap.explain.cow import add_copied_from_parent
@@ -28,3 +31,9 @@ def snapshot_tree(pid: int, proc_root: str = "/proc") -> TreeSnapshot:
     for snap in snaps:
         snap.regions = []
     return TreeSnapshot(pid, snaps)
+
+
+def tree_document(tree: TreeSnapshot) -> TreeDocument:
+    """The tree read, summed (``tree_totals``, in ``TreeSnapshot``) and diagnosed (``diagnose_tree``) once:
+    what ``inspect --tree --json`` writes and what its table and ``top --tree`` show."""
+    return TreeDocument.of(tree, diagnose_tree(tree.processes))

@@ -27,12 +27,13 @@ from typing import Any
 
 from memgap.allocators.base import DeepFigures, GdbPlan
 from memgap.allocators.gdb_routes import outside_estimate
+from memgap.allocators.jemalloc_beside import beside_jemalloc
 from memgap.allocators.registry import reader_for
 from memgap.diagnose.findings import allocator_findings
+from memgap.documents.routes import IN_PROCESS, MALLOC_INFO, OUTSIDE
 from memgap.documents.snapshot import Snapshot
 from memgap.documents.trim import TrimDetails, TrimRecord
 from memgap.errors import MalformedInput, Unsupported
-from memgap.inside.jemalloc_beside import beside_jemalloc
 from memgap.inside.trust import trusted_inside
 from memgap.sources import jemalloc_gdb, mimalloc_gdb, tcmalloc_gdb
 from memgap.sources.allocator import process_root
@@ -44,9 +45,9 @@ from memgap.sources.mimalloc_gdb import MimallocDeep
 from memgap.sources.procfs import ProcReader, is_python
 from memgap.sources.tcmalloc_gdb import TcmallocDeep
 
-ROUTE_OUTSIDE = "outside"
-ROUTE_MALLOC_INFO = "gdb malloc_info"
-ROUTE_IN_PROCESS = "gdb in-process"
+ROUTE_OUTSIDE = OUTSIDE
+ROUTE_MALLOC_INFO = MALLOC_INFO
+ROUTE_IN_PROCESS = IN_PROCESS
 ROUTE_MALLCTL = jemalloc_gdb.ROUTE
 ROUTE_TCMALLOC = tcmalloc_gdb.ROUTE
 ROUTE_MIMALLOC = mimalloc_gdb.ROUTE
@@ -270,10 +271,9 @@ def python_runner(out: str, src: str) -> str:
 
 
 def memgap_source_dir() -> str:
-    """The directory holding the memgap package, for the process's sys.path."""
-    import memgap
-
-    return os.path.dirname(os.path.dirname(os.path.abspath(memgap.__file__)))
+    """The directory holding the memgap package, for the process's sys.path: this module's
+    (memgap/inside/gdb.py) folder's grandparent; no import of the package's API from down here."""
+    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _thread_without_gil(session: GdbSession) -> str | None:

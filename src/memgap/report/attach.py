@@ -8,29 +8,146 @@ figures) or ``gdb in-process`` (memgap.snapshot() run inside it).
 """
 from __future__ import annotations
 
-from typing import Any, TextIO
+from collections.abc import Mapping, Sequence, Sized
+from typing import Any, Protocol, TextIO
 
 from rich.console import RenderableType
 
+import memgap.documents.routes as routes
 from memgap.documents.snapshot import Snapshot
 from memgap.documents.trim import TrimRecord, TrimRoute
-from memgap.inside.gdb import (
-    ROUTE_MALLCTL,
-    ROUTE_MALLOC_INFO,
-    ROUTE_MIMALLOC,
-    ROUTE_OUTSIDE,
-    ROUTE_TCMALLOC,
-    DeepResult,
-)
 from memgap.report.fit import WRAP, Col, fit_table
 from memgap.report.terminal import console_on, layers_table, print_findings
 from memgap.report.units import mib
-from memgap.sources.jemalloc_gdb import JemallocDeep
-from memgap.sources.mimalloc_gdb import MimallocDeep
-from memgap.sources.tcmalloc_gdb import TcmallocDeep
+
+# What the tables read of --deep's result, said as shapes (``memgap.inside.gdb.DeepResult`` and the
+# allocators' figures of ``memgap.sources.*_gdb`` have them; mypy checks it where the command passes
+# them): the renderer takes the figures as they are, without importing the code that reads them.
 
 
-def _gdb_timing(seconds: dict[str, float]) -> str:
+class MallocInfoFigures(Protocol):
+    @property
+    def arenas(self) -> Sized: ...
+
+
+class JemallocArenaFigures(Protocol):
+    @property
+    def index(self) -> int: ...
+    @property
+    def pdirty(self) -> int: ...
+    @property
+    def pmuzzy(self) -> int: ...
+    @property
+    def dirty_decay_ms(self) -> int | None: ...
+    @property
+    def muzzy_decay_ms(self) -> int | None: ...
+
+
+class JemallocFigures(Protocol):
+    @property
+    def symbol(self) -> str: ...
+    @property
+    def allocated(self) -> int: ...
+    @property
+    def active(self) -> int: ...
+    @property
+    def resident(self) -> int: ...
+    @property
+    def retained(self) -> int: ...
+    @property
+    def mapped(self) -> int: ...
+    @property
+    def metadata(self) -> int: ...
+    @property
+    def page(self) -> int: ...
+    @property
+    def narenas(self) -> int: ...
+    @property
+    def arenas(self) -> Sequence[JemallocArenaFigures]: ...
+    @property
+    def dirty_decay_ms(self) -> int | None: ...
+    @property
+    def muzzy_decay_ms(self) -> int | None: ...
+    @property
+    def background_thread(self) -> bool | None: ...
+    @property
+    def background_thread_on(self) -> bool | None: ...
+    @property
+    def dirty_bytes(self) -> int: ...
+    @property
+    def muzzy_bytes(self) -> int: ...
+    @property
+    def purgeable(self) -> int: ...
+    @property
+    def page_slack(self) -> int: ...
+    @property
+    def metadata_resident(self) -> int: ...
+
+
+class TcmallocFigures(Protocol):
+    @property
+    def allocated(self) -> int: ...
+    @property
+    def heap_size(self) -> int: ...
+    @property
+    def pageheap_free(self) -> int: ...
+    @property
+    def pageheap_unmapped(self) -> int: ...
+    @property
+    def central_cache_free(self) -> int: ...
+    @property
+    def transfer_cache_free(self) -> int: ...
+    @property
+    def thread_cache_free(self) -> int: ...
+    @property
+    def caches(self) -> int: ...
+    @property
+    def metadata(self) -> int: ...
+
+
+class MimallocFigures(Protocol):
+    @property
+    def current_rss(self) -> int: ...
+    @property
+    def peak_rss(self) -> int: ...
+    @property
+    def current_commit(self) -> int: ...
+    @property
+    def peak_commit(self) -> int: ...
+    @property
+    def rss_is_commit(self) -> bool: ...
+
+
+class DeepFigures(Protocol):
+    """What --deep found inside the process, beside the outside snapshot it was compared with."""
+
+    @property
+    def pid(self) -> int: ...
+    @property
+    def malloc_info(self) -> MallocInfoFigures | None: ...
+    @property
+    def arenas(self) -> Sequence[Mapping[str, Any]]: ...
+    @property
+    def mmapped(self) -> Mapping[str, Any]: ...
+    @property
+    def in_process(self) -> Snapshot | None: ...
+    @property
+    def jemalloc(self) -> JemallocFigures | None: ...
+    @property
+    def tcmalloc(self) -> TcmallocFigures | None: ...
+    @property
+    def mimalloc(self) -> MimallocFigures | None: ...
+    @property
+    def with_allocator(self) -> Snapshot | None: ...
+    @property
+    def jemalloc_beside(self) -> str: ...
+    @property
+    def notes(self) -> Sequence[str]: ...
+    @property
+    def timings(self) -> Mapping[str, float]: ...
+
+
+def _gdb_timing(seconds: Mapping[str, float]) -> str:
     parts = []
     if "attach" in seconds:
         parts.append(f"attached in {seconds['attach']:.2f} s")
@@ -40,22 +157,23 @@ def _gdb_timing(seconds: dict[str, float]) -> str:
 
 
 # The comparison is the point: both routes' system and free bytes always shown; the rest may give way.
-COMPARISON = (("system_gdb", Col(f"system\n{ROUTE_MALLOC_INFO}")), ("system_outside", Col(f"system\n{ROUTE_OUTSIDE}")),
-              ("free_gdb", Col(f"free\n{ROUTE_MALLOC_INFO}")),
-              ("free_resident_outside", Col(f"free resident\n{ROUTE_OUTSIDE}")),
-              ("in_use_gdb", Col(f"in use\n{ROUTE_MALLOC_INFO}", optional=1)),
-              ("in_use_outside", Col(f"in use resident\n{ROUTE_OUTSIDE}", optional=1)),
-              ("trim_releasable_outside", Col(f"trim would release\n{ROUTE_OUTSIDE}", optional=2)))
+COMPARISON = (("system_gdb", Col(f"system\n{routes.MALLOC_INFO}")),
+              ("system_outside", Col(f"system\n{routes.OUTSIDE}")),
+              ("free_gdb", Col(f"free\n{routes.MALLOC_INFO}")),
+              ("free_resident_outside", Col(f"free resident\n{routes.OUTSIDE}")),
+              ("in_use_gdb", Col(f"in use\n{routes.MALLOC_INFO}", optional=1)),
+              ("in_use_outside", Col(f"in use resident\n{routes.OUTSIDE}", optional=1)),
+              ("trim_releasable_outside", Col(f"trim would release\n{routes.OUTSIDE}", optional=2)))
 
 
-def arenas_comparison_table(deep: DeepResult, limit: int = 12, width: int = 120) -> RenderableType:
+def arenas_comparison_table(deep: DeepFigures, limit: int = 12, width: int = 120) -> RenderableType:
     info = deep.malloc_info
     assert info is not None
-    title = (f"glibc arenas, {ROUTE_MALLOC_INFO} ({len(info.arenas)}) beside the {ROUTE_OUTSIDE} walk "
+    title = (f"glibc arenas, {routes.MALLOC_INFO} ({len(info.arenas)}) beside the {routes.OUTSIDE} walk "
              f"({sum(1 for r in deep.arenas if r['system_outside'] is not None)}), MiB")
     rows = sorted(deep.arenas, key=lambda r: -max(r["system_gdb"] or 0, r["system_outside"] or 0))
 
-    def total(key: str, subset: list[dict[str, Any]]) -> str:
+    def total(key: str, subset: Sequence[Mapping[str, Any]]) -> str:
         values = [r[key] for r in subset if r.get(key) is not None]
         return mib(sum(values) if values else None)
 
@@ -72,7 +190,7 @@ def _decay(ms: int | None) -> str:
     return "?" if ms is None else "never" if ms < 0 else f"{ms} ms"
 
 
-def jemalloc_table(j: JemallocDeep, width: int = 120) -> RenderableType:
+def jemalloc_table(j: JemallocFigures, width: int = 120) -> RenderableType:
     """jemalloc's own figures, each with the mallctl name it came from and what it means here."""
     rows = [["allocated", mib(j.allocated), "stats.allocated", "handed out: allocator_in_use"],
             ["active", mib(j.active), "stats.active",
@@ -85,12 +203,12 @@ def jemalloc_table(j: JemallocDeep, width: int = 120) -> RenderableType:
             ["retained", mib(j.retained), "stats.retained", "given back, still mapped: virtual only"],
             ["mapped", mib(j.mapped), "stats.mapped", "mapped in active extents"]]
     # what each figure means here goes before the mallctl name it came from when columns run short
-    return fit_table(f"jemalloc ({j.symbol}, {ROUTE_MALLCTL}), {len(j.arenas)} of {j.narenas} arenas in use, MiB",
+    return fit_table(f"jemalloc ({j.symbol}, {routes.MALLCTL}), {len(j.arenas)} of {j.narenas} arenas in use, MiB",
                      [Col("figure"), Col("MiB"), Col("mallctl", optional=2), Col("meaning here", WRAP, optional=1)],
                      rows, width)
 
 
-def tcmalloc_table(t: TcmallocDeep, width: int = 120) -> RenderableType:
+def tcmalloc_table(t: TcmallocFigures, width: int = 120) -> RenderableType:
     """tcmalloc's own figures, each with the property it came from and what it means here."""
     rows = [["allocated", mib(t.allocated), "generic.current_allocated_bytes", "handed out: allocator_in_use"],
             ["page heap free", mib(t.pageheap_free), "tcmalloc.pageheap_free_bytes",
@@ -103,12 +221,12 @@ def tcmalloc_table(t: TcmallocDeep, width: int = 120) -> RenderableType:
             ["unmapped", mib(t.pageheap_unmapped), "tcmalloc.pageheap_unmapped_bytes",
              "given back, still mapped: virtual only"],
             ["heap size", mib(t.heap_size), "generic.heap_size", "all of the above but metadata"]]
-    return fit_table(f"tcmalloc ({ROUTE_TCMALLOC}), MiB",
+    return fit_table(f"tcmalloc ({routes.TCMALLOC}), MiB",
                      [Col("figure"), Col("MiB"), Col("property", optional=2), Col("meaning here", WRAP, optional=1)],
                      rows, width)
 
 
-def mimalloc_table(m: MimallocDeep, rss: int, width: int = 120) -> RenderableType:
+def mimalloc_table(m: MimallocFigures, rss: int, width: int = 120) -> RenderableType:
     """mimalloc's own figures beside VmRSS: what mi_process_info can say (committed, not allocated)."""
     rss_meaning = "the committed bytes again (mimalloc 2.0's estimate on Linux)" if m.rss_is_commit \
         else "mimalloc's own reading of the resident set"
@@ -117,13 +235,13 @@ def mimalloc_table(m: MimallocDeep, rss: int, width: int = 120) -> RenderableTyp
             ["peak committed", mib(m.peak_commit), "peak_commit", "the most it held"],
             ["rss", mib(m.current_rss), "current_rss", rss_meaning],
             ["peak rss", mib(m.peak_rss), "peak_rss", "the process's peak resident set (getrusage)"],
-            ["VmRSS", mib(rss), ROUTE_OUTSIDE, "the process's resident set now"]]
-    return fit_table(f"mimalloc ({ROUTE_MIMALLOC}), MiB; it counts no allocated bytes",
+            ["VmRSS", mib(rss), routes.OUTSIDE, "the process's resident set now"]]
+    return fit_table(f"mimalloc ({routes.MIMALLOC}), MiB; it counts no allocated bytes",
                      [Col("figure"), Col("MiB"), Col("from", optional=2), Col("meaning here", WRAP, optional=1)],
                      rows, width)
 
 
-def _jemalloc_lines(j: JemallocDeep) -> list[str]:
+def _jemalloc_lines(j: JemallocFigures) -> list[str]:
     background = {None: "?", True: "on", False: "off"}
     lines = [f"decay: dirty pages purged over {_decay(j.dirty_decay_ms)}, muzzy over {_decay(j.muzzy_decay_ms)} "
              f"(opt.*); background thread {background[j.background_thread_on]} "
@@ -136,16 +254,16 @@ def _jemalloc_lines(j: JemallocDeep) -> list[str]:
     return lines
 
 
-def render_deep(deep: DeepResult, stream: TextIO, width: int | None = None) -> None:
+def render_deep(deep: DeepFigures, stream: TextIO, width: int | None = None) -> None:
     console = console_on(stream, width)
     timing = _gdb_timing(deep.timings)
     console.print(f"Inside PID {deep.pid} through gdb" + (f" ({timing})" if timing else "") + ":")
     if deep.malloc_info is not None:
         console.print(arenas_comparison_table(deep, width=console.width))
         gdb, out = deep.mmapped.get("gdb", {}), deep.mmapped.get("outside", {})
-        console.print(f"mmapped chunks: {gdb.get('count')} holding {mib(gdb.get('bytes'))} MiB ({ROUTE_MALLOC_INFO}); "
+        console.print(f"mmapped chunks: {gdb.get('count')} holding {mib(gdb.get('bytes'))} MiB ({routes.MALLOC_INFO}); "
                       f"{out.get('count')} found holding {mib(out.get('bytes'))} MiB, "
-                      f"{mib(out.get('resident'))} resident ({ROUTE_OUTSIDE})")
+                      f"{mib(out.get('resident'))} resident ({routes.OUTSIDE})")
         console.print("  free (malloc_info) counts every free byte, touched or not; free resident (outside) only "
                       "the whole resident pages inside free chunks")
     if deep.jemalloc is not None:
@@ -184,7 +302,7 @@ def render_trim(pid: int, trim: TrimRecord, stream: TextIO, width: int | None = 
                   f"released {mib(trim.released)} MiB in {(trim.seconds or 0.0) * 1000:.0f} ms{returned}")
     if estimate is not None:
         complete = "" if details.get("estimate_complete", True) else ", some arenas not walked"
-        console.print(f"memgap's estimate beforehand ({details.get('estimate_route', ROUTE_OUTSIDE)}): "
+        console.print(f"memgap's estimate beforehand ({details.get('estimate_route', routes.OUTSIDE)}): "
                       f"{mib(estimate)} MiB{complete}; "
                       f"actual: {mib(trim.released)} MiB")
     elif details.get("own_before"):

@@ -2,8 +2,8 @@
 dashboards and its OOM killer go by, and how they relate to the process's RSS."""
 from __future__ import annotations
 
+from memgap.documents.parts import CgroupMemory
 from memgap.report.units import mib
-from memgap.sources.cgroup import CgroupMemory
 
 
 def cgroup_lines(cgroup: CgroupMemory, rss: int, pss: int | None) -> list[str]:

@@ -9,9 +9,9 @@ from typing import Any, TextIO
 
 from rich.console import Console, RenderableType
 
-from memgap.diagnose.findings import diagnose_tree
 from memgap.documents.allocator import AllocatorInfo
-from memgap.documents.snapshot import PYTHON_LAYERS, Finding, Snapshot, TreeSnapshot, TreeTotals, layer_figure
+from memgap.documents.records import TreeDocument
+from memgap.documents.snapshot import PYTHON_LAYERS, Finding, Snapshot, TreeTotals, layer_figure
 from memgap.report.cgroup import cgroup_lines
 from memgap.report.fit import CUT, WRAP, Col, fit_table
 from memgap.report.units import mib, pct
@@ -207,14 +207,13 @@ def tree_title(totals: TreeTotals) -> str:
     return f"{head}: PSS {mib(totals.pss)} MiB ({rss} counts shared pages once per process)"
 
 
-def render_tree(tree: TreeSnapshot, stream: TextIO, width: int | None = None) -> None:
-    """One row per process (RSS, PSS, USS, then its layers) and the tree's total. Layers are
-    summed by PSS, each shared page split among its sharers; by resident bytes where a
+def render_tree(tree: TreeDocument, stream: TextIO, width: int | None = None) -> None:
+    """One row per process (RSS, PSS, USS, then its layers) and the tree's total, as the tree's
+    document sums it: by PSS, each shared page split among its sharers; by resident bytes where a
     process's layers have no pss (an in-process snapshot)."""
     console = console_on(stream, width)
-    snaps = tree.processes
+    snaps, totals = tree.processes, tree.totals
     names = list(snaps[0].layers) if snaps else []
-    totals = tree.totals
     pss = totals.layers_by == "pss"
     label = f"{len(snaps)} processes"
     copies = any(s.copied_from_parent for s in snaps)
@@ -233,16 +232,17 @@ def render_tree(tree: TreeSnapshot, stream: TextIO, width: int | None = None) ->
     layers_by = "layers by PSS (shared pages split among their sharers)" if pss else "layers by resident bytes"
     console.print(fit_table(f"{tree_title(totals)}. In MiB; USS: private pages; {layers_by}", cols, rows,
                             console.width, [None] * len(snaps) + ["bold"]))
-    findings = tree_findings(snaps)
+    findings = tree_findings(tree)
     if findings:
         console.print("Findings:")
         print_findings(console, findings)
 
 
-def tree_findings(snaps: Sequence[Snapshot]) -> list[Finding]:
-    """The tree's findings, then each process's own, its PID in front; a process's finding
-    the tree's sums up (shared memory) left to the tree's."""
-    tree = diagnose_tree(list(snaps)) if len(snaps) > 1 else []
-    said = {f.code for f in tree}
-    return [*tree, *(replace(f, summary=f"PID {s.pid}: {f.summary}") for s in snaps for f in s.findings
-                     if f.code not in said)]
+def tree_findings(tree: TreeDocument) -> list[Finding]:
+    """What a tree's table lists: the tree's findings (a tree of one process has its process's
+    own say it), then each process's own, its PID in front; a process's finding the tree's sums up
+    (shared memory) left to the tree's."""
+    overall = tree.findings if len(tree.processes) > 1 else []
+    said = {f.code for f in overall}
+    return [*overall, *(replace(f, summary=f"PID {s.pid}: {f.summary}") for s in tree.processes for f in s.findings
+                        if f.code not in said)]

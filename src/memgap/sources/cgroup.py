@@ -12,50 +12,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
+from memgap.documents.parts import CgroupMemory
 from memgap.errors import MalformedInput
 
 UNLIMITED = 1 << 60  # v1 writes "no limit" as a page-rounded LLONG_MAX
-
-
-@dataclass(frozen=True)
-class CgroupMemory:
-    """One memory cgroup's figures, in bytes (None where this kernel does not report one)."""
-
-    version: int
-    path: str                 # in its hierarchy, e.g. /kubepods/pod.../container
-    usage: int                # charged now: v2 memory.current, v1 memory.usage_in_bytes
-    limit: int | None         # the lowest limit from it up to the root; None: none
-    peak: int | None          # v2 memory.peak (Linux 5.19+), v1 memory.max_usage_in_bytes
-    anon: int
-    file: int                 # page cache, shmem included (both versions count it there)
-    active_file: int
-    inactive_file: int
-    shmem: int
-    kernel: int | None        # v2 memory.stat kernel (5.18+), v1 memory.kmem.usage_in_bytes
-    sock: int | None          # v2 memory.stat sock, v1 memory.kmem.tcp.usage_in_bytes
-    swap: int | None
-
-    @property
-    def working_set(self) -> int:
-        """usage - inactive file: what Kubernetes (kubectl top, the VPA, eviction) counts."""
-        return max(0, self.usage - self.inactive_file)
-
-    @property
-    def reclaimable(self) -> int:
-        """Page cache the kernel can drop under pressure before it OOM-kills: file pages
-        but shmem (tmpfs, shared memory), which needs swap to leave."""
-        return max(0, self.file - self.shmem)
-
-    @property
-    def headroom(self) -> int | None:
-        return None if self.limit is None else self.limit - self.usage
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "working_set": self.working_set, "reclaimable": self.reclaimable,
-                "headroom": self.headroom}
 
 
 def parse_stat(text: str, name: str = "memory.stat") -> dict[str, int]:

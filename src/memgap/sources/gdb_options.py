@@ -1,5 +1,5 @@
 """How to run gdb for ``inspect --deep`` and ``--trim``: typed once at the CLI's edge, used by
-every reader that attaches (``memgap.inside.gdb``, ``memgap.inside.jemalloc_beside``)."""
+every reader that attaches (``memgap.inside.gdb``, ``memgap.allocators.jemalloc_beside``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass

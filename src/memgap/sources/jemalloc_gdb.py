@@ -20,13 +20,14 @@ import os
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from memgap.documents.routes import MALLCTL
 from memgap.errors import MalformedInput, Unsupported
 from memgap.sources.elf import read_elf
 
 if TYPE_CHECKING:  # attribution imports the figures in-process too: no gdb machinery there
     from memgap.sources.gdb_attach import GdbSession
 
-ROUTE = "gdb mallctl"
+ROUTE = MALLCTL
 MALLCTL_ARENAS_ALL = 4096   # "all arenas" in stats.arenas.<i> and arena.<i>.purge (jemalloc 5)
 SLOT = 24                   # value (8), length (8), return code (4), padding (4)
 PER_EXPRESSION = 64         # calls in one gdb expression (a process may have hundreds of arenas)

@@ -22,13 +22,14 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any
 
+from memgap.documents.routes import MIMALLOC
 from memgap.errors import MalformedInput, Unsupported
 from memgap.sources.elf import require_callable
 
 if TYPE_CHECKING:  # attribution imports the figures in-process too: no gdb machinery there
     from memgap.sources.gdb_attach import GdbSession
 
-ROUTE = "gdb mi_process_info"
+ROUTE = MIMALLOC
 INFO = "mi_process_info"
 COLLECT = "mi_collect"
 CALL = "mi_collect(true)"

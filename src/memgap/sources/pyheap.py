@@ -12,23 +12,12 @@ import array
 import gc
 import sys
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
+
+from memgap.documents.parts import PythonHeap
 
 SMALL_REQUEST_THRESHOLD = 512  # pymalloc serves requests up to this size; larger go to malloc
 LARGE_BUFFER_REPORT = 1 << 20  # buffers listed one by one from this size up
-
-
-@dataclass
-class PythonHeap:
-    source: str                         # "tracemalloc" or "gc-walk"
-    traced_current: int | None = None   # tracemalloc's current total
-    traced_peak: int | None = None
-    large_buffers_bytes: int = 0        # buffers > 512 B found by the gc walk
-    large_buffers_count: int = 0
-    largest: list[dict[str, Any]] = field(default_factory=list)
-    instance_counts: dict[str, int] = field(default_factory=dict)
-    gc_objects: int = 0
 
 
 _CONTAINERS = (dict, list, tuple, set, frozenset)

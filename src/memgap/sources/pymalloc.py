@@ -11,6 +11,7 @@ import ctypes
 import re
 from dataclasses import dataclass
 
+from memgap.documents.parts import PymallocStats
 from memgap.errors import MalformedInput
 
 _NUM = r"([\d,]+)"
@@ -32,32 +33,6 @@ _CLASS_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s*$")
 
 def _n(text: str) -> int:
     return int(text.replace(",", ""))
-
-
-@dataclass(frozen=True)
-class PymallocStats:
-    """What pymalloc reports about its arenas, in bytes unless named a count."""
-
-    arenas_current: int
-    arenas_highwater: int
-    arena_size: int
-    pool_size: int
-    allocated_blocks_bytes: int   # live small objects
-    available_blocks_bytes: int   # free blocks inside used pools
-    unused_pools: int             # pools with no block in use
-    pool_headers_bytes: int
-    quantization_bytes: int
-    arena_alignment_bytes: int
-    used_pools: int
-
-    @property
-    def arenas_bytes(self) -> int:
-        return self.arenas_current * self.arena_size
-
-    @property
-    def free_bytes(self) -> int:
-        """Arena bytes not holding a live block."""
-        return self.arenas_bytes - self.allocated_blocks_bytes
 
 
 def parse_debugmallocstats(text: str) -> PymallocStats | None:

@@ -22,13 +22,14 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from memgap.documents.routes import TCMALLOC
 from memgap.errors import MalformedInput, Unsupported
 from memgap.sources.elf import require_callable
 
 if TYPE_CHECKING:  # attribution imports the figures in-process too: no gdb machinery there
     from memgap.sources.gdb_attach import GdbSession
 
-ROUTE = "gdb MallocExtension"
+ROUTE = TCMALLOC
 GET = "MallocExtension_GetNumericProperty"
 RELEASE = "MallocExtension_ReleaseFreeMemory"
 CALL = f"{RELEASE}()"

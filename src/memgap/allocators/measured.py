@@ -6,13 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from memgap.documents.parts import PymallocStats, PythonHeap
 from memgap.documents.snapshot import Region
 from memgap.sources.glibc import Mallinfo2, MallocInfo
 from memgap.sources.glibc_heaps import GlibcLayout
 from memgap.sources.jemalloc import JemallocStats
 from memgap.sources.procfs import shared_memory_kind
-from memgap.sources.pyheap import PythonHeap
-from memgap.sources.pymalloc import PymallocStats
 from memgap.sources.pymalloc_pools import PoolCensus
 
 if TYPE_CHECKING:  # the runtimes' readers load only where a runtime was read: not in a Python process's own snapshot
