@@ -1,5 +1,5 @@
 """Write docs/schemas/: the JSON Schema of every document memgap writes, made from the type hints its
-readers check (memgap.documents.schema). Run it after a document gains a field; tests/test_schemas.py fails
+readers check (memgap.documents.schema). Run it after a document gains a field; tests/live/test_schemas.py fails
 until the files are what this writes.
 
     .venv/bin/python scripts/json_schemas.py

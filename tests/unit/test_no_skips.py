@@ -1,9 +1,11 @@
 """The suite's own rule: with --no-skips (scripts/test.sh passes it) a skip fails the run."""
 import os
 
+from conftest import HERE
+
 pytest_plugins = ["pytester"]
 
-CONFTEST = os.path.join(os.path.dirname(os.path.abspath(__file__)), "conftest.py")
+CONFTEST = os.path.join(HERE, "conftest.py")
 
 
 def _suite(pytester, body):

@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from conftest import child_env
+from conftest import HERE, child_env
 from helpers import memgap, run_recorded
 from memgap.documents.lab_summary import AcrossCell, Cell, Recommendation, SweepRow, VariantSummary
 from memgap.documents.records import (
@@ -33,7 +33,6 @@ from memgap.documents.records import (
 )
 from memgap.errors import MalformedInput
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 SAVED = os.path.join(HERE, "fixtures", "documents")
 OLD, CURRENT, NEW = (os.path.join(SAVED, commit) for commit in ("04f183d", "8a6ec88", "b87b24e"))
 LABS = sorted(glob.glob(os.path.join(SAVED, "*", "lab*.json")))

@@ -6,9 +6,10 @@ import sys
 
 import pytest
 
+from conftest import HERE
 from helpers import memgap, recommended, run_recorded
 
-PROGRAMS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "programs")
+PROGRAMS = os.path.join(HERE, "programs")
 BURST = os.path.join(PROGRAMS, "unmarked_burst.py")
 
 

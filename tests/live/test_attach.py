@@ -15,6 +15,7 @@ import time
 
 import pytest
 
+from conftest import SRC
 from helpers import MiB, check_adds_up, memgap, vmrss
 from memgap.errors import MemgapError
 from memgap.sources import gdb_attach
@@ -312,7 +313,7 @@ def test_tiny_timeouts_leave_the_target_running(target_exe, spawn):
 
 def test_gdb_missing(target_exe, spawn):
     t = spawn(target_exe, "hold")
-    env = dict(os.environ, PYTHONPATH=os.path.join(os.path.dirname(os.path.dirname(__file__)), "src"),
+    env = dict(os.environ, PYTHONPATH=SRC,
                PATH="/nonexistent")
     proc = memgap("inspect", str(t.pid), "--deep", env=env)
     _one_line_error(proc, 9)

@@ -13,10 +13,10 @@ import sys
 
 import pytest
 
-from conftest import child_env
+from conftest import HERE, child_env
 from helpers import build_c, memgap
 
-PROGRAMS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "programs")
+PROGRAMS = os.path.join(HERE, "programs")
 MiB = 1 << 20
 OWN = re.compile(r"^tree_work pid=(\d+) hwm=(\d+) rss=(\d+)$", re.M)
 

@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+from conftest import FIXTURES
 from memgap.allocators import variants as V  # noqa: N812 - a short alias, on most lines
 from memgap.allocators.catalog import CATALOGUE, Allocator, find_library
 from memgap.documents.records import RunFigures
@@ -16,7 +17,6 @@ from memgap.lab.verdict import decide, summarize
 from memgap.report.remedy import remedy_forms
 
 MiB = 1 << 20
-FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 
 
 def test_glibc_tunables_become_their_env_vars():
@@ -100,7 +100,7 @@ def test_full_tunable_names_go_through_glibc_tunables(monkeypatch):
 def test_tunables_are_checked_against_what_this_glibc_lists():
     from memgap.sources.glibc_tunables import list_tunables, parse_tunables
 
-    listed = parse_tunables((FIXTURES / "glibc-tunables" / "list-tunables-2.36.txt").read_text())
+    listed = parse_tunables((pathlib.Path(FIXTURES) / "glibc-tunables" / "list-tunables-2.36.txt").read_text())
     assert listed["glibc.malloc.arena_max"] == (1, 2**64 - 1) and listed["glibc.malloc.check"] == (0, 3)
     assert len(listed) == 34  # of 37 lines: 3 without a range (glibc.cpu.hwcaps and the like)
     if list_tunables() is None:

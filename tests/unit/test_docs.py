@@ -14,7 +14,8 @@ import re
 
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+from conftest import HERE
+
 ROOT = os.path.dirname(HERE)
 DOCS = os.path.join(ROOT, "docs")
 COMMAND_DOCS = os.path.join(DOCS, "commands")

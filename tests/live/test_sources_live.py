@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from conftest import child_env
+from conftest import HERE, SRC, child_env
 
 PROBE = r"""
 import json, threading
@@ -68,7 +68,7 @@ def test_allocator_of_a_non_pie_python_started_by_a_relative_name():
     (its PLT entry), and by the relative name it was started with."""
     import subprocess
 
-    src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+    src = SRC
     code = (f"import sys; sys.path.insert(0, {src!r})\n"
             "from memgap.sources.allocator import detect_in_process\n"
             "from memgap.sources.procfs import ProcReader\n"
@@ -87,7 +87,7 @@ def test_trim_estimate_knows_fastbin_consolidation_merges_into_the_top(tmp_path)
 
     exe = tmp_path / "into_top"
     subprocess.run([shutil.which("cc") or "gcc", "-O1", "-pthread", "-o", str(exe),
-                    os.path.join(os.path.dirname(__file__), "programs", "fastbins_into_top.c")], check=True)
+                    os.path.join(HERE, "programs", "fastbins_into_top.c")], check=True)
     proc = subprocess.Popen([str(exe)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().startswith("ready")

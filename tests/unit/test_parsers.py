@@ -6,7 +6,7 @@ import struct
 
 import pytest
 
-from conftest import read
+from conftest import FIXTURES, read
 from memgap.errors import MalformedInput
 from memgap.sources import procfs
 from memgap.sources.glibc import arena_totals, parse_malloc_info
@@ -83,7 +83,7 @@ def test_debugmallocstats_adds_up(capture):
 
 
 def test_jemalloc_stats_json():
-    folder = os.path.join(os.path.dirname(__file__), "fixtures", "many-arenas", "jemalloc-5.3-py3.12")
+    folder = os.path.join(FIXTURES, "many-arenas", "jemalloc-5.3-py3.12")
     stats = parse_jemalloc_stats_json(read(os.path.join(folder, "jemalloc_stats.json")))
     assert stats.allocated <= stats.active <= stats.resident <= stats.mapped
     text = read(os.path.join(folder, "jemalloc_stats.txt"))  # printed a moment later
@@ -95,7 +95,7 @@ def test_jemalloc_mappings_are_the_noreserve_ones():
     """In the captured 16-thread Python process under jemalloc, the private anonymous mappings
     flagged "nr" are exactly what jemalloc maps (stats.mapped) and retains, to the byte; and
     stats.resident is an upper bound, 26.8 MB above the pages resident in them."""
-    folder = os.path.join(os.path.dirname(__file__), "fixtures", "many-arenas", "jemalloc-5.3-py3.12")
+    folder = os.path.join(FIXTURES, "many-arenas", "jemalloc-5.3-py3.12")
     stats = parse_jemalloc_stats_json(read(os.path.join(folder, "jemalloc_stats.json")))
     entries = procfs.parse_smaps(read(os.path.join(folder, "proc_self_smaps.txt")))
     ranges = jemalloc_mappings(entries)
@@ -112,7 +112,7 @@ def test_noreserve_flags_are_read_again_only_for_new_ranges():
     """smaps costs a page-table walk: the flags are kept per process while maps shows no new range."""
     from memgap.explain import snapshot as collect
 
-    folder = os.path.join(os.path.dirname(__file__), "fixtures", "many-arenas", "jemalloc-5.3-py3.12")
+    folder = os.path.join(FIXTURES, "many-arenas", "jemalloc-5.3-py3.12")
     smaps = procfs.parse_smaps(read(os.path.join(folder, "proc_self_smaps.txt")))
 
     class Reader:

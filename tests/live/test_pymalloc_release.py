@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from conftest import child_env
+from conftest import SRC, child_env
 
 HAVE_CC = bool(__import__("shutil").which("cc") or __import__("shutil").which("gcc"))
 pytestmark = pytest.mark.skipif(not HAVE_CC, reason="no C compiler to build the pool release")
@@ -180,7 +180,7 @@ PYTHONS = [sys.executable] + sorted(p for v in ("3.10", "3.12", "3.13")
 @pytest.mark.parametrize("python", PYTHONS, ids=lambda p: os.path.basename(p))
 def test_release_on_every_cpython_found(python):
     """The pool header layout the C side reads, checked on each CPython version found."""
-    src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+    src = SRC
     code = f"import sys; sys.path.insert(0, {src!r})\n" + SCRIPT
     proc = _run(python, code)
     if "No module named" in proc.stderr:

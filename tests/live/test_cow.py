@@ -9,11 +9,11 @@ import sys
 
 import pytest
 
+from conftest import HERE
 from helpers import MiB, memgap, pss_sum
 from memgap.explain.cow import inherited_ranges, split_pages
 from memgap.sources.procfs import Mapping
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 PREFORK_GC = os.path.join(HERE, "programs", "prefork_gc.py")
 FORKED_TREE = os.path.join(HERE, "programs", "forked_tree.py")
 

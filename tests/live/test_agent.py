@@ -11,7 +11,7 @@ import time
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from conftest import FIXTURES
+from conftest import FIXTURES, HERE
 from helpers import JEMALLOC, MiB, memgap
 from memgap.errors import MalformedInput, MemgapError
 
@@ -382,7 +382,7 @@ def test_inspect_trim_goes_through_the_agent_without_gdb(idle_exe, tmp_path):
 
 # --- a process that only pretends to have the agent (issue 23) ------------------------------
 
-FAKE_AGENT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "programs", "fake_agent.py")
+FAKE_AGENT = os.path.join(HERE, "programs", "fake_agent.py")
 
 
 def _fake(tmp_path, mode, *mark):

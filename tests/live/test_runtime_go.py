@@ -25,6 +25,7 @@ import time
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from conftest import HERE
 from helpers import thread_states
 from memgap.errors import MalformedInput
 from memgap.runtimes import detect_runtimes, go, go_state
@@ -34,7 +35,6 @@ from memgap.runtimes.go_dwarf import parse_dwarf
 from memgap.runtimes.go_state import figures, resolve_layout
 from memgap.sources.procfs import ProcReader, parse_maps
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 PROGRAM = os.path.join(HERE, "programs", "go_heap", "main.go")
 CAPTURE = os.path.join(HERE, "fixtures", "go", "go1.26.8-linux-amd64")
 MiB = 1 << 20

@@ -7,7 +7,7 @@ import threading
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from conftest import CAPTURE_DIRS, read
+from conftest import CAPTURE_DIRS, FIXTURES, read
 from memgap.errors import MalformedInput
 from memgap.sources import procfs
 from memgap.sources.glibc import parse_malloc_info
@@ -174,7 +174,7 @@ def test_serve_metrics_answers_any_request_or_closes(web_server, lines, newline,
 
 # --- memgap report on documents a careless or hostile user hands it (issue 23) -------------------
 
-SAVED_DOCUMENTS = [os.path.join(os.path.dirname(__file__), "fixtures", "documents", d, f)
+SAVED_DOCUMENTS = [os.path.join(FIXTURES, "documents", d, f)
                    for d, f in (("04f183d", "run.json"), ("04f183d", "lab.json"), ("b87b24e", "lab-sweep.json"))]
 ODD_VALUES = st.one_of(st.none(), st.booleans(), st.integers(-(1 << 70), 1 << 70), st.floats(allow_nan=False),
                        st.text(max_size=40), st.lists(st.integers(), max_size=3),

@@ -7,7 +7,9 @@ import re
 import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from conftest import HERE
+
+ROOT = os.path.dirname(HERE)
 BURST = os.path.join(ROOT, "tests", "programs", "unmarked_burst.py")
 MiB = 1 << 20
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-SRC = Path(__file__).resolve().parent.parent / "src"
+SRC = Path(__file__).resolve().parents[2] / "src"
 MAX_FUNCTION = 60
 MAX_MODULE = 600
 CLI_COMMON = "memgap.cli._common"
