@@ -94,17 +94,6 @@ def test_demo_without_a_name_is_the_thread_pool(demos):
     assert phases == ["post-import", "post-session", "post-pass-1", "idle", "exit"], phases
 
 
-def test_demo_list_and_an_unknown_name(capsys):
-    code, listed, _ = cli(capsys, "demo", "--list")
-    assert code == 0
-    rows = [line.split()[:3] for line in listed.splitlines()]
-    assert rows == [["threadpool", "seed", "000"], ["asyncburst", "seed", "001"], ["trie", "seed", "002"],
-                    ["multiproc", "seed", "003"], ["blockingpool", "seed", "004"]], listed
-    code, out, err = cli(capsys, "demo", "nosuch")
-    assert (code, out) == (2, "") and err.count("\n") == 1, err
-    assert "no scenario 'nosuch'; choose from threadpool, asyncburst, trie, multiproc, blockingpool" in err
-
-
 # --- snapshot ------------------------------------------------------------------------------------
 
 def test_snapshot_explains_memgaps_own_process(tmp_path, capsys):

@@ -11,8 +11,6 @@ import pytest
 
 from conftest import HERE
 from helpers import MiB, memgap, pss_sum
-from memgap.explain.cow import inherited_ranges, split_pages
-from memgap.sources.procfs import Mapping
 
 PREFORK_GC = os.path.join(HERE, "programs", "prefork_gc.py")
 FORKED_TREE = os.path.join(HERE, "programs", "forked_tree.py")
@@ -82,23 +80,6 @@ def test_workers_that_filled_memory_of_their_own_copied_little(tree):
     for p in workers:
         assert p["status"]["Uss"] >= 24 * MiB and p["copied_from_parent"]["copied"] < 4 * MiB, p["copied_from_parent"]
     assert "copied-from-parent" not in memgap("inspect", "--tree", str(master)).stdout
-
-
-def page(*entries):
-    """Raw pagemap bytes for these entries."""
-    return b"".join(e.to_bytes(8, "little") for e in entries)
-
-
-def test_split_pages_and_inherited_ranges_by_hand():
-    present, exclusive = 1 << 63, (1 << 63) | (1 << 56)
-    # child pages: private, private, shared, private; parent pages: present, absent, present, present
-    copied, own, bitmap = split_pages(page(exclusive, exclusive, present, exclusive),
-                                      page(present, 0, present, present))
-    assert (copied, own, bitmap) == (2, 1, bytes([1, 0, 0, 1]))
-    rw, ro = "rw-p", "r--p"
-    child = [Mapping(0x1000, 0x5000, rw, 0, "", 0, ""), Mapping(0x8000, 0x9000, ro, 0, "", 0, "/lib")]
-    parent = [Mapping(0x3000, 0x7000, rw, 0, "", 0, ""), Mapping(0x8000, 0x9000, ro, 0, "", 0, "/lib")]
-    assert inherited_ranges(child, parent) == [(0x3000, 0x5000)]  # read-only pages are never copied
 
 
 def test_top_tree_shows_each_workers_copies_as_they_are(tree):

@@ -1,4 +1,5 @@
-"""Remedies as code, on real processes and real allocators."""
+"""Remedies as code, on real processes and real allocators (the environment they set, worked out
+without a process: tests/unit/test_remedy_env.py)."""
 import json
 import os
 import pathlib
@@ -100,11 +101,6 @@ def test_trimmer_refuses_other_allocators():
     assert "needs glibc's malloc; this process runs jemalloc" in out.stdout
 
 
-def test_spawn_env_keeps_what_the_user_set():
-    env = spawn_env({"MALLOC_ARENA_MAX": "4", "PATH": "/bin"}, MALLOC_ARENA_MAX="2", MALLOC_TRIM_THRESHOLD_="65536")
-    assert env == {"MALLOC_ARENA_MAX": "4", "PATH": "/bin", "MALLOC_TRIM_THRESHOLD_": "65536"}
-
-
 SLEEPER = [sys.executable, "-c", "import sys, time; print('up', flush=True); time.sleep(30)"]
 
 
@@ -144,13 +140,6 @@ def test_periodic_trim_from_the_bootstrap():
     env = {"MEMGAP_TRIM_EVERY": "0.3", "PYTHONPATH": BOOTSTRAP_DIR + os.pathsep + child_env()["PYTHONPATH"]}
     trimmed = _burst(**env)
     assert trimmed["after"] < 60 << 20, trimmed
-
-
-def test_a_library_goes_in_front_of_ld_preload_once():
-    assert preloaded("/l/je.so") == "/l/je.so"                                   # nothing there before
-    assert preloaded("/l/je.so", "/u/b.so") == "/l/je.so /u/b.so"                # the user's kept, after it
-    assert preloaded("/l/je.so", "/u/b.so /l/je.so") == "/l/je.so /u/b.so"       # once, in front
-    assert preloaded("/l/je.so", "/u/b.so:/l/je.so  /u/c.so") == "/l/je.so /u/b.so /u/c.so"  # ld.so's colons
 
 
 def test_the_preloaded_libraries_are_mapped():

@@ -3,7 +3,8 @@ the server as a subprocess on a free port, /metrics scraped over loopback and pa
 
 Figures are checked against what the targets say of themselves (VmRSS read by the test at
 scrape time, the bytes freed, the VmRSS drop of a real malloc_trim in the target), not
-against memgap's own identities.
+against memgap's own identities. Its bad arguments, its label escaping and the docs' metric names,
+where nothing is started: tests/unit/test_serve_metrics_in_process.py.
 """
 import json
 import os
@@ -19,53 +20,13 @@ import uuid
 import pytest
 
 from conftest import HERE, child_env
-from helpers import MiB, memgap, vmrss
+from helpers import MiB, memgap, parse_exposition as parse, vmrss
 
 KiB = 1 << 10
 TARGETS_PY = os.path.join(HERE, "programs", "metrics_targets.py")
 LAYERS = {"files", "shared_memory", "python_objects", "pymalloc_free", "allocator_in_use", "allocator_free", "stacks",
           "other_anon"}
 PROCESS_LABELS = {"role", "index", "allocator"}
-
-
-# --- the exposition format, parsed here --------------------------------------------------------
-
-SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$")
-LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\\n]|\\[\\"n])*)"')
-UNESCAPE = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
-
-
-def parse(text):
-    """{name: {"help", "type", "samples": [(labels, value)]}} from exposition text 0.0.4, checking
-    that HELP then TYPE come before a family's samples, and that its samples are together."""
-    families, current = {}, None
-    assert text.endswith("\n"), text[-200:]
-    for line in text.splitlines():
-        if line.startswith("# HELP "):
-            name, _, help_text = line[len("# HELP "):].partition(" ")
-            assert name not in families, f"{name} described twice"
-            families[name] = {"help": help_text, "type": None, "samples": []}
-            current = None
-        elif line.startswith("# TYPE "):
-            name, kind = line[len("# TYPE "):].split(" ")
-            assert name in families and families[name]["type"] is None, f"TYPE {name} not right after its HELP"
-            assert kind in ("gauge", "counter"), line
-            families[name]["type"], current = kind, name
-        else:
-            m = SAMPLE.match(line)
-            assert m, f"not a sample line: {line!r}"
-            name, label_text, value = m.groups()
-            assert name == current, f"{name} sample outside its family (HELP/TYPE first, samples together)"
-            labels, pos = {}, 0
-            for lm in LABEL.finditer(label_text or ""):
-                assert lm.start() == pos, f"bad labels in {line!r}"
-                key = lm.group(1)
-                assert key not in labels, line
-                labels[key] = re.sub(r'\\[\\"n]', lambda e: UNESCAPE[e.group(0)], lm.group(2))
-                pos = lm.end() + 1  # past the comma
-            assert pos >= len(label_text or ""), f"bad labels in {line!r}"
-            families[name]["samples"].append((labels, float(value)))
-    return families
 
 
 def samples(families, name):
@@ -358,24 +319,6 @@ def one_line_error(proc, code, said):
     assert said in proc.stderr, proc.stderr
 
 
-@pytest.mark.parametrize("args, said", [
-    ([], "give a PID, --tree PID or --match REGEX"),
-    (["--tree"], "give a PID, --tree PID or --match REGEX"),
-    (["1", "--match", "x"], "give a PID, --tree PID or --match REGEX"),
-    (["--tree", "--match", "x"], "--tree takes a PID"),
-    (["--match", "("], "is not a regular expression"),
-    (["1", "--port", "65536"], "is not a valid port"),
-    (["0"], "is not a valid PID"),
-])
-def test_bad_arguments_are_one_line_usage_errors(args, said, capsys):
-    from memgap.cli import main
-
-    capsys.readouterr()
-    code = main(["serve-metrics", *args])
-    err = capsys.readouterr().err
-    assert code == 2 and err.count("\n") == 1 and said in err, (code, err)
-
-
 def test_no_process_and_a_port_in_use_are_one_line_errors():
     gone = subprocess.Popen(["true"])
     gone.wait()
@@ -390,45 +333,6 @@ def test_no_process_and_a_port_in_use_are_one_line_errors():
         port = busy.getsockname()[1]
         one_line_error(memgap("serve-metrics", "--address", "127.0.0.1", "--port", str(port), str(os.getpid())),
                        1, f"cannot listen on 127.0.0.1:{port}")
-
-
-def test_label_values_are_escaped_and_read_back():
-    from memgap.metrics.export import Family, command_name, render
-
-    fam = Family("memgap_cgroup_usage_bytes", "gauge", "a help with a \\ and a\nnewline")
-    odd = 'a "quoted" \\path\nwith a newline'
-    fam.add((("cgroup", odd),), 123)
-    fam.add((("cgroup", "/plain"),), None)  # not measured: no sample
-    families = parse(render([fam, Family("memgap_empty", "gauge", "no samples: left out")]))
-    assert families == {"memgap_cgroup_usage_bytes": {
-        "help": "a help with a \\\\ and a\\nnewline", "type": "gauge", "samples": [({"cgroup": odd}, 123.0)]}}
-    assert command_name(["/usr/bin/python3.11", "-u", "/srv/app/gunicorn", "app:wsgi"]) == "gunicorn"
-    assert command_name(["python3", "-m", "uvicorn", "app:app"]) == "uvicorn"
-    assert command_name(["/usr/sbin/nginx", "-g", "daemon off;"]) == "nginx"
-    assert command_name(["python3", "-c", "pass"]) == "python3"
-
-
-def test_the_docs_name_only_metrics_the_exporter_serves():
-    """The serve-metrics page (docs/commands/serve-metrics.md), the Grafana dashboard and the alert rules against
-    the families memgap renders: a renamed metric would leave a dashboard empty without a word."""
-    from memgap.metrics.export import collection_families, process_families, scrape_families
-
-    served = {f.name for f in [*process_families([]), *scrape_families(0, 0.0, 0), *collection_families(0, 0, 0)]}
-    root = os.path.dirname(HERE)
-    with open(os.path.join(root, "docs", "grafana-memgap.json")) as fh:
-        dashboard = json.load(fh)
-    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
-    assert len(exprs) >= 6 and all(p["datasource"] for p in dashboard["panels"])
-    with open(os.path.join(root, "docs", "alerts.yml")) as fh:
-        alerts = fh.read()
-    rules = re.findall(r"^ +- alert: (\w+)\n +expr: .+?\n +for: \d+m\n +labels:", alerts, re.M | re.S)
-    assert len(rules) == 3 == alerts.count("- alert:"), rules
-    with open(os.path.join(root, "docs", "commands", "serve-metrics.md")) as fh:
-        section = fh.read()
-    named = set(re.findall(r"memgap_\w+", " ".join([*exprs, alerts, section])))
-    # the page names the cgroup family's members by their suffix after the first
-    named |= {f"memgap_cgroup{s}" for s in re.findall(r"`(_\w+_bytes)`", section)}
-    assert named - served == set() and served - named == set(), (named - served, served - named)
 
 
 # --- memgap.prometheus: the same families from inside a process, through prometheus_client ----

@@ -104,20 +104,6 @@ def test_trim_estimate_knows_fastbin_consolidation_merges_into_the_top(tmp_path)
     assert released <= 128 << 10  # and the trim indeed gave back none of it
 
 
-def test_a_process_is_its_pid_and_start_time():
-    from memgap.errors import PidReused
-    from memgap.sources.processes import ProcessIdentity
-
-    with open(f"/proc/{os.getpid()}/stat") as fh:  # field 22, after the command name in parentheses
-        started = int(fh.read().rpartition(")")[2].split()[19])
-    me = ProcessIdentity.of(os.getpid())
-    assert me == ProcessIdentity(os.getpid(), started)
-    me.check()  # still this process
-    with pytest.raises(PidReused, match=r"was reused by another process \(its start time changed while") as err:
-        ProcessIdentity(os.getpid(), started + 1).check()
-    assert err.value.exit_code == 7
-
-
 def test_a_snapshot_names_its_process_by_pid_and_start_time():
     """Each snapshot, in-process or from outside, carries the start time the kernel keeps for its
     PID (field 22 of /proc/PID/stat, parsed here), so a saved one names one process."""

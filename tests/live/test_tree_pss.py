@@ -115,16 +115,6 @@ def test_tree_is_summed_by_pss(tree):
     assert "counts shared pages once per process" in " ".join(text.split())
 
 
-def test_in_process_leaves_them_unmeasured_and_says_why():
-    from memgap.explain.snapshot import snapshot_self
-
-    snap = snapshot_self()
-    assert snap.pss_unexplained is None and "mincore" in snap.pss_note
-    assert all(layer.pss is None for layer in snap.layers.values())
-    assert snap.status.get("Pss")
-
-
-
 def test_a_tree_read_at_once_has_every_process_and_what_each_copied(tree):
     """snapshot_tree (inspect --tree and top --tree): the master first, then each worker, with
     the census its own snapshot reads (headers taken from the master's read where the frame is

@@ -305,15 +305,6 @@ def test_deep_and_trim(inside, holder, width):
     check(text, width, figures + snapshot_figures(found.in_process, arenas=False) + [mib(after.rss)])
 
 
-def test_wrap_breaks_between_parts_and_folds_only_what_has_none():
-    from memgap.report.fit import wrap
-
-    assert wrap("jemalloc:background_thread=true,dirty_decay_ms=1000", 24) == [
-        "jemalloc:", "background_thread=true,", "dirty_decay_ms=1000"]
-    assert wrap("C allocator free (retained)", 12) == ["C allocator", "free", "(retained)"]
-    assert wrap("abcdefghij", 4) == ["abcd", "efgh", "ij"]
-
-
 def _inside(cmd, env=None):
     """--deep and --trim through gdb on a program that says "ready" on its second line; yields
     (pid, deep result, trim record, the snapshot after the trim)."""
