@@ -7,7 +7,11 @@
 - a private name (``_x``: a module, or a module's function) is imported only inside its own
   package (and the packages within it);
 - in ``memgap.cli``, only ``main`` and ``from_args`` take an ``argparse.Namespace``: options become
-  a typed request at the edge, and everything past it takes the request.
+  a typed request at the edge, and everything past it takes the request;
+- a test file in tests/unit (the fast lane: scripts/test.sh --fast) names nothing that starts a program
+  (subprocess, os.fork, multiprocessing..., the helpers and fixtures of tests/ that call them), opens
+  a TCP connection or skips: what it needs is Python and the venv. tests/conftest.py's guard refuses
+  the same at run time, where the code under test starts something itself.
 """
 from __future__ import annotations
 
@@ -145,3 +149,100 @@ def test_only_main_and_from_args_take_a_namespace():
     commands = [name for name in MODULES if name.startswith("memgap.cli.") and not _private(name.rpartition(".")[2])]
     assert len(at_the_edge) >= 2 * len(commands), f"the rule reads every command's main and from_args: {at_the_edge}"
     assert not crossed, f"only main and from_args take an argparse.Namespace; pass the typed request on: {crossed}"
+
+
+# --- tests/unit starts nothing ------------------------------------------------------------------
+
+TESTS = SRC.parent / "tests"
+# What starts a program (or dials out), by module. ``os.popen`` and ``os.spawn*`` included: they
+# fork under the hood.
+STARTERS = {
+    "subprocess": {"run", "Popen", "call", "check_call", "check_output", "getoutput", "getstatusoutput"},
+    "os": {"fork", "forkpty", "system", "popen", "posix_spawn", "posix_spawnp", "execl", "execle", "execlp",
+           "execlpe", "execv", "execve", "execvp", "execvpe", "spawnl", "spawnle", "spawnlp", "spawnlpe", "spawnv",
+           "spawnve", "spawnvp", "spawnvpe"},
+    "multiprocessing": {"Process", "Pool", "get_context", "Manager"},
+    "concurrent.futures": {"ProcessPoolExecutor"},
+    "pty": {"fork", "spawn"},
+    "asyncio": {"create_subprocess_exec", "create_subprocess_shell"},
+    "socket": {"create_connection", "create_server"},
+}
+# pytester's own (its runpytest runs pytest in this process)
+PYTESTER_STARTERS = {"runpytest_subprocess", "spawn", "spawn_pytest", "popen", "run"}
+SKIPS = {"pytest.skip", "pytest.importorskip", "pytest.mark.skip", "pytest.mark.skipif"}
+
+
+def _names_a_starter(node: ast.AST) -> str | None:
+    """``subprocess.run``, ``os.fork``, ``pytester.runpytest_subprocess``...: the dotted name, or None."""
+    if isinstance(node, ast.Attribute):
+        base = ast.unparse(node.value)
+        if node.attr in STARTERS.get(base, ()):
+            return f"{base}.{node.attr}"
+        if base in ("pytester", "testdir") and node.attr in PYTESTER_STARTERS:
+            return f"{base}.{node.attr}"
+    if isinstance(node, ast.ImportFrom) and node.module in STARTERS:
+        started = [a.name for a in node.names if a.name in STARTERS[node.module]]
+        return f"from {node.module} import {', '.join(started)}" if started else None
+    return None
+
+
+def _starting_definitions(path: Path) -> set[str]:
+    """The top-level functions and classes of ``path`` (tests/helpers.py, tests/conftest.py) that start
+    a program, themselves or through another one of the same file."""
+    defs = {n.name: n for n in ast.parse(path.read_text(encoding="utf-8")).body
+            if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    starting = {name for name, node in defs.items() if any(_names_a_starter(n) for n in ast.walk(node))}
+    while True:
+        more = {name for name, node in defs.items() if name not in starting
+                and any(isinstance(n, ast.Name) and n.id in starting for n in ast.walk(node))}
+        if not more:
+            return starting
+        starting |= more
+
+
+def unit_file_problems(source: str, helpers: set[str], fixtures: set[str]) -> list[str]:
+    """What in a unit test file's source starts a program, dials out or skips: one line each. A call, an
+    import or a fixture, not a mere mention (``id(os.fork)``): the guard in conftest sees the rest."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        line = getattr(node, "lineno", 0)
+        called = node.func if isinstance(node, ast.Call) else node if isinstance(node, ast.ImportFrom) else None
+        if called is not None and (starter := _names_a_starter(called)) is not None:
+            found.append(f"line {line}: {starter}")
+        if isinstance(node, ast.ImportFrom) and node.module in ("helpers", "conftest"):
+            found += [f"line {line}: {node.module}.{a.name} starts a program" for a in node.names
+                      if a.name in helpers | fixtures]
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            found += [f"line {line}: {node.name} asks for the fixture {a.arg}, which starts a program"
+                      for a in node.args.args if a.arg in fixtures]
+        if isinstance(node, ast.Attribute) and ast.unparse(node) in SKIPS:
+            found.append(f"line {line}: {ast.unparse(node)} (a unit test needs nothing it could skip for)")
+    return found
+
+
+def test_no_unit_test_file_starts_a_program_dials_out_or_skips():
+    helpers, fixtures = _starting_definitions(TESTS / "helpers.py"), _starting_definitions(TESTS / "conftest.py")
+    assert {"memgap", "run_recorded", "start_gunicorn", "build_c", "OwnFigures"} <= helpers, helpers
+    assert {"witness_exe", "je_stats_exe", "rust_build", "wheel_venv"} <= fixtures, fixtures
+    files = sorted((TESTS / "unit").glob("*.py"))
+    assert len(files) >= 30 and Path(__file__).resolve() in files  # the rule reads every unit file
+    problems = {f.name: found for f in files
+                if (found := unit_file_problems(f.read_text(encoding="utf-8"), helpers, fixtures))}
+    assert not problems, f"tests/unit starts nothing (move these tests to tests/live): {problems}"
+
+
+def test_the_unit_rule_finds_each_kind_of_start():
+    """The rule above, on a file that does each thing it refuses: it would not pass vacuously."""
+    bad = (
+        "import os, subprocess, pytest\nfrom subprocess import check_output\nfrom helpers import memgap, MiB\n"
+        "def test_a(witness_exe, tmp_path):\n    subprocess.run(['true'])\n    os.fork()\n"
+        "@pytest.mark.skipif(True, reason='no gcc')\ndef test_b(pytester):\n    pytester.runpytest_subprocess()\n"
+        "    pytest.skip('gdb is not installed')\n"
+    )
+    found = unit_file_problems(bad, {"memgap"}, {"witness_exe"})
+    assert sorted(found, key=lambda f: int(f.split()[1].rstrip(":"))) == [
+        "line 2: from subprocess import check_output", "line 3: helpers.memgap starts a program",
+        "line 4: test_a asks for the fixture witness_exe, which starts a program", "line 5: subprocess.run",
+        "line 6: os.fork", "line 7: pytest.mark.skipif (a unit test needs nothing it could skip for)",
+        "line 9: pytester.runpytest_subprocess", "line 10: pytest.skip (a unit test needs nothing it could skip for)"]
+    assert unit_file_problems("import os\nstarts = {id(os.fork)}\n", set(), set()) == []  # named, not called
