@@ -22,7 +22,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
 
 from memgap.explain.memory_map import read_memory_map
-from memgap.explain.snapshot import DEFAULT_POOL_SIZE, Options, label_regions, snapshot_pid
+from memgap.explain.snapshot import DEFAULT_POOL_SIZE, SnapshotOptions, label_regions, snapshot_pid
 from memgap.sources.procfs import ProcReader
 from memgap.sources.pymalloc_pools import census
 
@@ -55,11 +55,11 @@ def main() -> None:
                       if r.owner == "pymalloc-arena"]
             times: dict[str, list[float]] = {"snapshot_pid()": [], "census() alone": []}
             for _ in range(args.reps):  # interleaved
-                times["snapshot_pid()"].append(_ms(lambda: snapshot_pid(child.pid, Options(regions=False))))
+                times["snapshot_pid()"].append(_ms(lambda: snapshot_pid(child.pid, SnapshotOptions(regions=False))))
                 times["census() alone"].append(_ms(lambda: census(reader, memmap.resident, arenas,
                                                                   DEFAULT_POOL_SIZE)))
             counted = census(reader, memmap.resident, arenas, DEFAULT_POOL_SIZE)
-        snap = snapshot_pid(child.pid, Options(regions=False))
+        snap = snapshot_pid(child.pid, SnapshotOptions(regions=False))
     finally:
         child.kill()
         child.wait()

@@ -29,7 +29,7 @@ SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
 sys.path.insert(0, SRC)
 
 from memgap.explain.cow import add_copied_from_parent  # noqa: E402
-from memgap.explain.snapshot import Options, snapshot_pid  # noqa: E402
+from memgap.explain.snapshot import SnapshotOptions, snapshot_pid  # noqa: E402
 from memgap.explain.tree import snapshot_tree  # noqa: E402
 from memgap.sources.procfs import ProcReader  # noqa: E402
 
@@ -81,7 +81,7 @@ def main() -> None:
         snaps: list = []  # type: ignore[type-arg]
 
         def snapshots() -> None:
-            snaps[:] = [snapshot_pid(pid, Options(regions=True)) for pid in pids]
+            snaps[:] = [snapshot_pid(pid, SnapshotOptions(regions=True)) for pid in pids]
 
         def tree_read() -> None:
             snapshot_tree(master)

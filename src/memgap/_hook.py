@@ -6,7 +6,14 @@ import importlib
 import os
 import threading
 
-from memgap.record.envnames import GC_FREEZE_ENV, RECORD_DIR_ENV, TRIM_AFTER_ENV, TRIM_EVERY_ENV, TRIMMER_ENV
+from memgap.record.envnames import (
+    BEFORE_EXIT_PHASE,
+    GC_FREEZE_ENV,
+    RECORD_DIR_ENV,
+    TRIM_AFTER_ENV,
+    TRIM_EVERY_ENV,
+    TRIMMER_ENV,
+)
 
 _installed = False  # the bootstrap's sitecustomize and memgap's .pth file may both ask
 _events = None  # this process's file for its trimmers' events (a recording.ProcessFile)
@@ -25,7 +32,7 @@ def _record_trim(rss_before: int, rss_after: int) -> None:
     """Under `memgap run`/`lab`: what each of the idle trimmer's trims did, into the recording."""
     import time
 
-    from memgap.documents.records import TrimRecord, TrimRoute
+    from memgap.documents.trim import TrimRecord, TrimRoute
 
     record = TrimRecord(rss_before, rss_after, TrimRoute.TRIMMER, time=time.time())
     _write_event({"type": "trimmer", "pid": os.getpid(), **record.to_dict()})
@@ -69,7 +76,6 @@ def _snapshot_before_exit() -> None:
     def before_shutdown() -> None:
         try:  # imported only now: memgap's modules are not loaded into a program that did not ask
             from memgap import api
-            from memgap.record.idle import BEFORE_EXIT_PHASE
 
             if "idle" not in api._own_phases:
                 api._record(BEFORE_EXIT_PHASE)

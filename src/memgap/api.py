@@ -6,8 +6,8 @@ import time
 from dataclasses import dataclass
 from types import TracebackType
 
-from memgap.documents.records import TrimRecord, TrimRoute
 from memgap.documents.snapshot import Snapshot
+from memgap.documents.trim import TrimDetails, TrimRecord, TrimRoute
 from memgap.errors import Unsupported
 from memgap.explain.snapshot import SnapshotOptions, snapshot_self
 from memgap.record.envnames import TRIM_AFTER_ENV, WALK_ENV
@@ -46,7 +46,7 @@ def _record(name: str, trim_result: TrimResult | None = None) -> Snapshot | None
         writer.write({"type": "error", "pid": os.getpid(), "phase": name, "error": f"{type(exc).__name__}: {exc}"})
         return None
     if trim_result is not None:
-        snap.trim = trim_result.record().to_dict()
+        snap.trim = trim_result.record()
     if writer is None:
         # Kept only when nothing records them: under `memgap run` they are in the recording,
         # and kept here they would pin the pymalloc arenas they were allocated in (measured:
@@ -102,24 +102,33 @@ def phases() -> list[Snapshot]:
     return list(_phases)
 
 
-@dataclass(frozen=True)
-class TrimResult:
-    performed: bool
-    rss_before: int
-    rss_after: int
-    seconds: float
-    reason: str = ""
-    pymalloc_released: int = 0  # of it, the pages of pymalloc's empty pools (trim(pymalloc=True))
+@dataclass(repr=False)
+class TrimResult(TrimRecord):
+    """What ``memgap.trim()`` did: an in-process ``TrimRecord`` (memgap.documents.trim, the record
+    every route of a trim returns), with ``pymalloc_released`` in its details. Kept for the programs
+    that name it: ``performed``, ``rss_before``, ``rss_after``, ``released``, ``seconds``, ``reason``
+    and ``pymalloc_released`` read as before, and it prints as before."""
+
+    @classmethod
+    def measured(cls, performed: bool, rss_before: int, rss_after: int, seconds: float, reason: str = "",
+                 pymalloc_released: int = 0) -> TrimResult:
+        return cls(rss_before, rss_after, TrimRoute.IN_PROCESS, performed, seconds=seconds, reason=reason,
+                   details=TrimDetails(pymalloc_released=pymalloc_released))
 
     @property
-    def released(self) -> int:
-        return max(0, self.rss_before - self.rss_after)
+    def pymalloc_released(self) -> int:
+        """Of ``released``, the pages of pymalloc's empty pools (``trim(pymalloc=True)``)."""
+        return self.details.get("pymalloc_released", 0)
 
     def record(self) -> TrimRecord:
-        """The trim as a recording keeps it (an in-process trim record)."""
-        return TrimRecord(self.rss_before, self.rss_after, TrimRoute.IN_PROCESS, self.performed,
-                          seconds=self.seconds, reason=self.reason,
-                          details={"pymalloc_released": self.pymalloc_released})
+        """The trim as a recording keeps it (a plain in-process trim record)."""
+        return TrimRecord(self.rss_before, self.rss_after, self.route, self.performed, self.released,
+                          self.seconds, self.reason, self.time, TrimDetails(**self.details))
+
+    def __repr__(self) -> str:
+        return (f"TrimResult(performed={self.performed!r}, rss_before={self.rss_before!r}, "
+                f"rss_after={self.rss_after!r}, seconds={self.seconds!r}, reason={self.reason!r}, "
+                f"pymalloc_released={self.pymalloc_released!r})")
 
 
 def trim(pymalloc: bool | None = None) -> TrimResult:
@@ -140,18 +149,18 @@ def trim(pymalloc: bool | None = None) -> TrimResult:
     pools_released = release_if_asked(pymalloc)
     detection = detect_in_process(reader.maps())
     if not detection.is_glibc:
-        return TrimResult(bool(pools_released), rss_before, status_int(reader.status(), "VmRSS"), 0.0,
+        return TrimResult.measured(bool(pools_released), rss_before, status_int(reader.status(), "VmRSS"), 0.0,
                           f"malloc is {detection.name} ({detection.library or 'unknown library'}), not glibc",
                           pools_released)
     try:
         libc = glibc_malloc()
     except Unsupported as exc:
-        return TrimResult(bool(pools_released), rss_before, status_int(reader.status(), "VmRSS"), 0.0, str(exc),
-                          pools_released)
+        return TrimResult.measured(bool(pools_released), rss_before, status_int(reader.status(), "VmRSS"), 0.0,
+                                   str(exc), pools_released)
     started = time.perf_counter()
     libc.trim(0)
     seconds = time.perf_counter() - started
-    return TrimResult(True, rss_before, status_int(reader.status(), "VmRSS"), seconds, "", pools_released)
+    return TrimResult.measured(True, rss_before, status_int(reader.status(), "VmRSS"), seconds, "", pools_released)
 
 
 def explain(walk: bool = True) -> str:

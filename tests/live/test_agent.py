@@ -127,7 +127,8 @@ def test_agent_trim_releases_what_the_outside_estimate_said(idle_exe, tmp_path):
         snap = snapshot_pid(proc.pid, SnapshotOptions(regions=False))
         assert snap.route == "outside, with the agent"
         estimate = snap.layers["allocator_free"].detail["trim_releasable"]
-        result = trim(_socket(tmp_path, proc.pid))
+        pid, result = trim(_socket(tmp_path, proc.pid))
+        assert pid == proc.pid
         assert estimate > 30 * MiB
         assert abs(result.released - estimate) <= 0.2 * estimate, (result.released, estimate)
     finally:

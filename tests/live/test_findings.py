@@ -1,6 +1,6 @@
 """Every finding of memgap.diagnose.findings (issue 17, item 5) on a real program that holds what the
 finding is about, and on programs that must not trigger it: one below the byte floor with the
-ratio crossed, one below the ratio with the byte floor crossed (diagnose.py: "a ratio AND a
+ratio crossed, one below the ratio with the byte floor crossed (diagnose/findings.py: "a ratio AND a
 byte floor"). The figures a finding prints are checked against what the program says it did
 (its own count of bytes, glibc's malloc_info, its VmRSS, the VmRSS drop of a real trim), not
 against memgap's layers.
@@ -21,7 +21,7 @@ from conftest import HERE, child_env
 from helpers import JEMALLOC, MiB
 
 KiB = 1 << 10
-# the floors diagnose.py promises, written out here: a test that read them from the module
+# the floors diagnose/findings.py promises, written out here: a test that read them from the module
 # would move with them
 FLOOR = 16 * MiB   # bytes, every rule
 SHARE = 0.20       # of RSS: glibc-retention and pymalloc-fragmentation (thread-stacks 10%, unexplained 5%)

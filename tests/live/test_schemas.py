@@ -68,6 +68,12 @@ def test_what_memgap_writes_validates(resting, tmp_path):
     ({"layers": {"files": {"name": "files"}}}, "resident"),
     ({"layers": {"files": {"name": "files", "resident": 1.5}}}, "resident"),
     ({"findings": [{"code": "x"}]}, "severity"),
+    # its typed parts, each checked as a document is (issue 26)
+    ({"trim": {"performed": True, "rss_after": 1}}, "rss_before"),
+    ({"trim": {"performed": True, "route": "pigeon", "rss_before": 2, "rss_after": 1}}, "route"),
+    ({"copied_from_parent": {"parent": 1, "copied": "lots"}}, "copied"),
+    ({"pymalloc": {"arenas_current": 1}}, "arenas_highwater"),
+    ({"python_heap": {"source": "gc-walk", "largest": {}}}, "largest"),
 ])
 def test_a_wrong_snapshot_is_refused_by_both(resting, change, field):
     from memgap.documents.snapshot import Snapshot
@@ -78,6 +84,19 @@ def test_a_wrong_snapshot_is_refused_by_both(resting, change, field):
         valid(snap, "memgap.snapshot/1")
     with pytest.raises(MalformedInput, match=field):
         Snapshot.from_dict(snap)
+
+
+def test_a_snapshot_read_back_writes_the_same_json(resting):
+    """A snapshot and a tree as memgap wrote them, read into their classes and written again: the same
+    JSON, key order included (its typed parts write what their dicts did)."""
+    from memgap.documents.records import TreeDocument
+    from memgap.documents.snapshot import Snapshot
+
+    snap = _written("inspect", str(resting.pid))
+    assert json.dumps(Snapshot.from_dict(snap).to_dict(regions=False)) == json.dumps(snap)
+    tree = _written("inspect", str(resting.pid), "--tree")
+    assert any(p["copied_from_parent"] for p in tree["processes"])  # the forked child's part, typed
+    assert json.dumps(TreeDocument.from_dict(tree).to_dict()) == json.dumps(tree)
 
 
 def test_a_snapshot_without_its_layers_is_refused(resting):

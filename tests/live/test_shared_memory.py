@@ -24,7 +24,7 @@ from conftest import HERE
 from helpers import MiB, build_c, memgap, run_recorded
 
 KiB = 1 << 10
-FLOOR = 16 * MiB  # diagnose.py's byte floor, written out here (a test that read it would move with it)
+FLOOR = 16 * MiB  # diagnose/findings.py's byte floor, written out here (a test that read it would move with it)
 SHARE = 0.20      # ...and its share
 SHARED_MEM_C = os.path.join(HERE, "programs", "shared_mem.c")
 

@@ -53,7 +53,7 @@ def test_instance_counts_and_large_buffers():
               "keep = [Node() for _ in range(1234)] + [Leaf() for _ in range(56)]\n"
               "blobs = {i: bytes(2 << 20) for i in range(3)}\n"
               "s = memgap.snapshot(walk=True, count=('Node', 'Leaf'))\n"
-              "import json; print(json.dumps(s.python_heap))\n")
+              "import json; print(json.dumps(s.to_dict()['python_heap']))\n")
     out = subprocess.run([sys.executable, "-c", script], env=child_env(), capture_output=True, text=True,
                          timeout=60, check=True)
     heap = json.loads(out.stdout)

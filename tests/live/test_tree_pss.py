@@ -132,7 +132,7 @@ def test_a_tree_read_at_once_has_every_process_and_what_each_copied(tree):
     master, pids, _readings = tree
     memgap.explain.tree.TreeHeaders, original = Kept, memgap.explain.tree.TreeHeaders
     try:
-        snaps = memgap.explain.tree.snapshot_tree(master)
+        snaps = memgap.explain.tree.snapshot_tree(master).processes
     finally:
         memgap.explain.tree.TreeHeaders = original
     assert snaps[0].pid == master and sorted(s.pid for s in snaps) == sorted(pids)
@@ -140,7 +140,7 @@ def test_a_tree_read_at_once_has_every_process_and_what_each_copied(tree):
         alone = snapshot_pid(snap.pid, SnapshotOptions(regions=False)).layers["python_objects"].detail
         assert snap.layers["python_objects"].detail == alone and snap.regions == [], snap.pid
         if snap.pid != master:
-            assert snap.copied_from_parent["parent"] == master and snap.copied_from_parent["copied"] > 0
+            assert snap.copied_from_parent.parent == master and snap.copied_from_parent.copied > 0
     # the workers keep the master's objects shared: as root (tests/README.md), most of their
     # headers came from the master's read, the same frames
     assert os.geteuid() == 0 and made[0].frames is True

@@ -15,7 +15,7 @@ import pytest
 from rich.cells import cell_len
 
 from helpers import memgap, recommended
-from memgap.documents.snapshot import Snapshot, tree_totals
+from memgap.documents.snapshot import Snapshot, TreeSnapshot, tree_totals
 from memgap.report.units import mib, pct
 
 WIDTHS = (50, 80, 120)
@@ -174,11 +174,11 @@ def test_tree(tree, width):
     from memgap.report.terminal import render_tree
 
     assert len(tree) == 3
-    text = rendered(lambda out, w: render_tree(tree, out, w), width)
+    text = rendered(lambda out, w: render_tree(TreeSnapshot(tree[0].pid, tree), out, w), width)
     figures = [f for s in tree for f in (str(s.pid), mib(s.rss), mib(s.status["Pss"]), mib(s.status["Uss"]))]
     totals = tree_totals(tree)
-    assert totals["layers_by"] == "pss"
-    check(text, width, [*figures, mib(sum(s.rss for s in tree)), mib(totals["pss"]), mib(totals["uss"]),
+    assert totals.layers_by == "pss"
+    check(text, width, [*figures, mib(sum(s.rss for s in tree)), mib(totals.pss), mib(totals.uss),
                         "3 processes"])
 
 
@@ -190,8 +190,8 @@ def test_top_tree(tree, width):
 
     text = rendered(lambda out, w: console_on(out, w).print(frame(deque([tree]), tree, w)), width)
     totals = tree_totals(tree)
-    check(text, width, [mib(totals["pss"]), mib(totals["rss_sum"]),
-                        *(mib(v) for v in totals["layers"].values() if v is not None)])
+    check(text, width, [mib(totals.pss), mib(totals.rss_sum),
+                        *(mib(v) for v in totals.layers.values() if v is not None)])
     assert "layers by PSS" in " ".join(text.split()) and LAYER_TITLES["python_objects"] in text
 
 
@@ -300,7 +300,7 @@ def test_deep_and_trim(inside, holder, width):
     text = rendered(render, width)
     figures = [mib(r[k]) for r in found.arenas for k in ("system_gdb", "system_outside", "free_gdb",
                                                          "free_resident_outside")]
-    figures += [mib(trimmed["rss_before"]), mib(trimmed["rss_after"]), mib(trimmed["released"])]
+    figures += [mib(trimmed.rss_before), mib(trimmed.rss_after), mib(trimmed.released)]
     # render_deep prints the in-process snapshot's layers only: its arenas are in the table above.
     check(text, width, figures + snapshot_figures(found.in_process, arenas=False) + [mib(after.rss)])
 
@@ -353,7 +353,7 @@ def test_deep_and_trim_of_jemalloc(inside_jemalloc, width):
     _, found, trimmed, after = inside_jemalloc
     j = found.jemalloc
     figures = [mib(v) for v in (j.allocated, j.active, j.purgeable, j.metadata, j.resident, j.retained, j.mapped)]
-    figures += [mib(trimmed["rss_before"]), mib(trimmed["rss_after"]), mib(trimmed["released"])]
+    figures += [mib(trimmed.rss_before), mib(trimmed.rss_after), mib(trimmed.released)]
     check(text, width, figures + snapshot_figures(found.with_allocator, arenas=False) + [mib(after.rss)])
 
 
@@ -370,10 +370,10 @@ def test_deep_and_trim_of_tcmalloc_and_mimalloc(inside_tcmi, width):
     if found.tcmalloc is not None:
         t = found.tcmalloc
         figures = [mib(v) for v in (t.allocated, t.pageheap_free, t.caches, t.metadata, t.pageheap_unmapped,
-                                    t.heap_size, trimmed["estimate"])]
+                                    t.heap_size, trimmed.details["estimate"])]
     else:
         m = found.mimalloc
         figures = [mib(v) for v in (m.current_commit, m.peak_commit, m.current_rss, m.peak_rss,
-                                    trimmed["own_after"]["current_commit"])]
-    figures += [mib(trimmed["rss_before"]), mib(trimmed["rss_after"]), mib(trimmed["released"])]
+                                    trimmed.details["own_after"]["current_commit"])]
+    figures += [mib(trimmed.rss_before), mib(trimmed.rss_after), mib(trimmed.released)]
     check(text, width, figures + snapshot_figures(found.with_allocator, arenas=False) + [mib(after.rss)])

@@ -42,8 +42,11 @@ def test_parse_other_allocators():
 def test_parse_trim_reply():
     from memgap.agent.reply import parse_trim
 
-    result = parse_trim(fixture("trim-glibc.txt"))
-    assert result.rss_before - result.rss_after == result.released
+    pid, result = parse_trim(fixture("trim-glibc.txt"))
+    assert pid == 31433 and result.route == "agent"
+    assert result.rss_before - result.rss_after == result.released > 0
+    with pytest.raises(MalformedInput):  # a reply whose figures disagree with each other
+        parse_trim(fixture("trim-glibc.txt").replace("released=15450112", "released=15450113"))
 
 
 @pytest.mark.parametrize("cut", [10, 200, 5000, -6])

@@ -206,13 +206,16 @@ def test_the_run_fields_are_a_runs_keys(tmp_path):
 def test_the_lab_fields_are_a_labs_keys(tmp_path):
     from memgap.allocators.variants import parse_variant
     from memgap.documents.records import RunFigures
-    from memgap.lab.runner import LabOptions, lab_document
+    from memgap.lab.document import lab_document
+    from memgap.lab.state import LabOptions, LabState
 
     runs = [RunFigures(spec, rep, 0, "ok", wall=1.0, idle=idle * MiB, baseline=30 * MiB)
             for rep in (1, 2) for spec, idle in (("glibc", 60), ("glibc:arena_max=2", 40))]
     options = LabOptions(cmd=["work"], variants=[parse_variant(s) for s in ("glibc", "glibc:arena_max=2")],
                          reps=2, lab_dir=str(tmp_path))
-    doc = lab_document(options, runs, 1.0).to_dict()
+    state = LabState.start(options)
+    state.results = runs
+    doc = lab_document(options, state, 1.0).to_dict()
     top, run, variant = json_tables("Lab: `memgap.lab/1`")
     assert doc["schema"] == "memgap.lab/1" and top == set(doc), (top - set(doc), set(doc) - top)
     written = set(doc["runs"][0]) | {"process_peak"}  # written where the peak is a tree's
@@ -231,7 +234,7 @@ def test_the_lab_fields_are_a_labs_keys(tmp_path):
 def test_the_lab_page_states_the_verdict_rule_the_code_applies():
     from memgap.allocators.variants import DEFAULT_SPECS
     from memgap.lab.adaptive import FAR_TOO_SLOW
-    from memgap.lab.runner import TRIM_HINT
+    from memgap.lab.document import TRIM_HINT
     from memgap.lab.verdict import MATERIAL_BYTES, MATERIAL_SHARE, material
 
     rule = section(read("docs", "lab.md"), "The verdict rule")

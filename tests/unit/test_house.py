@@ -4,6 +4,7 @@
 - no command (``memgap.cli.*``) imports another command, only the common module;
 - ``memgap.remedies``, ``memgap.report.*`` and ``memgap.documents.*`` import nothing from the lab or the
   commands (imports inside functions included);
+- ``memgap.lab.*`` imports nothing from the report: it stores data, the report renders it;
 - a private name (``_x``: a module, or a module's function) is imported only inside its own
   package (and the packages within it);
 - in ``memgap.cli``, only ``main`` and ``from_args`` take an ``argparse.Namespace``: options become
@@ -103,6 +104,14 @@ def test_remedies_report_and_model_import_nothing_from_the_lab_or_the_commands()
     crossed = [f"{name} line {line}: {module}" for name in MODULES if _within(name, BELOW_THE_LAB)
                for module, _, line in _imports(name) if _within(module, ABOVE_THEM)]
     assert not crossed, f"{', '.join(BELOW_THE_LAB)} must not import {', '.join(ABOVE_THEM)}: {crossed}"
+
+
+def test_the_lab_imports_nothing_from_the_report():
+    """The lab stores what it decides as data (a recommendation's env, setup lines, notes); the report
+    renders it (a shell's, a Dockerfile's, Kubernetes' forms: memgap.report.remedy), at the edge."""
+    crossed = [f"{name} line {line}: {module}" for name in MODULES if _within(name, ("memgap.lab",))
+               for module, _, line in _imports(name) if _within(module, ("memgap.report",))]
+    assert not crossed, f"memgap.lab must not import memgap.report: {crossed}"
 
 
 def _private(name: str) -> bool:

@@ -75,3 +75,56 @@ def test_a_malformed_lab_is_one_line_and_exit_code_6(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1, err
     assert f"malformed {bad}, field 'variants'[0], field 'idle'" in err, err
+
+
+# --- `memgap report` on a saved lab: the same bytes as the code that wrote these outputs -------------
+
+GOLDEN = os.path.join(HERE, "fixtures", "lab-report")
+FOLDER = os.path.join(HERE, "fixtures", "documents", "8a6ec88", "lab-folder")
+
+
+def _report(path, out, capsys):
+    """`memgap report PATH` with every output asked for: {"txt", "json", "html", "md"} -> its text."""
+    capsys.readouterr()
+    assert main(["report", str(path), "--json", str(out / "lab.json"), "--html", str(out / "lab.html"),
+                 "--markdown", str(out / "lab.md")]) == 0
+    shown = {"txt": capsys.readouterr().out}
+    return shown | {ext: (out / f"lab.{ext}").read_text(encoding="utf-8") for ext in ("json", "html", "md")}
+
+
+def _golden(name, ext):
+    with open(os.path.join(GOLDEN, f"{name}.{ext}"), encoding="utf-8") as f:
+        return f.read()
+
+
+@pytest.mark.parametrize("path", SAVED, ids=lambda p: p.split(os.sep)[-2])
+def test_a_saved_labs_report_is_the_bytes_it_was(path, tmp_path, capsys):
+    """The terminal's tables, the JSON written back, the HTML and the Markdown of a saved lab, byte for
+    byte as memgap printed them when the lab's state and its remedy forms moved (issue 26: captured on
+    the code before the move, tests/fixtures/lab-report/)."""
+    name = path.split(os.sep)[-2]
+    shown = _report(path, tmp_path, capsys)
+    for ext, text in shown.items():
+        assert text == _golden(name, ext), (name, ext)
+
+
+@pytest.mark.parametrize("cut", [0, 1], ids=["whole", "cut-short"])
+def test_a_lab_folders_report_is_the_bytes_it_was(cut, tmp_path, capsys):
+    """`memgap report LAB_DIR`: the lab rebuilt from its lab.jsonl, whole and with its last run cut
+    off (a lab killed before its end), byte for byte as before the move. The folder's path and the
+    Python memgap runs under are this machine's: they stand as {LAB_DIR} and {PYTHON} in the capture."""
+    import platform
+    import shutil
+
+    folder = tmp_path / "lab"
+    shutil.copytree(FOLDER, folder)
+    events = (folder / "lab.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
+    (folder / "lab.jsonl").write_text("".join(events[:len(events) - cut]), encoding="utf-8")
+    out = tmp_path / "out"
+    out.mkdir()
+    shown = _report(folder, out, capsys)
+    name = "lab-folder" + ("-cut" if cut else "")
+    for ext, text in shown.items():
+        text = text.replace(str(folder), "{LAB_DIR}").replace(f'\n "python": "{platform.python_version()}",\n',
+                                                               '\n "python": "{PYTHON}",\n')
+        assert text == _golden(name, ext), (name, ext)

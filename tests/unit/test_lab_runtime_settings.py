@@ -113,19 +113,18 @@ def test_the_runtimes_a_run_read_come_from_its_snapshots_runtime_heap_layer():
     assert run_runtimes(RunDocument([ProcessRecord(1, [{"phase": "quiet", "layers": {"other_anon": {}}}])])) == set()
 
 
-def test_the_baselines_first_run_adds_the_runtimes_variants_right_after_it():
-    """The runner's wiring: the runtimes its snapshots read, and its peak, reach the choice."""
+def test_the_baselines_first_run_adds_the_runtimes_variants_right_after_it(tmp_path):
+    """The runner's wiring: the runtimes its snapshots read, and its peak, reach the choice; the lab's
+    state takes the variants added, its journal says so."""
     from memgap.documents.records import RunFigures, RunStatus
     from memgap.lab import runner
     from memgap.lab.fork_probe import ForkProbe
+    from memgap.lab.journal import Journal, journal_path
+    from memgap.lab.state import LabOptions, LabState
+    from memgap.record.recording import read_events
 
-    events = []
-
-    class Events:
-        def write(self, event):
-            events.append(event)
-
-    options = runner.LabOptions(["prog"], [parse_variant("glibc"), parse_variant("glibc:arena_max=2")], choose=True)
+    options = LabOptions(("prog",), (parse_variant("glibc"), parse_variant("glibc:arena_max=2")), choose=True)
+    state = LabState.start(options)
     layer = {"resident": 200 * MiB, "detail": {"runtimes": [{"runtime": "go", "retained": 180 * MiB}]}}
     finding = {"code": "runtime-heap-retained", "severity": "warning", "summary": "the go heap holds 180 MiB free",
                "evidence": [], "remedy": ""}
@@ -133,12 +132,15 @@ def test_the_baselines_first_run_adds_the_runtimes_variants_right_after_it():
                                           "allocator": {"name": "unknown"}}])])
     first = RunFigures(variant="glibc", rep=1, order=1, status=RunStatus.OK, peak=320 * MiB)
     lines = []
-    runner._follow_findings(options, run, first, ForkProbe(), Events(), lines.append)
-    assert [v.spec for v in options.variants] == ["glibc", "go:gogc=50", "go:memlimit=240MiB", "glibc:arena_max=2"]
+    with Journal(str(tmp_path / "lab")) as journal:
+        runner._follow_findings(state, run, first, ForkProbe(), journal, lines.append)
+    assert [v.spec for v in state.variants] == ["glibc", "go:gogc=50", "go:memlimit=240MiB", "glibc:arena_max=2"]
+    assert [v.spec for v in options.variants] == ["glibc", "glibc:arena_max=2"]  # the options stay as given
     assert lines == ["added go:gogc=50: chosen because: finding runtime-heap-retained: the go heap holds 180 MiB free",
                      "added go:memlimit=240MiB: chosen because: finding runtime-heap-retained: the go heap holds 180 "
                      "MiB free"]
-    assert events[0]["added"] == ["go:gogc=50", "go:memlimit=240MiB"]
+    (event,) = read_events(journal_path(str(tmp_path / "lab")))
+    assert event["type"] == "chosen" and event["added"] == ["go:gogc=50", "go:memlimit=240MiB"]
 
 
 def test_the_lab_and_the_variants_name_no_runtime():

@@ -12,9 +12,9 @@ from memgap.allocators.catalog import find_library
 from memgap.documents.records import RunFigures
 from memgap.errors import UsageError
 from memgap.lab.figures import classify_pattern
-from memgap.lab.runner import recommendation_lines as remedy_lines
+from memgap.lab.remedy_lines import recommendation_lines as remedy_lines
 from memgap.lab.verdict import decide, summarize
-from memgap.report.remedy import remedy_forms
+from memgap.report.remedy import lab_with_forms, remedy_forms
 
 MiB = 1 << 20
 
@@ -199,17 +199,27 @@ def test_better_than_the_baseline_takes_a_material_margin(base, other, better):
         assert "at least 5% and 2 MiB lower" in v.reason  # the margin it was held to, stated
 
 
+def _ran(options, runs):
+    """The state of a lab with ``options`` that made ``runs``."""
+    from memgap.lab.state import LabState
+
+    state = LabState.start(options)
+    state.results = list(runs)
+    return state
+
+
 def test_the_lab_document_and_its_report_state_the_margin():
     import io
 
-    from memgap.lab.runner import LabOptions, lab_document
+    from memgap.lab.document import lab_document
+    from memgap.lab.state import LabOptions
     from memgap.report.lab import render_lab
 
     runs = [RunFigures(spec, rep, 0, "ok", wall=1.0, idle=idle * MiB, baseline=30 * MiB)
             for rep in (1, 2) for spec, idle in (("glibc", 37), ("glibc:arena_max=2", 37.01))]
     options = LabOptions(cmd=["work"], variants=[V.parse_variant(s) for s in ("glibc", "glibc:arena_max=2")],
                          reps=2, lab_dir="/nonexistent")
-    doc = lab_document(options, runs, 1.0)
+    doc = lab_document(options, _ran(options, runs), 1.0)
     lab = doc.to_dict()
     assert lab["material"] == {"share": 0.05, "bytes": 2097152}
     assert lab["recommendation"] is None
@@ -354,7 +364,8 @@ def test_a_trimmer_variants_idle_is_what_its_own_trims_left():
 
 
 def test_a_recommended_idle_trim_says_when_the_idle_trimmer_never_got_to_trim():
-    from memgap.lab.runner import LabOptions, lab_document
+    from memgap.lab.document import lab_document
+    from memgap.lab.state import LabOptions
 
     specs = ["glibc", "glibc:trim=idle", "glibc:trim=quiet"]
     never = "the idle trimmer did not trim while the program lived (...)"
@@ -362,11 +373,11 @@ def test_a_recommended_idle_trim_says_when_the_idle_trimmer_never_got_to_trim():
             for rep in (1, 2, 3) for spec, idle, note in (("glibc", 43, ""), ("glibc:trim=idle", 27, ""),
                                                          ("glibc:trim=quiet", 43, never))]
     options = LabOptions(cmd=["work"], variants=[V.parse_variant(s) for s in specs], lab_dir="/nonexistent")
-    rec = lab_document(options, runs, 1.0).recommendation
+    rec = lab_document(options, _ran(options, runs), 1.0).recommendation
     assert rec is not None and rec.variant == "glibc:trim=idle" and "never trimmed" in rec.notes[-1]
     trimmed = [r for r in runs if r.variant != "glibc:trim=quiet"] + [
         RunFigures("glibc:trim=quiet", rep, 0, "ok", wall=1.4, idle=30 * MiB, baseline=23 * MiB) for rep in (1, 2, 3)]
-    rec = lab_document(options, trimmed, 1.0).recommendation
+    rec = lab_document(options, _ran(options, trimmed), 1.0).recommendation
     assert rec is not None and not any("never trimmed" in note for note in rec.notes)
 
 
@@ -375,7 +386,8 @@ def test_a_sweeps_summaries_are_classes_and_write_the_labs_json():
     and the top recommendation across the cells as memgap.documents.lab_summary's classes, written as the
     lab has always written them (the keys in their order)."""
     from memgap.documents.lab_summary import AcrossCell, Cell, Recommendation, SweepRow
-    from memgap.lab.runner import LabOptions, lab_document
+    from memgap.lab.document import lab_document
+    from memgap.lab.state import LabOptions
 
     runs = []
     for n, base in (("1", 40), ("2", 80)):
@@ -385,7 +397,7 @@ def test_a_sweeps_summaries_are_classes_and_write_the_labs_json():
                 runs[-1].params = {"N": n}
     options = LabOptions(cmd=["work"], variants=[V.parse_variant(s) for s in ("glibc", "glibc:trim=idle")],
                          reps=2, lab_dir="/nonexistent", params=[("N", ["1", "2"])])
-    doc = lab_document(options, runs, 1.0)
+    doc = lab_document(options, _ran(options, runs), 1.0)
     assert [type(c) for c in doc.cells] == [Cell, Cell] and doc.cell == {"N": "2"}
     assert isinstance(doc.recommendation, Recommendation) and doc.recommendation.variant == "glibc:trim=idle"
     assert doc.variants[0].spec == "glibc:trim=idle" and doc.variants[0].word("glibc:trim=idle", "glibc")
@@ -393,7 +405,15 @@ def test_a_sweeps_summaries_are_classes_and_write_the_labs_json():
     assert all(isinstance(r, SweepRow) for r in rows) and rows[1].idle_growth == 1.0 and rows[0].idle_growth == 0.0
     assert [a.word for a in doc.across_cells] == ["recommended", "recommended"]
     assert isinstance(doc.across_cells[1], AcrossCell) and doc.across_cells[1].baseline_idle == 80 * MiB
-    data = json.loads(json.dumps(doc.to_dict()))
+    # the lab stores the remedy's data; its forms are rendered at the edge, as the lab's JSON carries them
+    # (runs that are not Python's: the trimmer comes from the agent)
+    assert doc.recommendation.env["MEMGAP_AGENT"] == "on" and doc.recommendation.shell == []
+    assert not doc.recommendation.carries_forms()
+    data = json.loads(json.dumps(lab_with_forms(doc).to_dict()))
+    for rec in (data["recommendation"], data["cells"][1]["recommendation"]):
+        assert rec == remedy_forms(remedy_lines(V.parse_variant("glibc:trim=idle"), python=False)) | {
+            "variant": "glibc:trim=idle", "reason": doc.recommendation.reason}
+    assert "  - name: MEMGAP_AGENT\n    value: \"on\"" in data["recommendation"]["kubernetes"]
     assert list(data["cells"][0]) == ["params", "variants", "verdict", "recommendation", "baseline_idle",
                                       "time_spread"]
     assert list(data["sweep"]["glibc"][0]) == ["params", "idle", "peak", "idle_growth", "peak_growth"]
@@ -558,3 +578,22 @@ def test_the_reasons_are_shown_and_a_lab_without_them_shows_none():
     assert chosen_lines(LabDocument(cmd=["x"], runs=[])) == []
     assert "chosen" in lab.to_dict() and "chosen" not in LabDocument(cmd=["x"], runs=[]).to_dict()
     assert LabDocument.from_dict(lab.to_dict()).chosen == lab.chosen
+
+
+@pytest.mark.parametrize("python", [False, True])
+def test_a_lab_rebuilt_from_its_journal_plans_the_runs_the_runner_would_make(tmp_path, python):
+    """One rule (journal.worth_running) for the runner's skips and the rebuild's count: a Python setting
+    is not planned once a run that saw the workload (here its idle read, no layers) found it is not
+    Python, so that lab is complete; a Python workload's lab still owes that variant's run."""
+    from memgap.lab.journal import Journal, rebuild, worth_running
+    from memgap.lab.state import LabOptions, LabState
+
+    options = LabOptions(("work",), (V.parse_variant("glibc"), V.parse_variant("glibc:pymalloc=off")), reps=1,
+                         lab_dir=str(tmp_path / "lab"))
+    run = RunFigures("glibc", 1, 1, "ok", wall=1.0, idle=50 * MiB, baseline=20 * MiB, python=python)
+    with Journal(options.lab_dir) as journal:
+        journal.header(options, LabState.start(options))
+        journal.run(run)
+    assert worth_running(options.variants[1], [run]) is python
+    lab = rebuild(options.lab_dir)
+    assert [r.variant for r in lab.runs] == ["glibc"] and lab.complete is not python

@@ -14,11 +14,11 @@ from __future__ import annotations
 import os
 
 from memgap.agent.client import query, socket_path, trim
-from memgap.agent.reply import AgentReport, AgentTrim, parse_report
+from memgap.agent.reply import AgentReport, parse_report
 from memgap.allocators.catalog import preloaded
 from memgap.native.build import shared_library
 
-__all__ = ["AgentReport", "AgentTrim", "agent_env", "library_path", "parse_report", "query", "socket_path",
+__all__ = ["AgentReport", "agent_env", "library_path", "parse_report", "query", "socket_path",
            "trim", "AGENT_ENV"]
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -21,7 +21,8 @@ from memgap.errors import MemgapError
 from memgap.sources.procfs import status_int
 
 if TYPE_CHECKING:
-    from memgap.agent.reply import AgentReport, AgentTrim
+    from memgap.agent.reply import AgentReport
+    from memgap.documents.trim import TrimRecord
 
 ALLOCATORS = ("glibc", "jemalloc", "tcmalloc", "mimalloc", "other")  # agent.c's allocator_names
 TRIMMER_MODES = ("off", "idle", "every")
@@ -123,11 +124,11 @@ def _check_malloc_info(report: AgentReport, limits: Limits) -> None:
     _part(limits, "the arenas' system bytes", sum(a.system for a in info.arenas), "VmSize", space)
 
 
-def check_trim(result: AgentTrim, limits: Limits) -> None:
-    """Raise AgentRefused unless a ``trim`` reply's figures are within bounds."""
-    if result.pid != limits.pid:
-        raise _refuse(limits, f"it is PID {result.pid}")
+def check_trim(pid: int, result: TrimRecord, limits: Limits) -> None:
+    """Raise AgentRefused unless a ``trim`` reply (the PID it names, its record) is within bounds."""
+    if pid != limits.pid:
+        raise _refuse(limits, f"it is PID {pid}")
     _bytes(limits, [("rss before", result.rss_before), ("rss after", result.rss_after)], limits.memory,
            "the machine's memory")
-    _bytes(limits, [("trim seconds", result.seconds), ("released", abs(result.released))], limits.memory,
+    _bytes(limits, [("trim seconds", result.seconds or 0.0), ("released", result.released or 0)], limits.memory,
            "the machine's memory")

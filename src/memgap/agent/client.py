@@ -21,7 +21,8 @@ import time
 from dataclasses import dataclass
 
 from memgap.agent.checks import AgentRefused, check_report, check_trim, limits_of
-from memgap.agent.reply import AgentReport, AgentTrim, parse_report, parse_trim
+from memgap.agent.reply import AgentReport, parse_report, parse_trim
+from memgap.documents.trim import TrimRecord
 from memgap.errors import MalformedInput, MemgapError
 from memgap.sources.procfs import ProcReader
 
@@ -152,8 +153,8 @@ def query(path: str, timeout: float = TIMEOUT, peer: AgentPeer | None = None) ->
     return report
 
 
-def trim(path: str, timeout: float = 30.0, peer: AgentPeer | None = None) -> AgentTrim:
-    """Ask the agent listening at ``path`` to trim its allocator now."""
+def trim(path: str, timeout: float = 30.0, peer: AgentPeer | None = None) -> tuple[int, TrimRecord]:
+    """Ask the agent listening at ``path`` to trim its allocator now: the PID its reply names, and the trim."""
     return parse_trim(_exchange(path, "trim", timeout, peer), f"agent reply from {path}")
 
 
@@ -171,7 +172,7 @@ def ask(pid: int, proc_root: str = "/proc", reader: ProcReader | None = None,
     return report
 
 
-def trim_pid(pid: int, proc_root: str = "/proc", timeout: float = 30.0) -> AgentTrim:
+def trim_pid(pid: int, proc_root: str = "/proc", timeout: float = 30.0) -> TrimRecord:
     """Ask the agent in ``pid`` to trim its allocator now (MemgapError where it has none, or
     one memgap will not talk to)."""
     reader = ProcReader(pid, proc_root)
@@ -179,6 +180,6 @@ def trim_pid(pid: int, proc_root: str = "/proc", timeout: float = 30.0) -> Agent
     if peer is None:
         raise MemgapError(f"PID {pid} has no memgap agent preloaded")
     before = reader.status()
-    result = trim(peer.path, timeout, peer)
-    check_trim(result, limits_of(pid, before, reader.status()))
+    named, result = trim(peer.path, timeout, peer)
+    check_trim(named, result, limits_of(pid, before, reader.status()))
     return result

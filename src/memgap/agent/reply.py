@@ -1,5 +1,6 @@
-"""The agent's replies, parsed: a ``stats`` reply into an ``AgentReport``, a ``trim`` reply into an
-``AgentTrim`` (pure: text in, records out; ``memgap.agent.client`` does the talking and
+"""The agent's replies, parsed: a ``stats`` reply into an ``AgentReport``, a ``trim`` reply into the
+PID it names and a ``TrimRecord`` (memgap.documents.trim: the record every route of a trim returns)
+(pure: text in, records out; ``memgap.agent.client`` does the talking and
 ``memgap.agent.checks`` the checking).
 """
 from __future__ import annotations
@@ -8,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from memgap.documents.trim import TrimRecord, TrimRoute
 from memgap.errors import MalformedInput
 from memgap.sources.glibc import Mallinfo2, MallocInfo, parse_malloc_info
 from memgap.sources.jemalloc import JemallocStats
@@ -52,17 +54,6 @@ class AgentReport:
         if self.cmdline:
             out["cmdline"] = list(self.cmdline)
         return out
-
-
-@dataclass
-class AgentTrim:
-    """A trim the agent ran inside its process, measured there from VmRSS."""
-
-    pid: int
-    released: int
-    seconds: float
-    rss_before: int
-    rss_after: int
 
 
 def _pairs(words: list[str], source: str) -> dict[str, str]:
@@ -155,17 +146,22 @@ def _parse_report(text: str, source: str) -> AgentReport:
     return report
 
 
-def parse_trim(text: str, source: str = "agent reply") -> AgentTrim:
-    """Parse a ``trim`` reply (raises MalformedInput on anything else)."""
+def parse_trim(text: str, source: str = "agent reply") -> tuple[int, TrimRecord]:
+    """Parse a ``trim`` reply: the PID it names and the trim the agent ran inside its process,
+    measured there from VmRSS (raises MalformedInput on anything else)."""
     return _parsed(_parse_trim, text, source)
 
 
-def _parse_trim(text: str, source: str) -> AgentTrim:
+def _parse_trim(text: str, source: str) -> tuple[int, TrimRecord]:
     simple, records, _ = _header(text, source)
     for line in records:
         name, *words = line.split()
         if name == "trim":
             v = {k: float(x) for k, x in _pairs(words, source).items()}
-            return AgentTrim(_int(simple.get("pid", ""), source), int(v["released"]), v["seconds"],
-                             int(v["rss_before"]), int(v["rss_after"]))
+            before, after, released = int(v["rss_before"]), int(v["rss_after"]), int(v["released"])
+            if before - after != released:  # the agent writes its rss_after as rss_before less released
+                raise MalformedInput(source, f"released {released} is not rss_before less rss_after")
+            # released as every record has it: never below 0 (a trim that VmRSS grew across released none)
+            return _int(simple.get("pid", ""), source), TrimRecord(before, after, TrimRoute.AGENT,
+                                                                   seconds=v["seconds"])
     raise MalformedInput(source, "no trim line")

@@ -143,10 +143,14 @@ def write_text(text: str, path: str) -> None:
 
 
 def write_lab(lab: LabDocument, json_path: str | None, html: str | None, markdown: str | None) -> None:
-    """Every output asked for, then the tables (unless the JSON goes to stdout)."""
+    """Every output asked for, then the tables (unless the JSON goes to stdout). The recommendations'
+    forms (a shell's, a Dockerfile's...) are rendered here, for the JSON as for the report; a saved
+    lab's stay as it was written."""
     from memgap.report.html import render_html
     from memgap.report.lab import markdown_table, render_lab
+    from memgap.report.remedy import lab_with_forms
 
+    lab = lab_with_forms(lab)
     if json_path:
         write_json(lab.to_dict(), json_path)
     if html:

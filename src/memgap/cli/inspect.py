@@ -27,7 +27,7 @@ from memgap.cli import _common
 from memgap.cli._common import write_json
 from memgap.diagnose.findings import diagnose_tree
 from memgap.documents.records import TreeDocument
-from memgap.documents.snapshot import Snapshot, tree_totals
+from memgap.documents.snapshot import Snapshot
 from memgap.errors import Unsupported, UsageError
 from memgap.explain.snapshot import SnapshotOptions, snapshot_pid
 from memgap.explain.tree import snapshot_tree
@@ -168,13 +168,11 @@ def _runtimes_deep(snap: Snapshot, pid: int, proc_root: str) -> list[dict[str, o
 
 def _tree(request: InspectRequest) -> int:
     pid = request.pid
-    snaps = snapshot_tree(pid, request.proc_root)
+    tree = snapshot_tree(pid, request.proc_root)
     if request.json:
-        totals = tree_totals(snaps)
-        write_json(TreeDocument(pid, snaps, totals["rss_sum"], totals["pss"], totals, diagnose_tree(snaps)).to_dict(),
-                   request.json)
+        write_json(TreeDocument.of(tree, diagnose_tree(tree.processes)).to_dict(), request.json)
     if request.json != "-":
-        render_tree(snaps, sys.stdout)
+        render_tree(tree, sys.stdout)
     return 0
 
 

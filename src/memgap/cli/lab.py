@@ -57,8 +57,9 @@ from memgap.allocators.variants import DEFAULT_SPECS, Variant, parse_variant, re
 from memgap.cli import _common
 from memgap.cli._common import write_lab
 from memgap.errors import UsageError
-from memgap.lab.runner import LAB_EVENTS, LabInterrupted, LabOptions, run_lab
-from memgap.record.recording import make_record_folder
+from memgap.lab.journal import take_folder
+from memgap.lab.runner import LabInterrupted, run_lab
+from memgap.lab.state import LabOptions
 
 if TYPE_CHECKING:  # rich is imported only where a terminal shows the bar
     from rich.progress import Progress, TaskID
@@ -155,7 +156,7 @@ class _Progress:
 class LabRequest:
     """``memgap lab``'s options, checked where they are read: a workload given, the patterns
     compile, --metric-regex has its --metric, the variant specs and the --param sweeps parse.
-    The lab's LabOptions (memgap.lab.runner) is built from it by ``lab_options``, once the variants
+    The lab's LabOptions (memgap.lab.state) is built from it by ``lab_options``, once the variants
     are looked for on this machine and the recordings' folder is made."""
 
     cmd: tuple[str, ...]
@@ -209,12 +210,12 @@ class LabRequest:
 
     def lab_options(self, variants: list[Variant], skipped: list[str], lab_dir: str) -> LabOptions:
         """The lab's options: ``variants`` those of the request that can run here, ``skipped`` why the others cannot."""
-        return LabOptions(list(self.cmd), variants, self.reps or 3, self.timeout, self.max_slowdown,
+        return LabOptions(self.cmd, tuple(variants), self.reps or 3, self.timeout, self.max_slowdown,
                           adaptive=self.reps is None, lab_dir=lab_dir, quiet_workload=not self.show_output,
-                          skipped=skipped, metric=self.metric, params=[(n, list(v)) for n, v in self.params],
+                          skipped=tuple(skipped), metric=self.metric, params=self.params,
                           phase_regex=self.phase_regex, idle_after=self.idle_after,
                           metric_regex=self.metric_regex, agent=self.agent, process=self.process,
-                          load=list(self.load), rest=self.rest, memory_limit=self.memory_limit,
+                          load=self.load, rest=self.rest, memory_limit=self.memory_limit,
                           choose=self.default_set)
 
 
@@ -234,17 +235,11 @@ def _parse_param(text: str) -> tuple[str, tuple[str, ...]]:
 
 
 def _lab_dir(path: str | None) -> str:
-    """The folder for the recordings, made before the first run so a bad --dir is a usage error,
-    as `run --json` makes its FILE.d (memgap.record.recording.make_record_folder): the user's own, 0700,
-    no one else may write in it. An earlier lab's recordings there go (its runs would be read back
-    mixed with this one's); a folder holding anything else is refused, untouched."""
+    """The folder for the recordings: --dir, checked before the first run so that a bad one is a usage
+    error (memgap.lab.journal.take_folder), else a new temporary folder."""
     if not path:
         return tempfile.mkdtemp(prefix="memgap-lab-")
-
-    def earlier_lab(names: list[str]) -> bool:
-        return LAB_EVENTS in names and all(n == LAB_EVENTS or n.startswith("run-") for n in names)
-
-    if make_record_folder(path, earlier_lab, "a memgap lab's folder", "--dir"):
+    if take_folder(path):
         print(f"memgap lab: replacing the earlier lab's recordings in {path}", file=sys.stderr)
     return path
 

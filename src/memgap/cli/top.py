@@ -40,7 +40,7 @@ def _snapshots(pid: int, tree: bool, shown: ProcessIdentity | None) -> tuple[lis
     identity = ProcessIdentity.asked_for(pid)
     if shown is not None and identity != shown:
         raise PidReused(pid, "another process has it since the last refresh")
-    snaps = snapshot_tree(pid) if tree else [snapshot_pid(pid, SnapshotOptions(regions=False))]
+    snaps = snapshot_tree(pid).processes if tree else [snapshot_pid(pid, SnapshotOptions(regions=False))]
     identity.check()
     return snaps, identity
 

@@ -180,19 +180,19 @@ def _pymalloc_fragmentation(snap: Snapshot) -> list[Finding]:
         return []
     if not pm:
         return _pymalloc_fragmentation_outside(snap, free, base)
-    used = pm["allocated_blocks_bytes"]
-    arenas = pm["arenas_current"]
+    used = pm.allocated_blocks_bytes
+    arenas = pm.arenas_current
     return [Finding(
         "pymalloc-fragmentation", "warning",
-        f"pymalloc holds {mib(free)} MiB free in {arenas} arenas ({pm['unused_pools']} unused pools) "
+        f"pymalloc holds {mib(free)} MiB free in {arenas} arenas ({pm.unused_pools} unused pools) "
         f"around {mib(used)} MiB of live objects",
-        [f"arenas {arenas} x {pm['arena_size'] >> 10} KiB; allocated blocks {mib(used)} MiB; free blocks in "
-         f"used pools {mib(pm['available_blocks_bytes'])} MiB; unused pools {pm['unused_pools']} x "
-         f"{pm['pool_size'] >> 10} KiB",
+        [f"arenas {arenas} x {pm.arena_size >> 10} KiB; allocated blocks {mib(used)} MiB; free blocks in "
+         f"used pools {mib(pm.available_blocks_bytes)} MiB; unused pools {pm.unused_pools} x "
+         f"{pm.pool_size >> 10} KiB",
          "an arena returns to the OS only when every object in it is gone",
          *([_base_line(snap, base)] if base.private else [])],
         "memgap.release_pymalloc() gives back the pages of the unused pools (up to "
-        f"{mib(pm['unused_pools'] * pm['pool_size'])} MiB, less what is not resident); the free blocks "
+        f"{mib(pm.unused_pools * pm.pool_size)} MiB, less what is not resident); the free blocks "
         "in used pools only come back when their objects go: free objects in allocation order, or "
         "rebuild the structure into a fresh container",
     )]
@@ -410,19 +410,19 @@ def _shared_memory_tree(snaps: Sequence[Snapshot]) -> list[Finding]:
 
 
 def _copied_from_parent(snaps: Sequence[Snapshot]) -> list[Finding]:
-    cows = [(s, cow) for s in snaps if (cow := s.copied_from_parent) and cow["copied"]]
+    cows = [(s, cow) for s in snaps if (cow := s.copied_from_parent) and cow.copied]
     forked = [s for s, _ in cows]
-    copied = sum(cow["copied"] for _, cow in cows)
+    copied = sum(cow.copied for _, cow in cows)
     private = sum(s.uss or 0 for s in forked)
     if copied < FLOOR or not private or copied < SHARE * private:
         return []
     groups: dict[str, int] = {}
     for _, cow in cows:
-        for group, n in cow["by_group"].items():
+        for group, n in cow.by_group.items():
             groups[group] = groups.get(group, 0) + n
     python = groups.get("Python objects (pymalloc arenas)", 0)
-    evidence = [f"PID {s.pid}: copied {mib(cow['copied'])} MiB of its parent's pages, "
-                f"its own {mib(cow['own'])} MiB; USS {mib(s.uss)} MiB" for s, cow in cows]
+    evidence = [f"PID {s.pid}: copied {mib(cow.copied)} MiB of its parent's pages, "
+                f"its own {mib(cow.own)} MiB; USS {mib(s.uss)} MiB" for s, cow in cows]
     evidence.append("copied, by where: " + ", ".join(f"{g} {mib(n)} MiB" for g, n in sorted(groups.items(),
                                                                                          key=lambda kv: -kv[1])))
     evidence.append("method: private pages (pagemap bit 56) at addresses where the parent has a page of its own; "

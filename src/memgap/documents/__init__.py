@@ -1,7 +1,8 @@
 """Documents: the typed records memgap writes and reads, and their JSON Schemas.
 
-``snapshot`` (a snapshot's layers, regions and findings), ``records`` (a trim, a run and its
-processes, a lab's result and its runs), ``lab_summary`` (a lab's summaries and verdict),
+``snapshot`` (a snapshot's layers, regions and findings), ``trim`` (the trim record every route
+returns), ``records`` (a run and its processes, a lab's result and its runs), ``lab_summary`` (a
+lab's summaries and verdict),
 ``fields`` (how each class reads its fields from JSON, with the checks) and ``schema`` (the
 schemas in docs/schemas/, made from the same type hints). The names of ``records`` are
 importable from here too (``memgap.documents.RunDocument``), loaded on first use.

@@ -83,7 +83,12 @@ class VariantSummary(_Summary):
 @dataclass
 class Recommendation(_Summary):
     """The variant the verdict chose, why, and the lines that apply it in every form
-    (``report.remedy.remedy_forms``)."""
+    (``report.remedy.remedy_forms``).
+
+    The lab stores their data (``env``, ``setup``, ``python_plain``, ``notes``: memgap.lab.remedy_lines)
+    and leaves the forms (``shell``, ``dockerfile``, ``systemd``, ``kubernetes``, ``python``) empty; the
+    report renders them from it (``report.remedy.with_forms``), and the lab's JSON carries them as
+    rendered then: a saved lab is shown with the forms it was written with."""
 
     WHAT = "recommendation"
 
@@ -98,6 +103,11 @@ class Recommendation(_Summary):
     python: str = ""
     python_plain: str = ""
     notes: list[str] = field(default_factory=list)
+
+    def carries_forms(self) -> bool:
+        """Whether its forms are here: a saved lab's are (every memgap wrote the Python form, never
+        empty: it sets os.environ), the lab's own are not (the report renders them from its data)."""
+        return bool(self.python)
 
 
 

@@ -1,7 +1,7 @@
-"""The documents that cross modules, as classes: a trim record, a run (`memgap run`'s
+"""The documents that cross modules, as classes: a run (`memgap run`'s
 recording assembled by ``runs.load_run``) and its processes, one lab run's figures, and a
 lab's result (``lab.runner.lab_document``), whose summaries are memgap.documents.lab_summary's classes
-(importable from here too).
+(importable from here too), as the trim record is memgap.documents.trim's.
 
 Each has ``to_dict()``, the JSON memgap writes (docs/json.md), and ``from_dict()``, which
 checks the fields it knows (missing or of the wrong type: ``MalformedInput``, exit code 6)
@@ -14,26 +14,22 @@ memgap.documents.fields.
 from __future__ import annotations
 
 import dataclasses
-import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-from memgap.documents.fields import check_schema, dataclass_fields, of_type, typed_value
+from memgap.documents.fields import check_schema, dataclass_fields, of_type
 from memgap.documents.lab_summary import AcrossCell, Cell, Recommendation, SweepRow, VariantSummary
-from memgap.documents.snapshot import RUN_SCHEMA, Finding, Snapshot
+from memgap.documents.snapshot import RUN_SCHEMA, Finding, Snapshot, TreeSnapshot, TreeTotals
+from memgap.documents.trim import (
+    TrimDetails as TrimDetails,  # the trim record's names, importable from here too
+    TrimPart as TrimPart,
+    TrimRecord,
+    TrimRoute as TrimRoute,
+    Word,
+)
 from memgap.errors import MalformedInput
 
 LAB_SCHEMA = "memgap.lab/1"
-
-
-class Word(str, enum.Enum):
-    """A str-valued enum: in JSON, in ``str()`` and in f-strings it is its value."""
-
-    def __str__(self) -> str:
-        return str(self.value)
-
-    def __format__(self, spec: str) -> str:
-        return format(str(self.value), spec)
 
 
 class RunStatus(Word):
@@ -50,15 +46,6 @@ class RunStatus(Word):
     NO_METRIC = "no-metric"    # --metric: the workload reported none
 
 
-class TrimRoute(Word):
-    """How a trim reached the process."""
-
-    IN_PROCESS = "in-process"  # memgap.trim() in the process itself (the bootstrap's trim at idle among them)
-    AGENT = "agent"            # memgap's native agent, asked over its socket
-    GDB = "gdb"                # inspect --trim through gdb
-    TRIMMER = "trimmer"        # the idle or periodic trimmer, on its own
-
-
 class TrimMode(Word):
     """A lab variant's ``trim=`` setting (``Variant.trim``: ``every`` carries ``:SECONDS``)."""
 
@@ -70,64 +57,6 @@ class TrimMode(Word):
     def of(cls, setting: str) -> TrimMode | None:
         """The mode of a ``trim=`` setting (``every:5`` is EVERY); None for no trim."""
         return cls(setting.split(":", 1)[0]) if setting else None
-
-
-# The keys of a trim record that are its typed fields; any other key is the route's detail.
-_TRIM_CORE = ("performed", "route", "by", "rss_before", "rss_after", "released", "seconds", "reason", "time")
-
-
-@dataclass
-class TrimRecord:
-    """What one trim did: VmRSS before and after, and how it reached the process. Every
-    place that trims records it through this class: ``memgap.trim()`` (in-process), the
-    idle and periodic trimmers, ``inspect --trim`` (gdb or the agent), ``memgap run``'s
-    trim at idle through the agent, and the lab, which reads them back."""
-
-    rss_before: int
-    rss_after: int
-    route: TrimRoute = TrimRoute.IN_PROCESS
-    performed: bool = True
-    released: int | None = None   # None: VmRSS before less after (never below 0)
-    seconds: float | None = None  # what the trim call took; the trimmer's records have none
-    reason: str = ""              # why it was not performed
-    time: float | None = None     # the trimmer's records: when
-    # what the route adds, in its order: the call and what it returned, the estimate beside the
-    # release (estimate, estimate_complete, estimate_route, estimate_rss, ...), gdb's timings, notes
-    details: dict[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if self.released is None:
-            self.released = max(0, self.rss_before - self.rss_after)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The record as JSON: the trimmer's is ``time``, ``rss_before``, ``rss_after``; any
-        other carries ``performed``, its ``route`` (none in-process), the figures and ``reason``."""
-        if self.route is TrimRoute.TRIMMER:
-            out: dict[str, Any] = {"time": self.time, "rss_before": self.rss_before, "rss_after": self.rss_after}
-        else:
-            out = {"performed": self.performed}
-            if self.route is not TrimRoute.IN_PROCESS:
-                out["route"] = self.route.value
-            out.update(rss_before=self.rss_before, rss_after=self.rss_after, released=self.released,
-                       seconds=self.seconds, reason=self.reason)
-            if self.time is not None:
-                out["time"] = self.time
-        out.update(self.details)
-        return out
-
-    @classmethod
-    def from_dict(cls, data: Any, what: str = "trim record") -> TrimRecord:
-        """A trim record again. Its route: ``route``, or ``by`` (what ``memgap run`` wrote for the
-        agent's trims before 0.x: read as ``route``); without either, in-process where it says
-        ``performed``, else the trimmer's."""
-        data = of_type(data, dict, what)
-        route = data.get("route", data.get("by"))
-        if route is None:
-            route = TrimRoute.IN_PROCESS if "performed" in data else TrimRoute.TRIMMER
-        core = {k: v for k, v in data.items() if k in _TRIM_CORE}
-        kwargs = dataclass_fields(cls, core, what, skip=("route", "details"))
-        return cls(**kwargs, route=typed_value(route, TrimRoute, f"{what}, field 'route'"),
-                   details={k: v for k, v in data.items() if k not in _TRIM_CORE})
 
 
 @dataclass
@@ -446,19 +375,24 @@ TREE_SCHEMA = "memgap.tree/1"
 @dataclass
 class TreeDocument:
     """A process and its descendants read at one moment (`memgap inspect PID --tree --json`): each
-    process's snapshot, the tree summed (``model.tree_totals``: by PSS, what the tree costs) and
-    the findings over the tree."""
+    process's snapshot, the tree summed (``documents.snapshot.tree_totals``: by PSS, what the tree
+    costs) and the findings over the tree."""
 
     pid: int
     processes: list[Snapshot]
     total_rss: int   # counts a page shared by N processes N times
     total_pss: int | None  # what the tree costs
-    totals: dict[str, Any]
+    totals: TreeTotals
     findings: list[Finding] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, tree: TreeSnapshot, findings: list[Finding]) -> TreeDocument:
+        totals = tree.totals
+        return cls(tree.pid, tree.processes, totals.rss_sum, totals.pss, totals, findings)
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": TREE_SCHEMA, "pid": self.pid, "processes": [s.to_dict(regions=False) for s in self.processes],
-                "total_rss": self.total_rss, "total_pss": self.total_pss, "totals": self.totals,
+                "total_rss": self.total_rss, "total_pss": self.total_pss, "totals": dataclasses.asdict(self.totals),
                 "findings": [dataclasses.asdict(f) for f in self.findings]}
 
     @classmethod

@@ -4,7 +4,9 @@ them as ``scripts/json_schemas.py`` writes them, and tests/unit/test_schemas_pub
 
 Each document class is a dataclass; a field is required where it has no default (as ``from_dict``
 requires it), keys a class does not know are allowed (``from_dict`` leaves them out: a newer memgap's
-additions), and a field typed ``Any`` or ``dict[str, Any]`` is left open, as its reader leaves it.
+additions), and a field typed ``Any`` or ``dict[str, Any]`` is left open, as its reader leaves it. A
+field marked ``flat`` in its metadata (a trim record's details) is a TypedDict whose keys sit beside the
+class's own in the JSON.
 """
 from __future__ import annotations
 
@@ -36,6 +38,11 @@ class _Builder:
         if isinstance(hint, type) and dataclasses.is_dataclass(hint):
             self.define(hint)
             return {"$ref": f"#/$defs/{hint.__name__}"}
+        if typing.is_typeddict(hint):  # a JSON shape: its keys, those it requires
+            hints = typing.get_type_hints(hint)
+            out: dict[str, Any] = {"type": "object", "properties": {k: self.of(v) for k, v in hints.items()}}
+            required = [k for k in hints if k in hint.__required_keys__]
+            return {**out, "required": required} if required else out
         if origin is list:
             return {"type": "array", "items": self.of(args[0])}
         if origin is tuple:
@@ -55,7 +62,13 @@ class _Builder:
         fields = list(dataclasses.fields(cls))
         required = [f.name for f in fields
                     if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
-        out: dict[str, Any] = {"type": "object", "properties": {f.name: self.of(hints[f.name]) for f in fields}}
+        properties: dict[str, Any] = {}
+        for f in fields:
+            if f.metadata.get("flat"):  # a TypedDict whose keys the JSON holds beside the class's own
+                properties.update(self.of(hints[f.name])["properties"])
+            else:
+                properties[f.name] = self.of(hints[f.name])
+        out: dict[str, Any] = {"type": "object", "properties": properties}
         if required:
             out["required"] = required
         doc = (cls.__doc__ or "").strip().split("\n\n")[0]

@@ -10,6 +10,10 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from memgap.documents.fields import check_schema, dataclass_fields, of_type
+from memgap.documents.trim import TrimRecord
+from memgap.sources.cgroup import CgroupMemory
+from memgap.sources.pyheap import PythonHeap
+from memgap.sources.pymalloc import PymallocStats
 
 SCHEMA = "memgap.snapshot/1"
 MIB = 1 << 20
@@ -81,6 +85,18 @@ class Region:
 
 
 @dataclass
+class CowSplit:
+    """A forked process's private pages in the ranges it inherited from its parent, by who has them
+    (memgap.explain.cow measures it; ``Snapshot.copied_from_parent``)."""
+
+    parent: int                      # the parent's PID
+    copied: int = 0                  # bytes: private here, and the parent has its own page there
+    own: int = 0                     # bytes: private here, the parent has none there
+    inherited: int = 0               # bytes of address space inherited (both map it)
+    by_group: dict[str, int] = field(default_factory=dict)  # copied bytes by OWNER_GROUPS
+
+
+@dataclass
 class Snapshot:
     """One process at one instant, split into layers that add up to its RSS."""
 
@@ -93,17 +109,17 @@ class Snapshot:
     phase: str | None = None
     route: str = "in-process"          # or "outside": read from /proc only
     status: dict[str, int] = field(default_factory=dict)   # VmPeak, VmHWM, RssAnon, ...
-    pymalloc: dict[str, Any] | None = None
-    python_heap: dict[str, Any] | None = None
+    pymalloc: PymallocStats | None = None  # pymalloc's own statistics (in-process)
+    python_heap: PythonHeap | None = None  # tracemalloc's totals or the gc walk's buffers (in-process)
     regions: list[Region] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
     collect_seconds: float = 0.0
     cmd: list[str] = field(default_factory=list)
-    trim: dict[str, Any] | None = None  # set on the snapshot taken right after a measured trim
+    trim: TrimRecord | None = None  # set on the snapshot taken right after a measured trim
     quiet_since: float | None = None    # a snapshot at a quiet spell: when the spell began (memgap.record.idle)
     rested_since: float | None = None   # ...and when the rest began (a trim in it restarts the spell, not the rest)
-    cgroup: dict[str, Any] | None = None  # the memory cgroup it runs in (memgap.sources.cgroup), where readable
-    copied_from_parent: dict[str, Any] | None = None  # a forked process in a tree: memgap.explain.cow.CowSplit
+    cgroup: CgroupMemory | None = None  # the memory cgroup it runs in (memgap.sources.cgroup), where readable
+    copied_from_parent: CowSplit | None = None  # a forked process in a tree (memgap.explain.cow)
     pss_unexplained: int | None = None  # PSS (smaps_rollup) minus the layers' pss; None where they have none
     pss_note: str = ""                  # how the layers' pss was derived, or why there is none
     start_time: int | None = None       # /proc/PID/stat's starttime (clock ticks after boot): with the PID, one process
@@ -146,6 +162,10 @@ class Snapshot:
         out.update(asdict(self if regions else replace(self, regions=[])))
         if not regions:
             out.pop("regions")
+        if self.trim is not None:  # its JSON is its own (the route's details after its fields)
+            out["trim"] = self.trim.to_dict()
+        if self.cgroup is not None:  # ...as is the cgroup's (its figures, then what they give)
+            out["cgroup"] = self.cgroup.to_dict()
         return out
 
     @classmethod
@@ -167,24 +187,50 @@ def layer_figure(layer: Layer, pss: bool) -> int | None:
     return layer.pss if pss else layer.resident
 
 
-def tree_totals(snaps: list[Snapshot]) -> dict[str, Any]:
-    """A process tree summed: its PSS (each shared page split among its sharers: what the tree
-    costs), its USS, the RSS sum (which counts a shared page once per process that maps it),
-    and each layer summed by PSS where every process has it, else by resident bytes."""
+@dataclass
+class TreeTotals:
+    """A process tree summed (``tree_totals``): its PSS (each shared page split among its sharers:
+    what the tree costs), its USS, the RSS sum (which counts a shared page once per process that maps
+    it), and each layer summed by PSS where every process has it, else by resident bytes."""
+
+    processes: int
+    pss: int | None                  # None where a process's PSS was not read
+    uss: int | None
+    rss_sum: int
+    layers_by: str                   # "pss" or "resident"
+    layers: dict[str, int | None]    # None: no process measured it
+    unexplained: int
+    copied_from_parent: int = 0      # forked processes: their private pages the parent has its own copy of
+
+
+def tree_totals(snaps: list[Snapshot]) -> TreeTotals:
+    """A process tree's snapshots summed (TreeTotals)."""
     pss = by_pss(snaps)
     layers: dict[str, int | None] = {}
     for name in snaps[0].layers if snaps else ():
         values = [layer_figure(s.layers[name], pss) for s in snaps if name in s.layers]
         known = [v for v in values if v is not None]
         layers[name] = sum(known) if known else None
-    return {
-        "processes": len(snaps),
-        "pss": sum(s.pss or 0 for s in snaps) if all(s.pss is not None for s in snaps) else None,
-        "uss": sum(s.uss or 0 for s in snaps) if all(s.uss is not None for s in snaps) else None,
-        "rss_sum": sum(s.rss for s in snaps),
-        "layers_by": "pss" if pss else "resident",
-        "layers": layers,
-        "unexplained": sum((s.pss_unexplained if pss else s.unexplained) or 0 for s in snaps),
-        # forked processes: their private pages the parent has its own copy of (memgap.explain.cow)
-        "copied_from_parent": sum(s.copied_from_parent["copied"] for s in snaps if s.copied_from_parent),
-    }
+    return TreeTotals(
+        processes=len(snaps),
+        pss=sum(s.pss or 0 for s in snaps) if all(s.pss is not None for s in snaps) else None,
+        uss=sum(s.uss or 0 for s in snaps) if all(s.uss is not None for s in snaps) else None,
+        rss_sum=sum(s.rss for s in snaps),
+        layers_by="pss" if pss else "resident",
+        layers=layers,
+        unexplained=sum((s.pss_unexplained if pss else s.unexplained) or 0 for s in snaps),
+        copied_from_parent=sum(s.copied_from_parent.copied for s in snaps if s.copied_from_parent),
+    )
+
+
+@dataclass
+class TreeSnapshot:
+    """A process and its descendants read at one moment (memgap.explain.tree.snapshot_tree): the
+    root's snapshot first, then each descendant's, and the tree summed."""
+
+    pid: int
+    processes: list[Snapshot]
+
+    @property
+    def totals(self) -> TreeTotals:
+        return tree_totals(self.processes)

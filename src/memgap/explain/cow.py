@@ -22,9 +22,8 @@ from __future__ import annotations
 import bisect
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
-from memgap.documents.snapshot import Region, Snapshot
+from memgap.documents.snapshot import CowSplit, Region, Snapshot
 from memgap.errors import MemgapError
 from memgap.sources.procfs import PAGE_SIZE, Mapping, ProcReader, exclusive_bitmap, present_bitmap
 
@@ -32,19 +31,6 @@ from memgap.sources.procfs import PAGE_SIZE, Mapping, ProcReader, exclusive_bitm
 OWNER_GROUPS = {"pymalloc-arena": "Python objects (pymalloc arenas)", "glibc-heap": "C allocator (glibc heaps)",
                 "mmapped-chunk": "C allocator (glibc heaps)", "stack": "thread stacks"}
 OTHER_GROUP = "other anonymous"
-
-
-@dataclass
-class CowSplit:
-    """A forked process's private pages in the ranges it inherited, by who has them."""
-
-    copied: int = 0                  # bytes: private here, and the parent has its own page there
-    own: int = 0                     # bytes: private here, the parent has none there
-    inherited: int = 0               # bytes of address space inherited (both map it)
-    by_group: dict[str, int] = field(default_factory=dict)  # copied bytes by OWNER_GROUPS
-
-    def to_dict(self) -> dict[str, object]:
-        return {"copied": self.copied, "own": self.own, "inherited": self.inherited, "by_group": self.by_group}
 
 
 def inherited_ranges(child: list[Mapping], parent: list[Mapping]) -> list[tuple[int, int]]:
@@ -81,7 +67,7 @@ def split_pages(child_pagemap: bytes, parent_pagemap: bytes) -> tuple[int, int, 
 def copied_from_parent(child: int, parent: int, regions: Sequence[Region] = (), proc_root: str = "/proc") -> CowSplit:
     """The split of ``child``'s private pages in what it inherited from ``parent``; with the
     child's labelled ``regions`` (a snapshot taken with regions), the copied bytes by group."""
-    split = CowSplit()
+    split = CowSplit(parent)
     by_start = sorted(regions, key=lambda r: r.start)
     with ProcReader(child, proc_root) as mine, ProcReader(parent, proc_root) as theirs:
         for lo, hi in inherited_ranges(mine.maps(), theirs.maps()):
@@ -126,7 +112,6 @@ def add_copied_from_parent(snaps: list[Snapshot], proc_root: str = "/proc") -> N
             with ProcReader(snap.pid, proc_root) as reader:
                 parent = reader.stat().ppid
             if parent in pids:
-                snap.copied_from_parent = {"parent": parent,
-                                           **copied_from_parent(snap.pid, parent, snap.regions, proc_root).to_dict()}
+                snap.copied_from_parent = copied_from_parent(snap.pid, parent, snap.regions, proc_root)
         except MemgapError:
             continue  # it, or its parent, exited meanwhile: no split, the rest stands

@@ -297,8 +297,7 @@ def _snapshot_self(phase: str | None, options: SnapshotOptions | None) -> Snapsh
         pid=os.getpid(), time=time.time(), rss=rss, layers=layers, unexplained=unexplained,
         allocator=_allocator_dict(detection, mallinfo, malloc_info, jemalloc),
         phase=phase, route="in-process", status=_status_subset(status),
-        pymalloc=pm.__dict__.copy() if pm else None,
-        python_heap=heap.__dict__.copy() if heap else None,
+        pymalloc=pm, python_heap=heap,
         regions=regions if options.regions else [],
         pss_note="not split by layer in-process: the anonymous pages' residency comes from mincore(2), which "
                  "does not tell pages shared with another process (an outside snapshot reads pagemap's bit 56)",
@@ -467,7 +466,7 @@ def _finish(snap: Snapshot, started: float, proc_root: str = "/proc") -> Snapsho
     from memgap.diagnose.findings import diagnose
 
     cgroup = read_memory_cgroup(snap.pid if snap.route != "in-process" else "self", proc_root)
-    snap.cgroup = cgroup.to_dict() if cgroup is not None else None
+    snap.cgroup = cgroup
     snap.collect_seconds = time.perf_counter() - started
     snap.findings = diagnose(snap)
     return snap

@@ -4,7 +4,7 @@ pool headers on page frames it still shares with its master are read once (as ro
 """
 from __future__ import annotations
 
-from memgap.documents.snapshot import Snapshot
+from memgap.documents.snapshot import TreeSnapshot
 from memgap.errors import NoSuchProcess
 from memgap.explain.cow import add_copied_from_parent
 from memgap.explain.snapshot import SnapshotOptions, snapshot_pid
@@ -12,7 +12,7 @@ from memgap.sources.processes import descendants
 from memgap.sources.pymalloc_pools import TreeHeaders
 
 
-def snapshot_tree(pid: int, proc_root: str = "/proc") -> list[Snapshot]:
+def snapshot_tree(pid: int, proc_root: str = "/proc") -> TreeSnapshot:
     """``pid`` and each of its descendants that is still there when read, ``pid`` first, each
     with what it copied from its parent where that parent is in the tree (``copied_from_parent``).
     The descendants' regions tell where the copied pages lie, then go.
@@ -27,4 +27,4 @@ def snapshot_tree(pid: int, proc_root: str = "/proc") -> list[Snapshot]:
     add_copied_from_parent(snaps, proc_root)
     for snap in snaps:
         snap.regions = []
-    return snaps
+    return TreeSnapshot(pid, snaps)

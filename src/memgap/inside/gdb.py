@@ -26,8 +26,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from memgap.diagnose.findings import allocator_findings
-from memgap.documents.records import TrimRecord, TrimRoute
 from memgap.documents.snapshot import Snapshot
+from memgap.documents.trim import TrimDetails, TrimRecord, TrimRoute
 from memgap.errors import MalformedInput, Unsupported
 from memgap.inside.gdb_layers import jemalloc_gdb_layers, mimalloc_gdb_layers, tcmalloc_gdb_layers
 from memgap.inside.jemalloc_beside import beside_jemalloc, trim_glibc_and_jemalloc
@@ -464,7 +464,7 @@ def with_allocator_layers(outside: Snapshot, figures: JemallocDeep | TcmallocDee
     return snap
 
 
-def trim(pid: int, before: Snapshot, start_time: int | None, options: GdbOptions) -> dict[str, Any]:
+def trim(pid: int, before: Snapshot, start_time: int | None, options: GdbOptions) -> TrimRecord:
     """``malloc_trim(0)`` in the process; VmRSS around it, beside the outside estimate made before.
 
     A process with memgap's native agent is asked through the agent (no gdb;
@@ -472,8 +472,9 @@ def trim(pid: int, before: Snapshot, start_time: int | None, options: GdbOptions
     """
     name = before.allocator.get("name")
     detail = before.layers["allocator_free"].detail if "allocator_free" in before.layers else {}
-    estimate = {"estimate": detail.get("trim_releasable"), "estimate_complete": detail.get("trim_estimate_complete"),
-                "estimate_route": ROUTE_OUTSIDE, "estimate_rss": before.rss}
+    estimate = TrimDetails(estimate=detail.get("trim_releasable"),
+                           estimate_complete=detail.get("trim_estimate_complete"),
+                           estimate_route=ROUTE_OUTSIDE, estimate_rss=before.rss)
     if "agent" in before.allocator:
         return _trim_via_agent(pid, options.proc_root, estimate)
     if name == "jemalloc":
@@ -493,8 +494,8 @@ def trim(pid: int, before: Snapshot, start_time: int | None, options: GdbOptions
         returned = session.call_int("(int) malloc_trim(0)", "malloc_trim")
         rss_after = status_int(reader.status(), "VmRSS")
     return TrimRecord(rss_before, rss_after, TrimRoute.GDB, seconds=session.timings.get("malloc_trim", 0.0),
-                      details={"returned": returned, **estimate, "gdb_seconds": gdb_seconds(session),
-                               "notes": list(session.notes)}).to_dict()
+                      details=TrimDetails(returned=returned, **estimate, gdb_seconds=gdb_seconds(session),
+                                          notes=list(session.notes)))
 
 
 def gdb_seconds(session: GdbSession) -> dict[str, float]:
@@ -502,15 +503,15 @@ def gdb_seconds(session: GdbSession) -> dict[str, float]:
     return {k: round(v, 4) for k, v in session.timings.items() if k in ("attach", "held")}
 
 
-def _trim_via_agent(pid: int, proc_root: str, estimate: dict[str, Any]) -> dict[str, Any]:
+def _trim_via_agent(pid: int, proc_root: str, estimate: TrimDetails) -> TrimRecord:
     from memgap.agent.client import trim_pid
 
-    result = trim_pid(pid, proc_root)
-    return TrimRecord(result.rss_before, result.rss_after, TrimRoute.AGENT, seconds=result.seconds,
-                      details={"returned": None, "notes": [], **estimate}).to_dict()
+    trimmed = trim_pid(pid, proc_root)
+    trimmed.details = TrimDetails(returned=None, notes=[], **estimate)
+    return trimmed
 
 
-def _purge_jemalloc(pid: int, before: Snapshot, start_time: int | None, options: GdbOptions) -> dict[str, Any]:
+def _purge_jemalloc(pid: int, before: Snapshot, start_time: int | None, options: GdbOptions) -> TrimRecord:
     """jemalloc's trim: ``arena.<ALL>.purge`` through its mallctl (the call memgap's native agent makes),
     VmRSS around it, beside the dirty and muzzy pages jemalloc counted just before (the estimate)."""
     plan, why_not = gdb_plan(pid, before, options.proc_root, "--trim")
@@ -524,14 +525,15 @@ def _purge_jemalloc(pid: int, before: Snapshot, start_time: int | None, options:
         rss_before = status_int(reader.status(), "VmRSS")
         returned = jemalloc_gdb.purge(session, symbol)
         rss_after = status_int(reader.status(), "VmRSS")
-    return TrimRecord(rss_before, rss_after, TrimRoute.GDB, seconds=session.timings.get("mallctl purge", 0.0), details={
-        "call": f"{symbol}(\"arena.{jemalloc_gdb.MALLCTL_ARENAS_ALL}.purge\")", "returned": returned,
-        "estimate": figures.purgeable, "estimate_complete": True, "estimate_route": ROUTE_MALLCTL,
-        "estimate_rss": before.rss, "estimate_parts": {"dirty": figures.dirty_bytes, "muzzy": figures.muzzy_bytes},
-        "gdb_seconds": gdb_seconds(session), "notes": list(session.notes)}).to_dict()
+    seconds = session.timings.get("mallctl purge", 0.0)
+    return TrimRecord(rss_before, rss_after, TrimRoute.GDB, seconds=seconds, details=TrimDetails(
+        call=f"{symbol}(\"arena.{jemalloc_gdb.MALLCTL_ARENAS_ALL}.purge\")", returned=returned,
+        estimate=figures.purgeable, estimate_complete=True, estimate_route=ROUTE_MALLCTL,
+        estimate_rss=before.rss, estimate_parts={"dirty": figures.dirty_bytes, "muzzy": figures.muzzy_bytes},
+        gdb_seconds=gdb_seconds(session), notes=list(session.notes)))
 
 
-def _release_via_gdb(pid: int, before: Snapshot, start_time: int | None, options: GdbOptions) -> dict[str, Any]:
+def _release_via_gdb(pid: int, before: Snapshot, start_time: int | None, options: GdbOptions) -> TrimRecord:
     """tcmalloc's or mimalloc's own release call (the one memgap's native agent makes), VmRSS around
     it, and the allocator's figures just before (the estimate, where it counts one) and just after."""
     plan, why_not = gdb_plan(pid, before, options.proc_root, "--trim")
@@ -549,9 +551,10 @@ def _release_via_gdb(pid: int, before: Snapshot, start_time: int | None, options
             own_after = module.read_figures(session)
         except (CallFailed, MalformedInput, Unsupported) as exc:  # the release happened: report it all the same
             notes.append(f"{plan.allocator} after the release: {exc}")
-    return TrimRecord(rss_before, rss_after, TrimRoute.GDB, seconds=session.timings.get(module.CALL, 0.0), details={
-        "call": module.CALL, "returned": None,
-        "estimate": own_before.releasable, "estimate_complete": own_before.releasable is not None,
-        "estimate_route": module.ROUTE, "estimate_rss": before.rss,
-        "own_before": own_before.to_dict(), "own_after": own_after.to_dict() if own_after else None,
-        "gdb_seconds": gdb_seconds(session), "notes": notes + list(session.notes)}).to_dict()
+    seconds = session.timings.get(module.CALL, 0.0)
+    return TrimRecord(rss_before, rss_after, TrimRoute.GDB, seconds=seconds, details=TrimDetails(
+        call=module.CALL, returned=None,
+        estimate=own_before.releasable, estimate_complete=own_before.releasable is not None,
+        estimate_route=module.ROUTE, estimate_rss=before.rss,
+        own_before=own_before.to_dict(), own_after=own_after.to_dict() if own_after else None,
+        gdb_seconds=gdb_seconds(session), notes=notes + list(session.notes)))

@@ -11,10 +11,10 @@ in its dynamic symbol table when it exports it (Redis links with -rdynamic): gdb
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from memgap.documents.records import TrimRecord, TrimRoute
 from memgap.documents.snapshot import Snapshot
+from memgap.documents.trim import TrimDetails, TrimPart, TrimRecord, TrimRoute
 from memgap.errors import Unsupported
 from memgap.sources import jemalloc_gdb
 from memgap.sources.allocator import allocator_label, process_root
@@ -44,7 +44,7 @@ def beside_jemalloc(pid: int, outside: Snapshot, proc_root: str = "/proc") -> tu
 
 
 def trim_glibc_and_jemalloc(pid: int, before: Snapshot, start_time: int | None, options: GdbOptions,
-                            symbol: str) -> dict[str, Any]:
+                            symbol: str) -> TrimRecord:
     """glibc's ``malloc_trim(0)``, then the jemalloc beside it purged through ``symbol``: VmRSS read
     before, between and after, so each call's release is measured; the estimates beside them
     (glibc's from the outside walk, jemalloc's dirty and muzzy pages read just before the purge)."""
@@ -66,20 +66,20 @@ def trim_glibc_and_jemalloc(pid: int, before: Snapshot, start_time: int | None, 
         rss_after = status_int(reader.status(), "VmRSS")
     glibc_estimate = detail.get("trim_releasable")
     parts = {
-        "glibc": {"call": "malloc_trim(0)", "returned": returned, "released": max(0, rss_before - rss_between),
-                  "estimate": glibc_estimate, "estimate_route": "outside"},
-        "jemalloc": {"call": f'{symbol}("arena.{jemalloc_gdb.MALLCTL_ARENAS_ALL}.purge")', "returned": purged,
-                     "released": max(0, rss_read - rss_after), "estimate": figures.purgeable if figures else None,
-                     "estimate_route": jemalloc_gdb.ROUTE, "dirty": figures.dirty_bytes if figures else None,
-                     "muzzy": figures.muzzy_bytes if figures else None},
+        "glibc": TrimPart(call="malloc_trim(0)", returned=returned, released=max(0, rss_before - rss_between),
+                          estimate=glibc_estimate, estimate_route="outside"),
+        "jemalloc": TrimPart(call=f'{symbol}("arena.{jemalloc_gdb.MALLCTL_ARENAS_ALL}.purge")', returned=purged,
+                             released=max(0, rss_read - rss_after), estimate=figures.purgeable if figures else None,
+                             estimate_route=jemalloc_gdb.ROUTE, dirty=figures.dirty_bytes if figures else None,
+                             muzzy=figures.muzzy_bytes if figures else None),
     }
     seconds = session.timings.get("malloc_trim", 0.0) + session.timings.get("mallctl purge", 0.0)
-    return TrimRecord(rss_before, rss_after, TrimRoute.GDB, seconds=seconds, details={
-        "call": f"{parts['glibc']['call']}, then {parts['jemalloc']['call']}", "returned": None,
-        "estimate": (glibc_estimate or 0) + (figures.purgeable if figures else 0),
-        "estimate_complete": bool(detail.get("trim_estimate_complete")) and glibc_estimate is not None
+    return TrimRecord(rss_before, rss_after, TrimRoute.GDB, seconds=seconds, details=TrimDetails(
+        call=f"{parts['glibc']['call']}, then {parts['jemalloc']['call']}", returned=None,
+        estimate=(glibc_estimate or 0) + (figures.purgeable if figures else 0),
+        estimate_complete=bool(detail.get("trim_estimate_complete")) and glibc_estimate is not None
         and figures is not None,
-        "estimate_route": f"outside (glibc) + {jemalloc_gdb.ROUTE} (jemalloc)", "estimate_rss": before.rss,
-        "parts": parts,
-        "gdb_seconds": {k: round(v, 4) for k, v in session.timings.items() if k in ("attach", "held")},
-        "notes": notes + list(session.notes)}).to_dict()
+        estimate_route=f"outside (glibc) + {jemalloc_gdb.ROUTE} (jemalloc)", estimate_rss=before.rss,
+        parts=parts,
+        gdb_seconds={k: round(v, 4) for k, v in session.timings.items() if k in ("attach", "held")},
+        notes=notes + list(session.notes)))

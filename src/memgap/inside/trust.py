@@ -26,9 +26,7 @@ WHY = ("tracemalloc traces this process: memgap's reading inside it allocates, e
 
 def traced_total(inside: Snapshot) -> int | None:
     """tracemalloc's current total where the in-process snapshot read one (None: not tracing)."""
-    heap = inside.python_heap or {}
-    traced = heap.get("traced_current")
-    return traced if isinstance(traced, int) else None
+    return inside.python_heap.traced_current if inside.python_heap is not None else None
 
 
 def _moved(layer: Layer, moved: int) -> Layer:

@@ -11,8 +11,8 @@ from memgap.allocators.variants import Variant, parse_variant
 from memgap.documents.records import ProcessRecord, RunDocument, RunFigures, RunStatus, TrimMode
 from memgap.record.idle import BEFORE_EXIT_PHASE, QUIET_PHASE, idle_of_process
 from memgap.record.tree_idle import peak_of_tree, tree_at_idle
-from memgap.report.units import MiB
 
+MiB = 1 << 20  # the lab stores figures, the report formats them: its own constant, not report.units'
 MAX_POINTS = 300  # timeline points kept per run for charts
 # snapshots memgap takes, not phases the program marked
 UNMARKED = (QUIET_PHASE, BEFORE_EXIT_PHASE, "exit", "after-trim")

@@ -76,7 +76,7 @@ class ForkProbe:
         from memgap.explain.tree import snapshot_tree  # the snapshot machinery: only for a tree that forked
 
         try:
-            snaps = snapshot_tree(root)
+            snaps = snapshot_tree(root).processes
         except MemgapError:
             return False  # it ended meanwhile
         self.reads += 1

@@ -150,13 +150,13 @@ def process_families(targets: Sequence[Target]) -> list[Family]:
         fragmented.add(labels, detail.get("fragmented"))
         arenas.add(labels, detail.get("arena_count"))
         cg = s.cgroup
-        if cg is not None and (cg["version"], cg["path"]) not in cgroups_seen:
-            cgroups_seen.add((cg["version"], cg["path"]))
-            where: LabelSet = (("cgroup", cg["path"]),)
-            cg_usage.add(where, cg["usage"])
-            cg_limit.add(where, cg["limit"])
-            cg_ws.add(where, cg["working_set"])
-            cg_reclaim.add(where, cg["reclaimable"])
+        if cg is not None and (cg.version, cg.path) not in cgroups_seen:
+            cgroups_seen.add((cg.version, cg.path))
+            where: LabelSet = (("cgroup", cg.path),)
+            cg_usage.add(where, cg.usage)
+            cg_limit.add(where, cg.limit)
+            cg_ws.add(where, cg.working_set)
+            cg_reclaim.add(where, cg.reclaimable)
     return [rss, layer, unexplained, pss, uss, layer_pss, pss_unexplained, releasable, fragmented, arenas,
             cg_usage, cg_limit, cg_ws, cg_reclaim]
 

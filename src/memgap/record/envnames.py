@@ -13,3 +13,6 @@ PYMALLOC_RELEASE_ENV = "MEMGAP_PYMALLOC_RELEASE"  # "1": trims also give back py
 ALLOCATOR_DIRS_ENV = "MEMGAP_ALLOCATOR_DIRS"  # folders (":"-separated) where the lab looks for allocators first
 # "1": collections off in the parent, gc.freeze() before each fork, on in the child
 GC_FREEZE_ENV = "MEMGAP_GC_FREEZE_AT_FORK"
+# The phase the bootstrap records as the interpreter begins to shut down (memgap.record.idle reads it):
+# named here so the child imports no more of memgap at its exit than it had (its exit snapshot counts it)
+BEFORE_EXIT_PHASE = "before-exit"

@@ -30,6 +30,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from memgap.documents.records import ProcessIdle
+from memgap.record.envnames import (
+    BEFORE_EXIT_PHASE as BEFORE_EXIT_PHASE,  # a snapshot taken as the interpreter began to shut down
+)
 from memgap.report.units import MiB
 
 QUIET_AFTER = 1.0     # seconds of quiet that make a spell (MEMGAP_QUIET overrides it)
@@ -38,7 +41,6 @@ CPU_SLACK = 0.03      # seconds: a clock tick or two of CPU is not work
 RSS_SLACK = 2 * MiB   # RSS that moves by more than this, or by RSS_SHARE, ends a spell
 RSS_SHARE = 0.02
 QUIET_PHASE = "quiet"           # a snapshot taken as a quiet spell began
-BEFORE_EXIT_PHASE = "before-exit"  # a snapshot taken as the interpreter began to shut down
 QUIET_ENV = "MEMGAP_QUIET"
 SHUTDOWN = 1.5  # seconds: a spell that ended this close to the process's end ended in its shutdown
 

@@ -29,7 +29,6 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from memgap.documents.records import TrimRecord, TrimRoute
 from memgap.errors import MemgapError
 from memgap.record.idle import QUIET_PHASE, RSS_SHARE, RSS_SLACK, QuietSpell, quiet_after
 from memgap.record.recording import RecordingWriter, child_recording_path
@@ -274,13 +273,13 @@ def _agent_trim(writer: RecordingWriter, pid: int, start: float) -> None:
     from memgap.explain.snapshot import SnapshotOptions, snapshot_pid
 
     try:
-        result = trim_pid(pid)
+        trimmed = trim_pid(pid)
         snap = snapshot_pid(pid, SnapshotOptions(regions=False, recorded=True))
     except (MemgapError, OSError) as exc:
         writer.write({"type": "error", "pid": pid, "phase": "after-trim", "error": str(exc)})
         return
     snap.phase = "after-trim"
-    snap.trim = TrimRecord(result.rss_before, result.rss_after, TrimRoute.AGENT, seconds=result.seconds).to_dict()
+    snap.trim = trimmed
     writer.write({"type": "snapshot", "pid": pid, "t": round(time.time() - start, 4),
                   "snapshot": snap.to_dict(regions=False)})
 

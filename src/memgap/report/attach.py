@@ -13,6 +13,7 @@ from typing import Any, TextIO
 from rich.console import RenderableType
 
 from memgap.documents.snapshot import Snapshot
+from memgap.documents.trim import TrimRecord, TrimRoute
 from memgap.inside.gdb import (
     ROUTE_MALLCTL,
     ROUTE_MALLOC_INFO,
@@ -170,31 +171,32 @@ def render_deep(deep: DeepResult, stream: TextIO, width: int | None = None) -> N
         console.print(f"note: {note}")
 
 
-def render_trim(pid: int, trim: dict[str, Any], stream: TextIO, width: int | None = None) -> None:
+def render_trim(pid: int, trim: TrimRecord, stream: TextIO, width: int | None = None) -> None:
     console = console_on(stream, width)
-    estimate = trim.get("estimate")
-    timing = _gdb_timing(trim.get("gdb_seconds", {}))
-    call = trim.get("call", "malloc_trim")
-    returned = f" ({call} returned {trim['returned']})" if trim.get("returned") is not None else ""
-    how = "memgap's agent in the process" if trim.get("route") == "agent" else "gdb"
+    details = trim.details
+    estimate = details.get("estimate")
+    timing = _gdb_timing(details.get("gdb_seconds", {}))
+    call = details.get("call", "malloc_trim")
+    returned = f" ({call} returned {details['returned']})" if details.get("returned") is not None else ""
+    how = "memgap's agent in the process" if trim.route is TrimRoute.AGENT else "gdb"
     console.print(f"a trim in PID {pid} through {how}" + (f" ({timing})" if timing else "") + ": "
-                  f"VmRSS {mib(trim['rss_before'])} -> {mib(trim['rss_after'])} MiB, "
-                  f"released {mib(trim['released'])} MiB in {trim['seconds'] * 1000:.0f} ms{returned}")
+                  f"VmRSS {mib(trim.rss_before)} -> {mib(trim.rss_after)} MiB, "
+                  f"released {mib(trim.released)} MiB in {(trim.seconds or 0.0) * 1000:.0f} ms{returned}")
     if estimate is not None:
-        complete = "" if trim.get("estimate_complete", True) else ", some arenas not walked"
-        console.print(f"memgap's estimate beforehand ({trim.get('estimate_route', ROUTE_OUTSIDE)}): "
+        complete = "" if details.get("estimate_complete", True) else ", some arenas not walked"
+        console.print(f"memgap's estimate beforehand ({details.get('estimate_route', ROUTE_OUTSIDE)}): "
                       f"{mib(estimate)} MiB{complete}; "
-                      f"actual: {mib(trim['released'])} MiB")
-    elif trim.get("own_before"):
-        console.print(f"no estimate beforehand: the allocator counts no free bytes ({trim.get('estimate_route')})")
-    for name, part in (trim.get("parts") or {}).items():
+                      f"actual: {mib(trim.released)} MiB")
+    elif details.get("own_before"):
+        console.print(f"no estimate beforehand: the allocator counts no free bytes ({details.get('estimate_route')})")
+    for name, part in (details.get("parts") or {}).items():
         estimate_part = "not estimated" if part.get("estimate") is None else \
             f"estimated {mib(part['estimate'])} MiB ({part['estimate_route']})"
         console.print(f"  {name}: {part['call']} released {mib(part['released'])} MiB (VmRSS around it); "
                       f"{estimate_part}")
-    for line in _own_change(trim.get("own_before"), trim.get("own_after")):
+    for line in _own_change(details.get("own_before"), details.get("own_after")):
         console.print(line)
-    for note in trim.get("notes", []):
+    for note in details.get("notes", []):
         console.print(f"note: {note}")
 
 

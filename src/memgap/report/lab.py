@@ -10,6 +10,7 @@ from rich.console import RenderableType
 from memgap.documents.lab_summary import CHOSEN, Recommendation, Spread, SweepRow, VariantSummary
 from memgap.documents.records import LabDocument, RunStatus
 from memgap.report.fit import WRAP, Col, fit_table
+from memgap.report.remedy import with_forms
 from memgap.report.terminal import console_on
 from memgap.report.units import mib
 
@@ -152,6 +153,7 @@ def better_line(lab: LabDocument) -> str:
 def apply_block(rec: Recommendation) -> list[tuple[str, bool]]:
     """The recommendation in every form it is given (shell, Dockerfile, systemd, Kubernetes, Python, notes),
     each line with whether it is one to copy: those are printed whole, never wrapped."""
+    rec = with_forms(rec)  # the lab's own: rendered from its data; a saved lab's: as written
     lines = [(f"Apply {rec.variant}:", False)]
     lines += [(f"  setup, once:  {line}", True) for line in rec.setup]
     lines.append(("  environment:  " + " ".join(rec.shell), True))

@@ -22,9 +22,9 @@ def _private_table(history: deque[list[Snapshot]], snaps: list[Snapshot], width:
             Col("private, trend", CUT, optional=1, shorten=squeeze)]
     rows = []
     for s in snaps:
-        split = s.copied_from_parent or {}
+        split = s.copied_from_parent
         values = [next((p.uss or 0 for p in frame if p.pid == s.pid), 0) for frame in history]
-        rows.append([str(s.pid), mib(s.uss), mib(split.get("copied")), mib(split.get("own")),
+        rows.append([str(s.pid), mib(s.uss), mib(split.copied if split else None), mib(split.own if split else None),
                      sparkline(values, 40)])
     return fit_table(f"each process's private memory, last {len(history)} refreshes", cols, rows, width)
 
@@ -34,7 +34,7 @@ def _trend_table(history: deque[list[Snapshot]], snaps: list[Snapshot], width: i
     tree = len(snaps) > 1
     pss = tree and all(by_pss(frame) for frame in history)
     totals = tree_totals(snaps)
-    total = totals["pss"] if pss else totals["rss_sum"]
+    total = totals.pss if pss and totals.pss is not None else totals.rss_sum
     whole = tree_title(totals) if tree else f"1 process: RSS {mib(total)} MiB"
     title = f"{whole}, last {len(history)} refreshes" + ("; layers by PSS" if pss else "")
     cols = [Col("layer", WRAP), Col("MiB"), Col("of PSS" if pss else "of RSS"),

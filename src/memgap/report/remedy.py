@@ -1,14 +1,20 @@
 """A recommendation's lines as text: for a shell, a Dockerfile, systemd, Kubernetes and Python.
 
 ``remedy_forms`` turns the data (``documents.RemedyLines``: what to set, what to run once)
-into every form the lab document carries and ``report.lab`` prints.
+into every form the lab document carries and ``report.lab`` prints; ``with_forms`` gives a
+recommendation (``lab_with_forms``: every one of a lab document) its forms where it has none:
+the lab stores the data, its forms are rendered here, at the edge, for the JSON and the report.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
-from memgap.documents.records import RemedyLines
+from memgap.documents.lab_summary import Recommendation
+from memgap.documents.records import LabDocument, RemedyLines
+
+FORMS = ("shell", "dockerfile", "systemd", "kubernetes", "python")  # what remedy_forms renders from the data
 
 
 def remedy_forms(lines: RemedyLines) -> dict[str, Any]:
@@ -31,6 +37,24 @@ def remedy_forms(lines: RemedyLines) -> dict[str, Any]:
         "python_plain": lines.python_plain,
         "notes": list(lines.notes),
     }
+
+
+def with_forms(rec: Recommendation) -> Recommendation:
+    """``rec`` with its forms: as it carries them (a saved lab's, shown as they were written), else
+    rendered from its data (the lab's own)."""
+    if rec.carries_forms():
+        return rec
+    forms = remedy_forms(RemedyLines(rec.env, rec.setup, rec.python_plain, rec.notes))
+    return dataclasses.replace(rec, **{name: forms[name] for name in FORMS})
+
+
+def lab_with_forms(lab: LabDocument) -> LabDocument:
+    """A copy of ``lab`` whose recommendations (the top one, each cell's) carry their forms: what the
+    lab's JSON holds (``cli._common.write_lab``)."""
+    cells = [dataclasses.replace(c, recommendation=with_forms(c.recommendation) if c.recommendation else None)
+             for c in lab.cells]
+    return dataclasses.replace(lab, recommendation=with_forms(lab.recommendation) if lab.recommendation else None,
+                               cells=cells)
 
 
 def kubernetes_env(items: list[tuple[str, str]]) -> str:

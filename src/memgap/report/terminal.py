@@ -10,7 +10,7 @@ from typing import Any, TextIO
 from rich.console import Console, RenderableType
 
 from memgap.diagnose.findings import diagnose_tree
-from memgap.documents.snapshot import PYTHON_LAYERS, Finding, Snapshot, layer_figure, tree_totals
+from memgap.documents.snapshot import PYTHON_LAYERS, Finding, Snapshot, TreeSnapshot, TreeTotals, layer_figure
 from memgap.report.cgroup import cgroup_lines
 from memgap.report.fit import CUT, WRAP, Col, fit_table
 from memgap.report.units import mib, pct
@@ -198,24 +198,25 @@ def render_text(snap: Snapshot, width: int | None = None) -> str:
     return buf.getvalue()
 
 
-def tree_title(totals: dict[str, Any]) -> str:
+def tree_title(totals: TreeTotals) -> str:
     """A tree's heading: its PSS first (what it costs), the RSS sum labelled for what it is."""
-    n = totals["processes"]
+    n = totals.processes
     head = f"{n} process{'es' if n != 1 else ''}"
-    rss = f"RSS sum {mib(totals['rss_sum'])} MiB"
-    if totals["pss"] is None:
+    rss = f"RSS sum {mib(totals.rss_sum)} MiB"
+    if totals.pss is None:
         return f"{head}: {rss} (counts shared pages once per process)"
-    return f"{head}: PSS {mib(totals['pss'])} MiB ({rss} counts shared pages once per process)"
+    return f"{head}: PSS {mib(totals.pss)} MiB ({rss} counts shared pages once per process)"
 
 
-def render_tree(snaps: Sequence[Snapshot], stream: TextIO, width: int | None = None) -> None:
+def render_tree(tree: TreeSnapshot, stream: TextIO, width: int | None = None) -> None:
     """One row per process (RSS, PSS, USS, then its layers) and the tree's total. Layers are
     summed by PSS, each shared page split among its sharers; by resident bytes where a
     process's layers have no pss (an in-process snapshot)."""
     console = console_on(stream, width)
+    snaps = tree.processes
     names = list(snaps[0].layers) if snaps else []
-    totals = tree_totals(list(snaps))
-    pss = totals["layers_by"] == "pss"
+    totals = tree.totals
+    pss = totals.layers_by == "pss"
     label = f"{len(snaps)} processes"
     copies = any(s.copied_from_parent for s in snaps)
     cols = [Col("PID"), Col("command", CUT, least=max(16, len(label)), most=40), Col("RSS"), Col("PSS"),
@@ -223,13 +224,13 @@ def render_tree(snaps: Sequence[Snapshot], stream: TextIO, width: int | None = N
     rows = []
     for s in snaps:
         cmd = " ".join([os.path.basename(s.cmd[0]), *s.cmd[1:]]) if s.cmd else ""
-        copied = [mib((s.copied_from_parent or {}).get("copied"))] if copies else []
+        copied = [mib(s.copied_from_parent.copied if s.copied_from_parent else None)] if copies else []
         rows.append([str(s.pid), cmd, mib(s.rss), mib(s.pss), mib(s.uss), *copied,
                      *(mib(layer_figure(s.layers[n], pss)) for n in names),
                      mib(s.pss_unexplained if pss else s.unexplained)])
-    rows.append(["total", label, mib(totals["rss_sum"]), mib(totals["pss"]), mib(totals["uss"]),
-                 *([mib(totals["copied_from_parent"])] if copies else []),
-                 *(mib(totals["layers"][n]) for n in names), mib(totals["unexplained"])])
+    rows.append(["total", label, mib(totals.rss_sum), mib(totals.pss), mib(totals.uss),
+                 *([mib(totals.copied_from_parent)] if copies else []),
+                 *(mib(totals.layers[n]) for n in names), mib(totals.unexplained)])
     layers_by = "layers by PSS (shared pages split among their sharers)" if pss else "layers by resident bytes"
     console.print(fit_table(f"{tree_title(totals)}. In MiB; USS: private pages; {layers_by}", cols, rows,
                             console.width, [None] * len(snaps) + ["bold"]))
