@@ -3,6 +3,7 @@ nothing of memgap) read from outside against the figures it prints itself (Memor
 same moment, its own smaps, its own Native Memory Tracking (jcmd run by the test), never stopped.
 Its perf data parsed from captured files and fuzzed, its reservations found in captured maps:
 tests/unit/test_runtime_jvm_captures.py."""
+import json
 import os
 import re
 import shutil
@@ -61,10 +62,10 @@ def jvm_heap_classes(tmp_path_factory):
 class JvmProgram:
     """JvmHeap running: its first line of figures, then a line of them for each command written."""
 
-    def __init__(self, classes, *flags, java=None, mib=180):
+    def __init__(self, classes, *flags, java=None, mib=180, env=None):
         cmd = [java or JDKS[0], "-Xmx1g", "-XX:+UseG1GC", "-XX:NativeMemoryTracking=summary", *flags,
                "-cp", classes, "JvmHeap", str(mib)]
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
         self.pid = self.proc.pid
         self.first = _mxbean(self.proc.stdout.readline())
         assert self.proc.stdout.readline() == "ready\n"
@@ -294,6 +295,33 @@ def test_retained_at_rest_and_at_live_size(jvm):
     live, rest = figures["live"], figures["rest"]
     assert rest.retained >= RETAINED_FLOOR and rest.retained > rest.in_use
     assert live.retained < RETAINED_FLOOR and live.retained < live.in_use / 4
+    program.close()
+
+
+def test_a_jvm_with_jemalloc_preloaded_is_named_both_ways(jvm, tmp_path):
+    """Issue 24's "several at once": a JVM whose malloc is jemalloc (preloaded, as services that load a
+    native library built with it do) gets its Java heap and jemalloc both named, by `memgap inspect PID`
+    with no option; the heap's figures against the program's own MXBean, read at the same rest."""
+    jemalloc = next((p for p in ("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2",) if os.path.exists(p)), None)
+    assert jemalloc, "needs libjemalloc2 (scripts/setup.sh installs it)"
+    program = jvm(env={**os.environ, "LD_PRELOAD": jemalloc})
+    program.figures("drop")
+    _settle(program.pid)
+    out = tmp_path / "snap.json"
+    proc = subprocess.run([sys.executable, "-m", "memgap", "inspect", str(program.pid), "--json", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    told = program.figures()
+    assert proc.returncode == 0, proc.stderr
+    snap = json.loads(out.read_text())
+    assert snap["allocator"]["name"] == "jemalloc" and snap["allocator"]["library"] == jemalloc
+    heap = snap["layers"]["runtime_heap"]
+    (jvm_read,) = heap["detail"]["runtimes"]
+    assert jvm_read["runtime"] == "jvm" and jvm_read["limit"] == told["heap.max"]
+    assert _within(jvm_read["in_use_told"], told["heap.used"]), (jvm_read, told)
+    assert _within(jvm_read["committed"], told["heap.committed"]), (jvm_read, told)
+    # the Java heap's resident bytes are its own layer, not jemalloc's and not other_anon
+    assert _within(heap["resident"], jvm_read["resident"]) and heap["resident"] > 0.5 * told["heap.used"]
+    assert snap["layers"]["runtime_metadata"]["resident"] > 0
     program.close()
 
 
