@@ -76,7 +76,7 @@ def main() -> None:
         t.join()
 
     base = statistics.median(times["read+parse /proc/self/smaps"])
-    print(f"process: RSS {snap.rss >> 20} MiB, {snap.allocator.get('arenas')} glibc arenas, "
+    print(f"process: RSS {snap.rss >> 20} MiB, {snap.allocator.arenas} glibc arenas, "
           f"{snap.status.get('Threads')} threads; {os.cpu_count()} CPUs; Python {sys.version.split()[0]}")
     print(f"{'case':<30} {'median ms':>10} {'min-max ms':>16} {'vs smaps':>9}")
     for name, values in times.items():

@@ -147,7 +147,7 @@ def preload_env(allocator: str, base: dict[str, str] | None = None, **options: s
 
     spec = allocator + (":" + ",".join(f"{k}={v}" for k, v in options.items()) if options else "")
     variant = parse_variant(spec)
-    if variant.allocator == "glibc":
+    if not variant.preloads:
         raise Unsupported("glibc is already the default allocator: use spawn_env for its tunables")
     library = find_library(variant.allocator)
     if library is None:

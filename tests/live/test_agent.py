@@ -207,7 +207,7 @@ def test_layers_add_up_within_one_percent_with_the_agent(tmp_path):
     rows = with_agent.layers["allocator_free"].detail["arenas"]
     # as many arenas as glibc itself lists (malloc_info, through the agent): 16 threads make up to 16,
     # fewer when a loaded machine runs them one after another
-    assert len(rows) == with_agent.allocator["arenas"] >= 4 and all(r["walk_complete"] for r in rows)
+    assert len(rows) == with_agent.allocator.arenas >= 4 and all(r["walk_complete"] for r in rows)
     walked, counted = sum(r["free_walked"] for r in rows), sum(r["free"] for r in rows)
     assert 0.9 * counted <= walked <= 1.02 * counted, (walked, counted)
     # and the outside walk alone classified every resident page of the arenas it found
@@ -224,7 +224,7 @@ def test_agent_reports_jemalloc(idle_exe, tmp_path):
         snap = snapshot_pid(proc.pid, SnapshotOptions(regions=False))
     finally:
         _stop(proc)
-    assert snap.allocator["name"] == "jemalloc" and snap.allocator["agent"]["jemalloc"]["resident"] > 0
+    assert snap.allocator.name == "jemalloc" and snap.allocator.agent["jemalloc"]["resident"] > 0
     assert snap.layers["allocator_in_use"].resident is not None  # outside alone has no figure for jemalloc
     assert abs(snap.unexplained) <= 0.01 * snap.rss
 

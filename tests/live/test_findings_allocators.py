@@ -1,4 +1,5 @@
-"""The findings on jemalloc's and tcmalloc's free memory (``diagnose/allocators.py``), from the figures
+"""The findings on jemalloc's and tcmalloc's free memory (their readers' ``findings``, in
+src/memgap/allocators/jemalloc.py and tcmalloc.py), from the figures
 ``inspect --deep`` reads through gdb: each on a real program that triggers it, its figures against the
 program's own count and against a real purge or release measured by VmRSS, and the same program under
 the finding's floor, where it must not fire.

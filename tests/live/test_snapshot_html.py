@@ -3,10 +3,12 @@ formatter, as Jupyter calls it), and what `import memgap` leaves out."""
 import json
 import subprocess
 import sys
+from dataclasses import replace
 
 import memgap
 from conftest import child_env
 from helpers import MiB, html_figures, self_contained, vmrss
+from memgap.documents.allocator import FoundAllocator
 from memgap.documents.snapshot import Finding, Snapshot
 
 
@@ -36,7 +38,7 @@ def test_strings_from_the_process_cannot_make_markup():
     snap = Snapshot.from_dict(memgap.snapshot().to_dict(regions=False))
     evil = '</table></div><script>alert("x")</script><img src=x onerror=alert(1)>'
     snap.findings.append(Finding("test", "warning", evil, remedy=evil))
-    snap.allocator = {**snap.allocator, "found": [{"name": evil, "library": evil, "how": evil}]}
+    snap.allocator = replace(snap.allocator, found=[FoundAllocator(evil, evil, how=evil)])
     page = snap._repr_html_()
     assert "<script" not in page and "<img" not in page and evil not in page
     assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in page

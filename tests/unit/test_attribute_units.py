@@ -6,8 +6,10 @@ changes one of these numbers.
 """
 import pytest
 
+from memgap.documents.allocator import AllocatorInfo
 from memgap.documents.snapshot import Region
-from memgap.explain.attribution import Measurements, attribute
+from memgap.explain.attribution import attribute
+from memgap.explain.measured import Measurements
 from memgap.sources.glibc_heaps import ArenaLayout, GlibcLayout
 from memgap.sources.jemalloc import JemallocStats
 from memgap.sources.pyheap import PythonHeap
@@ -546,7 +548,7 @@ def test_runtime_retention_finding_fires_above_its_floor_only():
         owned = [Region(0x10000000, 0x40000000, "runtime-heap", in_use + retained, path="[go] heap")]
         layers, unexplained = attribute(Measurements(in_use + retained, owned, "unknown",
                                                      runtimes=[_go_heap(in_use, retained)]))
-        return Snapshot(1, 0.0, in_use + retained, layers, unexplained, {"name": "unknown"}, route="outside")
+        return Snapshot(1, 0.0, in_use + retained, layers, unexplained, AllocatorInfo("unknown"), route="outside")
 
     fired = [f for f in diagnose(snap(30 * MiB, 200 * MiB)) if f.code == "runtime-heap-retained"]
     assert fired and "200.0 MiB free but resident" in fired[0].summary

@@ -4,6 +4,7 @@ import re
 
 from helpers import MiB
 from memgap.diagnose.findings import diagnose
+from memgap.documents.allocator import AllocatorInfo
 from memgap.documents.snapshot import Layer, Snapshot
 
 FIGURES = re.compile(r"(-?\d+(?:\.\d+)?)")
@@ -34,7 +35,7 @@ def test_unexplained_below_zero_is_a_finding_too():
 
     def snap(unexplained):
         layers = {"other_anon": Layer("other_anon", rss - unexplained)}
-        return Snapshot(pid=1, time=0.0, rss=rss, layers=layers, unexplained=unexplained, allocator={})
+        return Snapshot(pid=1, time=0.0, rss=rss, layers=layers, unexplained=unexplained, allocator=AllocatorInfo())
 
     f = the_finding(diagnose(snap(-6 * MiB)), "unexplained")
     assert figures(f["summary"]) == [-6.0, -6.0], f  # -6.0 MiB, -6% of RSS

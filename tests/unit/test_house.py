@@ -9,6 +9,8 @@
   package (and the packages within it);
 - in ``memgap.cli``, only ``main`` and ``from_args`` take an ``argparse.Namespace``: options become
   a typed request at the edge, and everything past it takes the request;
+- no comparison with an allocator's name outside memgap.allocators (its readers and registry), but
+  the exceptions listed with their reasons;
 - a test file in tests/unit (the fast lane: scripts/test.sh --fast) names nothing that starts a program
   (subprocess, os.fork, multiprocessing..., the helpers and fixtures of tests/ that call them), opens
   a TCP connection or skips: what it needs is Python and the venv. tests/conftest.py's guard refuses
@@ -158,6 +160,47 @@ def test_only_main_and_from_args_take_a_namespace():
     commands = [name for name in MODULES if name.startswith("memgap.cli.") and not _private(name.rpartition(".")[2])]
     assert len(at_the_edge) >= 2 * len(commands), f"the rule reads every command's main and from_args: {at_the_edge}"
     assert not crossed, f"only main and from_args take an argparse.Namespace; pass the typed request on: {crossed}"
+
+
+# --- no branch on an allocator's name outside its reader (issue 24, item 1) -------------------------
+
+ALLOCATOR_NAMES = {"glibc", "jemalloc", "tcmalloc", "mimalloc", "pymalloc"}
+# Where a comparison with an allocator's name is its own module's business or not a branch of the
+# pipeline: each with why. Counted, so that one more in these files fails too (and one fewer asks for
+# its line to go).
+NAME_COMPARISONS_ALLOWED = {
+    # detection itself: telling the allocators apart by their symbols and libraries (glibc is the C
+    # library every process maps: its malloc counts only where it serves malloc); what the registry reads
+    "memgap.sources.allocator": 7,
+    # the agent's reply is a wire format: its sections are named by allocator (agent.c writes them)
+    "memgap.agent.reply": 2,
+    # a jemalloc beside glibc's malloc (Redis, Rust services): a module about that pair, by name
+    "memgap.inside.jemalloc_beside": 2,
+}
+
+
+def _names_an_allocator(node: ast.AST) -> bool:
+    if isinstance(node, ast.Constant):
+        return node.value in ALLOCATOR_NAMES
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return any(_names_an_allocator(e) for e in node.elts)
+    return False
+
+
+def test_no_branch_on_an_allocators_name_outside_its_reader():
+    """A comparison (``==``, ``!=``, ``in``) with a string naming an allocator, outside memgap.allocators
+    (each allocator's reader, the registry, the lab's catalogue and variants): the pipeline asks the
+    reader (memgap.allocators.registry.reader_for) instead. Display text and dict keys are no comparison."""
+    found: dict[str, list[str]] = {}
+    for name, (path, tree) in _modules().items():
+        if name == "memgap.allocators" or name.startswith("memgap.allocators."):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Compare) and any(map(_names_an_allocator, [node.left, *node.comparators])):
+                found.setdefault(name, []).append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
+    counts = {name: len(lines) for name, lines in found.items()}
+    wrong = {n: found[n] for n in found if counts[n] != NAME_COMPARISONS_ALLOWED.get(n)}
+    assert counts == NAME_COMPARISONS_ALLOWED, wrong
 
 
 # --- tests/unit starts nothing ------------------------------------------------------------------

@@ -131,7 +131,9 @@ def test_noreserve_flags_are_read_again_only_for_new_ranges():
              for m, e in zip(maps, smaps, strict=True)]
     collect.allocator_mappings(reader, grown, "jemalloc")
     assert reader.reads == 2
-    collect._NORESERVE.pop(reader.numeric_pid)
+    from memgap.allocators import jemalloc
+
+    jemalloc._NORESERVE.pop(reader.numeric_pid)
 
 
 def test_struct_pthread_found_by_its_self_pointers():

@@ -115,6 +115,11 @@ class Variant:
         return self.allocator == "glibc" and not (self.options or self.trim or self.python_only or self.runtime)
 
     @property
+    def preloads(self) -> bool:
+        """It preloads another allocator in place of glibc's malloc."""
+        return self.allocator != "glibc"
+
+    @property
     def sets_malloc(self) -> bool:
         """It changes malloc itself: another allocator, glibc's tunables, or its trims."""
         return self.allocator != "glibc" or bool(self.options or self.trim)

@@ -251,21 +251,23 @@ def _unexplained(snap: Snapshot) -> list[Finding]:
 def _other_allocators(snap: Snapshot) -> list[Finding]:
     from memgap.sources.allocator import allocator_label
 
-    beside = [f for f in snap.allocator.get("found") or [] if not f.get("serves_malloc")]
-    others = [allocator_label(f) for f in beside] or snap.allocator.get("others") or []
+    others = [allocator_label(f) for f in snap.allocator.beside] or snap.allocator.others
     if not others:
         return []
     return [Finding("second-allocator", "info",
-                    f"another allocator beside {snap.allocator['name']}, which serves malloc: {', '.join(others)}",
+                    f"another allocator beside {snap.allocator.name}, which serves malloc: {', '.join(others)}",
                     ["its memory is under other_anon; LD_PRELOAD and malloc_trim do not reach it"])]
 
 
 def allocator_findings(snap: Snapshot) -> list[Finding]:
     """The findings on the C allocators' free memory: glibc's from its heaps walked, jemalloc's and
     tcmalloc's from their own figures where ``inspect --deep`` read them."""
-    from memgap.diagnose.allocators import jemalloc_findings, tcmalloc_findings
+    from memgap.allocators.base import Rules
+    from memgap.allocators.registry import all_readers
 
-    return [*_glibc_retention(snap), *_glibc_fragmentation(snap), *jemalloc_findings(snap), *tcmalloc_findings(snap)]
+    rules = Rules(FLOOR, RETAINED_FLOOR, SHARE, ratio_base(snap))
+    return [*_glibc_retention(snap), *_glibc_fragmentation(snap),
+            *(f for reader in all_readers().values() for f in reader.findings(snap, rules))]
 
 
 SHMEM_KINDS = {"anonymous": "anonymous MAP_SHARED (/dev/zero (deleted))", "sysv": "SysV segments (/SYSV*)",

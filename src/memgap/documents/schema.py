@@ -59,7 +59,11 @@ class _Builder:
 
     def object(self, cls: type) -> dict[str, Any]:
         hints = typing.get_type_hints(cls)
-        fields = list(dataclasses.fields(cls))
+        # a field whose keys its class's to_dict writes by a pattern (``metadata["json_keys"]``; "" for keys
+        # of any name, which the schema leaves open) is not a key itself
+        patterns = {f.metadata["json_keys"]: self.of(hints[f.name]) for f in dataclasses.fields(cls)
+                    if f.metadata.get("json_keys")}
+        fields = [f for f in dataclasses.fields(cls) if "json_keys" not in f.metadata]
         required = [f.name for f in fields
                     if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
         properties: dict[str, Any] = {}
@@ -69,6 +73,8 @@ class _Builder:
             else:
                 properties[f.name] = self.of(hints[f.name])
         out: dict[str, Any] = {"type": "object", "properties": properties}
+        for pattern, of in patterns.items():
+            out.setdefault("patternProperties", {})[pattern] = of.get("additionalProperties", of)
         if required:
             out["required"] = required
         doc = (cls.__doc__ or "").strip().split("\n\n")[0]

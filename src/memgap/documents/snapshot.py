@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from memgap.documents.allocator import AllocatorInfo
 from memgap.documents.fields import check_schema, dataclass_fields, of_type
 from memgap.documents.trim import TrimRecord
 from memgap.sources.cgroup import CgroupMemory
@@ -105,7 +106,7 @@ class Snapshot:
     rss: int
     layers: dict[str, Layer]
     unexplained: int
-    allocator: dict[str, Any]
+    allocator: AllocatorInfo
     phase: str | None = None
     route: str = "in-process"          # or "outside": read from /proc only
     status: dict[str, int] = field(default_factory=dict)   # VmPeak, VmHWM, RssAnon, ...
@@ -147,7 +148,7 @@ class Snapshot:
                            if layer.resident is not None)
         findings = f"; findings: {', '.join(f.code for f in self.findings)}" if self.findings else ""
         return (f"<memgap.Snapshot PID {self.pid}{f' at {self.phase}' if self.phase else ''}: RSS "
-                f"{self.rss / MIB:.1f} MiB ({self.route}, {self.allocator.get('name', '?')}): {layers}, unexplained "
+                f"{self.rss / MIB:.1f} MiB ({self.route}, {self.allocator.name}): {layers}, unexplained "
                 f"{self.unexplained / MIB:.1f} MiB{findings}>")
 
     def _repr_html_(self) -> str:
@@ -160,6 +161,7 @@ class Snapshot:
         out: dict[str, Any] = {"schema": SCHEMA}
         # without its regions, none converted: a tree's thousands of them were most of its JSON's cost
         out.update(asdict(self if regions else replace(self, regions=[])))
+        out["allocator"] = self.allocator.to_dict()  # its optional keys left out where not read, as always
         if not regions:
             out.pop("regions")
         if self.trim is not None:  # its JSON is its own (the route's details after its fields)

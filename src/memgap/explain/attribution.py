@@ -6,220 +6,13 @@ reason, never a guess presented as a measurement.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import asdict
 
-from memgap.documents.snapshot import Layer, Region
-
-if TYPE_CHECKING:  # the runtimes' readers load only where a runtime was read: not in a Python process's own snapshot
-    from memgap.runtimes.base import RuntimeHeap
-from memgap.sources.glibc import Mallinfo2, MallocInfo
-from memgap.sources.glibc_heaps import GlibcLayout
-from memgap.sources.jemalloc import JemallocStats
-from memgap.sources.procfs import shared_memory_kind
-from memgap.sources.pyheap import PythonHeap
-from memgap.sources.pymalloc import PymallocStats
-from memgap.sources.pymalloc_pools import PoolCensus
+from memgap.allocators.base import Share, unread_share
+from memgap.documents.snapshot import Layer
+from memgap.explain.measured import Measurements, Owners as _Owners, Sizes as _Sizes
 
 MiB = 1 << 20
-
-
-@dataclass
-class Measurements:
-    """Everything one snapshot measured, as attribution needs it."""
-
-    rss: int
-    regions: list[Region]
-    allocator: str = "unknown"
-    glibc: GlibcLayout | None = None
-    mallinfo: Mallinfo2 | None = None
-    malloc_info: MallocInfo | None = None
-    jemalloc: JemallocStats | None = None
-    pymalloc: PymallocStats | None = None
-    python_heap: PythonHeap | None = None
-    notes: dict[str, str] = field(default_factory=dict)  # layer -> why it was not measured, or what it holds unread
-    tcmalloc: dict[str, int] | None = None  # MallocExtension numeric properties (from the agent)
-    pools: PoolCensus | None = None  # outside: blocks in use counted from pymalloc's pool headers
-    runtimes: list[RuntimeHeap] = field(default_factory=list)  # Go's, a JVM's, V8's own heaps (memgap.runtimes)
-
-
-@dataclass(frozen=True)
-class _Sizes:
-    """Resident bytes with what of them no other process maps and their share of PSS
-    (both None where pagemap's exclusive bits were not read)."""
-
-    resident: int = 0
-    private: int | None = 0
-    pss: float | None = 0.0
-
-    def __add__(self, other: _Sizes) -> _Sizes:
-        if self.private is None or other.private is None or self.pss is None or other.pss is None:
-            return _Sizes(self.resident + other.resident, None, None)
-        return _Sizes(self.resident + other.resident, self.private + other.private, self.pss + other.pss)
-
-    def __sub__(self, other: _Sizes) -> _Sizes:
-        return self + _Sizes(-other.resident, None if other.private is None else -other.private,
-                            None if other.pss is None else -other.pss)
-
-    def take(self, resident: int) -> _Sizes:
-        """``resident`` bytes of this part, private and shared in its own proportions: a layer
-        counted in bytes (blocks, the allocator's counters) says nothing of which pages hold them."""
-        if self.private is None or self.pss is None:
-            return _Sizes(resident, None, None)
-        ratio = resident / self.resident if self.resident else 0.0
-        return _Sizes(resident, round(self.private * ratio), self.pss * ratio)
-
-
-class _Owners:
-    """Resident, private and PSS bytes, virtual bytes and region counts per owner, summed once;
-    shared memory's resident bytes by kind (SysV, POSIX, memfd, anonymous)."""
-
-    def __init__(self, regions: list[Region]) -> None:
-        self.resident: dict[str, int] = {}
-        self.virtual: dict[str, int] = {}
-        self.count: dict[str, int] = {}
-        self.shmem_kinds: dict[str, int] = {}
-        self._parts: dict[str, _Sizes] = {}
-        # an owner with no region holds nothing: 0 private bytes, unless no page was told private (in-process)
-        self._none = _Sizes() if all(r.private is not None for r in regions) else _Sizes(0, None, None)
-        for r in regions:
-            self.resident[r.owner] = self.resident.get(r.owner, 0) + r.resident
-            self.virtual[r.owner] = self.virtual.get(r.owner, 0) + r.end - r.start
-            self.count[r.owner] = self.count.get(r.owner, 0) + 1
-            self._parts[r.owner] = self._parts.get(r.owner, _Sizes()) + _Sizes(r.resident, r.private, r.pss)
-            if r.owner == "shmem":
-                kind = shared_memory_kind(r.path) or "anonymous"
-                self.shmem_kinds[kind] = self.shmem_kinds.get(kind, 0) + r.resident
-
-    def __call__(self, owner: str) -> int:
-        return self.resident.get(owner, 0)
-
-    def part(self, *owners: str) -> _Sizes:
-        """The owners' resident bytes with their private and PSS bytes."""
-        total = _Sizes()
-        for owner in owners:
-            total += self._parts.get(owner, self._none)
-        return total
-
-
-def _arena_detail(m: Measurements) -> list[dict[str, Any]]:
-    if m.glibc is None:
-        return []
-    by_system: dict[int, list[int]] = {}
-    for a in (m.malloc_info.arenas if m.malloc_info else []):
-        by_system.setdefault(a.system, []).append(a.nr)
-    rows = []
-    for i, arena in enumerate(m.glibc.arenas):
-        nrs = by_system.get(arena.system_mem, [])
-        nr = 0 if arena.is_main else (nrs.pop(0) if nrs else None)
-        info = next((a for a in (m.malloc_info.arenas if m.malloc_info else []) if a.nr == nr), None)
-        rows.append({
-            "arena": nr if nr is not None else f"#{i}",
-            "main": arena.is_main,
-            "address": arena.address,
-            "heaps": len(arena.heaps),
-            "system": arena.system_mem,
-            "in_use": info.in_use if info else None,
-            "free": info.free if info else None,
-            "resident": arena.resident,
-            "free_resident": arena.free_resident,  # whole free pages
-            # every free byte on a resident page, and of it those on pages that also hold a live chunk
-            "free_bytes_resident": arena.free_bytes_resident,
-            "fragmented": arena.fragmented,
-            "in_use_resident": arena.in_use_resident,
-            "free_walked": arena.free_walked,  # compare with malloc_info's "free"
-            "top_resident": arena.top_resident,
-            "bins_free_resident": arena.bins_free_resident,
-            "trim_releasable": arena.trim_releasable() if arena.walk_complete or arena.is_main else None,
-            # free chunks a trim's fastbin consolidation merges into a thread heap's top chunk (they stay)
-            "joins_top_resident": None if arena.is_main or arena.fastbin_chunks is None
-            else arena.joins_top_resident(),
-            "walk_complete": arena.walk_complete,
-            "small_walk_complete": arena.small_walk_complete,
-            "problem": "; ".join(filter(None, [arena.walk_problem, arena.small_walk_problem])),
-        })
-    return rows
-
-
-@dataclass
-class _Split:
-    """A non-glibc allocator's share of the anonymous pages, and how it was found."""
-
-    in_use: int
-    free: int | None       # None: not measured
-    unclaimed: int         # of the allocator's mappings' pages, what goes back to other_anon
-    in_use_how: str
-    free_how: str
-    source: str
-    detail: dict[str, Any]
-    note: str = ""
-
-
-def _within_mappings(owner: str, owned: _Owners, allocated: int, free_bound: int,
-                     found: bool) -> tuple[int, int | None, int]:
-    """(in use, free, unclaimed) from the resident pages of the allocator's own mappings.
-
-    In use comes first (allocated bytes have been written); free takes the rest, up to
-    the allocator's own count of what it holds, which only bounds it: the counters
-    include pages handed out but never touched. Pages beyond the bound are someone
-    else's. Without the mappings (``found`` false) free is not measured, and in use
-    is the counter within every unclaimed anonymous page, as before.
-    """
-    resident = owned(owner)
-    if not found:
-        in_use = min(allocated, resident + owned("anon"))
-        return in_use, None, resident - in_use
-    in_use = min(allocated, resident)
-    free = min(free_bound, resident - in_use)
-    return in_use, free, resident - in_use - free
-
-
-def _jemalloc_split(j: JemallocStats, owned: _Owners) -> _Split:
-    # every byte jemalloc maps (stats.mapped) must fit in the mappings found
-    virtual = owned.virtual.get("jemalloc", 0)
-    found = owned.count.get("jemalloc", 0) > 0 and virtual >= j.mapped
-    in_use, free, unclaimed = _within_mappings("jemalloc", owned, j.allocated, j.free_bound, found)
-    where = "resident pages of jemalloc's own mappings (private anonymous MAP_NORESERVE ones: smaps " \
-            "VmFlags 'nr'; pages from pagemap)"
-    detail = {"allocated": j.allocated, "active": j.active, "resident": j.resident, "muzzy": j.muzzy,
-              "retained": j.retained, "mapped": j.mapped, "metadata": j.metadata, "narenas": j.narenas,
-              "mappings": owned.count.get("jemalloc", 0), "mappings_virtual": virtual,
-              "mappings_resident": owned("jemalloc"),
-              # what stats.resident (plus muzzy pages) claims beyond the resident pages found
-              "counted_not_resident": max(0, j.resident + j.muzzy - owned("jemalloc")) if found else None}
-    return _Split(
-        in_use, free, unclaimed,
-        in_use_how=f"jemalloc stats.allocated, within the {where}" if found
-        else "jemalloc stats.allocated, within unclaimed anonymous pages",
-        free_how=f"{where} minus the in-use bytes, at most stats.resident + muzzy pages - stats.allocated "
-                 "(jemalloc's own upper bound: dirty pages, page slack, metadata)",
-        source="jemalloc stats, smaps, pagemap", detail={"jemalloc": detail},
-        note="" if found else f"jemalloc's mappings not found (MAP_NORESERVE mappings: {virtual} bytes for "
-                              f"stats.mapped {j.mapped}; vm.overcommit_memory 2?): its free pages are not "
-                              "measured and stay in other_anon")
-
-
-def _tcmalloc_split(t: dict[str, int], owned: _Owners) -> _Split:
-    allocated = t.get("generic.current_allocated_bytes", 0)
-    held = t.get("generic.heap_size", 0) - t.get("tcmalloc.pageheap_unmapped_bytes", 0)
-    physical = t.get("generic.total_physical_bytes", held)  # held plus metadata
-    virtual = owned.virtual.get("tcmalloc", 0)
-    # [heap] must hold the whole page heap and the metadata: else some came from mmap, not found
-    found = owned.count.get("tcmalloc", 0) > 0 and virtual >= t.get("generic.heap_size", 0) + physical - held
-    in_use, free, unclaimed = _within_mappings("tcmalloc", owned, allocated, max(0, physical - allocated), found)
-    where = "resident pages of [heap], where tcmalloc takes its page heap and metadata with sbrk (pagemap)"
-    detail = {**t, "heap_virtual": virtual, "heap_resident": owned("tcmalloc"),
-              "counted_not_resident": max(0, physical - owned("tcmalloc")) if found else None}
-    return _Split(
-        in_use, free, unclaimed,
-        in_use_how=f"tcmalloc generic.current_allocated_bytes, within the {where}" if found
-        else "tcmalloc generic.current_allocated_bytes, within unclaimed anonymous pages",
-        free_how=f"{where} minus the in-use bytes, at most generic.total_physical_bytes minus the allocated "
-                 "bytes (tcmalloc's own count: page heap free, central, transfer and thread caches, metadata)",
-        source="tcmalloc MallocExtension, pagemap", detail={"tcmalloc": detail},
-        note="" if found else f"tcmalloc's heap not found in [heap] ({virtual} bytes for a page heap of "
-                              f"{t.get('generic.heap_size', 0)} plus metadata: some came from mmap): its free "
-                              "pages are not measured and stay in other_anon")
 
 
 def _python_from_pools(m: Measurements, owned: _Owners) -> tuple[Layer, Layer]:
@@ -249,94 +42,16 @@ def _python_from_pools(m: Measurements, owned: _Owners) -> tuple[Layer, Layer]:
     return python, free
 
 
-@dataclass
-class _Allocator:
-    """What the reader of the process's C allocator says: its in-use and free resident bytes
-    (None: not measured), their private and PSS parts, the anonymous pages it leaves to
-    other_anon, and how it knows."""
+def _c_allocator(m: Measurements, owned: _Owners) -> Share:
+    """The C allocator's share, from the first reader whose figures ``m`` holds (glibc's heaps walked,
+    another allocator's own counters), or (none) nothing measured."""
+    from memgap.allocators.registry import c_readers
 
-    in_use: int | None
-    free: int | None
-    in_use_part: _Sizes
-    free_part: _Sizes
-    other_anon: int
-    other_part: _Sizes
-    in_use_how: list[str] = field(default_factory=list)
-    free_how: list[str] = field(default_factory=list)
-    source: str = ""
-    detail: dict[str, Any] = field(default_factory=dict)
-    note: str = ""
-
-
-def _c_allocator(m: Measurements, owned: _Owners) -> _Allocator:
-    """glibc's heaps walked, another allocator's own counters, or (neither) nothing measured."""
-    if m.glibc is not None:
-        return _glibc_allocator(m, owned)
-    if m.jemalloc is not None or m.tcmalloc:
-        return _counted_allocator(m, owned)
-    # No statistics for this allocator: its memory stays under other_anon, and the two
-    # allocator layers say "not measured" rather than print a zero nobody measured.
-    return _Allocator(None, None, _Sizes(), _Sizes(), owned("anon") + owned("glibc-heap") + owned("mmapped-chunk"),
-                      owned.part("anon") + owned.part("glibc-heap", "mmapped-chunk"))
-
-
-def _glibc_allocator(m: Measurements, owned: _Owners) -> _Allocator:
-    glibc = m.glibc
-    assert glibc is not None
-    heap_part = owned.part("glibc-heap", "mmapped-chunk")
-    pages = sum(a.free_resident for a in glibc.arenas)
-    heap_free = sum(a.free_bytes_resident for a in glibc.arenas)
-    # whole free pages: their private and PSS bytes exact; free bytes beside live chunks: pro rata
-    pages_part = _Sizes(pages, None, None)
-    if heap_part.private is not None:
-        pages_part = _Sizes(pages, sum(a.free_private for a in glibc.arenas), sum(a.free_pss for a in glibc.arenas))
-    free_part = pages_part + (heap_part - pages_part).take(heap_free - pages)
-    arenas = _arena_detail(m)
-    detail = {
-        "arenas": arenas,
-        "arena_count": len(arenas),
-        "thread_arenas": sum(1 for a in arenas if not a["main"]),
-        "trim_releasable": sum(r["trim_releasable"] or 0 for r in arenas),
-        "trim_estimate_complete": all(a.walk_complete for a in glibc.arenas),
-        "held_in_thread_tops": sum(a.top_resident for a in glibc.arenas if not a.is_main),
-        "free_pages_resident": pages,
-        "fragmented": heap_free - pages,
-        "fragmentation_complete": all(a.small_walk_complete and a.fastbin_chunks is not None
-                                      for a in glibc.arenas if a.address),
-        "mmapped_chunks": owned.count.get("mmapped-chunk", 0),
-        # mallinfo2's count, to compare with the chunks found (memalign'ed ones are not found)
-        "mmapped_chunks_reported": m.mallinfo.hblks if m.mallinfo else None,
-        "problems": list(glibc.problems),
-    }
-    return _Allocator(
-        owned("glibc-heap") - heap_free + owned("mmapped-chunk"), heap_free, heap_part - free_part, free_part,
-        owned("anon"), owned.part("anon"),
-        in_use_how=["glibc heaps' resident bytes minus every free chunk's bytes on resident pages",
-                    "plus resident pages of glibc mmapped chunks"],
-        free_how=["bytes on resident pages of every free chunk: each arena's top chunk, its bins (unsorted, "
-                  "small, large) and fastbins, walked from malloc_state (chunks in a thread's tcache count in use, "
-                  "as mallinfo2 counts them); of them, whole free pages (what a trim can release) and free bytes "
-                  "on pages that also hold a live chunk (fragmentation: no trim releases them); pages from pagemap"],
-        source="glibc arenas walked, pagemap", detail=detail)
-
-
-def _counted_allocator(m: Measurements, owned: _Owners) -> _Allocator:
-    """jemalloc or tcmalloc, by their own counters placed in the mappings found."""
-    if m.jemalloc is not None:
-        split = _jemalloc_split(m.jemalloc, owned)
-    else:
-        assert m.tcmalloc is not None  # the caller's condition: one of the two counted
-        split = _tcmalloc_split(m.tcmalloc, owned)
-    # in use may reach into unclaimed anonymous pages (the allocator's mappings not found)
-    pool = owned.part("jemalloc" if m.jemalloc is not None else "tcmalloc") + owned.part("anon")
-    in_use_part, free_part = pool.take(split.in_use), pool.take(split.free or 0)
-    return _Allocator(
-        split.in_use, split.free, in_use_part, free_part,
-        # heaps and chunks found in a process whose malloc is not glibc's belong to no allocator read here
-        owned("anon") + owned("glibc-heap") + owned("mmapped-chunk") + split.unclaimed,
-        owned.part("glibc-heap", "mmapped-chunk") + pool - in_use_part - free_part,
-        in_use_how=[split.in_use_how], free_how=[split.free_how], source=split.source, detail=split.detail,
-        note=split.note)
+    for reader in c_readers():
+        share = reader.share(m, owned)
+        if share is not None:
+            return share
+    return unread_share(owned)
 
 
 def attribute(m: Measurements) -> tuple[dict[str, Layer], int]:
@@ -468,7 +183,7 @@ def _mapped_layers(owned: _Owners) -> tuple[Layer, Layer, Layer]:
     return files, shared_memory, stacks
 
 
-def _allocator_layers(m: Measurements, c: _Allocator, in_use: int | None, moved: int) -> tuple[Layer, Layer]:
+def _allocator_layers(m: Measurements, c: Share, in_use: int | None, moved: int) -> tuple[Layer, Layer]:
     """allocator_in_use (less Python's large objects, ``moved``) and allocator_free, from its reader."""
     in_use_layer = Layer(
         "allocator_in_use", max(0, in_use) if in_use is not None else None,
@@ -486,7 +201,7 @@ def _allocator_layers(m: Measurements, c: _Allocator, in_use: int | None, moved:
     return in_use_layer, free_layer
 
 
-def _other_anon_layer(m: Measurements, c: _Allocator, owned: _Owners) -> Layer:
+def _other_anon_layer(m: Measurements, c: Share, owned: _Owners) -> Layer:
     return Layer(
         "other_anon", c.other_anon + owned("file-cow"),
         derivation="anonymous resident pages no allocator above claims, plus private copies of file pages "

@@ -12,18 +12,23 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from memgap.allocators import registry
+from memgap.allocators.base import OwnFigures
+from memgap.allocators.registry import reader_for
+from memgap.documents.allocator import AllocatorInfo
 from memgap.documents.snapshot import NOT_PYTHON, Layer, Region, Snapshot
-from memgap.errors import MemgapError, NoSuchProcess, Unsupported
-from memgap.explain.attribution import PSS_DERIVATION, Measurements, attribute
+from memgap.errors import MemgapError, NoSuchProcess
+from memgap.explain.attribution import PSS_DERIVATION, attribute
+from memgap.explain.measured import Measurements
 from memgap.explain.memory_map import MappedPages, MemoryMap, read_memory_map
 from memgap.sources import allocator as allocator_source
 from memgap.sources.anon_objects import find_anon_objects
 from memgap.sources.cgroup import read_memory_cgroup
-from memgap.sources.glibc import Mallinfo2, MallocInfo, glibc_malloc
-from memgap.sources.glibc_heaps import GlibcLayout, ResidentMap, find_glibc_layout
-from memgap.sources.jemalloc import JemallocStats, noreserve_flags
+from memgap.sources.glibc import Mallinfo2, MallocInfo
+from memgap.sources.glibc_heaps import GlibcLayout, ResidentMap
+from memgap.sources.jemalloc import JemallocStats
 from memgap.sources.processes import ProcessIdentity
 from memgap.sources.procfs import (
     Mapping,
@@ -69,40 +74,12 @@ def _subtract(start: int, end: int, holes: Iterable[tuple[int, int]]) -> list[tu
     return out
 
 
-# pid -> MAP_NORESERVE flag of each private anonymous mapping, as last read from smaps
-_NORESERVE: dict[int, dict[tuple[int, int], bool]] = {}
-
-
-def _noreserve_mappings(reader: ProcReader, maps: list[Mapping]) -> list[tuple[int, int]]:
-    """The private anonymous mappings with MAP_NORESERVE, sorted.
-
-    smaps walks every page table (15 ms for a 200 MiB process here, maps under 1 ms), and
-    a mapping keeps the flag its mmap() gave it for life, splits included: smaps is read
-    again only when maps shows a private anonymous range it has not seen.
-    """
-    anon = [(m.start, m.end) for m in maps if not m.is_file and not m.path and m.perms[3] == "p"]
-    known = _NORESERVE.get(reader.numeric_pid)
-    if known is None or any(r not in known for r in anon):
-        known = noreserve_flags(reader.smaps())
-        if len(_NORESERVE) >= 64:  # processes seen by a long recording: forget the oldest
-            del _NORESERVE[next(iter(_NORESERVE))]
-        _NORESERVE[reader.numeric_pid] = known
-    return sorted(r for r in anon if known.get(r))
-
-
 def allocator_mappings(reader: ProcReader, maps: list[Mapping], allocator: str) -> AllocatorMappings | None:
     """The mappings a non-glibc allocator made, as (owner name, sorted ranges), or None
     where memgap cannot tell them (the allocator's pages then stay unclaimed anonymous)."""
-    if allocator == "jemalloc":  # see sources.jemalloc.jemalloc_mappings
-        try:
-            return "jemalloc", _noreserve_mappings(reader, maps)
-        except MemgapError:
-            return None
-    if allocator == "tcmalloc":
-        # tcmalloc takes its page heap and metadata from sbrk first (mmap only once brk
-        # cannot grow), and with glibc's malloc replaced nothing else moves the break
-        return "tcmalloc", [(m.start, m.end) for m in maps if m.path == "[heap]"]
-    return None
+    own = reader_for(allocator)
+    ranges = own.mappings(reader, maps)
+    return (own.owner, ranges) if ranges is not None else None
 
 
 def _in_ranges(ranges: list[tuple[int, int]], address: int) -> bool:
@@ -271,12 +248,14 @@ def _snapshot_self(phase: str | None, options: SnapshotOptions | None) -> Snapsh
         cmd = reader.cmdline()  # as an outside snapshot has it (the web route and notebooks showed none)
         maps = reader.maps()
         detection = allocator_source.detect_in_process(maps)
-        mallinfo, malloc_info, jemalloc = _own_allocator_statistics(detection, notes)
+        own = reader_for(detection.name)
+        figures = own.in_process(notes)  # glibc's mallinfo2 and malloc_info, or jemalloc's stats
+        mallinfo, malloc_info, jemalloc = figures.mallinfo, figures.malloc_info, figures.jemalloc
         if detection.beside:
             notes["other_anon"] = allocator_source.beside_note(detection)
         pm = pymalloc_source.parse_debugmallocstats(pymalloc_source.capture_debugmallocstats())
         # before the pagemap: parsing smaps allocates, and jemalloc may purge pages when it does
-        owned = allocator_mappings(reader, maps, "jemalloc") if jemalloc is not None else None
+        owned = allocator_mappings(reader, maps, own.name) if own.counts(figures) else None
         # Python threads: their pthread struct (the ident) sits at the top of their stack
         py_threads = [t for t in threading.enumerate() if t is not threading.main_thread() and t.ident]
         memmap = read_memory_map(reader, tuple(t.ident for t in py_threads if t.ident), maps,
@@ -285,8 +264,8 @@ def _snapshot_self(phase: str | None, options: SnapshotOptions | None) -> Snapsh
         # allocation may let jemalloc purge decayed pages (5 MiB once, on a loaded machine)
         status = _with_pss(reader)
         layout = None
-        if detection.is_glibc and mallinfo is not None and malloc_info is not None:
-            layout = find_glibc_layout(reader, memmap.plain_mappings, memmap.resident)
+        if mallinfo is not None and malloc_info is not None:
+            layout = own.heaps(reader, memmap, detection)
         regions = label_regions(reader, memmap, layout, pm.arena_size if pm else None,
                                 pm.pool_size if pm else None, owned)
     rss = status_int(status, "VmRSS")
@@ -295,7 +274,7 @@ def _snapshot_self(phase: str | None, options: SnapshotOptions | None) -> Snapsh
     layers, unexplained = attribute(measured)
     snap = Snapshot(
         pid=os.getpid(), time=time.time(), rss=rss, layers=layers, unexplained=unexplained,
-        allocator=_allocator_dict(detection, mallinfo, malloc_info, jemalloc),
+        allocator=_allocator_info(detection, mallinfo, malloc_info, jemalloc),
         phase=phase, route="in-process", status=_status_subset(status),
         pymalloc=pm, python_heap=heap,
         regions=regions if options.regions else [],
@@ -306,37 +285,16 @@ def _snapshot_self(phase: str | None, options: SnapshotOptions | None) -> Snapsh
     return _finish(snap, started)
 
 
-def _own_allocator_statistics(detection: allocator_source.AllocatorDetection, notes: dict[str, str]
-                              ) -> tuple[Mallinfo2 | None, MallocInfo | None, JemallocStats | None]:
-    """This process's allocator's own figures: glibc's mallinfo2 and malloc_info, or jemalloc's; for
-    another allocator none, and the allocator layers' notes say why."""
-    if detection.is_glibc:
-        glibc = glibc_malloc()
-        return glibc.mallinfo2(), glibc.malloc_info(bins=False), None
-    if detection.name == "jemalloc":
-        from memgap.sources.jemalloc import read_jemalloc_stats
-
-        try:
-            return None, None, read_jemalloc_stats()
-        except Unsupported as exc:
-            notes["allocator_in_use"] = notes["allocator_free"] = str(exc)
-            return None, None, None
-    notes["allocator_in_use"] = notes["allocator_free"] = (
-        f"allocator {detection.name}: memgap reads glibc and jemalloc statistics only")
-    return None, None, None
-
-
-def _allocator_dict(detection: allocator_source.AllocatorDetection, mallinfo: Mallinfo2 | None,
-                    malloc_info: MallocInfo | None, jemalloc: JemallocStats | None) -> dict[str, Any]:
-    out: dict[str, Any] = {"name": detection.name, "library": detection.library, "how": detection.how,
-           "others": detection.others, "found": [f.to_dict() for f in detection.found]}
+def _allocator_info(detection: allocator_source.AllocatorDetection, mallinfo: Mallinfo2 | None,
+                    malloc_info: MallocInfo | None, jemalloc: JemallocStats | None) -> AllocatorInfo:
+    out = detection.info()
     if mallinfo is not None:
-        out["mallinfo2"] = mallinfo.__dict__.copy()
+        out.mallinfo2 = mallinfo.__dict__.copy()
     if malloc_info is not None:
-        out["arenas"] = len(malloc_info.arenas)
-        out["mmap_count"], out["mmap_bytes"] = malloc_info.mmap_count, malloc_info.mmap_bytes
+        out.arenas = len(malloc_info.arenas)
+        out.mmap_count, out.mmap_bytes = malloc_info.mmap_count, malloc_info.mmap_bytes
     if jemalloc is not None:
-        out["jemalloc"] = jemalloc.__dict__.copy()
+        out.jemalloc = jemalloc.__dict__.copy()
     return out
 
 
@@ -374,22 +332,23 @@ def snapshot_pid(pid: int, options: SnapshotOptions | None = None, proc_root: st
         stat_before = reader.stat()
         maps = reader.maps()
         detection = allocator_source.detect_pid(reader, maps)
-        asked = options.agent and (options.agent_beside_glibc or not detection.glibc_heaps_readable)
+        own = reader_for(detection.name)
+        asked = options.agent and (options.agent_beside_glibc or not own.walks_heaps(detection))
         report, agent_problem = _ask_agent(reader, pid, proc_root) if asked else (None, "")
         if report is not None:  # its answer may map memory (jemalloc's stats.mapped grew by 180 KiB): maps again
             maps = reader.maps()
         # the agent's statistics stand in for a walk; the pages come from the allocator's mappings,
         # read before the pagemap so that pagemap and VmRSS are read close together
-        agent_stats = report is not None and (report.jemalloc is not None or bool(report.tcmalloc))
-        owned = None if detection.is_glibc or report is None or not agent_stats else \
-            allocator_mappings(reader, maps, "jemalloc" if report.jemalloc is not None else "tcmalloc")
+        counting = registry.counting(_agent_figures(report)) if report is not None else None
+        agent_stats = counting is not None
+        owned = None if counting is None else allocator_mappings(reader, maps, counting.name)
         memmap = read_memory_map(reader)
         smaps = reader.smaps_pss()
         memmap.resident.set_shares(smaps)  # beside the pagemap: each mapping's PSS
         is_python = maps_python(maps)
         if not is_python:
             notes["python_objects"] = NOT_PYTHON
-        layout = _glibc_outside(reader, memmap, detection, agent_stats, notes)
+        layout = _heaps_outside(reader, memmap, detection, agent_stats, notes)
         sizes: tuple[int | None, int | None] = (DEFAULT_ARENA_SIZE, DEFAULT_POOL_SIZE) if is_python else (None, None)
         runtimes, ranges = _read_runtimes(reader, maps, notes)
         regions = label_regions(reader, memmap, layout, *sizes, owned, ranges)
@@ -403,11 +362,11 @@ def snapshot_pid(pid: int, options: SnapshotOptions | None = None, proc_root: st
     measured = Measurements(rss, regions, detection.name, layout, notes=notes, pools=pools, runtimes=runtimes)
     _take_agent_figures(measured, report)
     layers, unexplained = attribute(measured)
-    allocator = _allocator_dict(detection, measured.mallinfo, measured.malloc_info, measured.jemalloc)
+    allocator = _allocator_info(detection, measured.mallinfo, measured.malloc_info, measured.jemalloc)
     if report is not None:
-        allocator["agent"] = report.summary()
+        allocator.agent = report.summary()
     elif agent_problem:
-        allocator["agent_problem"] = agent_problem
+        allocator.agent_problem = agent_problem
     snap = Snapshot(
         pid=pid, time=time.time(), rss=rss, layers=layers, unexplained=unexplained,
         allocator=allocator, route="outside, with the agent" if report is not None else "outside",
@@ -417,16 +376,17 @@ def snapshot_pid(pid: int, options: SnapshotOptions | None = None, proc_root: st
     return _finish(snap, started, proc_root)
 
 
-def _glibc_outside(reader: ProcReader, memmap: MemoryMap, detection: allocator_source.AllocatorDetection,
+def _heaps_outside(reader: ProcReader, memmap: MemoryMap, detection: allocator_source.AllocatorDetection,
                    agent_stats: bool, notes: dict[str, str]) -> GlibcLayout | None:
-    """glibc's heaps walked from outside where they can be (read-only, validated walks through
-    /proc/PID/mem), else the allocator layers' notes say why they are not measured."""
+    """The allocator's heaps walked from outside where its reader can (glibc's: read-only, validated
+    walks through /proc/PID/mem), else the allocator layers' notes say why they are not measured."""
     if detection.beside:
         notes["other_anon"] = allocator_source.beside_note(detection)
-    if detection.glibc_heaps_readable:
-        return find_glibc_layout(reader, memmap.plain_mappings, memmap.resident)
+    own = reader_for(detection.name)
+    if own.walks_heaps(detection):
+        return own.heaps(reader, memmap, detection)
     if not agent_stats:
-        notes["allocator_in_use"] = notes["allocator_free"] = allocator_source.outside_note(detection)
+        notes["allocator_in_use"] = notes["allocator_free"] = own.outside_note(detection)
     return None
 
 
@@ -453,12 +413,18 @@ def _read_runtimes(reader: ProcReader, maps: list[Mapping], notes: dict[str, str
     return heaps, owner_ranges(heaps)
 
 
-def _take_agent_figures(measured: Measurements, report: Any) -> None:
+def _agent_figures(report: AgentReport) -> OwnFigures:
+    """The native agent's allocator statistics."""
+    return OwnFigures(report.mallinfo, report.malloc_info, report.jemalloc, report.tcmalloc or None)
+
+
+def _take_agent_figures(measured: Measurements, report: AgentReport | None) -> None:
     """The native agent's allocator statistics, where it answered, in place of a walk."""
     if report is not None:
-        measured.mallinfo, measured.malloc_info, measured.jemalloc = report.mallinfo, report.malloc_info, \
-            report.jemalloc
-        measured.tcmalloc = report.tcmalloc or None
+        figures = _agent_figures(report)
+        measured.mallinfo, measured.malloc_info, measured.jemalloc = figures.mallinfo, figures.malloc_info, \
+            figures.jemalloc
+        measured.tcmalloc = figures.tcmalloc
 
 
 def _finish(snap: Snapshot, started: float, proc_root: str = "/proc") -> Snapshot:

@@ -25,12 +25,14 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from memgap.allocators.base import DeepFigures, GdbPlan
+from memgap.allocators.gdb_routes import outside_estimate
+from memgap.allocators.registry import reader_for
 from memgap.diagnose.findings import allocator_findings
 from memgap.documents.snapshot import Snapshot
-from memgap.documents.trim import TrimDetails, TrimRecord, TrimRoute
+from memgap.documents.trim import TrimDetails, TrimRecord
 from memgap.errors import MalformedInput, Unsupported
-from memgap.inside.gdb_layers import jemalloc_gdb_layers, mimalloc_gdb_layers, tcmalloc_gdb_layers
-from memgap.inside.jemalloc_beside import beside_jemalloc, trim_glibc_and_jemalloc
+from memgap.inside.jemalloc_beside import beside_jemalloc
 from memgap.inside.trust import trusted_inside
 from memgap.sources import jemalloc_gdb, mimalloc_gdb, tcmalloc_gdb
 from memgap.sources.allocator import process_root
@@ -39,7 +41,7 @@ from memgap.sources.gdb_options import GdbOptions
 from memgap.sources.glibc import MallocInfo, parse_malloc_info
 from memgap.sources.jemalloc_gdb import JemallocDeep
 from memgap.sources.mimalloc_gdb import MimallocDeep
-from memgap.sources.procfs import ProcReader, is_python, status_int
+from memgap.sources.procfs import ProcReader, is_python
 from memgap.sources.tcmalloc_gdb import TcmallocDeep
 
 ROUTE_OUTSIDE = "outside"
@@ -48,15 +50,6 @@ ROUTE_IN_PROCESS = "gdb in-process"
 ROUTE_MALLCTL = jemalloc_gdb.ROUTE
 ROUTE_TCMALLOC = tcmalloc_gdb.ROUTE
 ROUTE_MIMALLOC = mimalloc_gdb.ROUTE
-# The allocators whose own figures gdb reads beside jemalloc, each through one module with the
-# same few names (ROUTE, CALL, check_callable, read_figures, release); and, for messages, what
-# --deep and --trim call in each.
-READERS = {"tcmalloc": tcmalloc_gdb, "mimalloc": mimalloc_gdb}
-CALLS = {"jemalloc": ("reads jemalloc's statistics by calling its mallctl", "purges jemalloc's pages"),
-         "tcmalloc": (f"reads tcmalloc's properties by calling {tcmalloc_gdb.GET}",
-                      f"releases tcmalloc's free pages by calling {tcmalloc_gdb.RELEASE}"),
-         "mimalloc": (f"reads mimalloc's figures by calling {mimalloc_gdb.INFO}",
-                      f"collects mimalloc's free memory by calling {mimalloc_gdb.COLLECT}")}
 MAX_RESULT = 64 << 20  # bytes read back from a file the process wrote
 MAX_GIL_PROBES = 16    # threads asked whether they hold the GIL
 
@@ -104,9 +97,14 @@ class DeepResult:
         }
 
     @property
-    def allocator_figures(self) -> JemallocDeep | TcmallocDeep | MimallocDeep | None:
-        """The serving allocator's own figures, read through gdb (None where none were)."""
-        return self.jemalloc or self.tcmalloc or self.mimalloc
+    def allocator_figures(self) -> tuple[str, DeepFigures] | None:
+        """The allocator whose own figures gdb read (the one serving malloc, else a jemalloc beside it),
+        and the figures (None where none were)."""
+        for name in ("jemalloc", "tcmalloc", "mimalloc"):  # the fields above, in their order
+            figures = getattr(self, name)
+            if figures is not None:
+                return name, figures
+        return None
 
 
 # --- comparisons (pure) --------------------------------------------------------
@@ -342,7 +340,7 @@ def python_snapshot_via_gdb(session: GdbSession, here: str, there: str, notes: l
 def deep(pid: int, outside: Snapshot, start_time: int | None, options: GdbOptions) -> DeepResult:
     """malloc_info (glibc) or another allocator's own figures and, for Python, an in-process
     snapshot, through one gdb attach."""
-    glibc = outside.allocator.get("name") == "glibc"
+    glibc = reader_for(outside.allocator.name).reads_malloc_info
     python = is_python(ProcReader(pid, options.proc_root).maps())
     plan, notes = _allocator_plan(pid, outside, python, options.proc_root)
     beside_symbol, beside_label, why_not = beside_jemalloc(pid, outside, options.proc_root)
@@ -384,29 +382,23 @@ def deep(pid: int, outside: Snapshot, start_time: int | None, options: GdbOption
                                   "bytes": result.malloc_info.mmap_bytes},
                           "outside": {"route": ROUTE_OUTSIDE, **outside_mmapped(outside)}}
     if result.allocator_figures is not None:
-        result.with_allocator = with_allocator_layers(outside, result.allocator_figures,
-                                                      "glibc" if result.jemalloc_beside else "")
+        name, figures = result.allocator_figures
+        result.with_allocator = with_allocator_layers(outside, name, figures,
+                                                      outside.allocator.name if result.jemalloc_beside else "")
     return result
-
-
-@dataclass(frozen=True)
-class GdbPlan:
-    """Whose own figures gdb reads in the process: the allocator serving malloc, and for jemalloc its mallctl."""
-
-    allocator: str   # jemalloc, tcmalloc, mimalloc
-    symbol: str = ""
 
 
 def _allocator_plan(pid: int, outside: Snapshot, python: bool, proc_root: str) -> tuple[GdbPlan | None, list[str]]:
     """What to read of the allocator serving malloc where it is not glibc's, and notes on what
     --deep cannot read; Unsupported where it can read nothing."""
-    name = outside.allocator.get("name")
+    name = outside.allocator.name
     plan, why_not = gdb_plan(pid, outside, proc_root)
-    if name != "glibc" and not python and plan is None:
+    malloc_info = reader_for(name).reads_malloc_info
+    if not malloc_info and not python and plan is None:
         raise Unsupported(why_not or f"--deep reads glibc's malloc_info, jemalloc's mallctl, tcmalloc's and "
                           f"mimalloc's own figures or a Python process's own snapshot; PID {pid} runs {name} malloc "
                           "and no Python")
-    notes = [f"malloc_info: the process runs {name}, not glibc's malloc"] if name != "glibc" and not plan else []
+    notes = [f"malloc_info: the process runs {name}, not glibc's malloc"] if not malloc_info and not plan else []
     return plan, notes + ([why_not] if why_not else [])
 
 
@@ -414,93 +406,57 @@ def gdb_plan(pid: int, outside: Snapshot, proc_root: str = "/proc",
              option: str = "--deep") -> tuple[GdbPlan | None, str]:
     """What gdb calls where jemalloc, tcmalloc or mimalloc serves malloc (None elsewhere), and,
     where it cannot be called, the one-line reason."""
-    serving = next((f for f in outside.allocator.get("found", []) if f.get("serves_malloc")), None)
-    name = serving.get("name") if serving else None
-    if serving is None or name not in CALLS:
+    serving = outside.allocator.serving
+    own = reader_for(serving.name if serving else None)
+    if serving is None or not own.deep_key:
         return None, ""
-    root = process_root(f"{proc_root}/{pid}")
     try:
-        if name == "jemalloc":
-            return GdbPlan(name, jemalloc_gdb.mallctl_symbol(serving, root)), ""
-        READERS[name].check_callable(serving, root)
-        return GdbPlan(name), ""
+        return own.deep_plan(serving, process_root(f"{proc_root}/{pid}")), ""
     except Unsupported as exc:
-        return None, f"{option} {CALLS[name][option == '--trim']} in PID {pid}: {exc}"
+        return None, f"{option} {own.calls[option == '--trim']} in PID {pid}: {exc}"
 
 
 def _allocator_via_gdb(session: GdbSession, plan: GdbPlan, result: DeepResult, required: bool) -> None:
     """The allocator's own figures into ``result``; a failure is the command's error where they are all
     --deep reads (``required``), else a note."""
+    own = reader_for(plan.allocator)
     try:
-        if plan.allocator == "jemalloc":
-            result.jemalloc = jemalloc_gdb.read_jemalloc(session, plan.symbol)
-        else:
-            setattr(result, plan.allocator, READERS[plan.allocator].read_figures(session))
+        setattr(result, own.name, own.read_deep(session, plan))  # DeepResult's field of that name
     except (CallFailed, MalformedInput, Unsupported) as exc:
         if required:
             raise
-        result.notes.append(f"{'mallctl' if plan.allocator == 'jemalloc' else plan.allocator}: {exc}")
+        result.notes.append(f"{own.deep_label or own.name}: {exc}")
 
 
-def with_allocator_layers(outside: Snapshot, figures: JemallocDeep | TcmallocDeep | MimallocDeep,
-                          beside: str = "") -> Snapshot:
-    """The outside snapshot with its allocator layers from the allocator's own figures (gdb_layers'
-    jemalloc_gdb_layers, tcmalloc_gdb_layers, mimalloc_gdb_layers), added to those of ``beside``
-    (glibc's, walked from outside) where jemalloc sits beside it; the moved layers have no PSS
-    split, so none is shown."""
-    if isinstance(figures, JemallocDeep):
-        layers, unexplained = jemalloc_gdb_layers(outside.layers, outside.rss, figures, beside)
-        key, route = "jemalloc_gdb", ROUTE_MALLCTL
-    elif isinstance(figures, TcmallocDeep):
-        layers, unexplained = tcmalloc_gdb_layers(outside.layers, outside.rss, figures)
-        key, route = "tcmalloc_gdb", ROUTE_TCMALLOC
-    else:
-        layers, unexplained = mimalloc_gdb_layers(outside.layers, outside.rss, figures)
-        key, route = "mimalloc_gdb", ROUTE_MIMALLOC
+def with_allocator_layers(outside: Snapshot, name: str, figures: DeepFigures, beside: str = "") -> Snapshot:
+    """The outside snapshot with its allocator layers from allocator ``name``'s own figures (its reader's
+    ``deep_layers``), added to those of ``beside`` (glibc's, walked from outside) where jemalloc sits beside
+    it; the moved layers have no PSS split, so none is shown."""
+    own = reader_for(name)
+    layers, unexplained = own.deep_layers(outside.layers, outside.rss, figures, beside)
     snap = replace(outside, layers=layers, unexplained=unexplained, regions=[], findings=[],
-                   route=f"{ROUTE_OUTSIDE}, allocator layers from {route}", pss_unexplained=None,
-                   allocator={**outside.allocator, key: figures.to_dict()})
+                   route=f"{ROUTE_OUTSIDE}, allocator layers from {own.deep_key}", pss_unexplained=None,
+                   allocator=replace(outside.allocator, gdb={**outside.allocator.gdb, name: figures.to_dict()}))
     snap.findings = allocator_findings(snap)  # what the allocators' own figures say of their free memory
     return snap
 
 
 def trim(pid: int, before: Snapshot, start_time: int | None, options: GdbOptions) -> TrimRecord:
-    """``malloc_trim(0)`` in the process; VmRSS around it, beside the outside estimate made before.
+    """The allocator's trim in the process (glibc's ``malloc_trim(0)``, jemalloc's purge, tcmalloc's and
+    mimalloc's release calls: its reader's ``release``); VmRSS around it, beside the estimate made before.
 
     A process with memgap's native agent is asked through the agent (no gdb;
     jemalloc, tcmalloc and mimalloc then trim with their own calls).
     """
-    name = before.allocator.get("name")
-    detail = before.layers["allocator_free"].detail if "allocator_free" in before.layers else {}
-    estimate = TrimDetails(estimate=detail.get("trim_releasable"),
-                           estimate_complete=detail.get("trim_estimate_complete"),
-                           estimate_route=ROUTE_OUTSIDE, estimate_rss=before.rss)
-    if "agent" in before.allocator:
-        return _trim_via_agent(pid, options.proc_root, estimate)
-    if name == "jemalloc":
-        return _purge_jemalloc(pid, before, start_time, options)
-    if name in READERS:
-        return _release_via_gdb(pid, before, start_time, options)
-    symbol = beside_jemalloc(pid, before, options.proc_root)[0] if name == "glibc" else ""
-    if symbol:
-        return trim_glibc_and_jemalloc(pid, before, start_time, options, symbol)
-    if name != "glibc":
-        raise Unsupported(f"malloc_trim is glibc's: PID {pid} runs {name} malloc"
-                          + (f" ({before.allocator.get('library')})" if before.allocator.get("library") else ""))
-    reader = ProcReader(pid, options.proc_root)
-    session = options.session(pid, start_time)
-    with session:
-        rss_before = status_int(reader.status(), "VmRSS")
-        returned = session.call_int("(int) malloc_trim(0)", "malloc_trim")
-        rss_after = status_int(reader.status(), "VmRSS")
-    return TrimRecord(rss_before, rss_after, TrimRoute.GDB, seconds=session.timings.get("malloc_trim", 0.0),
-                      details=TrimDetails(returned=returned, **estimate, gdb_seconds=gdb_seconds(session),
-                                          notes=list(session.notes)))
-
-
-def gdb_seconds(session: GdbSession) -> dict[str, float]:
-    """What attaching and holding the process took, for a trim record."""
-    return {k: round(v, 4) for k, v in session.timings.items() if k in ("attach", "held")}
+    if before.allocator.agent is not None:
+        return _trim_via_agent(pid, options.proc_root, outside_estimate(before))
+    own = reader_for(before.allocator.name)
+    plan = None
+    if own.deep_key:  # its own calls, where gdb can make them
+        plan, why_not = gdb_plan(pid, before, options.proc_root, "--trim")
+        if plan is None:
+            raise Unsupported(why_not)
+    return own.release(pid, before, start_time, options, plan)
 
 
 def _trim_via_agent(pid: int, proc_root: str, estimate: TrimDetails) -> TrimRecord:
@@ -509,52 +465,3 @@ def _trim_via_agent(pid: int, proc_root: str, estimate: TrimDetails) -> TrimReco
     trimmed = trim_pid(pid, proc_root)
     trimmed.details = TrimDetails(returned=None, notes=[], **estimate)
     return trimmed
-
-
-def _purge_jemalloc(pid: int, before: Snapshot, start_time: int | None, options: GdbOptions) -> TrimRecord:
-    """jemalloc's trim: ``arena.<ALL>.purge`` through its mallctl (the call memgap's native agent makes),
-    VmRSS around it, beside the dirty and muzzy pages jemalloc counted just before (the estimate)."""
-    plan, why_not = gdb_plan(pid, before, options.proc_root, "--trim")
-    if plan is None:
-        raise Unsupported(why_not)
-    symbol = plan.symbol
-    reader = ProcReader(pid, options.proc_root)
-    session = options.session(pid, start_time)
-    with session:
-        figures = jemalloc_gdb.read_jemalloc(session, symbol)
-        rss_before = status_int(reader.status(), "VmRSS")
-        returned = jemalloc_gdb.purge(session, symbol)
-        rss_after = status_int(reader.status(), "VmRSS")
-    seconds = session.timings.get("mallctl purge", 0.0)
-    return TrimRecord(rss_before, rss_after, TrimRoute.GDB, seconds=seconds, details=TrimDetails(
-        call=f"{symbol}(\"arena.{jemalloc_gdb.MALLCTL_ARENAS_ALL}.purge\")", returned=returned,
-        estimate=figures.purgeable, estimate_complete=True, estimate_route=ROUTE_MALLCTL,
-        estimate_rss=before.rss, estimate_parts={"dirty": figures.dirty_bytes, "muzzy": figures.muzzy_bytes},
-        gdb_seconds=gdb_seconds(session), notes=list(session.notes)))
-
-
-def _release_via_gdb(pid: int, before: Snapshot, start_time: int | None, options: GdbOptions) -> TrimRecord:
-    """tcmalloc's or mimalloc's own release call (the one memgap's native agent makes), VmRSS around
-    it, and the allocator's figures just before (the estimate, where it counts one) and just after."""
-    plan, why_not = gdb_plan(pid, before, options.proc_root, "--trim")
-    if plan is None:
-        raise Unsupported(why_not)
-    reader, module, notes = ProcReader(pid, options.proc_root), READERS[plan.allocator], []
-    session = options.session(pid, start_time)
-    own_after = None
-    with session:
-        own_before = module.read_figures(session)
-        rss_before = status_int(reader.status(), "VmRSS")
-        module.release(session)
-        rss_after = status_int(reader.status(), "VmRSS")
-        try:
-            own_after = module.read_figures(session)
-        except (CallFailed, MalformedInput, Unsupported) as exc:  # the release happened: report it all the same
-            notes.append(f"{plan.allocator} after the release: {exc}")
-    seconds = session.timings.get(module.CALL, 0.0)
-    return TrimRecord(rss_before, rss_after, TrimRoute.GDB, seconds=seconds, details=TrimDetails(
-        call=module.CALL, returned=None,
-        estimate=own_before.releasable, estimate_complete=own_before.releasable is not None,
-        estimate_route=module.ROUTE, estimate_rss=before.rss,
-        own_before=own_before.to_dict(), own_after=own_after.to_dict() if own_after else None,
-        gdb_seconds=gdb_seconds(session), notes=notes + list(session.notes)))

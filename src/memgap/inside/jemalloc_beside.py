@@ -27,16 +27,15 @@ if TYPE_CHECKING:
 def beside_jemalloc(pid: int, outside: Snapshot, proc_root: str = "/proc") -> tuple[str, str, str]:
     """(mallctl symbol, label, note) of the first jemalloc beside glibc's malloc whose mallctl gdb can
     call; ("", "", why not) where there is one but none can be called; ("", "", "") where there is none."""
-    found = outside.allocator.get("found") or []
-    serving = next((f for f in found if f.get("serves_malloc")), None)
-    beside = [f for f in found if not f.get("serves_malloc") and f.get("name") == "jemalloc"]
-    if serving is None or serving.get("name") != "glibc" or not beside:
+    serving = outside.allocator.serving
+    beside = [f for f in outside.allocator.beside if f.name == "jemalloc"]
+    if serving is None or serving.name != "glibc" or not beside:
         return "", "", ""
     root = process_root(f"{proc_root}/{pid}")
     reasons = []
     for entry in beside:
         try:
-            return jemalloc_gdb.mallctl_symbol(entry, root), allocator_label(entry), ""
+            return jemalloc_gdb.mallctl_symbol(entry.to_dict(), root), allocator_label(entry), ""
         except Unsupported as exc:
             reasons.append(str(exc))
     return "", "", ("jemalloc beside glibc's malloc not read (its memory stays under other_anon): "

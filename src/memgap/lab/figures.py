@@ -214,7 +214,7 @@ def _check_applied(m: RunFigures, variant: Variant, proc: ProcessRecord) -> None
     # glibc's malloc too (a static Go program: "unknown")
     if variant.sets_malloc and seen and seen != variant.allocator:
         m.note = f"the process ran {seen}, not {variant.allocator}: the preload did not take"
-    elif variant.arena_max and arenas > variant.arena_max and (seen or "glibc") == "glibc":
+    elif variant.arena_max and arenas > variant.arena_max and (seen or variant.allocator) == variant.allocator:
         m.note = (f"glibc ran {arenas} arenas, more than arena_max={variant.arena_max}: the setting did not take "
                   "(a setuid program ignores it, and a program may call mallopt itself)")
     elif variant.python_only and not m.python:

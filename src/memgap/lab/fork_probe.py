@@ -83,7 +83,7 @@ class ForkProbe:
         copies = diagnose_tree(snaps)
         self.findings.extend(copies)
         self.findings.extend(f for s in snaps for f in s.findings)
-        self.allocators.update(str(s.allocator["name"]) for s in snaps if s.allocator.get("name"))
+        self.allocators.update(s.allocator.name for s in snaps if s.allocator.name)
         return bool(copies)
 
 

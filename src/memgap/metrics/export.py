@@ -46,7 +46,7 @@ class Target:
     @property
     def labels(self) -> LabelSet:
         return (("role", self.role), ("index", str(self.index)),
-                ("allocator", str(self.snapshot.allocator.get("name") or "unknown")))
+                ("allocator", self.snapshot.allocator.name or "unknown"))
 
 
 @dataclass

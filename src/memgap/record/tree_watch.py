@@ -263,7 +263,7 @@ def outside_snapshot(writer: RecordingWriter, pid: int, phase: str, start: float
     if abs(snap.rss - rss_at_mark) > rss_slack(snap.rss):
         record["moving"] = True
     writer.write({"type": event, "pid": pid, "t": round(time.time() - start, 4), "snapshot": record})
-    if phase == trim_after and "agent" in snap.allocator:
+    if phase == trim_after and snap.allocator.agent is not None:
         _agent_trim(writer, pid, start)
     return record
 

@@ -77,7 +77,7 @@ def snapshot_fragment(snap: Snapshot) -> str:
     """The snapshot as an HTML fragment (a ``div`` with its own scoped style), no script."""
     where = f"PID {snap.pid}" + (f" at {snap.phase}" if snap.phase else "")
     head = (f"<p><b>{escape(where)}: RSS {mib(snap.rss)} MiB</b> ({escape(snap.route)}, allocator "
-            f"{escape(str(snap.allocator.get('name')))})"
+            f"{escape(snap.allocator.name)})"
             + (f", PSS {mib(snap.pss)} MiB" if snap.pss is not None else "") + "</p>")
     free = snap.layers.get("allocator_free")
     releasable = free.detail.get("trim_releasable") if free is not None else None

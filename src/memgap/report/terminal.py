@@ -10,6 +10,7 @@ from typing import Any, TextIO
 from rich.console import Console, RenderableType
 
 from memgap.diagnose.findings import diagnose_tree
+from memgap.documents.allocator import AllocatorInfo
 from memgap.documents.snapshot import PYTHON_LAYERS, Finding, Snapshot, TreeSnapshot, TreeTotals, layer_figure
 from memgap.report.cgroup import cgroup_lines
 from memgap.report.fit import CUT, WRAP, Col, fit_table
@@ -63,7 +64,7 @@ def layer_columns(names: Sequence[str]) -> list[Col]:
 
 def layers_table(snap: Snapshot, width: int = 120) -> RenderableType:
     where = f"PID {snap.pid}" + (f" at {snap.phase}" if snap.phase else "")
-    title = f"{where}: RSS {mib(snap.rss)} MiB ({snap.route}, allocator {snap.allocator.get('name')})"
+    title = f"{where}: RSS {mib(snap.rss)} MiB ({snap.route}, allocator {snap.allocator.name})"
     shares = snap.pss_unexplained is not None  # outside: each layer's private pages and PSS
     cols = [Col("layer", WRAP), Col("resident MiB"), Col("of RSS"), Col("virtual MiB", optional=1),
             *([Col("private MiB", optional=3), Col("PSS MiB", optional=4)] if shares else []),
@@ -143,14 +144,12 @@ def arenas_table(snap: Snapshot, limit: int = 10, width: int = 120) -> Renderabl
     return fit_table(title, cols, table_rows, width, [None] * (len(table_rows) - 1) + ["bold"])
 
 
-def allocator_lines(allocator: dict[str, Any]) -> list[tuple[str, str]]:
+def allocator_lines(allocator: AllocatorInfo) -> list[tuple[str, str]]:
     """(which, how we know) for every allocator found: the one serving malloc, then those beside it."""
     lines = []
-    for f in allocator.get("found") or []:
-        prefix = f.get("prefix")
-        prefix = " (symbols stripped)" if prefix == "?" else f" (prefix {prefix})" if prefix else ""
-        lines.append((f"{'malloc' if f.get('serves_malloc') else 'beside'}: {f.get('name')}{prefix} in "
-                      f"{f.get('library')}", f.get("how") or ""))
+    for f in allocator.found or []:
+        prefix = " (symbols stripped)" if f.prefix == "?" else f" (prefix {f.prefix})" if f.prefix else ""
+        lines.append((f"{'malloc' if f.serves_malloc else 'beside'}: {f.name}{prefix} in {f.library}", f.how or ""))
     return lines
 
 
@@ -173,7 +172,7 @@ def render_snapshot(snap: Snapshot, stream: TextIO, width: int | None = None) ->
         for which, how in lines:
             console.print(f"- {which}")
             console.print(f"    {how}")
-    problem = snap.allocator.get("agent_problem")
+    problem = snap.allocator.agent_problem
     if problem:  # said once, the figures above were read without it; wrapped to the width (a socket's path is
         # long), its continuation indented so that the note reads as one
         import textwrap

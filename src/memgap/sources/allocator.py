@@ -26,9 +26,9 @@ import ctypes
 import functools
 import os
 import re
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass, field, replace
 
+from memgap.documents.allocator import AllocatorInfo, FoundAllocator
 from memgap.errors import MalformedInput, MemgapError
 from memgap.sources.elf import ElfInfo, defines_symbol, forget_elf_files, read_elf, read_section
 from memgap.sources.procfs import Mapping, ProcReader
@@ -61,21 +61,6 @@ _MARKERS = {
 }
 
 
-@dataclass(frozen=True)
-class FoundAllocator:
-    """One allocator in a process: which, in which object, under which prefix, and how we know."""
-
-    name: str                    # jemalloc, tcmalloc, mimalloc, glibc, musl, unknown
-    library: str                 # the object it lives in (the program's path for a static one)
-    prefix: str = ""             # its API's symbol prefix ("je_", "_rjem_"); "?" when its symbols are stripped
-    how: str = ""
-    serves_malloc: bool = False  # the one ``malloc`` (and free, realloc...) resolves to
-    exported: bool = False       # its API is in .dynsym: dlsym, and so memgap's agent, can find it
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
 @dataclass
 class AllocatorDetection:
     name: str                   # the allocator serving malloc: glibc, jemalloc, tcmalloc, mimalloc, musl, unknown
@@ -89,46 +74,19 @@ class AllocatorDetection:
         return self.name == "glibc"
 
     @property
-    def glibc_heaps_readable(self) -> bool:
-        """glibc's malloc from libc.so: the outside walk finds its main arena in libc's data, which a
-        program with glibc linked in statically has not."""
-        return self.is_glibc and _kind_of(self.library) == "glibc"
-
-    @property
     def beside(self) -> list[FoundAllocator]:
         """The allocators found that do not serve malloc (prefixed, bundled, or loaded but not bound)."""
         return [f for f in self.found if not f.serves_malloc]
 
-
-def allocator_label(entry: dict[str, Any]) -> str:
-    """"jemalloc (_rjem_) in librjem.so": one found allocator (``FoundAllocator.to_dict()``) in a few words."""
-    prefix = entry.get("prefix") or ""
-    prefix = " (symbols stripped)" if prefix == "?" else f" ({prefix})" if prefix else ""
-    return f"{entry.get('name')}{prefix} in {os.path.basename(entry.get('library') or '?')}"
+    def info(self) -> AllocatorInfo:
+        """What a snapshot keeps of it (``Snapshot.allocator``), its figures added by the snapshot."""
+        return AllocatorInfo(self.name, self.library, self.how, list(self.others), list(self.found))
 
 
-def outside_note(detection: AllocatorDetection) -> str:
-    """Where malloc is not glibc's: what memgap cannot read of it from outside, and what would."""
-    if detection.glibc_heaps_readable:
-        return ""
-    if detection.is_glibc:
-        return ("glibc's malloc is linked into the program statically: from outside memgap finds glibc's arenas "
-                "through libc.so's data, so its memory stays under other anonymous")
-    serving = detection.found[0] if detection.found else FoundAllocator(detection.name, detection.library)
-    # gdb calls a function it finds in .dynsym or .symtab: the allocator's own API unless the program is stripped
-    api = {"jemalloc": "its mallctl", "tcmalloc": "MallocExtension_GetNumericProperty",
-           "mimalloc": "mi_process_info"}.get(detection.name)
-    callable_by_gdb = api is not None and "own messages" not in serving.how
-    deep = f"`inspect --deep` (gdb calls {api})" if callable_by_gdb else ""
-    if serving.exported and detection.name in ("jemalloc", "tcmalloc"):  # the agent reads these two
-        return (f"{detection.name} serves malloc: from outside its memory stays under other anonymous; its own "
-                "figures come from memgap's agent in the process (memgap run, or memgap agent)"
-                + (f" or {deep}" if deep else ", not --deep"))
-    why = "memgap's agent reads no mimalloc statistics" if detection.name == "mimalloc" else \
-        "it exports no statistics API that memgap's agent could call"
-    return (f"{detection.name} serves malloc: its memory stays under other anonymous ({why}; "
-            + (f"its own figures: {deep})" if deep else "--deep reads glibc's malloc_info, and the mallctl, "
-               "MallocExtension or mi_process_info of jemalloc, tcmalloc or mimalloc where their symbols are left)"))
+def allocator_label(entry: FoundAllocator) -> str:
+    """"jemalloc (_rjem_) in librjem.so": one found allocator in a few words."""
+    prefix = " (symbols stripped)" if entry.prefix == "?" else f" ({entry.prefix})" if entry.prefix else ""
+    return f"{entry.name}{prefix} in {os.path.basename(entry.library or '?')}"
 
 
 def beside_note(detection: AllocatorDetection) -> str:
@@ -136,13 +94,13 @@ def beside_note(detection: AllocatorDetection) -> str:
     beside = detection.beside
     if not beside:
         return ""
-    return (", ".join(allocator_label(f.to_dict()) for f in beside) + " beside malloc's allocator: "
+    return (", ".join(allocator_label(f) for f in beside) + " beside malloc's allocator: "
             + ("their" if len(beside) > 1 else "its") + " memory is counted under other anonymous "
             "from outside (`inspect --deep` reads a jemalloc beside glibc's through its mallctl where a symbol "
             "table, or the dynamic one, keeps it)")
 
 
-def _kind_of(path: str) -> str | None:
+def library_kind(path: str) -> str | None:
     if "musl" in path:  # musl's libc is named libc.so too (/usr/lib/x86_64-linux-musl/libc.so)
         return "musl"
     base = os.path.basename(path)
@@ -249,7 +207,7 @@ def classify(exe: str, objects: dict[str, ElfInfo], preload: list[str],
                 if family != "glibc":
                     found.append(FoundAllocator(family, path, "?", _by_messages(info, family)))
     if serving is None and server is not None:
-        kind = _kind_of(server) or "unknown"
+        kind = library_kind(server) or "unknown"
         serving = FoundAllocator(kind, server, "", f"{role}; "
                                  + ("its name says which" if kind != "unknown" else "no known allocator's API in it"),
                                  True)
@@ -337,7 +295,7 @@ def detect_from_names(mappings: list[Mapping]) -> AllocatorDetection:
     seen: dict[str, str] = {}
     for m in mappings:
         if m.path.startswith("/"):
-            kind = _kind_of(m.path)
+            kind = library_kind(m.path)
             if kind and kind not in seen:
                 seen[kind] = m.path
     for kind in ("jemalloc", "tcmalloc", "mimalloc", "musl"):
@@ -428,7 +386,7 @@ def _detect_in_process(mappings: list[Mapping]) -> AllocatorDetection:
             how = f"{from_names.how} (malloc's address is the program's PLT entry: imported)"
             return replace(from_names, how=how, found=[replace(f, how=how) if f.serves_malloc else f
                                                        for f in from_names.found])
-    kind = _kind_of(path)
+    kind = library_kind(path)
     how = "malloc resolves to this library (dladdr)"
     if kind is None:
         kind = "unknown"

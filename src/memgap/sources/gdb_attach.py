@@ -587,3 +587,8 @@ class GdbSession:
 
     def _last_log(self) -> str:
         return self._log[-1] if self._log else "no message"
+
+
+def gdb_seconds(session: GdbSession) -> dict[str, float]:
+    """What attaching and holding the process took, for a trim record."""
+    return {k: round(v, 4) for k, v in session.timings.items() if k in ("attach", "held")}

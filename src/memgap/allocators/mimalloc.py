@@ -1,0 +1,58 @@
+"""mimalloc: nothing from outside or from the agent (it counts no allocated bytes in a release build);
+through gdb, mi_process_info's committed bytes read and mi_collect called (memgap.sources.mimalloc_gdb),
+its committed memory one layer of its own (allocator_held).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from memgap.allocators.base import AllocatorReader, DeepFigures, GdbPlan, unread_note
+
+if TYPE_CHECKING:
+    from memgap.documents.allocator import FoundAllocator
+    from memgap.documents.snapshot import Layer, Snapshot
+    from memgap.documents.trim import TrimRecord
+    from memgap.sources.allocator import AllocatorDetection
+    from memgap.sources.gdb_attach import GdbSession
+    from memgap.sources.gdb_options import GdbOptions
+
+ROUTE = "gdb mi_process_info"  # sources.mimalloc_gdb.ROUTE, not imported: a process that snapshots itself needs no gdb
+
+
+class Mimalloc(AllocatorReader):
+    name = "mimalloc"
+    deep_key = ROUTE
+    calls = ("reads mimalloc's figures by calling mi_process_info",
+             "collects mimalloc's free memory by calling mi_collect")
+
+    def outside_note(self, detection: AllocatorDetection) -> str:
+        return unread_note(detection, "mi_process_info", False)
+
+    def deep_plan(self, serving: FoundAllocator, root: str) -> GdbPlan | None:
+        from memgap.sources import mimalloc_gdb
+
+        mimalloc_gdb.check_callable(serving.to_dict(), root)
+        return GdbPlan(self.name)
+
+    def read_deep(self, session: GdbSession, plan: GdbPlan) -> DeepFigures:
+        from memgap.sources import mimalloc_gdb
+
+        return mimalloc_gdb.read_figures(session)
+
+    def deep_layers(self, layers: dict[str, Layer], rss: int, figures: DeepFigures,
+                    beside: str = "") -> tuple[dict[str, Layer], int]:
+        from memgap.inside.gdb_layers import mimalloc_gdb_layers
+        from memgap.sources.mimalloc_gdb import MimallocDeep
+
+        assert isinstance(figures, MimallocDeep)  # what read_deep gave
+        return mimalloc_gdb_layers(layers, rss, figures)
+
+    def release(self, pid: int, before: Snapshot, start_time: int | None, options: GdbOptions,
+                plan: GdbPlan | None) -> TrimRecord:
+        from memgap.allocators.gdb_routes import release_own
+        from memgap.sources import mimalloc_gdb
+
+        return release_own(self.name, mimalloc_gdb, pid, before, start_time, options)
+
+
+READER = Mimalloc()
