@@ -15,7 +15,7 @@
 # `scripts/test.sh --fast [PYTEST ARGS]`: the fast lane, tests/unit alone (the tests that start no
 # process: tests/README.md), with the .venv already here and nothing else: no setup.sh, no apt, no
 # root, no ruff or mypy. --no-skips there too: a unit test needs nothing it could skip for. In one
-# process: 465-473 tests, 10-12.5 s of CPU, 10.9-28.0 s wall on the shared 2-core machine as its load
+# process: 465-476 tests, 10-12.5 s of CPU, 10.9-28.0 s wall on the shared 2-core machine as its load
 # went from 6 to 20. Two xdist workers took 3 s more CPU and were slower there: 8.1-30.1 s against
 # 10.0-19.5 s in one process, six pairs run one after the other. Any other first argument (or none):
 # the whole run above, as it was.
