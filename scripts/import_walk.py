@@ -1,7 +1,7 @@
 """Print the walk of `memgap inspect PID`'s imports for a human: each module it reaches, breadth first,
 with its floor (the pipeline's floors, from the command (7) down to the renderers (1) and the ground
-(0): tests/test_house.py says what they are and why), the imports that leave each module, and any that
-climbs back to a higher floor (tests/test_house.py fails on it). The graph and the floors are the
+(0): tests/unit/test_house.py says what they are and why), the imports that leave each module, and any that
+climbs back to a higher floor (tests/unit/test_house.py fails on it). The graph and the floors are the
 house test's own, read from its file, so the two cannot disagree.
 
     .venv/bin/python scripts/import_walk.py [MODULE]    (memgap.cli.inspect by default)
@@ -11,7 +11,7 @@ import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-spec = importlib.util.spec_from_file_location("house", os.path.join(HERE, "..", "tests", "test_house.py"))
+spec = importlib.util.spec_from_file_location("house", os.path.join(HERE, "..", "tests", "unit", "test_house.py"))
 assert spec is not None and spec.loader is not None
 house = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(house)

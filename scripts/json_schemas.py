@@ -1,6 +1,6 @@
 """Write docs/schemas/: the JSON Schema of every document memgap writes, made from the type hints its
-readers check (memgap.documents.schema). Run it after a document gains a field; tests/test_schemas.py fails
-until the files are what this writes.
+readers check (memgap.documents.schema). Run it after a document gains a field; tests/unit/test_schemas_published.py
+fails until the files are what this writes.
 
     .venv/bin/python scripts/json_schemas.py
 """

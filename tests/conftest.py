@@ -1,6 +1,9 @@
+import _posixsubprocess
+import contextlib
 import glob
 import os
 import shutil
+import socket
 import subprocess
 import sys
 
@@ -184,6 +187,79 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "cargo: builds a Rust program with cargo; left out unless --cargo")
+
+
+# --- tests/unit starts nothing: a guard around each of its tests ---------------------------------
+# The fast lane (scripts/test.sh --fast) runs tests/unit alone, with no setup beyond the venv: a test
+# there that starts a program, or opens an IP socket, would need what setup installs and fail (or
+# pass vacuously) elsewhere. While a unit test's setup, call or teardown runs, the ways Python starts
+# a process and opens an IP socket fail it, naming what was asked; a live test, in tests/live, is left alone.
+# tests/unit/test_unit_guard.py checks the guard itself, test_house.py the unit files' source.
+UNIT = os.path.join(HERE, "unit")
+# (module, function): subprocess holds its own name for fork_exec since Python 3.11; multiprocessing's
+# spawn and forkserver call _posixsubprocess's; os.popen goes through subprocess, os.spawn* through os.fork
+_STARTS = [(m, name) for m, name in ((subprocess, "_fork_exec"), (_posixsubprocess, "fork_exec"), *(
+    (os, f) for f in ("fork", "forkpty", "posix_spawn", "posix_spawnp", "system", "execv", "execve")))
+    if getattr(m, name, None) is not None]
+_NETWORK = ("connect", "connect_ex", "bind", "sendto")
+
+
+def _refused(what, tried):
+    def refuse(*args, **kwargs):
+        tried.append(what)
+        pytest.fail(f"a unit test {what}: tests/unit is for tests that start no process and use no network "
+                    "(move it to tests/live, where scripts/test.sh's setup gives it what it needs)")
+    return refuse
+
+
+def _refused_socket(method, tried):
+    original = getattr(socket.socket, method)
+
+    def guarded(sock, *args, **kwargs):
+        if sock.family in (socket.AF_INET, socket.AF_INET6):
+            _refused(f"opened an IP socket ({method} {args[:1]})", tried)()
+        return original(sock, *args, **kwargs)
+    return guarded
+
+
+@contextlib.contextmanager
+def _starting_nothing(item):
+    """Within tests/unit: starting a process or using an IP socket fails the test."""
+    if not str(item.path).startswith(UNIT + os.sep):
+        yield []
+        return
+    tried = []
+    with pytest.MonkeyPatch.context() as patch:
+        for module, name in _STARTS:
+            patch.setattr(module, name, _refused(f"started a process ({module.__name__}.{name})", tried))
+        for method in _NETWORK:
+            patch.setattr(socket.socket, method, _refused_socket(method, tried))
+        yield tried
+
+
+def _guarded(item):
+    with _starting_nothing(item) as tried:
+        result = yield
+    if tried:  # refused, and the refusal caught by the code under test: the test fails all the same
+        pytest.fail(f"a unit test tried what tests/unit refuses: {'; '.join(tried)}")
+    return result
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    return (yield from _guarded(item))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    return (yield from _guarded(item))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    if nextitem is None:  # the session's end: the session fixtures of live tests are torn down here too
+        return (yield)
+    return (yield from _guarded(item))
 
 
 # The files that take longest (seconds on the 2-core machine, four workers), handed out first: with

@@ -210,3 +210,43 @@ def thread_states(pid):
         except OSError:  # a thread that ended meanwhile
             continue
     return out
+
+
+# --- Prometheus' exposition format (serve-metrics' /metrics), parsed in the tests ----------------
+
+SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$")
+LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\\n]|\\[\\"n])*)"')
+UNESCAPE = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
+
+
+def parse_exposition(text):
+    """{name: {"help", "type", "samples": [(labels, value)]}} from exposition text 0.0.4, checking
+    that HELP then TYPE come before a family's samples, and that its samples are together."""
+    families, current = {}, None
+    assert text.endswith("\n"), text[-200:]
+    for line in text.splitlines():
+        if line.startswith("# HELP "):
+            name, _, help_text = line[len("# HELP "):].partition(" ")
+            assert name not in families, f"{name} described twice"
+            families[name] = {"help": help_text, "type": None, "samples": []}
+            current = None
+        elif line.startswith("# TYPE "):
+            name, kind = line[len("# TYPE "):].split(" ")
+            assert name in families and families[name]["type"] is None, f"TYPE {name} not right after its HELP"
+            assert kind in ("gauge", "counter"), line
+            families[name]["type"], current = kind, name
+        else:
+            m = SAMPLE.match(line)
+            assert m, f"not a sample line: {line!r}"
+            name, label_text, value = m.groups()
+            assert name == current, f"{name} sample outside its family (HELP/TYPE first, samples together)"
+            labels, pos = {}, 0
+            for lm in LABEL.finditer(label_text or ""):
+                assert lm.start() == pos, f"bad labels in {line!r}"
+                key = lm.group(1)
+                assert key not in labels, line
+                labels[key] = re.sub(r'\\[\\"n]', lambda e: UNESCAPE[e.group(0)], lm.group(2))
+                pos = lm.end() + 1  # past the comma
+            assert pos >= len(label_text or ""), f"bad labels in {line!r}"
+            families[name]["samples"].append((labels, float(value)))
+    return families

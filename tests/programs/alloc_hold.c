@@ -1,5 +1,5 @@
 /* Holds 4 MiB from malloc, says "ready", and waits until stdin closes: a process to detect
- * allocators in. Built by tests/test_allocator_detect.py against each allocator; with an
+ * allocators in. Built by tests/live/test_allocator_detect.py against each allocator; with an
  * argument, it first dlopen()s that library and calls its rjem_hold (a Rust library whose
  * heap is its own jemalloc), as Python loads an extension. */
 #include <dlfcn.h>

@@ -1,4 +1,4 @@
-"""A Celery app for tests/test_recipes.py, with a broker that needs no server: kombu's
+"""A Celery app for tests/live/test_recipes.py, with a broker that needs no server: kombu's
 filesystem transport, its messages (and its exchanges) in the folder MEMGAP_CELERY_DIR. Its
 one task makes, in the pool process that runs it, the burst of fork_worker.py (64 KiB buffers
 from glibc's heap, all but the last freed, which keeps the heap's top from shrinking by itself)

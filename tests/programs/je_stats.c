@@ -1,7 +1,7 @@
 /* jemalloc linked in statically (Debian's libjemalloc.a): holds blocks in two arenas, frees
  * most of them so that dirty pages and slack remain, then prints its own mallctl figures
  * and says "ready". Each line on stdin makes it print them again; it exits when stdin closes.
- * Built by tests/test_jemalloc_deep.py, which checks `memgap inspect --deep` against the
+ * Built by tests/live/test_jemalloc_deep.py, which checks `memgap inspect --deep` against the
  * figures the program prints itself.
  *
  * Arguments (both optional): COUNT, the blocks per arena (20000); RETAIN_MIB, MiB of large

@@ -1,7 +1,7 @@
 /* Holds and frees known amounts under tcmalloc (built with -DTCMALLOC, linked with Debian's
  * libtcmalloc_minimal.so.4) or mimalloc (-DMIMALLOC, libmimalloc.so.2), then prints the
  * allocator's own figures on one line (name=value ...) and says "ready". Each line on stdin
- * makes it print them again; it exits when stdin closes. Built by tests/test_tcmi_deep.py,
+ * makes it print them again; it exits when stdin closes. Built by tests/live/test_tcmi_deep.py,
  * which checks `memgap inspect --deep` and `--trim` against the figures the program prints. */
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-"""The multiprocessing recipe of docs/recipes.md, run by tests/test_recipes.py: the recipe's
+"""The multiprocessing recipe of docs/recipes.md, run by tests/live/test_recipes.py: the recipe's
 lines (between the markers, also in the page), then a pool with the spawn start method whose
 one child makes a burst (about 64 MiB of 100 kB blocks written, one in eight kept, the rest
 left free in glibc's heap) and says its PID; the program then waits for a line on stdin while

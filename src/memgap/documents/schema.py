@@ -1,6 +1,6 @@
 """JSON Schemas of memgap's documents, made from the same type hints that ``from_dict`` checks
 (memgap.documents.fields), so the published schema and the reader cannot drift: docs/schemas/ holds
-them as ``scripts/json_schemas.py`` writes them, and tests/test_schemas.py checks both ways.
+them as ``scripts/json_schemas.py`` writes them, and tests/unit/test_schemas_published.py checks both ways.
 
 Each document class is a dataclass; a field is required where it has no default (as ``from_dict``
 requires it), keys a class does not know are allowed (``from_dict`` leaves them out: a newer memgap's

@@ -1,0 +1,156 @@
+"""A runtime's own settings as lab variants (Go's GOGC and GOMEMLIMIT, the JVM's options through
+JAVA_TOOL_OPTIONS, Node's through NODE_OPTIONS), live: the lab refusing a bad one before any run, the
+JVM and Node taking what the specs take, and the lab on unmodified Go and Java programs
+(tests/programs/rtlab: they know nothing of memgap, and say their own VmRSS at the end of their rest).
+The specs, the environment they make and what the default set adds, where nothing is started:
+tests/unit/test_lab_runtime_settings.py."""
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import HERE, child_env
+from helpers import memgap
+from memgap.allocators.variants import parse_variant
+
+MiB = 1 << 20
+PROGRAMS = Path(HERE) / "programs" / "rtlab"
+GO = shutil.which("go") or "/usr/local/go/bin/go"
+
+
+def test_the_lab_refuses_a_bad_setting_before_any_run(tmp_path):
+    marker = tmp_path / "ran"
+    proc = memgap("lab", "--variant", "go:memlimit=lots", "--dir", str(tmp_path / "runs"), "--",
+                  "touch", str(marker))
+    assert proc.returncode == 2 and not marker.exists()
+    assert proc.stderr.strip().splitlines()[-1].endswith("memlimit=lots: a byte count, or with Go's units B, KiB, "
+                                                         "MiB, GiB, TiB (256MiB), or off")
+
+
+@pytest.mark.skipif(shutil.which("java") is None, reason="no java (scripts/setup.sh installs a JDK)")
+def test_the_jvm_itself_refuses_what_the_spec_refuses_and_takes_what_it_takes():
+    """The witness for the free-ratio rule: the JVM, given the options through the variable the variant sets."""
+    def java(tool_options):
+        return subprocess.run(["java", "-XX:+PrintFlagsFinal", "-version"], capture_output=True, text=True,
+                              env=child_env(JAVA_TOOL_OPTIONS=tool_options), timeout=60)
+
+    refused = java("-XX:MaxHeapFreeRatio=30")  # what jvm:maxheapfreeratio=30 alone would set
+    assert refused.returncode != 0 and "MinHeapFreeRatio" in refused.stdout + refused.stderr
+    taken = java(parse_variant("jvm:maxheapfreeratio=30,minheapfreeratio=10,gc=serial").env({})["JAVA_TOOL_OPTIONS"])
+    assert taken.returncode == 0, taken.stderr
+    rows = [line.split() for line in taken.stdout.splitlines()]
+    flags = {row[1]: row[3] for row in rows if len(row) >= 4 and row[2] == "="}
+    assert (flags["MaxHeapFreeRatio"], flags["MinHeapFreeRatio"], flags["UseSerialGC"]) == ("30", "10", "true")
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="no node (scripts/setup.sh installs nodejs)")
+def test_node_takes_its_settings_from_node_options():
+    env = parse_variant("node:max_old_space_size=200,semi_space=2").env({})
+    script = ("const v8 = require('v8'); const s = v8.getHeapSpaceStatistics().find(x => x.space_name === 'new_space');"
+              "console.log(v8.getHeapStatistics().heap_size_limit, s.space_size)")
+    out = subprocess.run(["node", "-e", script], env=child_env(**env), capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    limit, new_space = map(int, out.stdout.split())
+    default = subprocess.run(["node", "-e", script], env=child_env(NODE_OPTIONS=""), capture_output=True, text=True,
+                             timeout=60)
+    default_limit = int(default.stdout.split()[0])
+    # V8's ceiling is the old space plus the young generation: 200 MiB and a few more, far under its default
+    assert 200 * MiB <= limit < 240 * MiB < default_limit
+    assert new_space <= 2 * MiB
+
+
+@pytest.fixture(scope="session")
+def go_program(tmp_path_factory):
+    """programs/rtlab/grow_drop.go built (Go: /usr/local/go/bin or PATH; scripts/setup.sh installs one)."""
+    if not os.path.exists(GO):
+        pytest.skip("no Go toolchain (scripts/setup.sh installs golang-go)")
+    out = tmp_path_factory.mktemp("go") / "grow_drop"
+    env = child_env(CGO_ENABLED="0")
+    if not (env.get("GOCACHE") or env.get("HOME") or env.get("XDG_CACHE_HOME")):  # go needs a build cache
+        env["GOCACHE"] = str(tmp_path_factory.getbasetemp() / "gocache")
+    subprocess.run([GO, "build", "-o", str(out), str(PROGRAMS / "grow_drop.go")], check=True, env=env, timeout=300,
+                   cwd=str(out.parent))
+    return str(out)
+
+
+@pytest.fixture(scope="session")
+def java_classes(tmp_path_factory):
+    """programs/rtlab/GrowDrop.java compiled (javac: scripts/setup.sh installs a JDK)."""
+    if shutil.which("javac") is None:
+        pytest.skip("no javac (scripts/setup.sh installs a JDK)")
+    out = tmp_path_factory.mktemp("java")
+    subprocess.run(["javac", "-d", str(out), str(PROGRAMS / "GrowDrop.java")], check=True, timeout=120)
+    return str(out)
+
+
+def _lab(tmp_path, variants, cmd):
+    """``memgap lab --reps 2`` of ``cmd`` (which appends its own VmRSS to the witness file at the end of its
+    rest); returns the lab document, each run's witness (bytes, in run order) and the run folders."""
+    out, runs = tmp_path / "lab.json", tmp_path / "runs"
+    args = ["lab", "--reps", "2", "--max-slowdown", "3", "--json", str(out), "--dir", str(runs)]
+    for v in variants:
+        args += ["--variant", v]
+    proc = memgap(*args, "--", *cmd, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lab = json.loads(out.read_text())
+    witness = [int(line.split("=")[1]) * 1024 for line in (tmp_path / "own.txt").read_text().split()]
+    return lab, witness, runs
+
+
+def _run_env(runs, order):
+    """The environment the lab gave its ``order``-th run, as the run's recording keeps it."""
+    folder = next(runs.glob(f"run-{order:03d}-*"))
+    return json.loads((folder / "samples.jsonl").read_text().splitlines()[0])["env"]
+
+
+def _check_runs(lab, witness, variants, gives_back_at_rest=False):
+    """Each run at rest, its idle against the program's own VmRSS at the end of its rest. Where the runtime
+    gives pages back during the rest on its own (``gives_back_at_rest``: Go's background scavenger, 7.4 MiB
+    under a limit once, 116 MiB of a 322 MiB baseline another time in a fresh clone), the program's figure
+    is a floor the lab's idle, read as the rest began, may stand above."""
+    assert lab["complete"] and lab["order"] == [f"{v}#{rep}" for rep in (1, 2) for v in variants]
+    assert len(witness) == len(lab["runs"])
+    for r, own in zip(lab["runs"], witness, strict=True):
+        assert r["status"] == "ok", r
+        assert "quiet" in r["idle_rule"], r["idle_rule"]  # found at rest: the program marks nothing
+        room = max(0.05 * own, 4 * MiB)
+        if gives_back_at_rest:
+            assert own - room <= r["idle"] <= 1.7 * own + room, (r["variant"], r["idle"], own)
+        else:
+            assert abs(r["idle"] - own) <= room, (r["variant"], r["idle"], own)
+    return {s["spec"]: s["idle"][0] for s in lab["variants"]}
+
+
+def test_the_lab_ranks_gos_own_settings_on_an_unmodified_go_program(tmp_path, go_program):
+    """GOGC=25: the heap grows a quarter over the live one, not double, before each collection; GOMEMLIMIT
+    under the live peak: collections all along, and the free pages given back at once (the background
+    scavenger leaves pages alone for a cycle after they were dense). Measured (2 cores): idle 333 MiB
+    under the defaults, 234 with GOGC=25, 29 with GOMEMLIMIT=100MiB (x2.4 the time)."""
+    variants = ["glibc", "go:gogc=25", "go:memlimit=100MiB"]
+    lab, witness, runs = _lab(tmp_path, variants, [go_program, "200", "2", "gc", str(tmp_path / "own.txt")])
+    idle = _check_runs(lab, witness, variants, gives_back_at_rest=True)
+    assert idle["glibc"] > 200 * MiB  # the retention the settings are for
+    assert idle["go:gogc=25"] < 0.85 * idle["glibc"]
+    assert idle["go:memlimit=100MiB"] < 0.5 * idle["glibc"]
+    assert lab["recommendation"]["variant"] in variants[1:]
+    assert set(lab["recommendation"]["env"]) <= {"GOGC", "GOMEMLIMIT"}
+    assert "GOGC" not in _run_env(runs, 1) and _run_env(runs, 2)["GOGC"] == "25"  # the baseline's, and gogc=25's
+
+
+@pytest.mark.skipif(shutil.which("java") is None, reason="no java (scripts/setup.sh installs a JDK)")
+def test_the_lab_ranks_the_jvms_own_settings_on_an_unmodified_java_program(tmp_path, java_classes):
+    """G1 after one System.gc() keeps up to 70% of its heap free; 30% (with a lower minimum, as the JVM
+    asks) shrinks it further; -Xmx256m, added by the variant and not the baseline, caps what it grew to.
+    Measured (OpenJDK 17, 2 cores): idle 143 MiB under the defaults, 80 and 115."""
+    variants = ["glibc", "jvm:maxheapfreeratio=30,minheapfreeratio=10", "jvm:xmx=256m"]
+    lab, witness, runs = _lab(tmp_path, variants, ["java", "-cp", java_classes, "GrowDrop", "200", "2", "gc",
+                                                   str(tmp_path / "own.txt")])
+    idle = _check_runs(lab, witness, variants)
+    assert idle["jvm:maxheapfreeratio=30,minheapfreeratio=10"] < 0.75 * idle["glibc"]
+    assert idle["jvm:xmx=256m"] < 0.9 * idle["glibc"]
+    assert lab["recommendation"]["variant"] in variants[1:]
+    assert "JAVA_TOOL_OPTIONS" not in _run_env(runs, 1)  # the baseline (run 1) has no -Xmx of ours
+    assert _run_env(runs, 3)["JAVA_TOOL_OPTIONS"].endswith("-Xmx256m")  # run 3: jvm:xmx=256m's first
