@@ -226,6 +226,16 @@ CELL = {"params": {"N": "1"}, "variants": [VARIANT], "verdict": "", "recommendat
     (RunDocument.from_dict, {**RUN, "schema": "memgap.lab/1"}, "not a memgap.run document"),
     (RunDocument.from_dict, {k: v for k, v in RUN.items() if k != "schema"}, "schema None"),
     (RunDocument.from_dict, [RUN], "list where dict"),
+    # what a run keeps as JSON (memgap.documents.recorded's TypedDicts) is checked key by key all the same
+    (RunDocument.from_dict, {**RUN, "timeline": [{"t": 0.1, "pid": 1}]}, "field 'timeline'[0]: no field 'rss'"),
+    (RunDocument.from_dict, {**RUN, "timeline": [{"t": 0.1, "pid": 1, "rss": "1"}]},
+     "field 'timeline'[0], field 'rss': str where int belongs"),
+    (RunDocument.from_dict, {**RUN, "findings": [{"code": "c", "severity": "info"}]}, "no field 'summary'"),
+    (RunDocument.from_dict, {**RUN, "processes": [{"pid": 1, "snapshots": [], "exit": {"time": 1.0, "by": "agent",
+                                                                                      "gap": "0.1"}}]},
+     "field 'exit', field 'gap': str where"),
+    (RunDocument.from_dict, {**RUN, "tree": {"processes": 2}}, "field 'tree': no field 'pids'"),
+    (LabDocument.from_dict, {**LAB, "material": {"share": 0.05}}, "field 'material': no field 'share' or 'bytes'"),
     (RunFigures.from_dict, {k: v for k, v in LAB_RUN.items() if k != "status"}, "no field 'status'"),
     (RunFigures.from_dict, {**LAB_RUN, "rep": True}, "bool where int"),
     (RunFigures.from_dict, {**LAB_RUN, "status": "fine"}, "'fine' is not one of ok, crashed"),
@@ -276,6 +286,19 @@ def test_memgap_report_says_so_in_one_line(tmp_path):
     done = memgap("report", str(bad))
     assert done.returncode == 6 and done.stderr.count("\n") == 1, done.stderr
     assert "field 'pid': str where int belongs" in done.stderr
+
+
+def test_a_recording_line_that_is_no_event_is_one_clear_error(tmp_path):
+    """A real recording, then a line in it that is JSON but no object: one line naming it, exit code 6
+    (it was an AttributeError's traceback)."""
+    _, data = run_recorded(tmp_path, [sys.executable, "-c", "pass"])
+    folder = tmp_path / "run.json.d"
+    assert memgap("report", str(folder)).returncode == 0
+    with open(folder / "samples.jsonl", "a") as fh:
+        fh.write("[1, 2]\n" + json.dumps({"type": "gone", "pid": data["processes"][0]["pid"], "t": 9.0}) + "\n")
+    done = memgap("report", str(folder))
+    assert done.returncode == 6 and done.stderr.count("\n") == 1, done.stderr
+    assert "a JSON list, not an event" in done.stderr and "samples.jsonl, line" in done.stderr
 
 
 def test_the_words_are_their_values_in_json_and_text():

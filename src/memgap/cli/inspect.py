@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from memgap.cli import _common
 from memgap.cli._common import write_json
 from memgap.diagnose.findings import diagnose_tree
+from memgap.documents.json_value import shaped
 from memgap.documents.records import TreeDocument
 from memgap.documents.snapshot import Snapshot
 from memgap.errors import Unsupported, UsageError
@@ -36,6 +37,7 @@ from memgap.sources.gdb_target import DEFAULT_TIMEOUT  # not gdb_attach: loaded 
 from memgap.sources.processes import ProcessIdentity
 
 if TYPE_CHECKING:  # memgap.inside.gdb is loaded only for --deep and --trim
+    from memgap.runtimes.base import DeepRead
     from memgap.sources.gdb_options import GdbOptions
 
 
@@ -141,7 +143,7 @@ def _inside(request: InspectRequest) -> int:
     if request.json:
         doc = snap.to_dict(regions=request.regions)
         if found is not None or runtimes:
-            doc["deep"] = {**(found.to_dict() if found is not None else {}), "runtimes": runtimes}
+            doc["deep"] = {**(found.to_dict() if found is not None else {}), "runtimes": shaped(runtimes)}
         if after is not None:
             doc["after_trim"] = after.to_dict(regions=False)
         write_json(doc, request.json)
@@ -157,7 +159,7 @@ def _inside(request: InspectRequest) -> int:
     return 0
 
 
-def _runtimes_deep(snap: Snapshot, pid: int, proc_root: str) -> list[dict[str, object]]:
+def _runtimes_deep(snap: Snapshot, pid: int, proc_root: str) -> list[DeepRead]:
     """Each runtime's own deep route (the JVM's jcmd, Node's inspector), where the snapshot read a runtime."""
     if "runtime_heap" not in snap.layers:
         return []

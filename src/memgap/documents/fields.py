@@ -15,7 +15,7 @@ import types
 import typing
 from typing import Any
 
-from memgap.documents.json_value import JSON_KINDS, JsonValue
+from memgap.documents.json_value import JSON_KINDS, JsonObject, JsonValue
 from memgap.errors import InputTooLarge, MalformedInput
 
 FIGURE_LIMIT = 1 << 63  # no byte count, time or PID memgap writes comes near it
@@ -40,7 +40,7 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a figure")
 
 
-def _interned(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def _interned(pairs: list[tuple[str, JsonValue]]) -> JsonObject:
     """An object's keys interned: a recording repeats the same few keys in every line, and each line
     parsed apart would hold copies of its own (a third of a recording's memory once read)."""
     return {sys.intern(k): v for k, v in pairs}
@@ -149,9 +149,9 @@ def _json_shape(value: Any, hint: Any, where: str) -> Any:
     data = of_type(value, dict, where)
     for key, kind in _hints(hint).items():
         if key in data:
-            typed_value(data[key], kind, f"{where}[{key!r}]")
+            typed_value(data[key], kind, f"{where}, field {key!r}")  # worded as a dataclass's field
         elif key in hint.__required_keys__:
-            raise MalformedInput(where, f"no key {key!r}")
+            raise MalformedInput(where, f"no field {key!r}")
     return data
 
 

@@ -34,3 +34,8 @@ def shaped(value: Mapping[str, object] | Sequence[Mapping[str, object]] | None) 
     """A TypedDict (or a list of them) as the JSON it is: memgap's TypedDicts name JSON's kinds only, but
     mypy takes a TypedDict for a ``Mapping[str, object]`` alone, never for a JSON object."""
     return cast("JsonValue", value)
+
+
+def shaped_object(value: Mapping[str, object]) -> JsonObject:
+    """A TypedDict as the JSON object it is (see ``shaped``), to be written on."""
+    return cast("JsonObject", value)

@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from memgap.documents.fields import check_schema, dataclass_fields, of_type
+from memgap.documents.json_value import JsonObject
 from memgap.documents.trim import TrimRecord
 from memgap.sources.cgroup import CgroupMemory
 from memgap.sources.pyheap import PythonHeap
@@ -156,8 +157,8 @@ class Snapshot:
 
         return snapshot_fragment(self)
 
-    def to_dict(self, regions: bool = True) -> dict[str, Any]:
-        out: dict[str, Any] = {"schema": SCHEMA}
+    def to_dict(self, regions: bool = True) -> JsonObject:
+        out: JsonObject = {"schema": SCHEMA}
         # without its regions, none converted: a tree's thousands of them were most of its JSON's cost
         out.update(asdict(self if regions else replace(self, regions=[])))
         if not regions:

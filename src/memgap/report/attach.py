@@ -8,7 +8,7 @@ figures) or ``gdb in-process`` (memgap.snapshot() run inside it).
 """
 from __future__ import annotations
 
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from rich.console import RenderableType
 
@@ -28,6 +28,9 @@ from memgap.report.units import mib
 from memgap.sources.jemalloc_gdb import JemallocDeep
 from memgap.sources.mimalloc_gdb import MimallocDeep
 from memgap.sources.tcmalloc_gdb import TcmallocDeep
+
+if TYPE_CHECKING:  # the runtimes' readers are loaded only where a runtime was found
+    from memgap.runtimes.base import DeepRead
 
 
 def _gdb_timing(seconds: dict[str, float]) -> str:
@@ -219,7 +222,7 @@ def render_after_trim(after: Snapshot, stream: TextIO, width: int | None = None)
 
 
 
-def render_runtimes_deep(runtimes: list[dict[str, Any]], stream: TextIO, width: int | None = None) -> None:
+def render_runtimes_deep(runtimes: list[DeepRead], stream: TextIO, width: int | None = None) -> None:
     """What each runtime's own deep route told (``memgap.runtimes.read_deep``), a line or two each."""
     console = console_on(stream, width)
     for rt in runtimes:

@@ -6,7 +6,7 @@ JSON read every runtime the same way, and a contract test can run every reader a
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, TypedDict
 
 from memgap.sources.procfs import Mapping, ProcReader
 
@@ -66,6 +66,46 @@ class RuntimeHeap:
     ranges: list[OwnedRange] = field(default_factory=list)
     settings: dict[str, str] = field(default_factory=dict)  # what governs its retention (GOGC, the GC chosen...)
     notes: list[str] = field(default_factory=list)
+
+
+class _Heap(TypedDict):
+    route: str
+    in_use: int | None
+    retained: int | None
+    released: int | None
+    committed: int | None
+    limit: int | None
+    settings: dict[str, str]
+    notes: list[str]
+
+
+class HeapDetail(_Heap):
+    """One runtime's heap in the runtime_heap layer's detail (``{"runtimes": [...]}``, memgap.runtimes.layers):
+    its figures, the resident bytes of its ranges, and what of them it holds in use and retained."""
+
+    runtime: str
+    version: str
+    resident: int
+    in_use_told: int | None     # its own count (``in_use`` is the resident pages it covers)
+    retained_told: int | None
+
+
+class DeepRead(TypedDict, total=False):
+    """What a runtime's own deep route told (``inspect --deep``: memgap.runtimes.read_deep): its figures,
+    or a note saying why there are none."""
+
+    runtime: str
+    note: str
+    version: str
+    route: str
+    in_use: int | None
+    retained: int | None
+    released: int | None
+    committed: int | None
+    limit: int | None
+    metadata: dict[str, int]
+    settings: dict[str, str]
+    notes: list[str]
 
 
 class RuntimeReader(Protocol):

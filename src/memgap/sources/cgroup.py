@@ -13,8 +13,8 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
 
+from memgap.documents.json_value import JsonObject
 from memgap.errors import MalformedInput
 
 UNLIMITED = 1 << 60  # v1 writes "no limit" as a page-rounded LLONG_MAX
@@ -53,7 +53,7 @@ class CgroupMemory:
     def headroom(self) -> int | None:
         return None if self.limit is None else self.limit - self.usage
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {**asdict(self), "working_set": self.working_set, "reclaimable": self.reclaimable,
                 "headroom": self.headroom}
 

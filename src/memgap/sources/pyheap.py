@@ -13,10 +13,17 @@ import gc
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 SMALL_REQUEST_THRESHOLD = 512  # pymalloc serves requests up to this size; larger go to malloc
 LARGE_BUFFER_REPORT = 1 << 20  # buffers listed one by one from this size up
+
+
+class LargeBuffer(TypedDict):
+    """One of the largest buffers the gc walk found: its type's name and its size."""
+
+    type: str
+    bytes: int
 
 
 @dataclass
@@ -26,7 +33,7 @@ class PythonHeap:
     traced_peak: int | None = None
     large_buffers_bytes: int = 0        # buffers > 512 B found by the gc walk
     large_buffers_count: int = 0
-    largest: list[dict[str, Any]] = field(default_factory=list)
+    largest: list[LargeBuffer] = field(default_factory=list)  # the ten largest, largest first
     instance_counts: dict[str, int] = field(default_factory=dict)
     gc_objects: int = 0
 
