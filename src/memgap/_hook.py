@@ -5,6 +5,7 @@ import atexit
 import importlib
 import os
 import threading
+from typing import TYPE_CHECKING
 
 from memgap.record.envnames import (
     BEFORE_EXIT_PHASE,
@@ -14,6 +15,9 @@ from memgap.record.envnames import (
     TRIM_EVERY_ENV,
     TRIMMER_ENV,
 )
+
+if TYPE_CHECKING:
+    from memgap.documents.json_value import JsonObject
 
 _installed = False  # the bootstrap's sitecustomize and memgap's .pth file may both ask
 _events = None  # this process's file for its trimmers' events (a recording.ProcessFile)
@@ -88,7 +92,7 @@ def _snapshot_before_exit() -> None:
     threading._shutdown = before_shutdown  # type: ignore[attr-defined]  # as above
 
 
-def _write_event(event: dict[str, object]) -> None:
+def _write_event(event: JsonObject) -> None:
     """A trimmer's event, into a file of its own: the recorder takes process-PID.jsonl as the
     sign that the program marks phases itself, which a trimmer's trims are not."""
     from memgap.record.recording import ProcessFile

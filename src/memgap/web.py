@@ -36,10 +36,13 @@ import sys
 import threading
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping, Sequence
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
 
 from memgap.remedies import Trimmer
+
+if TYPE_CHECKING:
+    from memgap.documents.json_value import JsonObject
 
 LOOPBACK = ("127.0.0.0/8", "::1/128")
 DEFAULT_PATH = "/memgap"
@@ -108,7 +111,7 @@ class _Trimming:
                 self.trimmer = self._make().start()  # Unsupported (not glibc) says so at the first call
                 self.pid = os.getpid()
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> JsonObject:
         return asdict(self.trimmer.stats) if self.trimmer is not None else {}
 
 

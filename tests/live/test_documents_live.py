@@ -79,3 +79,16 @@ def test_the_agents_trim_at_idle_is_recorded_with_its_route(tmp_path):
     saved = next(s["trim"] for p in data["processes"] for s in p["snapshots"] if s.get("trim"))
     assert trim.route is TrimRoute.AGENT and saved["route"] == "agent" and "by" not in saved
     assert set(saved) == {"performed", "route", "rss_before", "rss_after", "released", "seconds", "reason"}
+
+
+def test_a_recording_line_that_is_no_event_is_one_clear_error(tmp_path):
+    """A real recording, then a line in it that is JSON but no object: one line naming it, exit code 6
+    (it was an AttributeError's traceback)."""
+    _, data = run_recorded(tmp_path, [sys.executable, "-c", "pass"])
+    folder = tmp_path / "run.json.d"
+    assert memgap("report", str(folder)).returncode == 0
+    with open(folder / "samples.jsonl", "a") as fh:
+        fh.write("[1, 2]\n" + json.dumps({"type": "gone", "pid": data["processes"][0]["pid"], "t": 9.0}) + "\n")
+    done = memgap("report", str(folder))
+    assert done.returncode == 6 and done.stderr.count("\n") == 1, done.stderr
+    assert "a JSON list, not an event" in done.stderr and "samples.jsonl, line" in done.stderr

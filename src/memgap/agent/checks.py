@@ -84,7 +84,7 @@ def check_report(report: AgentReport, limits: Limits) -> None:
                "the machine's memory and the process's VmSize")
     if report.trimmer.get("mode", "off") not in TRIMMER_MODES:
         raise _refuse(limits, f"trimmer mode {str(report.trimmer.get('mode'))[:20]!r}")
-    _bytes(limits, [(f"trimmer {k}", v) for k, v in report.trimmer.items() if k != "mode"], 2 ** 63, "2^63")
+    _bytes(limits, [(f"trimmer {k}", v) for k, v in report.trimmer.items() if not isinstance(v, str)], 2 ** 63, "2^63")
     if report.mallinfo is not None:
         mi = report.mallinfo
         _bytes(limits, [(f"mallinfo2 {k}", v) for k, v in sorted(mi.__dict__.items())], space, "the process's VmSize")

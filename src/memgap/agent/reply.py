@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TypeVar
 
+from memgap.documents.recorded import AgentExit, AgentJemalloc
 from memgap.documents.trim import TrimRecord, TrimRoute
 from memgap.errors import MalformedInput
 from memgap.sources.glibc import Mallinfo2, MallocInfo, parse_malloc_info
@@ -25,7 +26,7 @@ class AgentReport:
     allocator: str
     malloc_from: str
     rss: int
-    trimmer: dict[str, Any] = field(default_factory=dict)
+    trimmer: dict[str, str | float] = field(default_factory=dict)  # its mode, then its figures
     mallinfo: Mallinfo2 | None = None
     malloc_info: MallocInfo | None = None
     jemalloc: JemallocStats | None = None
@@ -36,9 +37,9 @@ class AgentReport:
     exit: dict[str, float] = field(default_factory=dict)
     cmdline: list[str] = field(default_factory=list)
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> AgentExit:
         """A JSON-ready digest (the XML itself is not kept)."""
-        out: dict[str, Any] = {"allocator": self.allocator, "malloc_from": self.malloc_from, "rss": self.rss,
+        out: AgentExit = {"allocator": self.allocator, "malloc_from": self.malloc_from, "rss": self.rss,
                                "trimmer": self.trimmer, "seconds": round(self.seconds, 6)}
         if self.mallinfo is not None:
             out["mallinfo2"] = self.mallinfo.__dict__.copy()
@@ -46,7 +47,10 @@ class AgentReport:
             out["arenas"] = len(self.malloc_info.arenas)
             out["mmap_count"], out["mmap_bytes"] = self.malloc_info.mmap_count, self.malloc_info.mmap_bytes
         if self.jemalloc is not None:
-            out["jemalloc"] = self.jemalloc.__dict__.copy()
+            j = self.jemalloc
+            out["jemalloc"] = AgentJemalloc(allocated=j.allocated, active=j.active, resident=j.resident,
+                                            retained=j.retained, mapped=j.mapped, metadata=j.metadata,
+                                            narenas=j.narenas, version=j.version, muzzy=j.muzzy)
         if self.tcmalloc:
             out["tcmalloc"] = dict(self.tcmalloc)
         if self.exit:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from memgap.cli import _common
 from memgap.cli._common import write_json
+from memgap.documents.json_value import shaped
 from memgap.documents.snapshot import Snapshot
 from memgap.errors import Unsupported, UsageError
 from memgap.explain.snapshot import SnapshotOptions, snapshot_pid
@@ -34,6 +35,7 @@ from memgap.sources.gdb_target import DEFAULT_TIMEOUT  # not gdb_attach: loaded 
 from memgap.sources.processes import ProcessIdentity
 
 if TYPE_CHECKING:  # memgap.inside.gdb is loaded only for --deep and --trim
+    from memgap.documents.runtime_heap import DeepRead
     from memgap.sources.gdb_options import GdbOptions
 
 
@@ -139,7 +141,7 @@ def _inside(request: InspectRequest) -> int:
     if request.json:
         doc = snap.to_dict(regions=request.regions)
         if found is not None or runtimes:
-            doc["deep"] = {**(found.to_dict() if found is not None else {}), "runtimes": runtimes}
+            doc["deep"] = {**(found.to_dict() if found is not None else {}), "runtimes": shaped(runtimes)}
         if after is not None:
             doc["after_trim"] = after.to_dict(regions=False)
         write_json(doc, request.json)
@@ -155,7 +157,7 @@ def _inside(request: InspectRequest) -> int:
     return 0
 
 
-def _runtimes_deep(snap: Snapshot, pid: int, proc_root: str) -> list[dict[str, object]]:
+def _runtimes_deep(snap: Snapshot, pid: int, proc_root: str) -> list[DeepRead]:
     """Each runtime's own deep route (the JVM's jcmd, Node's inspector), where the snapshot read a runtime."""
     if "runtime_heap" not in snap.layers:
         return []

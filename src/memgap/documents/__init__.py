@@ -3,6 +3,7 @@
 ``snapshot`` (a snapshot's layers, regions and findings), ``trim`` (the trim record every route
 returns), ``records`` (a run and its processes, a lab's result and its runs), ``lab_summary`` (a
 lab's summaries and verdict),
+``recorded`` (a recording's JSON shapes, as TypedDicts), ``json_value`` (``JsonValue``: any JSON),
 ``fields`` (how each class reads its fields from JSON, with the checks) and ``schema`` (the
 schemas in docs/schemas/, made from the same type hints). The names of ``records`` are
 importable from here too (``memgap.documents.RunDocument``), loaded on first use.

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from memgap.documents.fields import dataclass_fields, of_type, typed_value
+from memgap.documents.recorded import AgentExit
 
 GDB_SUFFIX = "_gdb"  # "jemalloc_gdb": an allocator's own figures read through gdb, keyed by its name
 
@@ -50,7 +51,7 @@ class AllocatorInfo:
     mmap_count: int | None = None
     mmap_bytes: int | None = None
     jemalloc: dict[str, Any] | None = None    # jemalloc's stats (memgap.sources.jemalloc.JemallocStats)
-    agent: dict[str, Any] | None = None       # the native agent's summary, where it answered
+    agent: AgentExit | None = None            # the native agent's summary, where it answered
     agent_problem: str | None = None          # why the agent was not asked or not taken
     # allocator -> its own figures read by --deep, written as "<allocator>_gdb"
     gdb: dict[str, dict[str, Any]] = field(default_factory=dict, metadata={"json_keys": GDB_SUFFIX + "$"})

@@ -15,6 +15,7 @@ import types
 import typing
 from typing import Any
 
+from memgap.documents.json_value import JSON_KINDS, JsonObject, JsonValue
 from memgap.errors import InputTooLarge, MalformedInput
 
 FIGURE_LIMIT = 1 << 63  # no byte count, time or PID memgap writes comes near it
@@ -39,7 +40,7 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a figure")
 
 
-def _interned(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def _interned(pairs: list[tuple[str, JsonValue]]) -> JsonObject:
     """An object's keys interned: a recording repeats the same few keys in every line, and each line
     parsed apart would hold copies of its own (a third of a recording's memory once read)."""
     return {sys.intern(k): v for k, v in pairs}
@@ -85,6 +86,10 @@ def typed_value(value: Any, hint: Any, where: str) -> Any:
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if hint is Any:
         return value
+    if hint is JsonValue:  # any JSON: only its kind checked
+        return value if isinstance(value, JSON_KINDS) else _fail(where, value, hint)
+    if typing.is_typeddict(hint):
+        return _json_shape(value, hint, where)
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
             return None
@@ -110,6 +115,7 @@ def typed_value(value: Any, hint: Any, where: str) -> Any:
         items = of_type(value, list, where)
         if _free(args[0]):  # kept as read, each only checked (a timeline's samples: no copy, no work per key)
             kind = typing.get_origin(args[0]) or args[0]
+            kind = JSON_KINDS if kind is JsonValue else kind
             for i, v in enumerate(items):
                 if kind is not Any and not isinstance(v, kind):
                     raise _wrong(f"{where}[{i}]", v, args[0])
@@ -120,7 +126,7 @@ def typed_value(value: Any, hint: Any, where: str) -> Any:
             raise _wrong(where, value, hint)
         return tuple(typed_value(v, a, where) for v, a in zip(value, args, strict=True))
     if origin is dict:
-        if args[1] is Any:
+        if args[1] is Any or args[1] is JsonValue:
             return of_type(value, dict, where)
         return {k: typed_value(v, args[1], f"{where}[{k!r}]") for k, v in of_type(value, dict, where).items()}
     if hint is float:
@@ -131,9 +137,22 @@ def typed_value(value: Any, hint: Any, where: str) -> Any:
 
 
 def _free(hint: Any) -> bool:
-    """A hint whose values are taken as they are: Any, dict[str, Any], list[Any]."""
+    """A hint whose values are taken as they are: Any or JsonValue, an object or a list of them."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
-    return hint is Any or (origin is dict and args[1] is Any) or (origin is list and args[0] is Any)
+    return hint is Any or hint is JsonValue or (origin is dict and args[1] in (Any, JsonValue)) or (
+        origin is list and args[0] in (Any, JsonValue))
+
+
+def _json_shape(value: Any, hint: Any, where: str) -> Any:
+    """A TypedDict's value, a JSON object: each key the TypedDict names checked against its type (those
+    it requires must be there); kept as read, its other keys and their order with it."""
+    data = of_type(value, dict, where)
+    for key, kind in _hints(hint).items():
+        if key in data:
+            typed_value(data[key], kind, f"{where}, field {key!r}")  # worded as a dataclass's field
+        elif key in hint.__required_keys__:
+            raise MalformedInput(where, f"no field {key!r}")
+    return data
 
 
 def of_type(value: Any, kind: type, where: str) -> Any:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
 from memgap.documents.fields import dataclass_fields
+from memgap.documents.json_value import JsonObject
 
 # how a reason in a lab document's ``chosen`` that a finding of the baseline's gave begins (memgap.lab.choose)
 CHOSEN = "chosen because: "
@@ -32,8 +33,8 @@ class _Summary:
 
     WHAT: ClassVar[str] = "lab document part"
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = dataclasses.asdict(self)  # type: ignore[call-overload]  # every subclass is a dataclass
+    def to_dict(self) -> JsonObject:
+        out: JsonObject = dataclasses.asdict(self)  # type: ignore[call-overload]  # every subclass is a dataclass
         return out
 
     @classmethod
@@ -125,7 +126,7 @@ class Cell(_Summary):
     baseline_idle: float  # the baseline's idle median; 0 where it has none
     time_spread: float = 0.0  # the baseline's run-to-run spread (verdict.run_to_run_spread)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {"params": self.params, "variants": [v.to_dict() for v in self.variants], "verdict": self.verdict,
                 "recommendation": self.recommendation.to_dict() if self.recommendation else None,
                 "baseline_idle": self.baseline_idle, "time_spread": self.time_spread}

@@ -6,7 +6,9 @@ its parts without importing the readers.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TypedDict
+
+from memgap.documents.json_value import JsonObject
 
 
 @dataclass(frozen=True)
@@ -42,9 +44,16 @@ class CgroupMemory:
     def headroom(self) -> int | None:
         return None if self.limit is None else self.limit - self.usage
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {**asdict(self), "working_set": self.working_set, "reclaimable": self.reclaimable,
                 "headroom": self.headroom}
+
+
+class LargeBuffer(TypedDict):
+    """One of the largest buffers the gc walk found: its type's name and its size."""
+
+    type: str
+    bytes: int
 
 
 @dataclass
@@ -54,7 +63,7 @@ class PythonHeap:
     traced_peak: int | None = None
     large_buffers_bytes: int = 0        # buffers > 512 B found by the gc walk
     large_buffers_count: int = 0
-    largest: list[dict[str, Any]] = field(default_factory=list)
+    largest: list[LargeBuffer] = field(default_factory=list)  # the ten largest, largest first
     instance_counts: dict[str, int] = field(default_factory=dict)
     gc_objects: int = 0
 

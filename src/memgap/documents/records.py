@@ -15,11 +15,25 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from memgap.documents.display import as_html
 from memgap.documents.fields import check_schema, dataclass_fields, of_type
+from memgap.documents.json_value import JsonObject, shaped
 from memgap.documents.lab_summary import AcrossCell, Cell, Recommendation, SweepRow, VariantSummary
+from memgap.documents.recorded import (
+    AgentExit,
+    CgroupCharge,
+    MachineInfo,
+    ProcessEntry,
+    ProcessExit,
+    RecordedError,
+    RecordedFinding,
+    RecordedSample,
+    RecordedSnapshot,
+    StopEnding,
+    TreeIdle,
+)
 from memgap.documents.snapshot import RUN_SCHEMA, Finding, Snapshot, TreeSnapshot, TreeTotals
 from memgap.documents.trim import (
     TrimDetails as TrimDetails,  # the trim record's names, importable from here too
@@ -72,16 +86,12 @@ class ProcessIdle:
     pss: int | None = None          # its PSS then: a tree is summed by it
     work_ended: float | None = None  # when its work ended (its rest began, or it exited)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, data: Any, what: str = "process idle") -> ProcessIdle:
         return cls(**dataclass_fields(cls, data, what))
-
-
-# written only where the events were
-_PROCESS_OPTIONAL = ("trimmer", "trims", "quiet_ends", "agent_exit", "pss_reads", "peak", "exit")
 
 
 @dataclass
@@ -90,33 +100,46 @@ class ProcessRecord:
     with its ``phase``; one read from outside also has ``rss_at_mark`` and ``read_began``) and its idle."""
 
     pid: int
-    snapshots: list[dict[str, Any]]
+    snapshots: list[RecordedSnapshot]
     ppid: int | None = None
     cmd: list[str] = field(default_factory=list)
     trimmer: str | None = None          # the bootstrap started a trimmer in it: its mode
     trims: list[TrimRecord] | None = None  # the trimmer's trims
     quiet_ends: list[float] | None = None  # when its quiet spells ended
-    agent_exit: dict[str, Any] | None = None  # the statistics its agent wrote as it exited
+    agent_exit: AgentExit | None = None  # the statistics its agent wrote as it exited
     idle: ProcessIdle | None = None  # the idle found, with its rule
     pss_reads: list[list[float]] | None = None  # [time, Pss, Rss] read again while it was quiet (a tree's idle)
-    peak: dict[str, Any] | None = None  # the snapshot read from outside at its highest RSS (memgap.record.tree_watch)
-    exit: dict[str, Any] | None = None  # when it exited and how close its last snapshot came (tree_watch.exit_of)
+    peak: RecordedSnapshot | None = None  # the snapshot read from outside at its highest RSS (memgap.record.tree_watch)
+    exit: ProcessExit | None = None  # when it exited and how close its last snapshot came (tree_watch.exit_of)
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"pid": self.pid, "ppid": self.ppid, "cmd": self.cmd, "snapshots": self.snapshots}
-        for name in _PROCESS_OPTIONAL:
-            value = getattr(self, name)
-            if value is not None:
-                out[name] = [t.to_dict() for t in value] if name == "trims" else value
+    def to_dict(self) -> ProcessEntry:
+        out: ProcessEntry = {"pid": self.pid, "ppid": self.ppid, "cmd": self.cmd, "snapshots": self.snapshots}
+        # written only where the events were
+        if self.trimmer is not None:
+            out["trimmer"] = self.trimmer
+        if self.trims is not None:
+            out["trims"] = [t.to_dict() for t in self.trims]
+        if self.quiet_ends is not None:
+            out["quiet_ends"] = self.quiet_ends
+        if self.agent_exit is not None:
+            out["agent_exit"] = self.agent_exit
+        if self.pss_reads is not None:
+            out["pss_reads"] = self.pss_reads
+        if self.peak is not None:
+            out["peak"] = self.peak
+        if self.exit is not None:
+            out["exit"] = self.exit
         out["idle"] = self.idle.to_dict() if self.idle is not None else None
         return out
 
     @classmethod
     def from_dict(cls, data: Any, what: str = "run's process") -> ProcessRecord:
-        record = cls(**dataclass_fields(cls, data, what))
-        for i, snap in enumerate(record.snapshots):  # kept as JSON, but checked as snapshots are
+        # its snapshots kept as JSON, but checked as snapshots are (once: not again as RecordedSnapshots)
+        fields = dataclass_fields(cls, data, what, skip=("snapshots",))
+        snapshots = of_type(data["snapshots"], list, f"{what}, field 'snapshots'")
+        for i, snap in enumerate(snapshots):
             Snapshot.from_dict(snap, f"{what}, snapshot {i}")
-        return record
+        return cls(snapshots=snapshots, **fields)
 
     def phases(self) -> list[Snapshot]:
         """Its snapshots as Snapshot objects (what a recording adds to them left out)."""
@@ -128,18 +151,6 @@ class ProcessRecord:
                 if s.get("phase") == "after-trim" and s.get("trim")]
 
 
-@dataclass(frozen=True)
-class Sample:
-    """One RSS sample of a run's timeline (its JSON keeps these keys; ``from_dict`` checks them)."""
-
-    t: float          # seconds after the run began
-    pid: int
-    rss: int
-    anon: int = 0
-    file: int = 0
-    threads: int = 0
-
-
 @dataclass
 class RunDocument:
     """``memgap run``'s recording assembled (``memgap.run/1``, docs/json.md)."""
@@ -147,7 +158,7 @@ class RunDocument:
     processes: list[ProcessRecord]
     cmd: list[str] = field(default_factory=list)
     start: float | None = None
-    machine: dict[str, Any] = field(default_factory=dict)
+    machine: MachineInfo = field(default_factory=lambda: MachineInfo())
     interval: float | None = None
     exit_code: int | None = None
     complete: bool = False
@@ -155,36 +166,36 @@ class RunDocument:
     stopped_at_idle: bool = False
     load_seconds: float | None = None
     oom_kills: int | None = None
-    cgroup: dict[str, Any] | None = None
+    cgroup: CgroupCharge | None = None
     env: dict[str, str] = field(default_factory=dict)
-    agent: dict[str, Any] = field(default_factory=dict)
+    agent: dict[str, str] = field(default_factory=dict)  # the agent preloaded: its library, its mode
     duration: float = 0.0
-    timeline: list[dict[str, Any]] = field(default_factory=list)
-    findings: list[dict[str, Any]] = field(default_factory=list)
-    errors: list[dict[str, Any]] = field(default_factory=list)
+    timeline: list[RecordedSample] = field(default_factory=list)
+    findings: list[RecordedFinding] = field(default_factory=list)
+    errors: list[RecordedError] = field(default_factory=list)
     metrics: dict[str, float] = field(default_factory=dict)
     record_dir: str = ""
-    tree: dict[str, Any] | None = None  # the tree at idle, summed (memgap.record.tree_idle.TreeAtIdle.to_dict)
-    stopped: dict[str, Any] | None = None  # a stop signal to memgap: how the tree ended (memgap.record.tree_end.Ending)
+    tree: TreeIdle | None = None  # the tree at idle, summed (memgap.record.tree_idle.TreeAtIdle.to_dict)
+    stopped: StopEnding | None = None  # a stop signal to memgap: how the tree ended (memgap.record.tree_end.Ending)
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"schema": RUN_SCHEMA}
+    def to_dict(self) -> JsonObject:
+        out: JsonObject = {"schema": RUN_SCHEMA}
         for f in dataclasses.fields(self):
             out[f.name] = getattr(self, f.name)
-        out["processes"] = [p.to_dict() for p in self.processes]
+        out["processes"] = [shaped(p.to_dict()) for p in self.processes]
         return {k: out[k] for k in _RUN_ORDER if k not in _RUN_OPTIONAL or out[k] is not None}
 
     @classmethod
     def from_dict(cls, data: Any, what: str = "run document") -> RunDocument:
         check_schema(data, "memgap.run", RUN_SCHEMA, what)
-        run = cls(**dataclass_fields(cls, data, what))
-        # kept as JSON for the renderers, but checked: a sample or finding missing a figure is refused here,
-        # not met as a KeyError in a table
-        for i, sample in enumerate(run.timeline):
-            dataclass_fields(Sample, sample, f"{what}, timeline[{i}]")
-        for i, finding in enumerate(run.findings):
-            dataclass_fields(Finding, finding, f"{what}, findings[{i}]")
-        return run
+        # its samples and findings kept as JSON for the renderers, but checked (RecordedSample, RecordedFinding):
+        # one missing a figure is refused here, not met as a KeyError in a table
+        return cls(**dataclass_fields(cls, data, what))
+
+
+def finding_of(data: RecordedFinding) -> Finding:
+    """A finding kept as JSON (a run's, with its PID; a recorded snapshot's) as a Finding."""
+    return Finding(data["code"], data["severity"], data["summary"], data.get("evidence", []), data.get("remedy", ""))
 
 
 # The run document's fields in the order load_run has always written them.
@@ -221,12 +232,12 @@ class RunFigures:
     note: str = ""
     params: dict[str, str] = field(default_factory=dict)  # the swept parameters of this run
     timeline: list[tuple[float, int]] = field(default_factory=list)  # (seconds, RSS) of the main process
-    layers: list[dict[str, Any]] = field(default_factory=list)  # per phase: {"phase", "rss", "layers"}
+    layers: list[PhaseLayers] = field(default_factory=list)  # per phase
     python: bool = False           # the main process recorded its own phases (memgap's bootstrap)
     idle_rule: str = ""            # how idle was found: "idle (marked)", "idle (quiet 2.1 s)", ...
     process: str = ""              # the command line of the process the figures describe
     processes: int = 0             # how many processes the workload's tree ran
-    tree: list[dict[str, Any]] = field(default_factory=list)  # every process's idle: cmd, rss, pss, rule
+    tree: list[TreeMember] = field(default_factory=list)  # every process's idle
     process_idle: int | None = None  # the measured process's own idle figure, where idle is the tree's total
     tree_how: str = ""             # how the tree's total was summed, where idle is the tree's total
     process_peak: int | None = None  # the measured process's own peak, where peak is the tree's
@@ -236,7 +247,7 @@ class RunFigures:
     def __post_init__(self) -> None:
         self.status = RunStatus(self.status)  # a status given as its word is the same status
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         out = dataclasses.asdict(self)
         out["status"] = self.status.value
         if self.process_peak is None:  # added since 8a6ec88: written where the peak is the tree's
@@ -271,11 +282,11 @@ class LabDocument:
 
     cmd: list[str]
     runs: list[RunFigures]
-    machine: dict[str, Any] = field(default_factory=dict)
+    machine: MachineInfo = field(default_factory=lambda: MachineInfo())
     python: str = ""
     reps: int = 0
     max_slowdown: float = 0.05
-    material: dict[str, Any] = field(default_factory=dict)
+    material: LabMaterial = field(default_factory=lambda: LabMaterial())
     metric: str = "wall time"
     params: dict[str, list[str]] = field(default_factory=dict)
     order: list[str] = field(default_factory=list)
@@ -300,12 +311,12 @@ class LabDocument:
     workload_seconds: float = 0.0
     complete: bool = False
     lab_dir: str = ""
-    cgroup: dict[str, Any] = field(default_factory=dict)
-    # ``material`` ({"share", "bytes"}) and ``cgroup`` ({"limit", "note", "per_run"}) stay dicts: the
-    # lab's settings, stated as given, that a lab of 04f183d lacks and is written back with as {}
+    cgroup: LabCgroup = field(default_factory=lambda: LabCgroup())
+    # ``material`` and ``cgroup`` stay JSON objects: the lab's settings, stated as given, that a lab of
+    # 04f183d lacks and is written back with as {}
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"schema": LAB_SCHEMA}
+    def to_dict(self) -> JsonObject:
+        out: JsonObject = {"schema": LAB_SCHEMA}
         for f in dataclasses.fields(self):
             out[f.name] = getattr(self, f.name)
         out["runs"] = [r.to_dict() for r in self.runs]
@@ -326,28 +337,41 @@ class LabDocument:
     def from_dict(cls, data: Any, what: str = "lab document") -> LabDocument:
         check_schema(data, "memgap.lab", LAB_SCHEMA, what)
         lab = cls(**dataclass_fields(cls, data, what))
-        if lab.material:  # the settings kept as given are checked all the same
-            dataclass_fields(_Material, lab.material, f"{what}, field 'material'")
-        if lab.cgroup:
-            dataclass_fields(_CgroupSettings, lab.cgroup, f"{what}, field 'cgroup'")
+        if lab.material and not {"share", "bytes"} <= lab.material.keys():  # stated whole, or not at all
+            raise MalformedInput(f"{what}, field 'material'", "no field 'share' or 'bytes'")
         return lab
 
 
-@dataclass(frozen=True)
-class _Material:
-    """A lab's ``material``: what a variant must save to be better (its JSON is kept as a dict)."""
+class LabMaterial(TypedDict, total=False):
+    """A lab's ``material``: what a variant must save to be better ({} in a lab from before it)."""
 
     share: float
     bytes: int
 
 
-@dataclass(frozen=True)
-class _CgroupSettings:
-    """A lab's ``cgroup``: its runs' memory limit, or why they ran without one (kept as a dict)."""
+class LabCgroup(TypedDict, total=False):
+    """A lab's ``cgroup``: its runs' memory limit, or why they ran without one ({} before it)."""
 
-    limit: int | None = None
-    note: str | None = None
-    per_run: bool = False
+    limit: int | None
+    note: str | None
+    per_run: bool
+
+
+class PhaseLayers(TypedDict):
+    """A lab run's main process at one phase: its RSS and each layer's resident bytes."""
+
+    phase: str | None
+    rss: int
+    layers: dict[str, int | None]
+
+
+class TreeMember(TypedDict):
+    """A process of a lab run's tree at its idle."""
+
+    cmd: str
+    idle: int
+    pss: int | None
+    rule: str
 
 
 # The lab document's fields in the order lab_document has always written them.
@@ -390,7 +414,7 @@ class TreeDocument:
         totals = tree.totals
         return cls(tree.pid, tree.processes, totals.rss_sum, totals.pss, totals, findings)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {"schema": TREE_SCHEMA, "pid": self.pid, "processes": [s.to_dict(regions=False) for s in self.processes],
                 "total_rss": self.total_rss, "total_pss": self.total_pss, "totals": dataclasses.asdict(self.totals),
                 "findings": [dataclasses.asdict(f) for f in self.findings]}

@@ -4,7 +4,7 @@ them as ``scripts/json_schemas.py`` writes them, and tests/unit/test_schemas_pub
 
 Each document class is a dataclass; a field is required where it has no default (as ``from_dict``
 requires it), keys a class does not know are allowed (``from_dict`` leaves them out: a newer memgap's
-additions), and a field typed ``Any`` or ``dict[str, Any]`` is left open, as its reader leaves it. A
+additions), and a field typed ``JsonValue`` (or an object of them) is left open, as its reader leaves it. A
 field marked ``flat`` in its metadata (a trim record's details) is a TypedDict whose keys sit beside the
 class's own in the JSON.
 """
@@ -16,6 +16,8 @@ import types
 import typing
 from typing import Any
 
+from memgap.documents.json_value import JsonObject, JsonValue
+
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
 
@@ -23,11 +25,11 @@ class _Builder:
     """One schema: the document's class at the root, every class below it under ``$defs``."""
 
     def __init__(self) -> None:
-        self.defs: dict[str, dict[str, Any]] = {}
+        self.defs: dict[str, JsonObject] = {}
 
-    def of(self, hint: Any) -> dict[str, Any]:
+    def of(self, hint: Any) -> JsonObject:
         origin, args = typing.get_origin(hint), typing.get_args(hint)
-        if hint is Any:
+        if hint is Any or hint is JsonValue:  # any JSON: left open
             return {}
         if origin in (typing.Union, types.UnionType):
             return {"anyOf": [self.of(a) for a in args]}
@@ -40,7 +42,7 @@ class _Builder:
             return {"$ref": f"#/$defs/{hint.__name__}"}
         if typing.is_typeddict(hint):  # a JSON shape: its keys, those it requires
             hints = typing.get_type_hints(hint)
-            out: dict[str, Any] = {"type": "object", "properties": {k: self.of(v) for k, v in hints.items()}}
+            out: JsonObject = {"type": "object", "properties": {k: self.of(v) for k, v in hints.items()}}
             required = [k for k in hints if k in hint.__required_keys__]
             return {**out, "required": required} if required else out
         if origin is list:
@@ -57,7 +59,8 @@ class _Builder:
             self.defs[cls.__name__] = {}  # before its fields: a class that holds itself refers back
             self.defs[cls.__name__] = self.object(cls)
 
-    def object(self, cls: type) -> dict[str, Any]:
+    def object(self, cls: type, schema: str | None = None) -> JsonObject:
+        """A dataclass's object; a document's (``schema``: what its ``schema`` field reads) has that first."""
         hints = typing.get_type_hints(cls)
         # a field whose keys its class's to_dict writes by a pattern (``metadata["json_keys"]``; "" for keys
         # of any name, which the schema leaves open) is not a key itself
@@ -66,17 +69,17 @@ class _Builder:
         fields = [f for f in dataclasses.fields(cls) if "json_keys" not in f.metadata]
         required = [f.name for f in fields
                     if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
-        properties: dict[str, Any] = {}
+        properties: JsonObject = {"schema": {"const": schema}} if schema is not None else {}
         for f in fields:
             if f.metadata.get("flat"):  # a TypedDict whose keys the JSON holds beside the class's own
-                properties.update(self.of(hints[f.name])["properties"])
+                properties.update({k: self.of(v) for k, v in typing.get_type_hints(hints[f.name]).items()})
             else:
                 properties[f.name] = self.of(hints[f.name])
-        out: dict[str, Any] = {"type": "object", "properties": properties}
-        for pattern, of in patterns.items():
-            out.setdefault("patternProperties", {})[pattern] = of.get("additionalProperties", of)
-        if required:
-            out["required"] = required
+        out: JsonObject = {"type": "object", "properties": properties}
+        if patterns:
+            out["patternProperties"] = {pattern: of.get("additionalProperties", of) for pattern, of in patterns.items()}
+        if required or schema is not None:
+            out["required"] = ["schema", *required] if schema is not None else required
         doc = (cls.__doc__ or "").strip().split("\n\n")[0]
         if doc:
             out["description"] = " ".join(doc.split())
@@ -86,18 +89,16 @@ class _Builder:
 _SCALARS = {int: "integer", float: "number", str: "string", bool: "boolean"}
 
 
-def json_schema(cls: type, schema: str, title: str) -> dict[str, Any]:
+def json_schema(cls: type, schema: str, title: str) -> JsonObject:
     """The JSON Schema of document class ``cls`` whose ``schema`` field reads ``schema``."""
     builder = _Builder()
-    root = builder.object(cls)
-    root["properties"] = {"schema": {"const": schema}, **root["properties"]}
-    root.setdefault("required", []).insert(0, "schema")
+    root = builder.object(cls, schema)
     builder.defs.pop(cls.__name__, None)
     return {"$schema": DIALECT, "$id": f"https://memgap.invalid/schemas/{schema.replace('/', '-')}.json",
             "title": title, **root, **({"$defs": dict(sorted(builder.defs.items()))} if builder.defs else {})}
 
 
-def document_schemas() -> dict[str, dict[str, Any]]:
+def document_schemas() -> dict[str, JsonObject]:
     """Every document memgap writes, by its file name under docs/schemas/."""
     from memgap.documents.records import LAB_SCHEMA, TREE_SCHEMA, LabDocument, RunDocument, TreeDocument
     from memgap.documents.snapshot import RUN_SCHEMA, SCHEMA, Snapshot

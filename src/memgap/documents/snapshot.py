@@ -12,6 +12,7 @@ from typing import Any
 from memgap.documents.allocator import AllocatorInfo
 from memgap.documents.display import as_html
 from memgap.documents.fields import check_schema, dataclass_fields, of_type
+from memgap.documents.json_value import JsonObject
 from memgap.documents.parts import CgroupMemory, PymallocStats, PythonHeap
 from memgap.documents.trim import TrimRecord
 
@@ -155,8 +156,8 @@ class Snapshot:
         renderer memgap registers (``memgap.documents.display``)."""
         return as_html("snapshot", self)
 
-    def to_dict(self, regions: bool = True) -> dict[str, Any]:
-        out: dict[str, Any] = {"schema": SCHEMA}
+    def to_dict(self, regions: bool = True) -> JsonObject:
+        out: JsonObject = {"schema": SCHEMA}
         # without its regions, none converted: a tree's thousands of them were most of its JSON's cost
         out.update(asdict(self if regions else replace(self, regions=[])))
         out["allocator"] = self.allocator.to_dict()  # its optional keys left out where not read, as always

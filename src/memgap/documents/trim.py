@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypedDict, cast
 
 from memgap.documents.fields import dataclass_fields, of_type, typed_value
+from memgap.documents.json_value import JsonObject, shaped_object
 
 
 class Word(str, enum.Enum):
@@ -62,8 +63,8 @@ class TrimDetails(TypedDict, total=False):
     estimate_route: str
     estimate_rss: int
     estimate_parts: dict[str, int]
-    own_before: dict[str, Any]          # tcmalloc's or mimalloc's own figures (TcmallocDeep/MimallocDeep.to_dict())
-    own_after: dict[str, Any] | None
+    own_before: JsonObject          # tcmalloc's or mimalloc's own figures (TcmallocDeep/MimallocDeep.to_dict())
+    own_after: JsonObject | None
     parts: dict[str, TrimPart]
     gdb_seconds: dict[str, float]       # attach, held
     notes: list[str]
@@ -96,11 +97,11 @@ class TrimRecord:
         if self.released is None:
             self.released = max(0, self.rss_before - self.rss_after)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """The record as JSON: the trimmer's is ``time``, ``rss_before``, ``rss_after``; any
         other carries ``performed``, its ``route`` (none in-process), the figures and ``reason``."""
         if self.route is TrimRoute.TRIMMER:
-            out: dict[str, Any] = {"time": self.time, "rss_before": self.rss_before, "rss_after": self.rss_after}
+            out: JsonObject = {"time": self.time, "rss_before": self.rss_before, "rss_after": self.rss_after}
         else:
             out = {"performed": self.performed}
             if self.route is not TrimRoute.IN_PROCESS:
@@ -109,7 +110,7 @@ class TrimRecord:
                        seconds=self.seconds, reason=self.reason)
             if self.time is not None:
                 out["time"] = self.time
-        out.update(self.details)
+        out.update(shaped_object(self.details))
         return out
 
     @classmethod

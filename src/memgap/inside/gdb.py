@@ -23,13 +23,14 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypedDict
 
 from memgap.allocators.base import DeepFigures, GdbPlan
 from memgap.allocators.gdb_routes import outside_estimate
 from memgap.allocators.jemalloc_beside import beside_jemalloc
 from memgap.allocators.registry import reader_for
 from memgap.diagnose.findings import allocator_findings
+from memgap.documents.json_value import JsonObject, shaped
 from memgap.documents.routes import IN_PROCESS, MALLOC_INFO, OUTSIDE
 from memgap.documents.snapshot import Snapshot
 from memgap.documents.trim import TrimDetails, TrimRecord
@@ -56,6 +57,22 @@ MAX_GIL_PROBES = 16    # threads asked whether they hold the GIL
 
 
 
+class MmappedCount(TypedDict, total=False):
+    """glibc's mmapped chunks as one route counts them (``resident``: the outside walk's only)."""
+
+    route: str
+    count: int
+    bytes: int
+    resident: int
+
+
+class MmappedChunks(TypedDict, total=False):
+    """glibc's mmapped chunks by malloc_info (``gdb``) and by the outside walk ({} where malloc_info was not read)."""
+
+    gdb: MmappedCount
+    outside: MmappedCount
+
+
 @dataclass
 class DeepResult:
     """What --deep found inside the process, beside the outside snapshot it was compared with."""
@@ -63,7 +80,7 @@ class DeepResult:
     pid: int
     malloc_info: MallocInfo | None = None
     arenas: list[dict[str, Any]] = field(default_factory=list)   # compare_arenas rows
-    mmapped: dict[str, Any] = field(default_factory=dict)
+    mmapped: MmappedChunks = field(default_factory=lambda: MmappedChunks())
     in_process: Snapshot | None = None
     jemalloc: JemallocDeep | None = None
     tcmalloc: TcmallocDeep | None = None
@@ -74,7 +91,7 @@ class DeepResult:
     notes: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         info = self.malloc_info
         return {
             "routes": [ROUTE_OUTSIDE, *([ROUTE_MALLOC_INFO] if info else []),
@@ -86,7 +103,7 @@ class DeepResult:
                 "mmap_count": info.mmap_count, "mmap_bytes": info.mmap_bytes,
                 "free": sum(a.free for a in info.arenas)},
             "arenas": self.arenas,
-            "mmapped": self.mmapped,
+            "mmapped": shaped(self.mmapped),
             "in_process": self.in_process.to_dict(regions=False) if self.in_process else None,
             "jemalloc": self.jemalloc.to_dict() if self.jemalloc else None,
             "jemalloc_beside": self.jemalloc_beside,
@@ -151,7 +168,7 @@ def compare_arenas(outside_rows: list[dict[str, Any]], info: MallocInfo) -> list
     return rows
 
 
-def outside_mmapped(snap: Snapshot) -> dict[str, Any]:
+def outside_mmapped(snap: Snapshot) -> MmappedCount:
     """glibc's mmapped chunks as the outside walk found them (needs the snapshot's regions)."""
     chunks = [r for r in snap.regions if r.owner == "mmapped-chunk"]
     return {"count": len(chunks), "bytes": sum(r.end - r.start for r in chunks),

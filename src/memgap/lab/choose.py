@@ -12,11 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from memgap.allocators.variants import Variant, parse_variant
 from memgap.documents.lab_summary import CHOSEN
-from memgap.documents.records import RunDocument
+from memgap.documents.records import RunDocument, finding_of
 from memgap.documents.snapshot import Finding
 
 DEFAULT_REASON = "the default set"
@@ -116,23 +115,25 @@ def run_evidence(run: RunDocument) -> tuple[list[Finding], set[str]]:
     """The findings on a run's processes (the run's own over its phases, then each snapshot's,
     the latest first: a reason quotes the state nearest the rest) and the allocators that
     served their malloc."""
-    findings = [Finding(**_finding_fields(f)) for f in run.findings]
+    findings = [finding_of(f) for f in run.findings]
     allocators: set[str] = set()
     for p in run.processes:
         for snap in reversed(p.snapshots):
-            findings.extend(Finding(**_finding_fields(f)) for f in snap.get("findings") or [])
+            findings.extend(finding_of(f) for f in snap.get("findings") or [])
             name = (snap.get("allocator") or {}).get("name")
             if name:
                 allocators.add(str(name))
     return findings, allocators
 
 
-def _finding_fields(data: dict[str, Any]) -> dict[str, Any]:
-    return {k: data[k] for k in ("code", "severity", "summary", "evidence", "remedy") if k in data}
-
-
 def run_runtimes(run: RunDocument) -> set[str]:
     """The runtimes whose heaps a run's snapshots read (their runtime_heap layer's, by name)."""
-    return {str(rt["runtime"]) for p in run.processes for snap in p.snapshots
-            for rt in (((snap.get("layers") or {}).get("runtime_heap") or {}).get("detail") or {}).get("runtimes") or []
-            if rt.get("runtime")}
+    names: set[str] = set()
+    for p in run.processes:
+        for snap in p.snapshots:
+            layer = snap.get("layers", {}).get("runtime_heap")
+            runtimes = layer.get("detail", {}).get("runtimes") if layer else None  # runtimes.layers' detail
+            for rt in runtimes if isinstance(runtimes, list) else []:
+                if isinstance(rt, dict) and rt.get("runtime"):
+                    names.add(str(rt["runtime"]))
+    return names

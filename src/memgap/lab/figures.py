@@ -5,9 +5,9 @@ import itertools
 import os
 import re
 import statistics
-from typing import Any
 
 from memgap.allocators.variants import Variant, parse_variant
+from memgap.documents.recorded import CgroupCharge, RecordedSnapshot
 from memgap.documents.records import ProcessRecord, RunDocument, RunFigures, RunStatus, TrimMode
 from memgap.record.idle import BEFORE_EXIT_PHASE, QUIET_PHASE, idle_of_process
 from memgap.record.tree_idle import peak_of_tree, tree_at_idle
@@ -46,7 +46,7 @@ def _main_process(run: RunDocument, process: str = "") -> ProcessRecord | None:
     return best or (candidates[0] if candidates else None)
 
 
-def _at_mark(snap: dict[str, Any]) -> int:
+def _at_mark(snap: RecordedSnapshot) -> int:
     """A phase's RSS at the moment it was marked: a snapshot taken from outside reads
     the program while it runs on, and its own figure is the one its layers add up to."""
     return int(snap.get("rss_at_mark") or snap["rss"])
@@ -160,7 +160,7 @@ def _ending(m: RunFigures, run: RunDocument, metric: str) -> None:
             m.status, m.note = RunStatus.NO_METRIC, f"the workload reported no metric {metric!r}"
 
 
-def _in_cgroup(m: RunFigures, cgroup: dict[str, Any] | None, code: int | None) -> None:
+def _in_cgroup(m: RunFigures, cgroup: CgroupCharge | None, code: int | None) -> None:
     """The run's own memory cgroup: its peak, and whether the kernel OOM-killed in it (its
     oom_kill count; a kernel before 4.13 has none: a SIGKILL after the charge hit the limit)."""
     if not cgroup:
@@ -209,7 +209,7 @@ def _check_applied(m: RunFigures, variant: Variant, proc: ProcessRecord) -> None
         return
     snaps = proc.snapshots
     seen = snaps[0].get("allocator", {}).get("name")
-    arenas = max((s.get("allocator", {}).get("arenas") or 0 for s in snaps), default=0)
+    arenas = max((n for s in snaps if isinstance(n := s.get("allocator", {}).get("arenas"), int)), default=0)
     # a variant that leaves malloc alone (the baseline, a runtime's settings) applies to a program without
     # glibc's malloc too (a static Go program: "unknown")
     if variant.sets_malloc and seen and seen != variant.allocator:

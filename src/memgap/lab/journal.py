@@ -11,10 +11,12 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from types import TracebackType
-from typing import Any
+from typing import TypedDict, cast
 
 from memgap.allocators.catalog import CATALOGUE, PRELOADABLE, find_library
 from memgap.allocators.variants import Variant, parse_variant
+from memgap.documents.json_value import shaped
+from memgap.documents.recorded import MachineInfo
 from memgap.documents.records import LAB_SCHEMA, LabDocument, RunFigures
 from memgap.errors import MalformedInput
 from memgap.lab.document import lab_document
@@ -23,6 +25,23 @@ from memgap.record.recorder import machine_info
 from memgap.record.recording import RecordingWriter, make_record_folder, private_folder, read_events
 
 LAB_EVENTS = "lab.jsonl"  # the lab's header and each finished run, appended as they come
+
+
+class LabEvent(TypedDict, total=False):
+    """A line of the journal: the header (the lab's options), a run (its figures' keys besides), the variants
+    the baseline's findings chose, the reason the lab stopped."""
+
+    type: str
+    schema: str
+    cmd: list[str]
+    reps: int
+    variants: list[str]
+    skipped: list[str]
+    machine: MachineInfo
+    memory_limit: int | None
+    chosen: dict[str, str]
+    added: list[str]
+    reason: str
 
 
 def journal_path(lab_dir: str) -> str:
@@ -68,7 +87,7 @@ class Journal:
     def header(self, options: LabOptions, state: LabState) -> None:
         self._writer.write({"type": "header", "schema": LAB_SCHEMA, "cmd": options.cmd, "reps": options.reps,
                             "variants": [v.spec for v in options.variants], "skipped": options.skipped,
-                            "machine": machine_info(), "memory_limit": options.memory_limit,
+                            "machine": shaped(machine_info()), "memory_limit": options.memory_limit,
                             "chosen": state.chosen})
 
     def run(self, result: RunFigures) -> None:
@@ -97,7 +116,7 @@ def rebuild(path: str) -> LabDocument:
     cut short. The journal keeps neither the slowdown budget nor the lab's own time: the default
     budget and the runs' time stand in, and the document says so."""
     where = journal_path(path)
-    events = list(read_events(where))
+    events = cast("list[LabEvent]", list(read_events(where)))  # checked as they are taken apart
     header = next((e for e in events if e.get("type") == "header"), None)
     if header is None:
         raise MalformedInput(where, "no header line")
@@ -115,7 +134,7 @@ def rebuild(path: str) -> LabDocument:
     return lab
 
 
-def _replay(header: dict[str, Any], events: list[dict[str, Any]], runs: list[RunFigures],
+def _replay(header: LabEvent, events: list[LabEvent], runs: list[RunFigures],
             path: str) -> tuple[LabOptions, LabState]:
     """The lab's options as its header gives them, and its state as its events left it."""
     variants = [parse_variant(spec) for spec in header["variants"]]

@@ -24,7 +24,7 @@ from typing import Any
 
 from memgap.allocators.variants import COST_WORDS, Variant
 from memgap.documents.lab_summary import Spread, VariantSummary
-from memgap.documents.records import RunFigures
+from memgap.documents.records import LabMaterial, RunFigures
 
 # The share is the default slowdown budget (5% of time), asked of memory in turn. The bytes
 # are one transparent huge page: where THP is on, one touched byte can move RSS by 2 MiB.
@@ -32,7 +32,7 @@ MATERIAL_SHARE = 0.05  # a lower idle median by less than this share is not wort
 MATERIAL_BYTES = 2 << 20  # ... nor by fewer bytes than this, against the baseline
 
 
-def material() -> dict[str, float]:
+def material() -> LabMaterial:
     """The margin that makes a variant better than the baseline, as the lab document states it."""
     return {"share": MATERIAL_SHARE, "bytes": MATERIAL_BYTES}
 

@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
 
+from memgap.documents.recorded import ProcessEntry, RecordedSample, RecordedSnapshot
 from memgap.documents.records import ProcessIdle
 from memgap.record.envnames import (
     BEFORE_EXIT_PHASE as BEFORE_EXIT_PHASE,  # a snapshot taken as the interpreter began to shut down
@@ -113,10 +113,10 @@ class FoundIdle:
     rss: int
     rule: str               # "marked", "quiet", "before exit", "last sample"
     label: str              # for people: "idle (quiet 2.1 s)"
-    snapshot: dict[str, Any] | None  # the layered snapshot at that moment, when there is one
+    snapshot: RecordedSnapshot | None  # the layered snapshot at that moment, when there is one
 
 
-def find_idle(snapshots: list[dict[str, Any]], quiet_ends: list[float],
+def find_idle(snapshots: list[RecordedSnapshot], quiet_ends: list[float],
               last_seen: float | None, last_rss: int | None) -> FoundIdle | None:
     """The idle of one process from what its run recorded (snapshots in time order,
     the times its quiet spells ended, when it was last seen, its last sampled RSS)."""
@@ -145,11 +145,11 @@ def find_idle(snapshots: list[dict[str, Any]], quiet_ends: list[float],
     return None
 
 
-def _rss(snap: dict[str, Any]) -> int:
+def _rss(snap: RecordedSnapshot) -> int:
     return int(snap.get("rss_at_mark") or snap["rss"])
 
 
-def _spell(snap: dict[str, Any], last_seen: float | None) -> str:
+def _spell(snap: RecordedSnapshot, last_seen: float | None) -> str:
     """How long a spell lasted: from its start to when the process was last seen."""
     since = snap.get("quiet_since")
     if not since or last_seen is None or last_seen < since:
@@ -157,7 +157,7 @@ def _spell(snap: dict[str, Any], last_seen: float | None) -> str:
     return f"{last_seen - since:.1f} s"
 
 
-def idle_of_process(entry: dict[str, Any], timeline: list[dict[str, Any]],
+def idle_of_process(entry: ProcessEntry, timeline: list[RecordedSample],
                     start: float | None) -> ProcessIdle | None:
     """A run document's process entry -> its idle, as the run document keeps it."""
     samples = [s for s in timeline if s["pid"] == entry["pid"]]
@@ -176,7 +176,7 @@ def idle_of_process(entry: dict[str, Any], timeline: list[dict[str, Any]],
     return ProcessIdle(found.rss, found.rule, found.label, snap.get("time"), _pss_at_idle(snap, entry), ended)
 
 
-def _pss_at_idle(snap: dict[str, Any], entry: dict[str, Any]) -> int | None:
+def _pss_at_idle(snap: RecordedSnapshot, entry: ProcessEntry) -> int | None:
     """A process's PSS at its idle: the last reading of it within the quiet spell its idle
     snapshot opened (the recorder reads the quiet ones again as each other process goes quiet),
     else the snapshot's. A reading whose RSS moved beyond a spell's slack came after the spell:
@@ -188,4 +188,4 @@ def _pss_at_idle(snap: dict[str, Any], entry: dict[str, Any]) -> int | None:
     rss = snap.get("rss") or 0
     later = [read[1] for read in entry.get("pss_reads", []) if snap["time"] < read[0] < end
              and (len(read) < 3 or abs(read[2] - rss) <= max(RSS_SLACK, RSS_SHARE * rss))]
-    return later[-1] if later else pss
+    return int(later[-1]) if later else pss  # a PSS read: bytes, kept in a list of floats with its time

@@ -15,8 +15,8 @@ import re
 import subprocess
 import time
 from collections.abc import Callable
-from typing import Any
 
+from memgap.documents.json_value import JsonObject
 from memgap.record.recording import create_new
 
 READY_QUIET = 0.5     # seconds of a quiet tree that mean the service is up and waiting
@@ -28,7 +28,7 @@ class LoadDriver:
     """Steps through starting -> loading -> resting -> done, one look per recorder sample."""
 
     def __init__(self, cmd: list[str], record_dir: str, rest: float,
-                 write: Callable[[dict[str, Any]], None]) -> None:
+                 write: Callable[[JsonObject], None]) -> None:
         self.cmd, self.rest, self.write = cmd, rest, write
         self.output_path = os.path.join(record_dir, LOAD_OUTPUT)
         self.state = "starting"

@@ -14,14 +14,24 @@ import platform
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from memgap.diagnose.findings import diagnose_series
+from memgap.documents.json_value import JsonObject, shaped
+from memgap.documents.recorded import (
+    CgroupCharge,
+    MachineInfo,
+    ProcessEntry,
+    RecordedError,
+    RecordedEvent,
+    RecordedFinding,
+    RecordedSample,
+)
 from memgap.documents.records import ProcessRecord, RunDocument
 from memgap.documents.snapshot import RUN_SCHEMA
-from memgap.errors import MemgapError
+from memgap.errors import MalformedInput, MemgapError
 from memgap.record.envnames import EXIT_SOCKET_ENV, RECORD_DIR_ENV, TRIM_AFTER_ENV, WALK_ENV
 from memgap.record.idle import BEFORE_EXIT_PHASE, idle_of_process
 from memgap.record.load import LoadDriver
@@ -60,7 +70,7 @@ BOOTSTRAP_DIR = os.path.join(PACKAGE_DIR, "_bootstrap")
 SAMPLES_FILE = "samples.jsonl"
 
 
-def machine_info() -> dict[str, Any]:
+def machine_info() -> MachineInfo:
     return {"cpus": os.cpu_count(), "glibc": " ".join(platform.libc_ver()), "python": platform.python_version(),
             "kernel": platform.release()}
 
@@ -172,7 +182,7 @@ class _Recording:
             env, agent_info = _with_agent(env)
             self.hold = _exit_hold(options.record_dir, self.writer, self.start, env)
         self.writer.write({"type": "header", "schema": RUN_SCHEMA, "cmd": options.cmd, "start": self.start,
-                           "interval": options.interval, "machine": machine_info(), "env": options.env,
+                           "interval": options.interval, "machine": shaped(machine_info()), "env": options.env,
                            "agent": agent_info})
         self.trim_after = env.get(TRIM_AFTER_ENV, "")
         self.own_group = options.timeout is not None or bool(options.idle_after) or bool(options.load)
@@ -274,7 +284,7 @@ class _Recording:
         if self.load is not None:
             self.load.stop()
         self.writer.write({"type": "end", "t": round(time.time() - self.start, 4),
-                           "exit_code": self.proc.returncode, "interrupted": True, "stopped": ending.to_dict()})
+                           "exit_code": self.proc.returncode, "interrupted": True, "stopped": shaped(ending.to_dict())})
         self.writer.close()
         return ending
 
@@ -330,44 +340,54 @@ def _exited_within(proc: subprocess.Popen[bytes], marks: StdoutMarks | None, sec
     return proc.poll() is not None
 
 
-def _add_event(processes: dict[int, dict[str, Any]], errors: list[dict[str, Any]], metrics: dict[str, float],
-               event: dict[str, Any]) -> None:
+def _events(path: str) -> Iterator[RecordedEvent]:
+    """A recording's events, by the keys memgap writes (load_run's RunDocument.from_dict checks them)."""
+    return cast("Iterator[RecordedEvent]", read_events(path))
+
+
+def _add_event(processes: dict[int, ProcessEntry], errors: list[RecordedError], metrics: dict[str, float],
+               event: RecordedEvent) -> None:
     """One event written by the recorder or by a process about itself, onto the run document."""
     kind = event.get("type")
-    if kind == "error":
-        errors.append({k: v for k, v in event.items() if k != "type"})
+    if kind == "error":  # its keys, less its type, are the error's
+        errors.append(cast(RecordedError, {k: v for k, v in event.items() if k != "type"}))
     elif kind == "metric":
         metrics[event["name"]] = event["value"]
-    elif kind == "trimmer":  # a trim of the idle trimmer in this process
-        _process_entry(processes, event["pid"]).setdefault("trims", []).append(
-            {k: v for k, v in event.items() if k not in ("type", "pid")})
+    elif kind == "trimmer":  # a trim of the idle trimmer in this process: its keys, less type and pid, its record's
+        _process_entry(processes, event).setdefault("trims", []).append(
+            cast(JsonObject, {k: v for k, v in event.items() if k not in ("type", "pid")}))
     elif kind == "trimmer-start":  # memgap's bootstrap started a trimmer in this process
-        _process_entry(processes, event["pid"])["trimmer"] = event.get("mode", "")
+        _process_entry(processes, event)["trimmer"] = event.get("mode", "")
     elif kind == "quiet-end":
-        _process_entry(processes, event["pid"]).setdefault("quiet_ends", []).append(event["time"])
+        _process_entry(processes, event).setdefault("quiet_ends", []).append(event["time"])
     elif kind == "pss":  # a quiet process's PSS read again as another one went quiet
-        read = [event["time"], event["pss"]] + ([event["rss"]] if event.get("rss") is not None else [])
-        _process_entry(processes, event["pid"]).setdefault("pss_reads", []).append(read)
+        rss = event.get("rss")
+        read = [event["time"], event["pss"]] + ([rss] if rss is not None else [])
+        _process_entry(processes, event).setdefault("pss_reads", []).append(read)
     elif kind == "snapshot":
-        entry = _process_entry(processes, event["pid"])
+        entry = _process_entry(processes, event)
         snap = event["snapshot"]
         if snap.get("cmd") or not entry["cmd"]:  # read later than the first sample: after an exec
             entry["cmd"] = snap.get("cmd", [])
         entry["snapshots"].append(snap)
     elif kind == "peak":  # a new high read on the way (tree_watch.best_peak keeps one)
-        entry = _process_entry(processes, event["pid"])
+        entry = _process_entry(processes, event)
         entry.setdefault("peak_reads", []).append(event["snapshot"])
         entry["cmd"] = event["snapshot"].get("cmd") or entry["cmd"]  # read later: after an exec not seen
     elif kind == "gone":  # the sampler found it gone: it exited at or before then
-        _process_entry(processes, event["pid"])["gone"] = event["t"]
+        _process_entry(processes, event)["gone"] = event["t"]
 
 
-def _process_entry(processes: dict[int, dict[str, Any]], pid: int) -> dict[str, Any]:
-    """The run document's entry for ``pid``, made on first sight (from any of the recording's files)."""
+def _process_entry(processes: dict[int, ProcessEntry], event: RecordedEvent) -> ProcessEntry:
+    """The run document's entry for the process an event is about, made on first sight (from any of the
+    recording's files)."""
+    pid = event["pid"]
+    if pid is None:  # only an error may be about no process
+        raise MalformedInput("recording", f"a {event.get('type')} event about no process")
     return processes.setdefault(pid, {"pid": pid, "ppid": None, "cmd": [], "snapshots": []})
 
 
-def _add_agent_exit(processes: dict[int, dict[str, Any]], errors: list[dict[str, Any]], path: str) -> None:
+def _add_agent_exit(processes: dict[int, ProcessEntry], errors: list[RecordedError], path: str) -> None:
     """The statistics an agent wrote as its process exited, onto that process's entry."""
     from memgap.agent.reply import parse_report
 
@@ -377,11 +397,11 @@ def _add_agent_exit(processes: dict[int, dict[str, Any]], errors: list[dict[str,
     except (OSError, MemgapError) as exc:
         errors.append({"error": str(exc), "file": path})
         return
-    entry = _process_entry(processes, report.pid)
+    entry = _process_entry(processes, {"pid": report.pid})
     entry["agent_exit"] = report.summary()
 
 
-def _order_and_find_idle(entry: dict[str, Any], timeline: list[dict[str, Any]], start: float | None) -> None:
+def _order_and_find_idle(entry: ProcessEntry, timeline: list[RecordedSample], start: float | None) -> None:
     """A process's marks read from outside and the program's own, in time order (a read from
     outside by when it began: it takes a while, and the program goes on meanwhile); then its idle."""
     # a read at the exit the agent held comes last: any other read under way then saw the same moment
@@ -391,7 +411,7 @@ def _order_and_find_idle(entry: dict[str, Any], timeline: list[dict[str, Any]], 
     entry["idle"] = idle.to_dict() if idle is not None else None
 
 
-def _finish_entry(entry: dict[str, Any], timeline: list[dict[str, Any]], start: float | None) -> None:
+def _finish_entry(entry: ProcessEntry, timeline: list[RecordedSample], start: float | None) -> None:
     """A process's entry once every event is in: its idle, its exit, a command line that is never blank
     (what the sampler read, else its snapshots', else its agent's exit record's)."""
     _order_and_find_idle(entry, timeline, start)
@@ -401,14 +421,14 @@ def _finish_entry(entry: dict[str, Any], timeline: list[dict[str, Any]], start: 
     entry["cmd"] = entry["cmd"] or (entry.get("agent_exit") or {}).get("cmdline") or [f"[PID {entry['pid']}]"]
 
 
-def _read_process_files(record_dir: str, processes: dict[int, dict[str, Any]], errors: list[dict[str, Any]],
+def _read_process_files(record_dir: str, processes: dict[int, ProcessEntry], errors: list[RecordedError],
                         metrics: dict[str, float]) -> None:
     """What the processes wrote themselves: their phases (process-PID.jsonl), their agents' last words."""
     for path in sorted(glob.glob(os.path.join(record_dir, "process-*.jsonl"))):
         if os.path.islink(path):  # planted: never followed (read_events would refuse it too)
             errors.append({"error": "a link, not followed: memgap reads only the files it wrote", "file": path})
             continue
-        for event in read_events(path):
+        for event in _events(path):
             _add_event(processes, errors, metrics, event)
     for path in sorted(glob.glob(os.path.join(record_dir, "agent-*.txt"))):
         _add_agent_exit(processes, errors, path)
@@ -417,33 +437,33 @@ def _read_process_files(record_dir: str, processes: dict[int, dict[str, Any]], e
 def load_run(record_dir: str) -> RunDocument:
     """Assemble a recording folder (complete or cut short) into the run document (a recording
     whose events do not make one: MalformedInput)."""
-    header: dict[str, Any] = {}
-    end: dict[str, Any] = {}
-    processes: dict[int, dict[str, Any]] = {}
-    timeline: list[dict[str, Any]] = []
-    errors: list[dict[str, Any]] = []
+    header: RecordedEvent = {}
+    end: RecordedEvent = {}
+    processes: dict[int, ProcessEntry] = {}
+    timeline: list[RecordedSample] = []
+    errors: list[RecordedError] = []
     metrics: dict[str, float] = {}  # the last value reported under each name, any process
-    cgroup: dict[str, Any] | None = None  # the run's own memory cgroup, where it ran in one
-    for event in read_events(path) if os.path.exists(path := os.path.join(record_dir, SAMPLES_FILE)) else []:
+    cgroup: CgroupCharge | None = None  # the run's own memory cgroup, where it ran in one
+    for event in _events(path) if os.path.exists(path := os.path.join(record_dir, SAMPLES_FILE)) else []:
         kind = event.get("type")
         if kind == "header":
             header = event
         elif kind == "process":  # first seen, or after an exec: a new program, its peak read anew
-            entry = _process_entry(processes, event["pid"])
+            entry = _process_entry(processes, event)
             entry["ppid"], entry["cmd"] = event.get("ppid"), event.get("cmd", [])
             if event.get("exec"):
                 entry.pop("peak_reads", None)
         elif kind == "sample":
             del event["type"]
-            timeline.append(event)
+            timeline.append(cast(RecordedSample, event))  # a sample's keys, once its type is gone
         elif kind == "end":
             end = event
         elif kind == "cgroup":
-            cgroup = {k: v for k, v in event.items() if k != "type"}
+            cgroup = cast(CgroupCharge, {k: v for k, v in event.items() if k != "type"})  # its keys, less its type
         else:  # snapshots read from outside, errors, metrics, quiet spells' ends
             _add_event(processes, errors, metrics, event)
     _read_process_files(record_dir, processes, errors, metrics)
-    by_pid: dict[int, list[dict[str, Any]]] = {}  # each process's samples: its idle looks at its own only
+    by_pid: dict[int, list[RecordedSample]] = {}  # each process's samples: its idle looks at its own only
     for sample in timeline:
         by_pid.setdefault(sample["pid"], []).append(sample)
     for entry in processes.values():
@@ -476,11 +496,12 @@ def load_run(record_dir: str) -> RunDocument:
     return run
 
 
-def _series_findings(processes: list[ProcessRecord]) -> list[dict[str, Any]]:
+def _series_findings(processes: list[ProcessRecord]) -> list[RecordedFinding]:
     """The findings over each process's phases (memgap.diagnose.findings.diagnose_series), each with its pid."""
-    findings: list[dict[str, Any]] = []
+    findings: list[RecordedFinding] = []
     for entry in processes:
         snaps = [s for s in entry.phases() if not str(s.phase or "").endswith(":end")]
-        findings.extend({**f.__dict__, "pid": entry.pid} for f in diagnose_series(snaps))
+        findings.extend(RecordedFinding(code=f.code, severity=f.severity, summary=f.summary, evidence=f.evidence,
+                                        remedy=f.remedy, pid=entry.pid) for f in diagnose_series(snaps))
     return findings
 

@@ -10,9 +10,10 @@ import shutil
 import stat
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any, TextIO
+from typing import TextIO
 
 from memgap.documents.fields import parse_json
+from memgap.documents.json_value import JsonObject
 from memgap.errors import InputTooLarge, MalformedInput, MemgapError, UsageError
 from memgap.record.envnames import RECORD_DIR_ENV
 
@@ -80,7 +81,7 @@ class RecordingWriter:
         self._lock = threading.Lock()
         self._fh = os.fdopen(create_new(path), "a", encoding="utf-8")
 
-    def write(self, event: dict[str, Any]) -> None:
+    def write(self, event: JsonObject) -> None:
         line = json.dumps(event, separators=(",", ":"), default=str)
         with self._lock:
             self._fh.write(line + "\n")
@@ -110,9 +111,10 @@ def open_recorded(path: str) -> TextIO:
     return os.fdopen(fd, encoding="utf-8")
 
 
-def read_events(path: str) -> Iterator[dict[str, Any]]:
-    """Events of a recording, read a line at a time (memory: one line, LINE_LIMIT at most); a last line
-    cut short by a kill is skipped, any other bad line is an error."""
+def read_events(path: str) -> Iterator[JsonObject]:
+    """Events of a recording, read a line at a time (memory: one line, LINE_LIMIT at most), each a JSON
+    object its reader takes apart; a last line cut short by a kill is skipped, any other bad line (one
+    that is not an object among them) is an error."""
     with open_recorded(path) as fh:
         number = 0
         while True:
@@ -123,13 +125,16 @@ def read_events(path: str) -> Iterator[dict[str, Any]]:
             if not line.strip():
                 continue
             try:
-                yield parse_json(line, f"{path}, line {number}")
+                event = parse_json(line, f"{path}, line {number}")
             except InputTooLarge:
                 raise
             except MalformedInput:
                 if line.endswith("\n") and _more(fh, path, number):
                     raise
                 return  # the final line, interrupted mid-write
+            if not isinstance(event, dict):
+                raise MalformedInput(f"{path}, line {number}", f"a JSON {type(event).__name__}, not an event")
+            yield event
 
 
 def _line(fh: TextIO, path: str, number: int) -> str:

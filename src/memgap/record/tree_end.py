@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
+from memgap.documents.recorded import StopEnding
 from memgap.sources.procfs import ProcReader
 
 GRACE = 5.0  # seconds the tree has to end after the stop signal, before SIGKILL (not configurable)
@@ -55,7 +56,7 @@ class Ending:
     grace: float           # seconds it had to end before SIGKILL
     killed: int            # processes still there after the grace, SIGKILLed
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> StopEnding:
         return {"signal": self.signal, "forwarded": self.forwarded, "grace": self.grace, "killed": self.killed}
 
 

@@ -9,8 +9,8 @@ process that maps it, the PSS sum splits it among them, and is what the tree cos
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
+from memgap.documents.recorded import RecordedSample, RecordedSnapshot, TreeIdle
 from memgap.documents.records import ProcessRecord, RunDocument
 
 ALIVE_SLACK = 0.5  # s: a process last sampled this long before the idle moment was still there
@@ -30,7 +30,7 @@ class TreeAtIdle:
         return (f"the sum over the {len(self.processes)} processes alive at idle of each one's PSS at its idle"
                 + (f" (RSS for {self.by_rss} read without a snapshot)" if self.by_rss else ""))
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> TreeIdle:
         """The run document's ``tree`` (docs/json.md)."""
         return {"processes": len(self.processes), "pids": [p.pid for p in self.processes], "pss": self.pss,
                 "rss_sum": self.rss, "by_rss": self.by_rss, "how": self.how()}
@@ -41,7 +41,7 @@ def idle_began(proc: ProcessRecord) -> float | None:
     alive during that spell are its tree at idle), else the idle moment."""
     if proc.idle is None:
         return None
-    snap = next((s for s in proc.snapshots if s.get("time") == proc.idle.time), {})
+    snap: RecordedSnapshot = next((s for s in proc.snapshots if s.get("time") == proc.idle.time), RecordedSnapshot())
     return snap.get("quiet_since") or proc.idle.time
 
 
@@ -74,7 +74,7 @@ def tree_at_idle(run: RunDocument, proc: ProcessRecord | None = None) -> TreeAtI
                       sum(i.rss for i in idles), sum(i.pss is None for i in idles))
 
 
-def peak_of_tree(timeline: list[dict[str, Any]]) -> tuple[int, int] | None:
+def peak_of_tree(timeline: list[RecordedSample]) -> tuple[int, int] | None:
     """The highest sum of the processes' RSS sampled in one round (the samples of one round share
     their ``t``), and how many processes that round sampled; None where no round sampled two."""
     rounds: dict[float, list[int]] = {}

@@ -27,8 +27,10 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast
 
+from memgap.documents.json_value import JsonObject, shaped
+from memgap.documents.recorded import ProcessEntry, ProcessExit, RecordedSnapshot
 from memgap.errors import MemgapError
 from memgap.record.idle import QUIET_PHASE, RSS_SHARE, RSS_SLACK, QuietSpell, quiet_after
 from memgap.record.recording import RecordingWriter, child_recording_path
@@ -58,7 +60,7 @@ def rss_slack(rss: int) -> int:
     return max(RSS_SLACK, int(RSS_SHARE * rss))
 
 
-def best_peak(reads: list[dict[str, Any]]) -> dict[str, Any] | None:
+def best_peak(reads: list[RecordedSnapshot]) -> RecordedSnapshot | None:
     """The peak snapshot a run's document keeps of a process's snapshots (its peak reads and its
     phases): the highest steady one, unless a read that moved (RSS changed while it was read: its
     layers add up less well) is higher than that by more than the peak's margin."""
@@ -176,7 +178,8 @@ class TreeSampler:
         if cmd == self.cmds.get(pid) and known is None:
             return
         self.cmds[pid] = cmd
-        event = {"type": "process", "pid": pid, "ppid": status_int(status, "PPid"), "cmd": cmd, "t": round(now, 4)}
+        event: JsonObject = {"type": "process", "pid": pid, "ppid": status_int(status, "PPid"), "cmd": cmd,
+                             "t": round(now, 4)}
         if known is not None:  # a new program in it: its peak starts again
             event["exec"] = True
             self.peaks.pop(pid, None)
@@ -226,7 +229,7 @@ class OutsideQuiet:
 def outside_snapshot(writer: RecordingWriter, pid: int, phase: str, start: float, trim_after: str = "",
                      quiet_since: float | None = None, rested_since: float | None = None,
                      event: str = "snapshot", held_exit: bool = False,
-                     at_mark: tuple[int | None, float] | None = None) -> dict[str, Any] | None:
+                     at_mark: tuple[int | None, float] | None = None) -> RecordedSnapshot | None:
     """A phase snapshot of ``pid`` read from outside (for marks the program did not make itself).
 
     After the phase named ``trim_after``, the process's agent (if it has one)
@@ -256,13 +259,13 @@ def outside_snapshot(writer: RecordingWriter, pid: int, phase: str, start: float
         return None
     snap.phase = phase
     snap.quiet_since, snap.rested_since = quiet_since, rested_since
-    record = snap.to_dict(regions=False)
+    record = cast(RecordedSnapshot, snap.to_dict(regions=False))  # a snapshot's keys, as the run keeps them
     record["rss_at_mark"], record["read_began"] = rss_at_mark, read_began
     if held_exit:
         record["held_exit"] = True
     if abs(snap.rss - rss_at_mark) > rss_slack(snap.rss):
         record["moving"] = True
-    writer.write({"type": event, "pid": pid, "t": round(time.time() - start, 4), "snapshot": record})
+    writer.write({"type": event, "pid": pid, "t": round(time.time() - start, 4), "snapshot": shaped(record)})
     if phase == trim_after and snap.allocator.agent is not None:
         _agent_trim(writer, pid, start)
     return record
@@ -355,7 +358,7 @@ class ExitHold:
                 pass
 
 
-def exit_of(entry: dict[str, Any], start: float | None) -> dict[str, Any] | None:
+def exit_of(entry: ProcessEntry, start: float | None) -> ProcessExit | None:
     """How close a process's last snapshot came to its exit (the run document's ``exit``), from a
     run document's process entry: the exit's time by its agent (which held it for the recorder),
     else the first round of samples that found it gone (the exit came at or before then: ``gap``
@@ -363,7 +366,7 @@ def exit_of(entry: dict[str, Any], start: float | None) -> dict[str, Any] | None
     held = (entry.get("agent_exit") or {}).get("exit") or {}
     gone = entry.pop("gone", None)
     if held.get("time"):
-        out: dict[str, Any] = {"time": held["time"], "by": "agent", "held": held.get("held"),
+        out: ProcessExit = {"time": held["time"], "by": "agent", "held": held.get("held"),
                                "answered": bool(held.get("answered"))}
     elif gone is not None and start is not None:
         out = {"time": round(start + gone, 4), "by": "sampled"}

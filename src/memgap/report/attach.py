@@ -14,6 +14,7 @@ from typing import Any, Protocol, TextIO
 from rich.console import RenderableType
 
 import memgap.documents.routes as routes
+from memgap.documents.runtime_heap import DeepRead
 from memgap.documents.snapshot import Snapshot
 from memgap.documents.trim import TrimRecord, TrimRoute
 from memgap.report.fit import WRAP, Col, fit_table
@@ -23,6 +24,7 @@ from memgap.report.units import mib
 # What the tables read of --deep's result, said as shapes (``memgap.inside.gdb.DeepResult`` and the
 # allocators' figures of ``memgap.sources.*_gdb`` have them; mypy checks it where the command passes
 # them): the renderer takes the figures as they are, without importing the code that reads them.
+
 
 
 class MallocInfoFigures(Protocol):
@@ -337,7 +339,7 @@ def render_after_trim(after: Snapshot, stream: TextIO, width: int | None = None)
 
 
 
-def render_runtimes_deep(runtimes: list[dict[str, Any]], stream: TextIO, width: int | None = None) -> None:
+def render_runtimes_deep(runtimes: list[DeepRead], stream: TextIO, width: int | None = None) -> None:
     """What each runtime's own deep route told (``memgap.runtimes.read_deep``), a line or two each."""
     console = console_on(stream, width)
     for rt in runtimes:

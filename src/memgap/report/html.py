@@ -14,6 +14,7 @@ import json
 from html import escape
 from typing import Any
 
+from memgap.documents.json_value import JsonObject, JsonValue, shaped
 from memgap.documents.lab_summary import Spread
 from memgap.documents.records import LabDocument
 from memgap.report.lab import (
@@ -41,21 +42,20 @@ def safe_json(data: Any) -> str:
             .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
 
 
-def _chart_data(lab: LabDocument) -> dict[str, Any]:
+def _chart_data(lab: LabDocument) -> JsonObject:
     """Only what the page shows (the runs' timelines and layers, not their every figure): keeps it
     small. The runs and variants go as the document writes them (``to_dict``), for the page's script."""
-    data = lab.to_dict()
-    runs = [{"variant": r["variant"], "rep": r["rep"], "params": r["params"], "status": r["status"],
-             "timeline": r["timeline"], "layers": r["layers"]} for r in data["runs"]]
-    return {"cmd": lab.cmd, "machine": lab.machine, "reps": lab.reps, "verdict": lab.verdict,
+    runs: list[JsonValue] = [{"variant": r.variant, "rep": r.rep, "params": r.params, "status": r.status.value,
+                              "timeline": r.timeline, "layers": shaped(r.layers)} for r in lab.runs]
+    return {"cmd": lab.cmd, "machine": shaped(lab.machine), "reps": lab.reps, "verdict": lab.verdict,
             "columns": [c.header for c in variant_columns(lab)], "rows": table_rows(lab),
             "too_slow": too_slow_line(lab), "warnings": chosen_lines(lab) + cgroup_lines(lab) + lab.warnings,
             "apply": apply_lines(lab.recommendation) if lab.recommendation else [],
             "across": across_line(lab),
             "evidence": {v.spec: pattern_evidence(lab, v.spec) for v in lab.variants},
             "recommendation": recommended(lab), "cell": lab.cell,
-            "variants": [{"spec": v["spec"], "idle": v["idle"], "after_trim": v["after_trim"], "peak": v["peak"],
-                          "slowdown": v["slowdown"]} for v in data["variants"]],
+            "variants": [{"spec": v.spec, "idle": v.idle, "after_trim": v.after_trim, "peak": v.peak,
+                          "slowdown": v.slowdown} for v in lab.variants],
             "runs": runs, "colors": LAYER_COLORS}
 
 

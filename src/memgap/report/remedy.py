@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any
+from typing import TypedDict
 
 from memgap.documents.lab_summary import Recommendation
 from memgap.documents.records import LabDocument, RemedyLines
@@ -17,7 +17,21 @@ from memgap.documents.records import LabDocument, RemedyLines
 FORMS = ("shell", "dockerfile", "systemd", "kubernetes", "python")  # what remedy_forms renders from the data
 
 
-def remedy_forms(lines: RemedyLines) -> dict[str, Any]:
+class RemedyForms(TypedDict):
+    """A recommendation's data and its every form, as the lab document's ``recommendation`` holds them."""
+
+    env: dict[str, str]
+    setup: list[str]
+    shell: list[str]
+    dockerfile: str
+    systemd: list[str]
+    kubernetes: str
+    python: str
+    python_plain: str
+    notes: list[str]
+
+
+def remedy_forms(lines: RemedyLines) -> RemedyForms:
     """``lines`` in every form, keyed as the lab document's ``recommendation`` holds them:
     env, setup, shell, dockerfile, systemd, kubernetes, python, python_plain, notes."""
     items = list(lines.env.items())
@@ -45,7 +59,8 @@ def with_forms(rec: Recommendation) -> Recommendation:
     if rec.carries_forms():
         return rec
     forms = remedy_forms(RemedyLines(rec.env, rec.setup, rec.python_plain, rec.notes))
-    return dataclasses.replace(rec, **{name: forms[name] for name in FORMS})
+    return dataclasses.replace(rec, shell=forms["shell"], dockerfile=forms["dockerfile"], systemd=forms["systemd"],
+                               kubernetes=forms["kubernetes"], python=forms["python"])  # FORMS, each
 
 
 def lab_with_forms(lab: LabDocument) -> LabDocument:

@@ -6,8 +6,9 @@ from typing import Any, TextIO
 
 from rich.console import RenderableType
 
-from memgap.documents.records import ProcessRecord, RunDocument
-from memgap.documents.snapshot import LAYER_NAMES, PYTHON_LAYERS, Finding, Snapshot
+from memgap.documents.recorded import AgentExit, ProcessExit, RecordedSnapshot, TreeIdle
+from memgap.documents.records import ProcessRecord, RunDocument, finding_of
+from memgap.documents.snapshot import LAYER_NAMES, PYTHON_LAYERS, Snapshot
 from memgap.report.fit import CUT, WRAP, Col, ellipsis, fit_table
 from memgap.report.terminal import console_on, layer_columns, print_findings, render_snapshot
 from memgap.report.units import mib
@@ -33,7 +34,7 @@ def squeeze(line: str, width: int) -> str:
     return "".join(max(line[int(i * step):int((i + 1) * step)] or " ", key=SPARK.index) for i in range(width))
 
 
-def _python_shown(snaps: list[dict[str, Any]]) -> bool:
+def _python_shown(snaps: list[RecordedSnapshot]) -> bool:
     """Whether a process's tables show the Python layers: not where memgap found no Python in it."""
     return not snaps or not all(Snapshot.from_dict(s).not_python for s in snaps)
 
@@ -43,7 +44,7 @@ def command_text(argv: list[str], most: int = 70) -> str:
     return " ".join([os.path.basename(argv[0]), *argv[1:]]).replace("\n", " ")[:most] if argv else ""
 
 
-def _among(snap: dict[str, Any], snaps: list[dict[str, Any]]) -> bool:
+def _among(snap: RecordedSnapshot, snaps: list[RecordedSnapshot]) -> bool:
     """Whether ``snap`` is one of ``snaps`` (a process's peak may be one of its phases: its exit's read)."""
     return any(s.get("time") == snap.get("time") and s.get("phase") == snap.get("phase") for s in snaps)
 
@@ -75,7 +76,7 @@ def timeline_table(run: RunDocument, width: int = 120) -> RenderableType:
     return fit_table(f"RSS over time, every {run.interval} s (MiB)", cols, rows, width)
 
 
-def _at_rest(process: ProcessRecord) -> tuple[dict[str, Any], str]:
+def _at_rest(process: ProcessRecord) -> tuple[RecordedSnapshot, str]:
     """The snapshot that shows the process at rest, and what moment it is: its idle
     (marked, or found: see memgap.record.idle), else its last snapshot."""
     snapshots, idle = process.snapshots, process.idle
@@ -86,7 +87,7 @@ def _at_rest(process: ProcessRecord) -> tuple[dict[str, Any], str]:
     return snapshots[-1], str(snapshots[-1].get("phase"))
 
 
-def agent_exit_line(pid: int, last: dict[str, Any]) -> str:
+def agent_exit_line(pid: int, last: AgentExit) -> str:
     """What a process's native agent said as it exited, in one line."""
     parts = [f"PID {pid} at exit, from memgap's agent in it: malloc is {last.get('allocator')}"]
     info = last.get("mallinfo2")
@@ -104,7 +105,7 @@ def agent_exit_line(pid: int, last: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def tree_line(tree: dict[str, Any]) -> str:
+def tree_line(tree: TreeIdle) -> str:
     """The tree's total at idle (the run document's ``tree``), in one line."""
     return (f"The tree at idle: {tree['processes']} processes, PSS {mib(tree['pss'])} MiB ({tree['how']}: what "
             f"the tree costs); RSS summed {mib(tree['rss_sum'])} MiB (counts a shared page once per process)")
@@ -127,15 +128,16 @@ def process_that_matters(run: RunDocument) -> ProcessRecord | None:
                                     p.idle.rss if p.idle else 0), default=None)
 
 
-def exit_words(ended: dict[str, Any] | None) -> str:
+def exit_words(ended: ProcessExit | None) -> str:
     """How close a process's last snapshot came to its exit (a process record's ``exit``)."""
-    if not ended or ended.get("gap") is None:
+    gap = ended.get("gap") if ended else None
+    if not ended or gap is None:
         return ""
     if ended["by"] == "agent":
         how = (f"memgap's agent held its exit {ended['held']:.3f} s for that read" if ended.get("answered")
                else f"its agent waited {ended['held']:.3f} s for memgap, in vain")
-        return f"its last snapshot {max(0.0, ended['gap']):.3f} s before its exit ({how})"
-    return f"its last snapshot at most {ended['gap']:.1f} s before its exit (the first sample that found it gone)"
+        return f"its last snapshot {max(0.0, gap):.3f} s before its exit ({how})"
+    return f"its last snapshot at most {gap:.1f} s before its exit (the first sample that found it gone)"
 
 
 def process_line(process: ProcessRecord, highest: int | None) -> str:
@@ -210,7 +212,7 @@ def render_run(run: RunDocument, stream: TextIO, width: int | None = None) -> No
         console.print(tree_line(run.tree))
     if run.findings:
         console.print("Over the phases:")
-        print_findings(console, [Finding(**{k: v for k, v in f.items() if k != "pid"}) for f in run.findings])
+        print_findings(console, [finding_of(f) for f in run.findings])
     if main is not None and main.agent_exit:
         console.print(agent_exit_line(main.pid, main.agent_exit))
     for err in run.errors:

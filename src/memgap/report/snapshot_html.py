@@ -10,8 +10,8 @@ JSON document with ``safe_json``, which cannot close its script block.
 from __future__ import annotations
 
 from html import escape
-from typing import Any
 
+from memgap.documents.json_value import JsonObject
 from memgap.documents.snapshot import Snapshot
 from memgap.report.cgroup import cgroup_lines
 from memgap.report.html import LAYER_COLORS, safe_json
@@ -90,7 +90,7 @@ def snapshot_fragment(snap: Snapshot) -> str:
             + _list("Findings:", findings) + "</div>")
 
 
-def snapshot_page(snap: Snapshot, document: dict[str, Any] | None = None) -> str:
+def snapshot_page(snap: Snapshot, document: JsonObject | None = None) -> str:
     """A whole page: the fragment, and the snapshot's JSON document (``document``, default
     ``snap.to_dict(regions=False)``) embedded in ``<script type="application/json"
     id="memgap-snapshot">`` for programs; nothing in the page runs."""

@@ -17,8 +17,7 @@ is the only place that knows their names.
 """
 from __future__ import annotations
 
-from typing import Any
-
+from memgap.documents.runtime_heap import DeepRead, HeapDetail
 from memgap.runtimes.base import ProcessView, RuntimeHeap, RuntimeInfo, RuntimeReader
 from memgap.runtimes.settings import RuntimeSettings
 
@@ -50,11 +49,10 @@ def detect_runtimes(process: ProcessView) -> list[RuntimeInfo]:
     return found
 
 
-def read_deep(pid: int, proc_root: str = "/proc") -> list[dict[str, Any]]:
+def read_deep(pid: int, proc_root: str = "/proc") -> list[DeepRead]:
     """`inspect --deep` for the runtimes in a process: each reader's deep route where it has one (the
     JVM's jcmd, Node's inspector: the runtime's own supported ways, which touch the process), as JSON-ready
     figures with the route taken; where it has none or it fails, a line saying so."""
-    import dataclasses
     import os
 
     from memgap.errors import MemgapError
@@ -66,7 +64,7 @@ def read_deep(pid: int, proc_root: str = "/proc") -> list[dict[str, Any]]:
         except OSError:
             exe = None
         view = ProcessView(pid, reader, reader.maps(), exe)
-        out: list[dict[str, Any]] = []
+        out: list[DeepRead] = []
         for info in detect_runtimes(view):
             runtime = READERS[info.name]
             deep = getattr(runtime, "read_deep", None)
@@ -83,12 +81,15 @@ def read_deep(pid: int, proc_root: str = "/proc") -> list[dict[str, Any]]:
             except (MemgapError, OSError, ValueError) as exc:
                 out.append({"runtime": info.name, "note": f"its deep route failed: {exc}"})
                 continue
-            figures = {k: v for k, v in dataclasses.asdict(heap).items() if k not in ("info", "ranges")}
-            out.append({"runtime": info.name, "version": info.version, **figures})
+            # its figures, as RuntimeHeap holds them (its info and ranges left out)
+            out.append({"runtime": info.name, "version": info.version, "route": heap.route, "in_use": heap.in_use,
+                        "retained": heap.retained, "released": heap.released, "committed": heap.committed,
+                        "limit": heap.limit, "metadata": dict(heap.metadata), "settings": dict(heap.settings),
+                        "notes": list(heap.notes)})
     return out
 
 
-def remedy(name: str, heap: dict[str, Any]) -> str:
+def remedy(name: str, heap: HeapDetail) -> str:
     """What brings a runtime's retained heap back, as its reader words it (``remedy(heap_detail)``
     on the reader, where it has one), else the lab's line."""
     _load_all()

@@ -7,8 +7,9 @@ resident (retained); what it has released is not RSS and is said beside them.
 """
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable
 
+from memgap.documents.runtime_heap import HeapDetail
 from memgap.documents.snapshot import Layer
 from memgap.runtimes.base import OwnedRange, RuntimeHeap
 
@@ -34,7 +35,7 @@ def _owner(r: OwnedRange) -> str:
     return (FREE_OWNER if r.free else HEAP_OWNER) if r.heap else META_OWNER
 
 
-def _heap_detail(heap: RuntimeHeap, resident: int, free: int) -> dict[str, Any]:
+def _heap_detail(heap: RuntimeHeap, resident: int, free: int) -> HeapDetail:
     """One runtime's heap: where it marks the ranges it holds free, their resident pages are retained and
     the rest in use (its counts are not residency: a span's untouched pages are not RSS); else its own
     count of what is in use splits the resident pages, the rest retained."""
@@ -73,6 +74,6 @@ def runtime_layers(heaps: list[RuntimeHeap], heap_resident: dict[str, int], free
     return heap, meta
 
 
-def _total(values: Any) -> int | None:
+def _total(values: Iterable[int | None]) -> int | None:
     known = list(values)
-    return None if any(v is None for v in known) else sum(known)
+    return None if any(v is None for v in known) else sum(v or 0 for v in known)

@@ -18,7 +18,7 @@ import json
 import random
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 from memgap.scenarios import _common
 
@@ -43,8 +43,35 @@ LAST_SEEN: dict[int, bytes] = {}
 #: With ``--keep-small 1``, also each stream's cursor and a ring of recent event
 #: ids, kept as the small objects json.loads made: they pin the pymalloc arenas
 #: they sit in (field report 002's mechanism), which no trim gives back.
-CURSORS: dict[str, Any] = {}
+CURSORS: dict[str, str] = {}  # stream -> the id of the last event it decoded
 RECENT: collections.deque[str] = collections.deque(maxlen=256)
+
+
+class _Document(TypedDict):
+    id: int
+    title: str
+    version: int
+
+
+class _Suggestion(TypedDict):
+    offset: int
+    length: int
+    kind: str
+    original: str
+    replacement: str
+    score: float
+    explanation: str
+
+
+class ProgressEvent(TypedDict):
+    """One progress event of the stream, as build_event writes it."""
+
+    id: str
+    event: str
+    seq: int
+    document: _Document
+    paragraphs: list[str]
+    suggestions: list[_Suggestion]
 
 
 def _sentence(rng: random.Random, n_words: int) -> str:
@@ -60,7 +87,7 @@ def build_event(rng: random.Random, seq: int, payload_kib: int, text_share: floa
     small dicts, short strings and floats (pymalloc's).
     """
     target = payload_kib * 1024
-    event: dict[str, Any] = {
+    event: ProgressEvent = {
         "id": f"{seq:08d}-{rng.getrandbits(32):08x}",
         "event": "progress",
         "seq": seq,

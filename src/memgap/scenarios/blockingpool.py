@@ -21,7 +21,7 @@ import time
 import zlib
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TypedDict
 
 from memgap.scenarios import _common
 
@@ -47,7 +47,16 @@ def build_template(payload_kib: int) -> bytes:
     return "".join(rows).encode("ascii")[:target]
 
 
-def handle(request_id: int, template: bytes) -> dict[str, Any]:
+class Response(TypedDict):
+    """A request's small response: its id, what it parsed, and the compressed reply body."""
+
+    id: int
+    rows: int
+    retried: int
+    reply: bytes
+
+
+def handle(request_id: int, template: bytes) -> Response:
     """Serve one request on a pool thread; return a small response.
 
     The response carries the compressed reply body, which the caller (the

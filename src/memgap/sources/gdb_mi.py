@@ -8,9 +8,17 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from memgap.errors import MalformedInput
+
+if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    # an MI value: a C string, a list ``[...]`` of values, or a tuple ``{name=value,...}`` (a list of
+    # results is kept as a list of one-entry tuples)
+    MiValue: TypeAlias = str | list["MiValue"] | dict[str, "MiValue"]
+    MiResults: TypeAlias = dict[str, MiValue]  # a record's results, by name
 
 _KINDS = {"^": "result", "*": "exec", "+": "status", "=": "notify", "~": "console", "@": "target", "&": "log"}
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", '"': '"', "\\": "\\", "a": "\a", "b": "\b", "f": "\f",
@@ -25,7 +33,7 @@ class MiRecord:
     kind: str                 # result, exec, status, notify, console, target, log, prompt, other
     token: int | None = None
     cls: str = ""             # done, error, running, exit, stopped, ... (result and async records)
-    results: dict[str, Any] = field(default_factory=dict)
+    results: MiResults = field(default_factory=dict)
     text: str = ""            # stream records, and lines that are not MI at all
 
 
@@ -54,13 +62,13 @@ def _cstring(s: str, i: int) -> tuple[str, int]:
     raise MalformedInput("gdb MI output", "unterminated string")
 
 
-def _value(s: str, i: int) -> tuple[Any, int]:
+def _value(s: str, i: int) -> tuple[MiValue, int]:
     if i < len(s) and s[i] == '"':
         return _cstring(s, i)
     if i < len(s) and s[i] == "{":
         return _results(s, i + 1, "}")
     if i < len(s) and s[i] == "[":
-        items: list[Any] = []
+        items: list[MiValue] = []
         i += 1
         while i < len(s) and s[i] != "]":
             if s[i] == ",":
@@ -74,7 +82,7 @@ def _value(s: str, i: int) -> tuple[Any, int]:
                     raise MalformedInput("gdb MI output", f"expected name=value at {s[i:i + 20]!r}")
                 name = s[i:eq]
                 value, i = _value(s, eq + 1)
-                item = {name: value}
+                item = {name: value}  # one-entry results
             items.append(item)
         if i >= len(s):
             raise MalformedInput("gdb MI output", "unterminated list")
@@ -82,8 +90,8 @@ def _value(s: str, i: int) -> tuple[Any, int]:
     raise MalformedInput("gdb MI output", f"unexpected value at {s[i:i + 20]!r}")
 
 
-def _results(s: str, i: int, close: str | None) -> tuple[dict[str, Any], int]:
-    out: dict[str, Any] = {}
+def _results(s: str, i: int, close: str | None) -> tuple[MiResults, int]:
+    out: MiResults = {}
     while i < len(s):
         if close and s[i] == close:
             return out, i + 1
@@ -134,23 +142,25 @@ def parse_int(value: str) -> int:
 _LWP = re.compile(r"\b(?:LWP|process) (\d+)")
 
 
-def parse_threads(results: dict[str, Any]) -> list[tuple[str, int]]:
+def parse_threads(results: MiResults) -> list[tuple[str, int]]:
     """(gdb thread id, LWP) from a ``-thread-info`` result."""
     out = []
-    for t in results.get("threads", []):
-        m = _LWP.search(t.get("target-id", "")) if isinstance(t, dict) else None
-        if m:
-            out.append((t["id"], int(m.group(1))))
+    threads = results.get("threads", [])
+    for t in threads if isinstance(threads, list) else []:
+        m = _LWP.search(str(t.get("target-id", ""))) if isinstance(t, dict) else None
+        if m and isinstance(t, dict):
+            out.append((str(t["id"]), int(m.group(1))))
     return out
 
 
-def parse_memory(results: dict[str, Any], size: int) -> bytes:
+def parse_memory(results: MiResults, size: int) -> bytes:
     """The bytes of a ``-data-read-memory-bytes`` result (one contiguous block of ``size`` bytes)."""
     blocks = results.get("memory", [])
-    if len(blocks) != 1 or not isinstance(blocks[0], dict):
-        raise MalformedInput("gdb memory", f"expected one block, got {len(blocks)}")
+    block = blocks[0] if isinstance(blocks, list) and len(blocks) == 1 else None
+    if not isinstance(block, dict):
+        raise MalformedInput("gdb memory", f"expected one block, got {len(blocks) if isinstance(blocks, list) else 0}")
     try:
-        data = bytes.fromhex(str(blocks[0].get("contents", "")))
+        data = bytes.fromhex(str(block.get("contents", "")))
     except ValueError:
         raise MalformedInput("gdb memory", "contents are not hex") from None
     if len(data) != size:
