@@ -11,8 +11,12 @@ without an attach, interleaved, give the target's own jitter (its threads fight 
 With --vs, each round also runs the memgap whose package is in OTHER_SRC (an older checkout's src/),
 interleaved, so a change is measured against what it changed on the same loaded machine.
 
-Prints the stall's median and max over the rounds, beside the jitter, and memgap's own timings
-(gdb's attach and how long it held the process). Goal (issue 23): under 0.5 s.
+Prints a line per round as it goes (the jitter round, then per memgap the stall, gdb's attach and
+how long gdb held the process, and the load average), then the medians and max over the rounds.
+Goal (issue 23): the stall's median and max under 0.5 s.
+
+The stall is the longest gap between two ticks, the one still open when asked included: asked just
+after gdb let go, the ticker may not have run yet, and a gap not yet closed would be missed.
 """
 from __future__ import annotations
 
@@ -33,25 +37,25 @@ def churn():
         del kept
 
 longest = 0.0
+last = time.monotonic()
 lock = threading.Lock()
 
 def tick():
-    global longest
-    last = time.monotonic()
+    global longest, last
     while True:
         time.sleep(0.002)
-        now = time.monotonic()
         with lock:
+            now = time.monotonic()
             longest = max(longest, now - last)
-        last = now
+            last = now
 
 for _ in range(int(sys.argv[1])):
     threading.Thread(target=churn, daemon=True).start()
 threading.Thread(target=tick, daemon=True).start()
 print("ready", flush=True)
-for line in sys.stdin:  # each line: the longest gap since the last line, then start again
+for line in sys.stdin:  # each line: the longest gap since the last line (the open one too), then again
     with lock:
-        print(f"{longest:.4f}", flush=True)
+        print(f"{max(longest, time.monotonic() - last):.4f}", flush=True)
         longest = 0.0
 """
 
@@ -77,18 +81,26 @@ def main() -> int:
     figures: dict[str, dict[str, list[float]]] = {
         name: {"stall under --deep": [], "gdb attach": [], "gdb held": []} for name in sources}
     jitter: list[float] = []
+    loads: list[float] = []
     try:
         time.sleep(1)
-        for _ in range(args.rounds):
+        for number in range(1, args.rounds + 1):
             _gap(target)
             time.sleep(1.0)
             jitter.append(_gap(target))
-            for name, src in sources.items():
+            words = [f"round {number:2}: jitter {jitter[-1]:.3f} s"]
+            for name, src in sorted(sources.items(), reverse=number % 2 == 0):  # each goes first in turn
                 _round(target, src, figures[name])
+                words.append(f"{name}: stall {figures[name]['stall under --deep'][-1]:.3f} attach "
+                             + " held ".join(f"{v[-1]:.3f}" if v else "-" for v in
+                                             (figures[name]["gdb attach"], figures[name]["gdb held"])))
+            loads.append(os.getloadavg()[0])
+            print(" | ".join(words) + f" | load {loads[-1]:.1f}", flush=True)
     finally:
         target.kill()
         target.wait()
-    print(f"{args.rounds} rounds, {args.threads} churning threads, load average {os.getloadavg()[0]:.1f}")
+    print(f"{args.rounds} rounds, {args.threads} churning threads, load average {statistics.median(loads):.1f} "
+          f"(median; {min(loads):.1f}-{max(loads):.1f})")
     _line("jitter without", jitter)
     for name, by in figures.items():
         for what, values in by.items():

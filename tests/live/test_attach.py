@@ -19,7 +19,8 @@ from conftest import SRC
 from helpers import MiB, check_adds_up, memgap, vmrss
 from memgap.errors import MemgapError
 from memgap.sources import gdb_attach
-from memgap.sources.gdb_attach import GdbSession, GdbTimeout, task_states
+from memgap.sources.gdb_attach import GdbSession, task_states
+from memgap.sources.gdb_errors import GdbTimeout
 
 pytestmark = pytest.mark.skipif(not shutil.which("gdb") or not shutil.which("cc"), reason="needs gdb and cc")
 
@@ -437,3 +438,60 @@ def test_deep_python_in_process_snapshot(spawn):
     assert layers["python_objects"] is not None  # what only the process itself can say
     check_adds_up(snap)
     t.check_unharmed()
+
+
+# A Python program whose main thread waits while another prints its counter.
+COUNTER_PY = (
+    "import sys, threading, time\n"
+    "def count():\n"
+    "    for i in range(1000000):\n"
+    "        sys.stdout.write(f'{i}\\n'); sys.stdout.flush(); time.sleep(0.01)\n"
+    "print('ready', flush=True)\n"
+    "threading.Thread(target=count, daemon=True).start()\n"
+    "threading.Event().wait()\n"
+)
+
+
+def test_non_stop_holds_only_the_thread_it_calls_on(spawn):
+    """Held 0.5 s between calls: in all-stop the counting thread prints nothing meanwhile; in non-stop
+    it prints on (its own output the witness) while the main thread, the one gdb calls on, stays
+    stopped; a call still runs there."""
+    t = spawn(sys.executable, "-c", COUNTER_PY)
+    printed = {}
+    for non_stop in (False, True):
+        with GdbSession(t.pid, non_stop=non_stop) as session:
+            assert session.call_int("(int) getpid()") == t.pid
+            before = len(t.numbers())
+            time.sleep(0.5)
+            printed[non_stop] = len(t.numbers()) - before
+            states = task_states(t.pid)
+            assert states[t.pid] == "t", states
+            others = [s for lwp, s in states.items() if lwp != t.pid]
+            assert others and all(s in "tT" for s in others) != non_stop, (non_stop, states)
+            assert session.call_int("(int) getpid()") == t.pid
+        t.check_unharmed()
+    assert printed[False] == 0 and printed[True] >= 5, printed
+
+
+def test_non_stop_a_call_that_hangs_is_interrupted_and_unwound(spawn):
+    t = spawn(sys.executable, "-c", COUNTER_PY)
+    session = GdbSession(t.pid, timeout=1.0, non_stop=True)
+    with pytest.raises(GdbTimeout), session:
+        session.call_int("(unsigned int) sleep(30)")  # waits (state S): interrupted at the deadline
+    assert any("interrupted" in n for n in session.notes), session.notes
+    t.check_unharmed()
+    with GdbSession(t.pid, non_stop=True) as session:  # and the process answers calls again
+        assert session.call_int("(int) getpid()") == t.pid
+    t.check_unharmed()
+
+
+def test_tiny_timeouts_leave_a_python_target_running(spawn):
+    """--deep on Python runs gdb in non-stop mode: cut short anywhere (gdb's start, the attach, the
+    symbols, the threads' stop, the calls), the program is let go, running, its output unbroken."""
+    t = spawn(sys.executable, "-c", COUNTER_PY)
+    for limit in ("0.001", "0.05", "0.1", "0.2", "0.4"):
+        proc = memgap("inspect", str(t.pid), "--deep", "--gdb-timeout", limit)
+        if proc.returncode:
+            _one_line_error(proc, 1)
+            assert "did not finish" in proc.stderr
+        t.check_unharmed()

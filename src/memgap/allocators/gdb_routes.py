@@ -31,7 +31,8 @@ def release_own(name: str, module: ReleaseModule, pid: int, before: Snapshot, st
     allocator's figures just before (the estimate, where it counts one) and just after."""
     from memgap.documents.trim import TrimDetails, TrimRecord, TrimRoute
     from memgap.errors import MalformedInput, Unsupported
-    from memgap.sources.gdb_attach import CallFailed, gdb_seconds
+    from memgap.sources.gdb_attach import gdb_seconds
+    from memgap.sources.gdb_errors import CallFailed
     from memgap.sources.procfs import ProcReader, status_int
 
     reader, notes = ProcReader(pid, options.proc_root), []

@@ -38,7 +38,8 @@ from memgap.errors import MalformedInput, Unsupported
 from memgap.inside.trust import trusted_inside
 from memgap.sources import jemalloc_gdb, mimalloc_gdb, tcmalloc_gdb
 from memgap.sources.allocator import process_root
-from memgap.sources.gdb_attach import CallFailed, GdbSession, GdbTimeout
+from memgap.sources.gdb_attach import GdbSession
+from memgap.sources.gdb_errors import CallFailed, GdbTimeout
 from memgap.sources.gdb_options import GdbOptions
 from memgap.sources.glibc import MallocInfo, parse_malloc_info
 from memgap.sources.jemalloc_gdb import JemallocDeep
@@ -313,42 +314,50 @@ def _thread_without_gil(session: GdbSession) -> str | None:
         session.scheduler_locking(False)
 
 
-def python_snapshot_via_gdb(session: GdbSession, here: str, there: str, notes: list[str]) -> Snapshot | None:
-    """memgap.snapshot() run inside a Python process; None (and a note) when it cannot be had."""
+SNAPSHOT_FILE = "snapshot.json"
+
+
+def python_snapshot_via_gdb(session: GdbSession, there: str, notes: list[str]) -> bool:
+    """memgap.snapshot() run inside a Python process, written to the private directory: True once it
+    ran, False (and a note) when it could not. ``read_python_snapshot`` reads it, after the detach."""
     try:
         if not session.call_int("(int) Py_IsInitialized()", "Py_IsInitialized"):
             notes.append("in-process snapshot: the interpreter is not initialized (starting or exiting)")
-            return None
+            return False
     except CallFailed as exc:
         notes.append(f"in-process snapshot: no CPython C API found in the process ({exc.gdb_message.strip()[:80]})")
-        return None
+        return False
     thread = _thread_without_gil(session)
     if thread is None:
         notes.append("in-process snapshot: every thread asked holds the GIL (or the check is off): "
                      "not safe to run Python code now; try again")
-        return None
+        return False
     session.select_thread(thread)
-    name = "snapshot.json"
-    (code,) = session.put_strings(python_runner(posixpath.join(there, name), memgap_source_dir()))
+    (code,) = session.put_strings(python_runner(posixpath.join(there, SNAPSHOT_FILE), memgap_source_dir()))
     gil = session.call_int("(int) PyGILState_Ensure()", "PyGILState_Ensure")
     try:
         session.call_int(f"(int) PyRun_SimpleString((char *) {code})", "PyRun_SimpleString")
     finally:
         if session.usable:
             session.call(f"(void) PyGILState_Release({gil})", "PyGILState_Release")
+    return True
+
+
+def read_python_snapshot(here: str, notes: list[str]) -> Snapshot | None:
+    """The snapshot the process wrote; None (and a note) when it wrote none or one that does not read."""
     try:
-        data = json.loads(read_private(os.path.join(here, name)))
+        data = json.loads(read_private(os.path.join(here, SNAPSHOT_FILE)))
+        if not data.get("ok"):
+            notes.append(f"in-process snapshot failed in the process: {data.get('error')} "
+                         f"(memgap from {memgap_source_dir()})")
+            return None
+        snap = Snapshot.from_dict(data["snapshot"])
     except FileNotFoundError:
         notes.append("in-process snapshot: the process wrote no result (it could not run memgap's code)")
         return None
-    except (ValueError, MalformedInput) as exc:
+    except (ValueError, MalformedInput, AttributeError) as exc:  # AttributeError: JSON that is not an object
         notes.append(f"in-process snapshot: unreadable result ({exc})")
         return None
-    if not data.get("ok"):
-        notes.append(f"in-process snapshot failed in the process: {data.get('error')} "
-                     f"(memgap from {memgap_source_dir()})")
-        return None
-    snap = Snapshot.from_dict(data["snapshot"])
     snap.route = ROUTE_IN_PROCESS
     notes.append("the in-process snapshot includes memgap's own import into the process, which stays loaded")
     return snap
@@ -362,11 +371,13 @@ def deep(pid: int, outside: Snapshot, start_time: int | None, options: GdbOption
     plan, notes = _allocator_plan(pid, outside, python, options.proc_root)
     beside_symbol, beside_label, why_not = beside_jemalloc(pid, outside, options.proc_root)
     result = DeepResult(pid, notes=notes + ([why_not] if why_not else []))
-    session = options.session(pid, start_time)
+    # non-stop for Python: its threads wait on the GIL, and held between calls they stalled ~0.4 s
+    session = options.session(pid, start_time, non_stop=python)
+    ran = False
     try:
         with ExitStack() as stack:
-            stack.enter_context(session)
             here, there = stack.enter_context(private_dir(pid, options.proc_root))
+            stack.enter_context(session)
             if glibc:
                 try:
                     result.malloc_info = malloc_info_via_gdb(session, here, there)
@@ -379,13 +390,15 @@ def deep(pid: int, outside: Snapshot, start_time: int | None, options: GdbOption
                 result.jemalloc_beside = beside_label if result.jemalloc else ""
             if python and session.usable:
                 try:
-                    result.in_process = python_snapshot_via_gdb(session, here, there, result.notes)
+                    ran = python_snapshot_via_gdb(session, there, result.notes)
                 except (CallFailed, MalformedInput) as exc:
                     result.notes.append(f"in-process snapshot: {exc}")
                 except GdbTimeout as exc:
                     if result.malloc_info is None and result.allocator_figures is None:
                         raise
                     result.notes.append(f"in-process snapshot: {exc}")
+            session.close()  # the process is let go before what it wrote is read and parsed
+            result.in_process = read_python_snapshot(here, result.notes) if ran else None
     finally:
         result.notes.extend(session.notes)
         result.timings = dict(session.timings)

@@ -28,6 +28,10 @@ Why each guard is here:
 - Other threads run while a call runs (scheduler-locking off): a stopped
   thread holding a malloc lock would otherwise deadlock the call. Callers lock
   the scheduler around calls that must not let others run.
+- ``non_stop``: gdb attaches in the background (non-stop mode) and stops only
+  the thread it calls on; the others run on between calls too, stopped only
+  while gdb attaches and detaches. A thread let go goes on with its errno put
+  back; a call runs on its thread alone.
 - At the deadline a call that waits (thread state S: on a futex, in a system
   call) is interrupted at once; one still on the CPU, perhaps inside a lock it
   took, gets a short grace first, as unwinding it there would leave the lock
@@ -44,13 +48,12 @@ import selectors
 import shutil
 import signal
 import subprocess
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 from memgap.errors import MalformedInput, MemgapError, NoSuchProcess, PtraceDisallowed, ToolMissing
-from memgap.sources.gdb_mi import MiRecord, mi_quote, parse_int, parse_memory, parse_mi_line, parse_threads
+from memgap.sources.gdb_errors import CallFailed, GdbFailed, GdbTimeout, sigint_deferred
+from memgap.sources.gdb_memory import ProcessMemory
+from memgap.sources.gdb_mi import MiRecord, mi_quote, parse_int, parse_mi_line, parse_threads
 from memgap.sources.gdb_target import (
     DEFAULT_TIMEOUT,
     attach_race,
@@ -85,47 +88,14 @@ SETUP = (
     ('-interpreter-exec console "handle all nostop noprint pass"', True),
     ('-interpreter-exec console "handle SIGSEGV SIGBUS SIGILL SIGFPE SIGABRT SIGSYS stop print"', True),
 )
-
-
-class GdbTimeout(MemgapError):
-    """A gdb step did not finish in time; it was interrupted and gdb detached."""
-
-    def __init__(self, pid: int, what: str, seconds: float) -> None:
-        self.pid = pid
-        super().__init__(f"gdb did not finish {what} in PID {pid} within {seconds:g} s: "
-                         "interrupted and detached, the process runs on")
-
-
-class CallFailed(MemgapError):
-    """gdb reported an error for a call (a call stopped by a signal was unwound first)."""
-
-    def __init__(self, expr: str, message: str) -> None:
-        self.expr = expr
-        self.gdb_message = message
-        first = message.strip().splitlines()[0] if message.strip() else "no message"
-        super().__init__(f"gdb: {expr}: {first}")
-
-
-class GdbFailed(MemgapError):
-    """gdb itself failed: it exited, or answered what memgap cannot use."""
-
-
-@contextmanager
-def _sigint_deferred() -> Iterator[None]:
-    """Hold off a second Ctrl-C while memgap lets go of the process (main thread only)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
+# Non-stop: no library's symbols read while the attach holds every thread (0.1-0.2 s for libpython
+# on the loaded machine); they are read once the threads run on ("sharedlibrary").
+NON_STOP_SETUP = ("-gdb-set non-stop on", "-gdb-set mi-async on", "-gdb-set auto-solib-add off")
 
 
 # --- the session ----------------------------------------------------------------
 
-class GdbSession:
+class GdbSession(ProcessMemory):
     """gdb attached to one process: ``call`` functions in it; ``close`` always lets it go.
 
     Use as a context manager. ``timeout`` bounds everything from starting gdb
@@ -136,13 +106,14 @@ class GdbSession:
 
     def __init__(self, pid: int, *, timeout: float = DEFAULT_TIMEOUT, gdb: str = "gdb",
                  proc_root: str = "/proc", expected_start_time: int | None = None,
-                 needed_for: str = "--deep/--trim") -> None:
+                 needed_for: str = "--deep/--trim", non_stop: bool = False) -> None:
         self.pid = pid
         self.timeout = timeout
         self.gdb = gdb
         self.proc_root = proc_root
         self.expected_start_time = expected_start_time
         self.needed_for = needed_for
+        self.non_stop = non_stop
         self.notes: list[str] = []                 # what happened that the user should know
         self.timings: dict[str, float] = {}        # attach, held (attach to detach), per call
         self._proc: subprocess.Popen[bytes] | None = None
@@ -156,6 +127,7 @@ class GdbSession:
         self._stuck = False                        # gdb never answered an interrupt: only end it
         self._threads: dict[str, int] = {}         # gdb thread id -> LWP
         self._current: str | None = None
+        self._stopped: set[str] = set()            # non-stop: the threads gdb reports stopped
         self._call_lwp: int | None = None          # the thread running a call of ours
         self._signaled: set[int] = set()           # threads memgap sent SIGINT
         self._errno: dict[int, tuple[int, int] | None] = {}  # LWP -> (errno address, value before our calls)
@@ -199,12 +171,10 @@ class GdbSession:
         self._selector = selectors.DefaultSelector()
         assert self._proc.stdout is not None  # stdout=PIPE
         self._selector.register(self._proc.stdout, selectors.EVENT_READ)
-        for command, required in SETUP:
-            rec = self._command(command, "setting gdb up")
-            if rec.cls == "error" and required:
-                raise GdbFailed(f"gdb refused {command!r}: {rec.results.get('msg', '')}")
+        self._set_up()
         self._attach_sent = True  # from here on, detach when letting go (an attach cut short may hold)
-        rec = self._command(f"-target-attach {self.pid}", "attaching")
+        rec = self._command(f'-interpreter-exec console "attach {self.pid} &"' if self.non_stop
+                            else f"-target-attach {self.pid}", "attaching")
         if rec.cls == "error":
             self._attach_refused(str(rec.results.get("msg", "")))
         self._attached = True
@@ -214,6 +184,9 @@ class GdbSession:
         self._check_start_time("between memgap's outside read and gdb's attach")
         self.scheduler_locking(False)
         self._threads = dict(parse_threads(self._command("-thread-info", "listing threads").results))
+        if self.non_stop and (rec := self._command('-interpreter-exec console "sharedlibrary"',
+                                                   "reading the libraries' symbols")).cls == "error":
+            raise GdbFailed(f"gdb could not read the libraries of PID {self.pid}: {rec.results.get('msg', '')}")
         main = next((gid for gid, lwp in self._threads.items() if lwp == self.pid), None)
         if main is None and self._threads:
             main = next(iter(self._threads))
@@ -221,12 +194,22 @@ class GdbSession:
             raise GdbFailed(f"gdb attached to PID {self.pid} but lists no thread")
         self.select_thread(main)
 
+    def _set_up(self) -> None:
+        """gdb's settings; non-stop: the executable's symbols read before attaching, while the process runs."""
+        setup = [*SETUP, *((command, True) for command in NON_STOP_SETUP if self.non_stop)]
+        if self.non_stop:  # optional: a program deleted since it started has no file to read
+            setup.append((f"-file-exec-and-symbols {mi_quote(f'{self.proc_root}/{self.pid}/exe')}", False))
+        for command, required in setup:
+            rec = self._command(command, "setting gdb up")
+            if rec.cls == "error" and required:
+                raise GdbFailed(f"gdb refused {command!r}: {rec.results.get('msg', '')}")
+
     def close(self) -> None:
         """Detach and end gdb, however it is doing; then check the process is not left stopped."""
         proc = self._proc
         if proc is None:
             return
-        with _sigint_deferred():
+        with sigint_deferred():
             try:
                 self._let_go()
             finally:
@@ -322,10 +305,32 @@ class GdbSession:
     # -- calls
 
     def select_thread(self, gdb_id: str) -> None:
+        """The thread calls run on; non-stop: the only one held (the one held before goes on)."""
+        if self.non_stop and gdb_id != self._current:
+            self._hold_only(gdb_id)
         rec = self._command(f"-thread-select {gdb_id}", "selecting a thread")
         if rec.cls == "error":
             raise CallFailed(f"thread {gdb_id}", str(rec.results.get("msg", "")))
         self._current = gdb_id
+
+    def _hold_only(self, gdb_id: str) -> None:
+        """Non-stop: the thread held until now goes on, its errno put back first; ``gdb_id`` is stopped."""
+        held = self._current
+        if held is not None and held in self._stopped:
+            saved = self._errno.pop(self._threads.get(held, 0), None)
+            if saved is not None:
+                self._command(f"-data-evaluate-expression {mi_quote(f'*(int *) {saved[0]} = {saved[1]}')}",
+                              "putting errno back")
+            self._command(f"-exec-continue --thread {held}", "letting a thread go on")
+            self._stopped.discard(held)
+            self._current = None
+        if gdb_id not in self._stopped:
+            self._command(f"-exec-interrupt --thread {gdb_id}", "stopping a thread")
+            while gdb_id not in self._stopped:  # its *stopped comes after the command's answer
+                line = self._next_line()
+                if line is None:
+                    raise GdbTimeout(self.pid, f"stopping thread {gdb_id}", self.timeout)
+                self._note(parse_mi_line(line))
 
     def threads(self) -> list[tuple[str, int]]:
         """(gdb thread id, LWP), the process's main thread first."""
@@ -336,7 +341,12 @@ class GdbSession:
         return self._threads.get(self._current) if self._current else None
 
     def scheduler_locking(self, on: bool) -> None:
-        """On: only the selected thread runs during a call. Off (default): all threads run."""
+        """On: only the selected thread runs during a call. Off (default): all threads run.
+
+        Non-stop: nothing to set, the other threads run all the time and a call runs its thread
+        alone; the selected thread, stopped, cannot take a lock (the GIL) meanwhile."""
+        if self.non_stop:
+            return
         rec = self._command(f"-gdb-set scheduler-locking {'on' if on else 'off'}", "setting scheduler-locking")
         if rec.cls == "error":
             raise GdbFailed(f"gdb refused scheduler-locking: {rec.results.get('msg', '')}")
@@ -385,56 +395,6 @@ class GdbSession:
             self._errno[lwp] = None  # no errno to keep (a static binary without __errno_location)
             return
         self._errno[lwp] = (loc, value)
-
-    def put_strings(self, *texts: str) -> list[int]:
-        """Copy NUL-terminated strings into one block malloc'ed in the process; their addresses.
-
-        gdb would copy a string literal argument into the process itself, with a
-        malloc it never frees; this block is freed before detaching.
-        """
-        data = [t.encode("utf-8") + b"\0" for t in texts]
-        block = self.alloc(sum(len(d) for d in data))
-        self.write_memory(block, b"".join(data))
-        addresses, offset = [], 0
-        for d in data:
-            addresses.append(block + offset)
-            offset += len(d)
-        return addresses
-
-    def alloc(self, size: int) -> int:
-        """A block of ``size`` bytes malloc'ed in the process (by its own malloc), freed before detaching."""
-        block = self.call_int(f"(unsigned long) malloc({size})", "malloc")
-        if not block:
-            raise CallFailed(f"malloc({size})", "returned NULL")
-        self._blocks.append(block)
-        return block
-
-    def alloc_pages(self, size: int) -> int:
-        """``size`` bytes (rounded up to pages) mmap'ed in the process, unmapped before detaching.
-
-        For an allocator whose malloc does more than hand out a block: mimalloc runs its delayed
-        decommits when a malloc takes a fresh page, so a malloc of memgap's would change what
-        memgap came to read. mmap and munmap are system calls: no allocator runs.
-        """
-        size = -(-size // 4096) * 4096
-        address = self.call_int(f"(unsigned long) mmap((void *) 0, {size}, 3, 0x22, -1, 0)", "mmap")  # RW, private anon
-        if address in (0, (1 << 64) - 1):  # NULL, or MAP_FAILED ((void *) -1)
-            raise CallFailed(f"mmap({size})", "failed")
-        self._pages.append((address, size))
-        return address
-
-    def write_memory(self, address: int, data: bytes) -> None:
-        """Write ``data`` into the process at ``address`` (a block from ``alloc``): no call runs."""
-        rec = self._command(f"-data-write-memory-bytes {address} {data.hex()}", "writing memory")
-        if rec.cls == "error":
-            raise CallFailed("writing memory", str(rec.results.get("msg", "")))
-
-    def read_memory(self, address: int, size: int) -> bytes:
-        """``size`` bytes of the process at ``address``: no call runs."""
-        rec = self._command(f"-data-read-memory-bytes {address} {size}", "reading memory")
-        if rec.cls == "error":
-            raise CallFailed("reading memory", str(rec.results.get("msg", "")))
-        return parse_memory(rec.results, size)
 
     @property
     def usable(self) -> bool:
@@ -497,7 +457,7 @@ class GdbSession:
         """Stop what gdb is doing for ``token``; its result if gdb gives one soon."""
         if self._proc is None:
             return None
-        with _sigint_deferred():
+        with sigint_deferred():
             self.deadline = time.monotonic()
             rec = self._read_until(token)  # what gdb already said: it may have finished
             if rec is not None:
@@ -562,11 +522,22 @@ class GdbSession:
             rec = parse_mi_line(line)
             if rec.kind == "result" and rec.token == token:
                 return rec
-            if rec.kind == "exec" and rec.cls == "stopped":
-                if str(rec.results.get("reason", "")).startswith("exited"):
-                    self._attached = False
-            elif rec.kind in ("console", "log", "target", "other") and rec.text.strip():
-                self._log = (self._log + [rec.text.strip()])[-20:]
+            self._note(rec)
+
+    def _note(self, rec: MiRecord) -> None:
+        """What an asynchronous record or a stream says: the process exited, a thread stopped, a message."""
+        thread = str(rec.results.get("thread-id", ""))
+        if rec.kind == "exec" and rec.cls == "stopped":
+            if str(rec.results.get("reason", "")).startswith("exited"):
+                self._attached = False
+            elif thread:
+                self._stopped.add(thread)
+        elif rec.kind == "exec" and rec.cls == "running":
+            if thread == "all":
+                self._stopped.clear()
+            self._stopped.discard(thread)
+        elif rec.kind in ("console", "log", "target", "other") and rec.text.strip():
+            self._log = (self._log + [rec.text.strip()])[-20:]
 
     def _next_line(self) -> str | None:
         """The next line from gdb; None once the deadline has passed (buffered output is still read)."""

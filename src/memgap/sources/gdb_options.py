@@ -16,7 +16,8 @@ class GdbOptions:
     gdb: str = "gdb"
     proc_root: str = "/proc"
 
-    def session(self, pid: int, start_time: int | None) -> GdbSession:
-        """A gdb session on ``pid`` under these options, refusing a process started at another time."""
+    def session(self, pid: int, start_time: int | None, non_stop: bool = False) -> GdbSession:
+        """A gdb session on ``pid`` under these options, refusing a process started at another time;
+        ``non_stop``: only the thread gdb calls on is held (``GdbSession``)."""
         return GdbSession(pid, timeout=self.timeout, gdb=self.gdb, proc_root=self.proc_root,
-                          expected_start_time=start_time)
+                          expected_start_time=start_time, non_stop=non_stop)

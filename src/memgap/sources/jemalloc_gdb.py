@@ -214,7 +214,7 @@ def mallctl_symbol(found: dict[str, Any], root: str = "") -> str:
 
 
 def _run_batch(session: GdbSession, symbol: str, ctls: list[Ctl], what: str) -> dict[str, int | None]:
-    from memgap.sources.gdb_attach import CallFailed
+    from memgap.sources.gdb_errors import CallFailed
 
     names = session.put_strings(*(c.name for c in ctls))
     block = session.alloc(SLOT * len(ctls))

@@ -88,7 +88,7 @@ def check_callable(found: dict[str, Any], root: str = "") -> None:
 
 def read_figures(session: GdbSession) -> MimallocDeep:
     """mi_process_info's eight results, written into a block of the process and read back."""
-    from memgap.sources.gdb_attach import CallFailed
+    from memgap.sources.gdb_errors import CallFailed
 
     block = session.alloc_pages(SIZE)
     try:

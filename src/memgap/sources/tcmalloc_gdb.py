@@ -144,7 +144,7 @@ def check_callable(found: dict[str, Any], root: str = "") -> None:
 
 def read_figures(session: GdbSession) -> TcmallocDeep:
     """Every property in one gdb expression; the slots read back in one read."""
-    from memgap.sources.gdb_attach import CallFailed
+    from memgap.sources.gdb_errors import CallFailed
 
     names = [name for name, _ in PROPERTIES]
     data, offsets = encode_page(names)
