@@ -495,3 +495,17 @@ def test_tiny_timeouts_leave_a_python_target_running(spawn):
             _one_line_error(proc, 1)
             assert "did not finish" in proc.stderr
         t.check_unharmed()
+
+
+def test_trim_of_a_python_process_in_non_stop(spawn):
+    """--trim on a Python program (gdb in non-stop mode: its threads run on): 200 freed 64 KiB blocks
+    between live ones (12.5 MiB) given back, and the program's own VmRSS read afterwards by the test
+    is the figure the trim reported after it."""
+    t = spawn(sys.executable, "-c", HOLDER_PY)
+    proc = memgap("inspect", str(t.pid), "--trim", "--json", "-")
+    assert proc.returncode == 0, proc.stderr
+    trim = json.loads(proc.stdout)["after_trim"]["trim"]
+    assert trim["performed"] and trim["route"] == "gdb", trim
+    assert trim["released"] >= 8 * MiB, trim
+    assert abs(vmrss(t.pid) - trim["rss_after"]) <= 512 * 1024, (vmrss(t.pid), trim)
+    t.check_unharmed()

@@ -70,10 +70,10 @@ def malloc_trim(pid: int, before: Snapshot, start_time: int | None, options: Gdb
     estimate = outside_estimate(before)
     from memgap.documents.trim import TrimDetails, TrimRecord, TrimRoute
     from memgap.sources.gdb_attach import gdb_seconds
-    from memgap.sources.procfs import ProcReader, status_int
+    from memgap.sources.procfs import ProcReader, is_python, status_int
 
     reader = ProcReader(pid, options.proc_root)
-    session = options.session(pid, start_time)
+    session = options.session(pid, start_time, non_stop=is_python(reader.maps()))  # as deep's, for the GIL
     with session:
         rss_before = status_int(reader.status(), "VmRSS")
         returned = session.call_int("(int) malloc_trim(0)", "malloc_trim")
