@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from conftest import child_env
+from conftest import HERE, child_env
 from helpers import memgap
 
 NOBODY = 65534
@@ -112,6 +112,68 @@ def test_report_refuses_what_memgap_did_not_write(tmp_path, text, said):
     path = tmp_path / "doc.json"
     path.write_text(text)
     assert said in one_line(memgap("report", str(path)), 6)
+
+
+SAVED = os.path.join(HERE, "fixtures", "documents", "8a6ec88")
+
+
+def _hostile(kind, tmp_path, value):
+    """A document memgap wrote (saved by an earlier version) with ``value`` put in one byte field:
+    a run's process's idle RSS, a lab run's peak, a snapshot's RSS in a run's recording folder.
+    ``value`` is JSON text, put in as it is (1e400 and NaN are no Python JSON)."""
+    import json
+
+    name, path = {"run": ("run-trimmer.json", ("processes", 0, "idle", "rss")),
+                  "lab": ("lab.json", ("runs", 0, "peak")), "snapshot": ("run-trimmer.json", ("rss",))}[kind]
+    with open(os.path.join(SAVED, name)) as fh:
+        document = json.load(fh)
+    if kind == "snapshot":
+        process = document["processes"][0]
+        document = process["snapshots"][0]
+    holder = document
+    for key in path[:-1]:
+        holder = holder[key]
+    holder[path[-1]] = "HOSTILE"
+    text = json.dumps(document).replace('"HOSTILE"', value)
+    if kind != "snapshot":
+        (tmp_path / "doc.json").write_text(text)
+        return tmp_path / "doc.json", path[-1]
+    folder = _recording(tmp_path / "rec", HEADER)
+    with open(folder / "samples.jsonl", "a") as fh:  # a line after it: a bad last line reads as one cut short
+        fh.write(f'{{"type": "snapshot", "pid": {process["pid"]}, "snapshot": {text}}}\n')
+        fh.write(json.dumps({"type": "snapshot", "pid": process["pid"], "snapshot": process["snapshots"][-1]}) + "\n")
+    return folder, path[-1]
+
+
+@pytest.mark.parametrize("kind", ["run", "lab", "snapshot"])
+@pytest.mark.parametrize("value, said", [("-5", "-5 is negative"), ("1e400", "out of range"),
+                                         ("-1e400", "out of range"), ("NaN", "NaN is not a figure"),
+                                         ("Infinity", "Infinity is not a figure"),
+                                         ("true", "bool where int belongs")])
+def test_report_refuses_a_figure_no_memgap_writes(tmp_path, kind, value, said):
+    """A negative, infinite or NaN byte count, or a bool for one: one line, naming the field where
+    the figure is a checked one, and the malformed-input exit code."""
+    where, field = _hostile(kind, tmp_path, value)
+    line = one_line(memgap("report", str(where)), 6)
+    assert said in line, line
+    if value in ("-5", "true"):  # the parser refuses the others before any field is read
+        assert f"'{field}'" in line, line
+
+
+@pytest.mark.parametrize("kind", ["run", "lab", "snapshot"])
+def test_report_still_reads_the_saved_document_untouched(tmp_path, kind):
+    """The same document with its own figure put back: read, no error (the test above fails for
+    what it changed, not for the rest)."""
+    import json
+
+    name = {"run": "run-trimmer.json", "lab": "lab.json", "snapshot": "run-trimmer.json"}[kind]
+    with open(os.path.join(SAVED, name)) as fh:
+        document = json.load(fh)
+    own = {"run": lambda d: d["processes"][0]["idle"]["rss"], "lab": lambda d: d["runs"][0]["peak"],
+           "snapshot": lambda d: d["processes"][0]["snapshots"][0]["rss"]}[kind](document)
+    where, _ = _hostile(kind, tmp_path, json.dumps(own))
+    proc = memgap("report", str(where))
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
 
 
 def test_deep_in_a_program_with_its_own_memgap_module(tmp_path):

@@ -241,11 +241,37 @@ CELL = {"params": {"N": "1"}, "variants": [VARIANT], "verdict": "", "recommendat
     (LabDocument.from_dict, {**LAB, "sweep": {"glibc": [{"params": {}, "idle": 1}]}}, "no field 'peak'"),
     (LabDocument.from_dict, {**LAB, "across_cells": [{"params": {}, "word": 1, "idle": None, "baseline_idle": None}]},
      "field 'across_cells'[0], field 'word': int where str belongs"),
+    # figures built in Python (no parser to refuse them first): never negative, infinite or NaN
+    (RunFigures.from_dict, {**LAB_RUN, "wall": float("inf")}, "field 'wall': inf is not a finite number"),
+    (RunFigures.from_dict, {**LAB_RUN, "cpu": float("nan")}, "field 'cpu': nan is not a finite number"),
+    (RunFigures.from_dict, {**LAB_RUN, "peak": -5}, "field 'peak': -5 is negative"),
+    (LabDocument.from_dict, {**LAB, "variants": [{**VARIANT, "idle": [1.0, -2.0, 3.0]}]},
+     "field 'variants'[0], field 'idle': -2.0 is negative"),
+    (LabDocument.from_dict, {**LAB, "variants": [{**VARIANT, "statuses": {"ok": -1}}]},
+     "field 'statuses'['ok']: -1 is negative"),
+    (ProcessRecord.from_dict, {"pid": 1, "snapshots": [], "trims": [{"time": 1.0, "rss_before": -1, "rss_after": 1}]},
+     "field 'rss_before': -1 is negative"),
+    (RunDocument.from_dict, {**RUN, "duration": float("-inf")}, "field 'duration': -inf is not a finite number"),
 ])
 def test_bad_input_is_memgaps_own_error(make, data, says):
     with pytest.raises(MalformedInput) as caught:
         make(data)
     assert caught.value.exit_code == 6 and says in str(caught.value), str(caught.value)
+
+
+def test_figures_that_may_be_negative_still_read():
+    """A difference or an exit status below 0 is a figure memgap writes: a run killed by a signal, a
+    trim after which VmRSS grew, a sweep's shrinking growth, layers above RSS (unexplained)."""
+    from memgap.documents.snapshot import Snapshot
+
+    assert RunDocument.from_dict({**RUN, "exit_code": -9, "metrics": {"delta": -1.5}}).exit_code == -9
+    assert RunFigures.from_dict({**LAB_RUN, "exit_code": -9, "trim_released": -4096}).trim_released == -4096
+    assert TrimRecord.from_dict({"rss_before": 1, "rss_after": 2, "released": -1}).released == -1
+    assert SweepRow.from_dict({"params": {}, "idle": 1.0, "peak": 2.0, "idle_growth": -0.5}).idle_growth == -0.5
+    snap = {"pid": 1, "time": 1.0, "rss": 10, "layers": {}, "unexplained": -3, "allocator": {}, "pss_unexplained": -1}
+    assert Snapshot.from_dict(snap).unexplained == -3
+    with pytest.raises(MalformedInput, match="field 'rss': -10 is negative"):
+        Snapshot.from_dict({**snap, "rss": -10})
 
 
 def test_the_words_are_their_values_in_json_and_text():

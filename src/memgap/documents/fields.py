@@ -81,8 +81,25 @@ def _no_long_string(value: Any, what: str) -> None:
                                        f"none over {STRING_LIMIT >> 20} MiB")
 
 
-def typed_value(value: Any, hint: Any, where: str) -> Any:
-    """``value`` checked against the type ``hint`` (nested: lists, dicts, tuples, enums, documents)."""
+_SIGNED_KEYS: dict[type, frozenset[str]] = {}
+
+
+def signed_keys(shape: type, *keys: str) -> None:
+    """Name the keys of a TypedDict (which holds no class attribute: no ``SIGNED``) whose figures may be
+    negative."""
+    _SIGNED_KEYS[shape] = frozenset(keys)
+
+
+def signed_fields(cls: type) -> frozenset[str]:
+    """The fields of document class ``cls`` whose figures may be negative (a difference, an exit
+    status): its ``SIGNED`` (a TypedDict's: ``signed_keys``). Every other int or float figure is a byte
+    count, a count, a time or a ratio, never below 0."""
+    return frozenset(getattr(cls, "SIGNED", ())) | _SIGNED_KEYS.get(cls, frozenset())
+
+
+def typed_value(value: Any, hint: Any, where: str, signed: bool = False) -> Any:
+    """``value`` checked against the type ``hint`` (nested: lists, dicts, tuples, enums, documents);
+    an int or float figure is finite and, unless ``signed``, not negative."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if hint is Any:
         return value
@@ -95,10 +112,10 @@ def typed_value(value: Any, hint: Any, where: str) -> Any:
             return None
         kinds = [a for a in args if a is not type(None)]
         if len(kinds) == 1:  # X | None: what is wrong with it as an X
-            return typed_value(value, kinds[0], where)
+            return typed_value(value, kinds[0], where, signed)
         for arg in kinds:
             try:
-                return typed_value(value, arg, where)
+                return typed_value(value, arg, where, signed)
             except MalformedInput:
                 continue
         raise _wrong(where, value, hint)
@@ -120,20 +137,29 @@ def typed_value(value: Any, hint: Any, where: str) -> Any:
                 if kind is not Any and not isinstance(v, kind):
                     raise _wrong(f"{where}[{i}]", v, args[0])
             return items
-        return [typed_value(v, args[0], f"{where}[{i}]") for i, v in enumerate(items)]
+        return [typed_value(v, args[0], f"{where}[{i}]", signed) for i, v in enumerate(items)]
     if origin is tuple:
         if not isinstance(value, (list, tuple)) or len(value) != len(args):
             raise _wrong(where, value, hint)
-        return tuple(typed_value(v, a, where) for v, a in zip(value, args, strict=True))
+        return tuple(typed_value(v, a, where, signed) for v, a in zip(value, args, strict=True))
     if origin is dict:
         if args[1] is Any or args[1] is JsonValue:
             return of_type(value, dict, where)
-        return {k: typed_value(v, args[1], f"{where}[{k!r}]") for k, v in of_type(value, dict, where).items()}
-    if hint is float:
-        return value if isinstance(value, (int, float)) and not isinstance(value, bool) else _fail(where, value, hint)
-    if hint is int and isinstance(value, bool):
-        raise _wrong(where, value, hint)
+        return {k: typed_value(v, args[1], f"{where}[{k!r}]", signed) for k, v in of_type(value, dict, where).items()}
+    if hint is float or hint is int:
+        return _figure(value, hint, where, signed)
     return of_type(value, hint, where)
+
+
+def _figure(value: Any, hint: type, where: str, signed: bool) -> Any:
+    """An int (a float also takes an int) that is no bool, finite, and not negative unless ``signed``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float) if hint is float else int):
+        raise _wrong(where, value, hint)
+    if not math.isfinite(value):  # a document built in Python, not parsed by parse_json, may hold one
+        raise MalformedInput(where, f"{value!r} is not a finite number")
+    if value < 0 and not signed:
+        raise MalformedInput(where, f"{value!r} is negative: a byte count, count, time or ratio never is")
+    return value
 
 
 def _free(hint: Any) -> bool:
@@ -147,9 +173,10 @@ def _json_shape(value: Any, hint: Any, where: str) -> Any:
     """A TypedDict's value, a JSON object: each key the TypedDict names checked against its type (those
     it requires must be there); kept as read, its other keys and their order with it."""
     data = of_type(value, dict, where)
+    signed = signed_fields(hint)
     for key, kind in _hints(hint).items():
         if key in data:
-            typed_value(data[key], kind, f"{where}, field {key!r}")  # worded as a dataclass's field
+            typed_value(data[key], kind, f"{where}, field {key!r}", key in signed)  # worded as a dataclass's field
         elif key in hint.__required_keys__:
             raise MalformedInput(where, f"no field {key!r}")
     return data
@@ -180,13 +207,13 @@ def dataclass_fields(cls: type, data: Any, what: str, skip: tuple[str, ...] = ()
     """The keyword arguments of dataclass ``cls`` from ``data``: every field it has, checked;
     a field without a default must be there; keys it does not know are left out."""
     data = of_type(data, dict, what)
-    hints = _hints(cls)
+    hints, signed = _hints(cls), signed_fields(cls)
     out: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
         if f.name in skip:
             continue
         if f.name in data:
-            out[f.name] = typed_value(data[f.name], hints[f.name], f"{what}, field {f.name!r}")
+            out[f.name] = typed_value(data[f.name], hints[f.name], f"{what}, field {f.name!r}", f.name in signed)
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             raise MalformedInput(what, f"no field {f.name!r}")
     return out

@@ -139,6 +139,7 @@ class SweepRow(_Summary):
     the first cell's (None where either is unknown)."""
 
     WHAT = "sweep row"
+    SIGNED = frozenset({"idle_growth", "peak_growth"})
 
     params: dict[str, str]
     idle: float | None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TypedDict
 
+from memgap.documents.fields import signed_keys
 from memgap.documents.json_value import JsonObject
 
 
@@ -252,3 +253,10 @@ class RecordedEvent(TypedDict, total=False):
     load_seconds: float | None
     interrupted: bool
     stopped: StopEnding | None
+
+
+# the figures of these shapes that may be negative: the layers may add up to more than RSS; VmRSS may
+# grow during a trim; an exit status -N is a signal
+signed_keys(RecordedSnapshot, "unexplained", "pss_unexplained")
+signed_keys(AgentTrimmer, "released")
+signed_keys(RecordedEvent, "exit_code")

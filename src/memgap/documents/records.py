@@ -136,6 +136,8 @@ class ProcessRecord:
     def from_dict(cls, data: Any, what: str = "run's process") -> ProcessRecord:
         # its snapshots kept as JSON, but checked as snapshots are (once: not again as RecordedSnapshots)
         fields = dataclass_fields(cls, data, what, skip=("snapshots",))
+        if "snapshots" not in data:
+            raise MalformedInput(what, "no field 'snapshots'")
         snapshots = of_type(data["snapshots"], list, f"{what}, field 'snapshots'")
         for i, snap in enumerate(snapshots):
             Snapshot.from_dict(snap, f"{what}, snapshot {i}")
@@ -154,6 +156,8 @@ class ProcessRecord:
 @dataclass
 class RunDocument:
     """``memgap run``'s recording assembled (``memgap.run/1``, docs/json.md)."""
+
+    SIGNED = frozenset({"exit_code", "metrics"})  # -N: killed by signal N; a program's metrics are its own
 
     processes: list[ProcessRecord]
     cmd: list[str] = field(default_factory=list)
@@ -208,6 +212,8 @@ _RUN_OPTIONAL = ("tree", "stopped")  # added since 8a6ec88 (tree), issue 23 (sto
 @dataclass
 class RunFigures:
     """What one lab run of a variant measured (``runs`` of a lab document)."""
+
+    SIGNED = frozenset({"exit_code", "trim_released"})
 
     variant: str
     rep: int

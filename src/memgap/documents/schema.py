@@ -6,7 +6,8 @@ Each document class is a dataclass; a field is required where it has no default 
 requires it), keys a class does not know are allowed (``from_dict`` leaves them out: a newer memgap's
 additions), and a field typed ``JsonValue`` (or an object of them) is left open, as its reader leaves it. A
 field marked ``flat`` in its metadata (a trim record's details) is a TypedDict whose keys sit beside the
-class's own in the JSON.
+class's own in the JSON. An int or float figure has a minimum of 0 unless its class names it in
+``SIGNED``, as its reader refuses a negative one.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import types
 import typing
 from typing import Any
 
+from memgap.documents.fields import signed_fields
 from memgap.documents.json_value import JsonObject, JsonValue
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
@@ -27,12 +29,12 @@ class _Builder:
     def __init__(self) -> None:
         self.defs: dict[str, JsonObject] = {}
 
-    def of(self, hint: Any) -> JsonObject:
+    def of(self, hint: Any, signed: bool = False) -> JsonObject:
         origin, args = typing.get_origin(hint), typing.get_args(hint)
         if hint is Any or hint is JsonValue:  # any JSON: left open
             return {}
         if origin in (typing.Union, types.UnionType):
-            return {"anyOf": [self.of(a) for a in args]}
+            return {"anyOf": [self.of(a, signed) for a in args]}
         if hint is type(None):
             return {"type": "null"}
         if isinstance(hint, type) and issubclass(hint, enum.Enum):
@@ -42,16 +44,19 @@ class _Builder:
             return {"$ref": f"#/$defs/{hint.__name__}"}
         if typing.is_typeddict(hint):  # a JSON shape: its keys, those it requires
             hints = typing.get_type_hints(hint)
-            out: JsonObject = {"type": "object", "properties": {k: self.of(v) for k, v in hints.items()}}
+            keys = signed_fields(hint)
+            out: JsonObject = {"type": "object", "properties": {k: self.of(v, k in keys) for k, v in hints.items()}}
             required = [k for k in hints if k in hint.__required_keys__]
             return {**out, "required": required} if required else out
         if origin is list:
-            return {"type": "array", "items": self.of(args[0])}
+            return {"type": "array", "items": self.of(args[0], signed)}
         if origin is tuple:
-            return {"type": "array", "prefixItems": [self.of(a) for a in args], "minItems": len(args),
+            return {"type": "array", "prefixItems": [self.of(a, signed) for a in args], "minItems": len(args),
                     "maxItems": len(args)}
         if origin is dict:
-            return {"type": "object", "additionalProperties": self.of(args[1])}
+            return {"type": "object", "additionalProperties": self.of(args[1], signed)}
+        if hint in (int, float) and not signed:
+            return {"type": _SCALARS[hint], "minimum": 0}
         return {"type": _SCALARS[hint]}
 
     def define(self, cls: type) -> None:
@@ -70,11 +75,13 @@ class _Builder:
         required = [f.name for f in fields
                     if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
         properties: JsonObject = {"schema": {"const": schema}} if schema is not None else {}
+        signed = signed_fields(cls)
         for f in fields:
             if f.metadata.get("flat"):  # a TypedDict whose keys the JSON holds beside the class's own
-                properties.update({k: self.of(v) for k, v in typing.get_type_hints(hints[f.name]).items()})
+                flat = signed_fields(hints[f.name])
+                properties.update({k: self.of(v, k in flat) for k, v in typing.get_type_hints(hints[f.name]).items()})
             else:
-                properties[f.name] = self.of(hints[f.name])
+                properties[f.name] = self.of(hints[f.name], f.name in signed)
         out: JsonObject = {"type": "object", "properties": properties}
         if patterns:
             out["patternProperties"] = {pattern: of.get("additionalProperties", of) for pattern, of in patterns.items()}

@@ -101,6 +101,8 @@ class CowSplit:
 class Snapshot:
     """One process at one instant, split into layers that add up to its RSS."""
 
+    SIGNED = frozenset({"unexplained", "pss_unexplained"})  # the layers may add up to more than RSS
+
     pid: int
     time: float
     rss: int
@@ -193,6 +195,8 @@ class TreeTotals:
     """A process tree summed (``tree_totals``): its PSS (each shared page split among its sharers:
     what the tree costs), its USS, the RSS sum (which counts a shared page once per process that maps
     it), and each layer summed by PSS where every process has it, else by resident bytes."""
+
+    SIGNED = frozenset({"unexplained"})  # the layers may add up to more than the sum
 
     processes: int
     pss: int | None                  # None where a process's PSS was not read

@@ -11,7 +11,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, TypedDict, cast
 
-from memgap.documents.fields import dataclass_fields, of_type, typed_value
+from memgap.documents.fields import dataclass_fields, of_type, signed_keys, typed_value
 from memgap.documents.json_value import JsonObject, shaped_object
 
 
@@ -81,6 +81,8 @@ class TrimRecord:
     idle and periodic trimmers, ``inspect --trim`` (gdb or the agent), ``memgap run``'s
     trim at idle through the agent, and the lab, which reads them back."""
 
+    SIGNED = frozenset({"released"})  # given by the agent: VmRSS may have grown meanwhile
+
     rss_before: int
     rss_after: int
     route: TrimRoute = TrimRoute.IN_PROCESS
@@ -126,3 +128,7 @@ class TrimRecord:
         kwargs = dataclass_fields(cls, core, what, skip=("route", "details"))
         return cls(**kwargs, route=typed_value(route, TrimRoute, f"{what}, field 'route'"),
                    details=cast(TrimDetails, {k: v for k, v in data.items() if k not in _TRIM_CORE}))
+
+
+signed_keys(_Part, "released")  # each call's release, by VmRSS: it may have grown meanwhile
+signed_keys(TrimDetails, "pymalloc_released")
