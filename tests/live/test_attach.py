@@ -485,11 +485,49 @@ def test_non_stop_a_call_that_hangs_is_interrupted_and_unwound(spawn):
     t.check_unharmed()
 
 
+def test_non_stop_ctrl_c_during_a_call_lets_go_and_reraises(spawn):
+    t = spawn(sys.executable, "-c", COUNTER_PY)
+    timer = threading.Timer(0.8, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt), GdbSession(t.pid, timeout=30, non_stop=True) as session:
+        session.call_int("(unsigned int) sleep(30)")
+    assert time.monotonic() - started < 8
+    t.check_unharmed()
+
+
+def test_python_code_past_the_deadline_stops_itself_and_gives_the_gil_back(spawn, tmp_path, monkeypatch):
+    """memgap's code run in the process (here a stand-in whose snapshot never ends) is never unwound by
+    gdb at the deadline: unwound, it left the GIL taken and the program hung (its other thread never
+    printed again: 2 runs of 4 with the code before). It raises TimeoutError in its own calls at the
+    deadline, returns, and the GIL is released: the counting thread prints on."""
+    from memgap import deep as deep_module
+
+    src = tmp_path / "src"
+    (src / "memgap").mkdir(parents=True)
+    (src / "memgap" / "__init__.py").write_text(
+        "def _tick():\n    return 0\n"
+        "def snapshot(**options):\n    while True:  # on the CPU, the GIL held but at switches\n        _tick()\n")
+    monkeypatch.setattr(deep_module, "memgap_source_dir", lambda: str(src))
+    t = spawn(sys.executable, "-c", COUNTER_PY)
+    notes = []
+    started = time.monotonic()
+    with deep_module.private_dir(t.pid) as (here, there), GdbSession(t.pid, timeout=3, non_stop=True) as session:
+        assert deep_module.python_snapshot_via_gdb(session, there, notes)
+        session.close()
+        assert deep_module.read_python_snapshot(here, notes) is None
+    assert time.monotonic() - started < 3 + deep_module.PYTHON_GRACE
+    assert any("TimeoutError: memgap's time in the process ran out" in n for n in notes), notes
+    assert not any("interrupted" in n for n in session.notes), session.notes
+    t.check_unharmed()
+
+
 def test_tiny_timeouts_leave_a_python_target_running(spawn):
     """--deep on Python runs gdb in non-stop mode: cut short anywhere (gdb's start, the attach, the
-    symbols, the threads' stop, the calls), the program is let go, running, its output unbroken."""
+    symbols, the threads' stop, the calls, memgap's code in the process), the program is let go,
+    running, its output unbroken."""
     t = spawn(sys.executable, "-c", COUNTER_PY)
-    for limit in ("0.001", "0.05", "0.1", "0.2", "0.4"):
+    for limit in ("0.001", "0.05", "0.1", "0.2", "0.3", "0.4", "0.6", "0.8"):
         proc = memgap("inspect", str(t.pid), "--deep", "--gdb-timeout", limit)
         if proc.returncode:
             _one_line_error(proc, 1)

@@ -20,6 +20,7 @@ import posixpath
 import shutil
 import stat as stat_module
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
@@ -55,6 +56,11 @@ ROUTE_TCMALLOC = tcmalloc_gdb.ROUTE
 ROUTE_MIMALLOC = mimalloc_gdb.ROUTE
 MAX_RESULT = 64 << 20  # bytes read back from a file the process wrote
 MAX_GIL_PROBES = 16    # threads asked whether they hold the GIL
+# A call that runs Python code is never interrupted by gdb: unwound, it would leave the GIL taken (the
+# program hangs) and the thread's frames pointing into memgap's. The code stops itself at the
+# session's deadline (PYTHON_BUDGET_MIN at least), and gdb waits PYTHON_GRACE more for it to return.
+PYTHON_BUDGET_MIN = 0.5
+PYTHON_GRACE = 10.0
 
 
 
@@ -258,8 +264,13 @@ def malloc_info_via_gdb(session: GdbSession, here: str, there: str) -> MallocInf
 # the process's stderr (PyRun_SimpleString prints what escapes it).
 _RUNNER = "try:\n    exec({script!r}, {{'__name__': '__memgap_gdb__'}})\nexcept Exception:\n    pass\n"
 _SCRIPT = """\
-import json, os, sys
-out, src = {out!r}, {src!r}
+import json, os, sys, time
+out, src, deadline = {out!r}, {src!r}, time.monotonic() + {budget!r}
+def _stop(frame, event, arg):  # at memgap's deadline, raised in memgap's own code: the snapshot ends cleanly
+    if time.monotonic() > deadline:
+        raise TimeoutError("memgap's time in the process ran out")
+tracer = sys.gettrace()
+sys.settrace(_stop)  # this thread only; each Python call of the snapshot checks the time
 added = src not in sys.path
 if added:
     sys.path.insert(0, src)  # first: a module of the program's own named memgap must not be taken for it
@@ -275,6 +286,7 @@ try:
 except Exception as exc:
     result = {{"ok": False, "error": f"{{type(exc).__name__}}: {{exc}}"}}
 finally:
+    sys.settrace(tracer)
     if added and src in sys.path:
         sys.path.remove(src)
 with open(out + ".part", "w") as fh:
@@ -283,9 +295,10 @@ os.replace(out + ".part", out)
 """
 
 
-def python_runner(out: str, src: str) -> str:
-    """The code given to PyRun_SimpleString: a snapshot of the process, written as JSON to ``out``."""
-    return _RUNNER.format(script=_SCRIPT.format(out=out, src=src))
+def python_runner(out: str, src: str, budget: float = PYTHON_BUDGET_MIN) -> str:
+    """The code given to PyRun_SimpleString: a snapshot of the process, written as JSON to ``out``;
+    past ``budget`` seconds its Python code raises TimeoutError, caught there (the call returns)."""
+    return _RUNNER.format(script=_SCRIPT.format(out=out, src=src, budget=round(budget, 3)))
 
 
 def memgap_source_dir() -> str:
@@ -333,13 +346,15 @@ def python_snapshot_via_gdb(session: GdbSession, there: str, notes: list[str]) -
                      "not safe to run Python code now; try again")
         return False
     session.select_thread(thread)
-    (code,) = session.put_strings(python_runner(posixpath.join(there, SNAPSHOT_FILE), memgap_source_dir()))
+    budget = max(PYTHON_BUDGET_MIN, session.deadline - time.monotonic())
+    (code,) = session.put_strings(python_runner(posixpath.join(there, SNAPSHOT_FILE), memgap_source_dir(), budget))
     gil = session.call_int("(int) PyGILState_Ensure()", "PyGILState_Ensure")
     try:
-        session.call_int(f"(int) PyRun_SimpleString((char *) {code})", "PyRun_SimpleString")
+        session.call_int(f"(int) PyRun_SimpleString((char *) {code})", "PyRun_SimpleString",
+                         patience=budget + PYTHON_GRACE)
     finally:
         if session.usable:
-            session.call(f"(void) PyGILState_Release({gil})", "PyGILState_Release")
+            session.call(f"(void) PyGILState_Release({gil})", "PyGILState_Release", patience=PYTHON_GRACE)
     return True
 
 

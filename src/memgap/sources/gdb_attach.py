@@ -351,20 +351,30 @@ class GdbSession(ProcessMemory):
         if rec.cls == "error":
             raise GdbFailed(f"gdb refused scheduler-locking: {rec.results.get('msg', '')}")
 
-    def call(self, expr: str, what: str | None = None) -> str:
+    def call(self, expr: str, what: str | None = None, patience: float = 0.0) -> str:
         """Evaluate ``expr``, which calls functions in the process, on the selected thread.
 
         Returns gdb's value text. Every function needs a cast to its return
-        type (libraries have no debug info): ``(int) malloc_trim(0)``.
+        type (libraries have no debug info): ``(int) malloc_trim(0)``. ``patience``:
+        seconds from now the call may take even past the session's deadline (one that
+        runs Python code, which must not be unwound).
         """
         self._usable()
         lwp = self.current_lwp
         if lwp is not None and lwp not in self._errno:
             self._save_errno(lwp)
-        return self._evaluate(expr, what, lwp)
+        deadline = self.deadline
+        self.deadline = max(deadline, time.monotonic() + patience)
+        try:
+            if not patience:
+                return self._evaluate(expr, what, lwp)
+            with sigint_deferred():  # a Ctrl-C meanwhile would unwind it: the call ends on its own first
+                return self._evaluate(expr, what, lwp)
+        finally:
+            self.deadline = deadline if patience else self.deadline
 
-    def call_int(self, expr: str, what: str | None = None) -> int:
-        return parse_int(self.call(expr, what))
+    def call_int(self, expr: str, what: str | None = None, patience: float = 0.0) -> int:
+        return parse_int(self.call(expr, what, patience))
 
     def _evaluate(self, expr: str, what: str | None, lwp: int | None) -> str:
         started = time.monotonic()
