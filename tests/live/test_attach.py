@@ -501,7 +501,7 @@ def test_python_code_past_the_deadline_stops_itself_and_gives_the_gil_back(spawn
     gdb at the deadline: unwound, it left the GIL taken and the program hung (its other thread never
     printed again: 2 runs of 4 with the code before). It raises TimeoutError in its own calls at the
     deadline, returns, and the GIL is released: the counting thread prints on."""
-    from memgap import deep as deep_module
+    from memgap.inside import gdb as deep_module
 
     src = tmp_path / "src"
     (src / "memgap").mkdir(parents=True)
