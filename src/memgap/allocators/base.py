@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from memgap.allocators.measured import Measurements, Owners, Sizes
+from memgap.documents.json_value import JsonObject
 
 if TYPE_CHECKING:
     from memgap.documents.allocator import FoundAllocator
@@ -125,7 +126,7 @@ class GdbPlan:
 class DeepFigures(Protocol):
     """An allocator's own figures read through gdb (JemallocDeep, TcmallocDeep, MimallocDeep)."""
 
-    def to_dict(self) -> dict[str, Any]: ...
+    def to_dict(self) -> JsonObject: ...
 
 
 class RatioBase(Protocol):

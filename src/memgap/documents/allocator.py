@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from memgap.documents.fields import dataclass_fields, of_type, typed_value
+from memgap.documents.json_value import JsonObject
 from memgap.documents.recorded import AgentExit
 
 GDB_SUFFIX = "_gdb"  # "jemalloc_gdb": an allocator's own figures read through gdb, keyed by its name
@@ -28,7 +29,7 @@ class FoundAllocator:
     serves_malloc: bool = False  # the one ``malloc`` (and free, realloc...) resolves to
     exported: bool = False       # its API is in .dynsym: dlsym, and so memgap's agent, can find it
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return asdict(self)
 
 
@@ -68,8 +69,8 @@ class AllocatorInfo:
         """The allocators found that do not serve malloc (prefixed, bundled, or loaded but not bound)."""
         return [f for f in self.found or [] if not f.serves_malloc]
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"name": self.name, "library": self.library, "how": self.how,
+    def to_dict(self) -> JsonObject:
+        out: JsonObject = {"name": self.name, "library": self.library, "how": self.how,
                                "others": list(self.others)}
         if self.found is not None:
             out["found"] = [f.to_dict() for f in self.found]

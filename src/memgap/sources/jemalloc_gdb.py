@@ -20,6 +20,7 @@ import os
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from memgap.documents.json_value import JsonObject
 from memgap.documents.routes import MALLCTL
 from memgap.errors import MalformedInput, Unsupported
 from memgap.sources.elf import read_elf
@@ -159,7 +160,7 @@ class JemallocDeep:
         stats.metadata)."""
         return max(0, min(self.metadata, self.resident - self.active - self.dirty_bytes))
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         out = asdict(self)
         out["route"] = ROUTE
         out.update(dirty_bytes=self.dirty_bytes, muzzy_bytes=self.muzzy_bytes, purgeable=self.purgeable,

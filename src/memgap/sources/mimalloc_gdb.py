@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any
 
+from memgap.documents.json_value import JsonObject
 from memgap.documents.routes import MIMALLOC
 from memgap.errors import MalformedInput, Unsupported
 from memgap.sources.elf import require_callable
@@ -58,7 +59,7 @@ class MimallocDeep:
         """mimalloc counts no free bytes apart: what ``mi_collect`` returns is not known beforehand."""
         return None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         out = asdict(self)
         out.update(route=ROUTE, rss_is_commit=self.rss_is_commit, releasable=None)
         return out

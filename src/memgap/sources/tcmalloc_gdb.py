@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from memgap.documents.json_value import JsonObject
 from memgap.documents.routes import TCMALLOC
 from memgap.errors import MalformedInput, Unsupported
 from memgap.sources.elf import require_callable
@@ -119,7 +120,7 @@ class TcmallocDeep:
         """What ``MallocExtension_ReleaseFreeMemory`` gives back now: the page heap's free spans."""
         return self.pageheap_free
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         out = asdict(self)
         out.update(route=ROUTE, caches=self.caches, metadata=self.metadata, releasable=self.releasable)
         return out
