@@ -250,3 +250,24 @@ def parse_exposition(text):
             assert pos >= len(label_text or ""), f"bad labels in {line!r}"
             families[name]["samples"].append((labels, float(value)))
     return families
+
+
+# the findings' words and figures, as the tests of tests/unit and tests/live read them
+FIGURES = re.compile(r"(-?\d+(?:\.\d+)?)")
+
+
+def figures(text):
+    """The numbers in a line of text, in order."""
+    return [float(x) for x in FIGURES.findall(text)]
+
+
+def the_finding(findings, code):
+    """The one finding with this code (a Finding or its dict)."""
+    found = [f for f in findings if (f["code"] if isinstance(f, dict) else f.code) == code]
+    assert len(found) == 1, (code, findings)
+    f = found[0]
+    return f if isinstance(f, dict) else f.__dict__
+
+
+def codes(findings):
+    return {f["code"] if isinstance(f, dict) else f.code for f in findings}

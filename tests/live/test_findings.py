@@ -10,7 +10,6 @@ programs/findings.py (arenas, PROT_NONE pages, pymalloc, a second allocator, pha
 """
 import json
 import os
-import re
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -18,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from conftest import HERE, child_env
-from helpers import JEMALLOC, MiB
+from helpers import JEMALLOC, MiB, codes, figures, the_finding
 
 KiB = 1 << 10
 # the floors diagnose/findings.py promises, written out here: a test that read them from the module
@@ -27,26 +26,6 @@ FLOOR = 16 * MiB   # bytes, every rule
 SHARE = 0.20       # of RSS: glibc-retention and pymalloc-fragmentation (thread-stacks 10%, unexplained 5%)
 PROGRAMS = os.path.join(HERE, "programs")
 FINDINGS_PY = os.path.join(PROGRAMS, "findings.py")
-FIGURES = re.compile(r"(-?\d+(?:\.\d+)?)")
-
-
-def figures(text):
-    """The numbers in a line of text, in order."""
-    return [float(x) for x in FIGURES.findall(text)]
-
-
-def the_finding(findings, code):
-    """The one finding with this code (a Finding or its dict)."""
-    found = [f for f in findings if (f["code"] if isinstance(f, dict) else f.code) == code]
-    assert len(found) == 1, (code, findings)
-    f = found[0]
-    return f if isinstance(f, dict) else f.__dict__
-
-
-def codes(findings):
-    return {f["code"] if isinstance(f, dict) else f.code for f in findings}
-
-
 def outside(pid):
     from memgap.explain.snapshot import SnapshotOptions, snapshot_pid
 

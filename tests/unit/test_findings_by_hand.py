@@ -1,30 +1,10 @@
 """A finding on a snapshot built by hand, where no program can make the case on demand: an unexplained
 remainder below zero. Every finding on a real program that triggers it: tests/live/test_findings.py."""
-import re
 
-from helpers import MiB
+from helpers import MiB, codes, figures, the_finding
 from memgap.diagnose.findings import diagnose
 from memgap.documents.allocator import AllocatorInfo
 from memgap.documents.snapshot import Layer, Snapshot
-
-FIGURES = re.compile(r"(-?\d+(?:\.\d+)?)")
-
-
-def figures(text):
-    """The numbers in a line of text, in order."""
-    return [float(x) for x in FIGURES.findall(text)]
-
-
-def the_finding(findings, code):
-    """The one finding with this code (a Finding or its dict)."""
-    found = [f for f in findings if (f["code"] if isinstance(f, dict) else f.code) == code]
-    assert len(found) == 1, (code, findings)
-    f = found[0]
-    return f if isinstance(f, dict) else f.__dict__
-
-
-def codes(findings):
-    return {f["code"] if isinstance(f, dict) else f.code for f in findings}
 
 
 def test_unexplained_below_zero_is_a_finding_too():
