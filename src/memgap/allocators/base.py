@@ -115,6 +115,22 @@ def counted_share(split: Split, owned: Owners) -> Share:
 
 
 @dataclass(frozen=True)
+class AllocatorSigns:
+    """What tells one allocator apart in a process, declared by its reader (``AllocatorReader.signs``):
+    memgap.allocators.detect reads the ELF files and maps against every reader's, in the registry's order."""
+
+    api: tuple[str, ...] = ()          # its entry points' unprefixed names: two under one prefix tell it
+    api_starts: tuple[str, ...] = ()   # beginnings of names that are its API, unprefixed (gperftools' C API)
+    own_symbol: str = ""               # one symbol that alone tells it, unprefixed (the C library's version call)
+    markers: tuple[bytes, ...] = ()    # messages only it prints, found in a stripped program's .rodata
+    libraries: tuple[str, ...] = ()    # beginnings of its shared objects' file names
+    path_word: str = ""                # a word anywhere in its objects' paths, asked before the file names
+    # the C library every process maps: found beside another only where it serves malloc, told by its
+    # file's name only where no other allocator's is mapped
+    everywhere: bool = False
+
+
+@dataclass(frozen=True)
 class GdbPlan:
     """Whose own figures gdb reads in the process: the allocator serving malloc, and for jemalloc its mallctl."""
 
@@ -174,6 +190,10 @@ class AllocatorReader:
     calls: tuple[str, str] = ("", "")  # what --deep and --trim call in it, in words, for messages
     deep_label = ""       # how a failed read through gdb is named in a note (its name where "")
     reads_malloc_info = False  # --deep asks it for malloc_info (glibc's XML report)
+    signs: AllocatorSigns | None = None  # what tells it apart in a process (None: detection never names it)
+    # its malloc answers memgap.sources.glibc's calls in this process (mallinfo2, malloc_trim): the trimmer,
+    # memgap.api.trim and the pytest plugin's meter make them
+    libc_calls = False
 
     # --- from outside, in the process, from the agent ----------------------------------------
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from memgap.allocators.base import AllocatorReader, GdbPlan, OwnFigures, Share
+from memgap.allocators.base import AllocatorReader, AllocatorSigns, GdbPlan, OwnFigures, Share
 from memgap.allocators.measured import Measurements, Owners, Sizes
 
 if TYPE_CHECKING:
@@ -29,6 +29,10 @@ STATIC_NOTE = ("glibc's malloc is linked into the program statically: from outsi
 class Glibc(AllocatorReader):
     name = "glibc"
     reads_malloc_info = True
+    libc_calls = True
+    # libc is mapped in every process: its malloc counts only where it serves malloc
+    signs = AllocatorSigns(own_symbol="gnu_get_libc_version", markers=(b"malloc(): corrupted top size",),
+                           libraries=("libc.so", "libc-2."), everywhere=True)
 
     def heaps(self, reader: ProcReader, memmap: MemoryMap, detection: AllocatorDetection) -> GlibcLayout | None:
         from memgap.sources.glibc_heaps import find_glibc_layout
@@ -36,7 +40,7 @@ class Glibc(AllocatorReader):
         return find_glibc_layout(reader, memmap.plain_mappings, memmap.resident)
 
     def walks_heaps(self, detection: AllocatorDetection) -> bool:
-        from memgap.sources.allocator import library_kind
+        from memgap.allocators.detect import library_kind
 
         return library_kind(detection.library) == self.name
 

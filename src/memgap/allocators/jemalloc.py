@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from memgap.allocators.base import (
     AllocatorReader,
+    AllocatorSigns,
     DeepFigures,
     GdbPlan,
     OwnFigures,
@@ -48,6 +49,10 @@ class Jemalloc(AllocatorReader):
     deep_key = ROUTE
     calls = ("reads jemalloc's statistics by calling its mallctl", "purges jemalloc's pages")
     deep_label = "mallctl"
+    # its API under any prefix: je_ in Redis, _rjem_ from the tikv-jemallocator crate, je_arrow_ in Arrow
+    signs = AllocatorSigns(api=("mallctl", "mallctlnametomib", "mallctlbymib", "malloc_stats_print", "mallocx",
+                                "rallocx", "xallocx", "sallocx", "sdallocx", "nallocx"),
+                           markers=(b"<jemalloc>: ",), libraries=("libjemalloc",))
 
     def mappings(self, reader: ProcReader, maps: list[Mapping]) -> list[tuple[int, int]] | None:
         try:  # see sources.jemalloc.jemalloc_mappings

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from memgap.allocators.base import AllocatorReader, DeepFigures, GdbPlan, unread_note
+from memgap.allocators.base import AllocatorReader, AllocatorSigns, DeepFigures, GdbPlan, unread_note
 
 if TYPE_CHECKING:
     from memgap.documents.allocator import FoundAllocator
@@ -24,6 +24,9 @@ class Mimalloc(AllocatorReader):
     deep_key = ROUTE
     calls = ("reads mimalloc's figures by calling mi_process_info",
              "collects mimalloc's free memory by calling mi_collect")
+    signs = AllocatorSigns(api=("mi_malloc", "mi_free", "mi_realloc", "mi_stats_print", "mi_collect", "mi_heap_new",
+                                "mi_malloc_aligned", "mi_zalloc_aligned", "mi_realloc_aligned", "mi_version"),
+                           markers=(b"mimalloc: ",), libraries=("libmimalloc",))
 
     def outside_note(self, detection: AllocatorDetection) -> str:
         return unread_note(detection, "mi_process_info", False)

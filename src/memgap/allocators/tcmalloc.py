@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from memgap.allocators.base import (
     AllocatorReader,
+    AllocatorSigns,
     DeepFigures,
     GdbPlan,
     OwnFigures,
@@ -42,6 +43,10 @@ class Tcmalloc(AllocatorReader):
     calls = ("reads tcmalloc's properties by calling MallocExtension_GetNumericProperty",
              "releases tcmalloc's free pages by calling MallocExtension_ReleaseFreeMemory")
     owner = OWNER
+    signs = AllocatorSigns(api=("tc_malloc", "tc_free", "tc_realloc", "tc_memalign", "tc_malloc_size", "tc_version"),
+                           api_starts=("MallocExtension_",),  # gperftools' C API
+                           markers=(b"TCMALLOC_LARGE_ALLOC_REPORT_THRESHOLD", b"tcmalloc/tcmalloc.cc"),
+                           libraries=("libtcmalloc",))
 
     def mappings(self, reader: ProcReader, maps: list[Mapping]) -> list[tuple[int, int]] | None:
         # tcmalloc takes its page heap and metadata from sbrk first (mmap only once brk
