@@ -150,6 +150,9 @@ class RatioBase(Protocol):
     @property
     def bytes(self) -> int: ...
 
+    @property
+    def private(self) -> bool: ...  # the ratio is taken over its own (private) memory, not its RSS
+
     def crossed(self, part: int, share: float) -> bool: ...
 
     def words(self, part: int, whole: int | None = None) -> str: ...
@@ -164,6 +167,7 @@ class Rules:
     retained_floor: int   # ...for address space kept, not resident
     share: float          # of the ratio base
     base: RatioBase
+    base_line: str = ""   # the evidence line saying which base the ratio took, where it is not RSS
 
 
 def deep_figures(snap: Snapshot, route: str, key: str) -> dict[str, Any] | None:
