@@ -18,6 +18,7 @@ from memgap.allocators.measured import Measurements, Owners, Sizes
 
 if TYPE_CHECKING:
     from memgap.documents.allocator import FoundAllocator
+    from memgap.documents.own_figures import OwnFiguresTable
     from memgap.documents.snapshot import Finding, Layer, Snapshot
     from memgap.documents.trim import TrimRecord
     from memgap.sources.allocator import AllocatorDetection
@@ -194,6 +195,9 @@ class AllocatorReader:
     calls: tuple[str, str] = ("", "")  # what --deep and --trim call in it, in words, for messages
     deep_label = ""       # how a failed read through gdb is named in a note (its name where "")
     reads_malloc_info = False  # --deep asks it for malloc_info (glibc's XML report)
+    # --deep reads it beside malloc's allocator too (a prefixed jemalloc beside glibc's): its JSON then names
+    # which under "<name>_beside"
+    read_beside = False
     signs: AllocatorSigns | None = None  # what tells it apart in a process (None: detection never names it)
     # its malloc answers memgap.sources.glibc's calls in this process (mallinfo2, malloc_trim): the trimmer,
     # memgap.api.trim and the pytest plugin's meter make them
@@ -248,6 +252,11 @@ class AllocatorReader:
     def deep_layers(self, layers: dict[str, Layer], rss: int, figures: DeepFigures,
                     beside: str = "") -> tuple[dict[str, Layer], int]:
         """An outside snapshot's layers with its allocator layers from ``figures``, and the unexplained rest."""
+        raise NotImplementedError(self.name)
+
+    def deep_table(self, figures: DeepFigures, rss: int, beside: str = "") -> OwnFiguresTable:
+        """Its figures read through gdb as rows the terminal shows (``rss``: VmRSS beside them; ``beside``:
+        which allocator it is, in words, where it sits beside malloc's)."""
         raise NotImplementedError(self.name)
 
     def release(self, pid: int, before: Snapshot, start_time: int | None, options: GdbOptions,

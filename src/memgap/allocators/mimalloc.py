@@ -10,6 +10,7 @@ from memgap.allocators.base import AllocatorReader, AllocatorSigns, DeepFigures,
 
 if TYPE_CHECKING:
     from memgap.documents.allocator import FoundAllocator
+    from memgap.documents.own_figures import OwnFiguresTable
     from memgap.documents.snapshot import Layer, Snapshot
     from memgap.documents.trim import TrimRecord
     from memgap.sources.allocator import AllocatorDetection
@@ -49,6 +50,13 @@ class Mimalloc(AllocatorReader):
 
         assert isinstance(figures, MimallocDeep)  # what read_deep gave
         return mimalloc_gdb_layers(layers, rss, figures)
+
+    def deep_table(self, figures: DeepFigures, rss: int, beside: str = "") -> OwnFiguresTable:
+        from memgap.allocators.gdb_tables import mimalloc_table
+        from memgap.sources.mimalloc_gdb import MimallocDeep
+
+        assert isinstance(figures, MimallocDeep)  # what read_deep gave
+        return mimalloc_table(figures, rss)
 
     def release(self, pid: int, before: Snapshot, start_time: int | None, options: GdbOptions,
                 plan: GdbPlan | None) -> TrimRecord:

@@ -26,6 +26,7 @@ from memgap.report.units import mib
 
 if TYPE_CHECKING:
     from memgap.documents.allocator import FoundAllocator
+    from memgap.documents.own_figures import OwnFiguresTable
     from memgap.documents.snapshot import Layer, Snapshot
     from memgap.documents.trim import TrimRecord
     from memgap.sources.allocator import AllocatorDetection
@@ -80,6 +81,13 @@ class Tcmalloc(AllocatorReader):
 
         assert isinstance(figures, TcmallocDeep)  # what read_deep gave
         return tcmalloc_gdb_layers(layers, rss, figures)
+
+    def deep_table(self, figures: DeepFigures, rss: int, beside: str = "") -> OwnFiguresTable:
+        from memgap.allocators.gdb_tables import tcmalloc_table
+        from memgap.sources.tcmalloc_gdb import TcmallocDeep
+
+        assert isinstance(figures, TcmallocDeep)  # what read_deep gave
+        return tcmalloc_table(figures)
 
     def release(self, pid: int, before: Snapshot, start_time: int | None, options: GdbOptions,
                 plan: GdbPlan | None) -> TrimRecord:
