@@ -44,13 +44,14 @@ def _record_trim(rss_before: int, rss_after: int) -> None:
 
 def _trim_periodically(seconds: float) -> None:
     """Call malloc_trim(0) every ``seconds`` (glibc only), from a daemon thread."""
+    from memgap.allocators.detect import detect_in_process
+    from memgap.allocators.registry import reader_for
     from memgap.inside.pymalloc_release import release_if_asked
-    from memgap.sources.allocator import detect_in_process
     from memgap.sources.glibc import glibc_malloc
     from memgap.sources.procfs import ProcReader
 
     try:
-        if not detect_in_process(ProcReader("self").maps()).is_glibc:
+        if not reader_for(detect_in_process(ProcReader("self").maps()).name).libc_calls:
             return
         libc = glibc_malloc()
     except Exception:  # noqa: BLE001 - no trimmer rather than a broken program

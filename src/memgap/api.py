@@ -139,7 +139,8 @@ def trim(pymalloc: bool | None = None) -> TrimResult:
     release_pymalloc). Where malloc is not glibc's, it does no malloc_trim and
     says why in ``reason``.
     """
-    from memgap.sources.allocator import detect_in_process
+    from memgap.allocators.detect import detect_in_process
+    from memgap.allocators.registry import reader_for
     from memgap.sources.glibc import glibc_malloc
 
     reader = ProcReader("self")
@@ -148,7 +149,7 @@ def trim(pymalloc: bool | None = None) -> TrimResult:
 
     pools_released = release_if_asked(pymalloc)
     detection = detect_in_process(reader.maps())
-    if not detection.is_glibc:
+    if not reader_for(detection.name).libc_calls:
         return TrimResult.measured(bool(pools_released), rss_before, status_int(reader.status(), "VmRSS"), 0.0,
                           f"malloc is {detection.name} ({detection.library or 'unknown library'}), not glibc",
                           pools_released)

@@ -56,11 +56,12 @@ class Trimmer:
         self._thread: threading.Thread | None = None
 
     def start(self) -> Trimmer:
-        from memgap.sources.allocator import detect_in_process
+        from memgap.allocators.detect import detect_in_process
+        from memgap.allocators.registry import reader_for
         from memgap.sources.glibc import glibc_malloc
 
         detection = detect_in_process(ProcReader("self").maps())
-        if not detection.is_glibc:
+        if not reader_for(detection.name).libc_calls:
             raise Unsupported(f"the trimmer needs glibc's malloc; this process runs {detection.name}")
         self._libc = glibc_malloc()
         # imported here, not in the thread: a fork() while the thread imported it would leave

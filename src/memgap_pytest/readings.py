@@ -56,12 +56,13 @@ class Meter:
         self.seconds = 0.0
         self.readings = 0
         try:
-            from memgap.sources.allocator import detect_in_process
+            from memgap.allocators.detect import detect_in_process
+            from memgap.allocators.registry import reader_for
             from memgap.sources.procfs import ProcReader
 
             with ProcReader("self") as reader:
                 detection = detect_in_process(reader.maps())
-            if detection.is_glibc:
+            if reader_for(detection.name).libc_calls:
                 self.glibc = glibc_malloc()
             else:
                 self.note = f"malloc is {detection.name}'s, not glibc's: C allocations are not read"

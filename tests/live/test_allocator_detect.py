@@ -222,7 +222,7 @@ def test_in_process_detection_asks_dladdr():
 
     from conftest import child_env
 
-    code = ("import json\nfrom memgap.sources.allocator import detect_in_process\n"
+    code = ("import json\nfrom memgap.allocators.detect import detect_in_process\n"
             "from memgap.sources.procfs import ProcReader\n"
             "d = detect_in_process(ProcReader('self').maps())\n"
             "print(json.dumps([d.name, d.library, d.how, [f.to_dict() for f in d.found]]))\n")

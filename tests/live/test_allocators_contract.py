@@ -15,10 +15,10 @@ import pytest
 from test_witness_layers import ALLOCATOR_LIBS, HEAP_MIB, Witness, own_in_use
 
 from helpers import MiB
+from memgap.allocators.detect import detect_pid
 from memgap.allocators.registry import C_ALLOCATORS, all_readers, reader_for
 from memgap.documents.allocator import AllocatorInfo
 from memgap.explain.snapshot import SnapshotOptions, snapshot_pid
-from memgap.sources.allocator import detect_pid
 from memgap.sources.procfs import ProcReader
 
 KiB = 1 << 10

@@ -28,7 +28,7 @@ def test_elf_reader_reads_32_bit_files(tmp_path):
     """ELFCLASS32: an i386 object file compiled here (its .symtab), with a prefixed jemalloc API."""
     import subprocess
 
-    from memgap.sources.allocator import families
+    from memgap.allocators.detect import families
     from memgap.sources.elf import read_elf
 
     src, obj = tmp_path / "m32.c", tmp_path / "m32.o"
@@ -43,7 +43,7 @@ def test_elf_reader_reads_32_bit_files(tmp_path):
 
 def test_elf_reader_on_the_allocators_libraries():
     """Each allocator's library read for its symbols: the API families and prefixes memgap tells them by."""
-    from memgap.sources.allocator import families
+    from memgap.allocators.detect import families
     from memgap.sources.elf import read_elf
 
     for path, name in (("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2", "jemalloc"),

@@ -70,7 +70,7 @@ def test_allocator_of_a_non_pie_python_started_by_a_relative_name():
 
     src = SRC
     code = (f"import sys; sys.path.insert(0, {src!r})\n"
-            "from memgap.sources.allocator import detect_in_process\n"
+            "from memgap.allocators.detect import detect_in_process\n"
             "from memgap.sources.procfs import ProcReader\n"
             "print(detect_in_process(ProcReader('self').maps()).name)\n")
     out = subprocess.run(["python3.11", "-c", code], cwd="/", env={"PATH": "/usr/bin"}, capture_output=True,

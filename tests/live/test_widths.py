@@ -358,7 +358,7 @@ def inside_jemalloc(je_stats_exe):
 def test_deep_and_trim_of_jemalloc(inside_jemalloc, width):
     text = _rendered_inside(inside_jemalloc, width)
     _, found, trimmed, after = inside_jemalloc
-    j = found.jemalloc
+    j = found.figures["jemalloc"]
     figures = [mib(v) for v in (j.allocated, j.active, j.purgeable, j.metadata, j.resident, j.retained, j.mapped)]
     figures += [mib(trimmed.rss_before), mib(trimmed.rss_after), mib(trimmed.released)]
     check(text, width, figures + snapshot_figures(found.with_allocator, arenas=False) + [mib(after.rss)])
@@ -374,12 +374,12 @@ def inside_tcmi(request, own_stats_exe):
 def test_deep_and_trim_of_tcmalloc_and_mimalloc(inside_tcmi, width):
     text = _rendered_inside(inside_tcmi, width)
     _, found, trimmed, after = inside_tcmi
-    if found.tcmalloc is not None:
-        t = found.tcmalloc
+    if "tcmalloc" in found.figures:
+        t = found.figures["tcmalloc"]
         figures = [mib(v) for v in (t.allocated, t.pageheap_free, t.caches, t.metadata, t.pageheap_unmapped,
                                     t.heap_size, trimmed.details["estimate"])]
     else:
-        m = found.mimalloc
+        m = found.figures["mimalloc"]
         figures = [mib(v) for v in (m.current_commit, m.peak_commit, m.current_rss, m.peak_rss,
                                     trimmed.details["own_after"]["current_commit"])]
     figures += [mib(trimmed.rss_before), mib(trimmed.rss_after), mib(trimmed.released)]

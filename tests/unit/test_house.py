@@ -183,9 +183,6 @@ ALLOCATOR_NAMES = {"glibc", "jemalloc", "tcmalloc", "mimalloc", "pymalloc"}
 # pipeline: each with why. Counted, so that one more in these files fails too (and one fewer asks for
 # its line to go).
 NAME_COMPARISONS_ALLOWED = {
-    # detection itself: telling the allocators apart by their symbols and libraries (glibc is the C
-    # library every process maps: its malloc counts only where it serves malloc); what the registry reads
-    "memgap.sources.allocator": 7,
     # the agent's reply is a wire format: its sections are named by allocator (agent.c writes them)
     "memgap.agent.reply": 2,
 }

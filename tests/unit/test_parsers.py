@@ -225,7 +225,7 @@ def test_vmstat_counts():
 def test_elf_reader_on_this_libc():
     """glibc's library read for its symbols: the API family memgap tells it by (the other allocators'
     libraries, installed by apt: tests/live/test_elf_built_here.py)."""
-    from memgap.sources.allocator import families
+    from memgap.allocators.detect import families
     from memgap.sources.elf import read_elf
 
     libc = read_elf("/lib/x86_64-linux-gnu/libc.so.6")
@@ -264,7 +264,8 @@ def test_classify_a_program_with_redis_bundled_jemalloc():
     """Redis as upstream builds it: jemalloc linked in under je_ (its dynamic symbols export je_mallctl,
     je_mallctlnametomib, je_malloc_stats_print, as reported in issue 12), malloc left to glibc.
     The program's symbols are hand-built from that report; libc is this machine's."""
-    from memgap.sources.allocator import classify
+    from memgap.allocators.detect import classify
+    from memgap.allocators.registry import reader_for
     from memgap.sources.elf import ElfInfo, read_elf
 
     libc_path = "/usr/lib/x86_64-linux-gnu/libc.so.6"
@@ -272,6 +273,6 @@ def test_classify_a_program_with_redis_bundled_jemalloc():
     redis = ElfInfo(api, frozenset({"malloc", "free"}), api, ("libm.so.6", "libc.so.6"), "", True, False, {})
     d = classify("/usr/local/bin/redis-server", {"/usr/local/bin/redis-server": redis, libc_path: read_elf(libc_path)},
                  [], {})
-    assert (d.name, d.library, d.is_glibc, d.others) == ("glibc", libc_path, True, ["jemalloc"])
+    assert (d.name, d.library, reader_for(d.name).libc_calls, d.others) == ("glibc", libc_path, True, ["jemalloc"])
     assert [(f.name, f.library, f.prefix, f.serves_malloc, f.exported) for f in d.found] == [
         ("glibc", libc_path, "", True, True), ("jemalloc", "/usr/local/bin/redis-server", "je_", False, True)]

@@ -19,6 +19,7 @@ from memgap.documents.json_value import JsonObject
 
 if TYPE_CHECKING:
     from memgap.documents.allocator import FoundAllocator
+    from memgap.documents.own_figures import OwnFiguresTable
     from memgap.documents.snapshot import Finding, Layer, Snapshot
     from memgap.documents.trim import TrimRecord
     from memgap.sources.allocator import AllocatorDetection
@@ -116,6 +117,22 @@ def counted_share(split: Split, owned: Owners) -> Share:
 
 
 @dataclass(frozen=True)
+class AllocatorSigns:
+    """What tells one allocator apart in a process, declared by its reader (``AllocatorReader.signs``):
+    memgap.allocators.detect reads the ELF files and maps against every reader's, in the registry's order."""
+
+    api: tuple[str, ...] = ()          # its entry points' unprefixed names: two under one prefix tell it
+    api_starts: tuple[str, ...] = ()   # beginnings of names that are its API, unprefixed (gperftools' C API)
+    own_symbol: str = ""               # one symbol that alone tells it, unprefixed (the C library's version call)
+    markers: tuple[bytes, ...] = ()    # messages only it prints, found in a stripped program's .rodata
+    libraries: tuple[str, ...] = ()    # beginnings of its shared objects' file names
+    path_word: str = ""                # a word anywhere in its objects' paths, asked before the file names
+    # the C library every process maps: found beside another only where it serves malloc, told by its
+    # file's name only where no other allocator's is mapped
+    everywhere: bool = False
+
+
+@dataclass(frozen=True)
 class GdbPlan:
     """Whose own figures gdb reads in the process: the allocator serving malloc, and for jemalloc its mallctl."""
 
@@ -135,6 +152,9 @@ class RatioBase(Protocol):
     @property
     def bytes(self) -> int: ...
 
+    @property
+    def private(self) -> bool: ...  # the ratio is taken over its own (private) memory, not its RSS
+
     def crossed(self, part: int, share: float) -> bool: ...
 
     def words(self, part: int, whole: int | None = None) -> str: ...
@@ -149,6 +169,7 @@ class Rules:
     retained_floor: int   # ...for address space kept, not resident
     share: float          # of the ratio base
     base: RatioBase
+    base_line: str = ""   # the evidence line saying which base the ratio took, where it is not RSS
 
 
 def deep_figures(snap: Snapshot, route: str, key: str) -> dict[str, Any] | None:
@@ -175,6 +196,13 @@ class AllocatorReader:
     calls: tuple[str, str] = ("", "")  # what --deep and --trim call in it, in words, for messages
     deep_label = ""       # how a failed read through gdb is named in a note (its name where "")
     reads_malloc_info = False  # --deep asks it for malloc_info (glibc's XML report)
+    # --deep reads it beside malloc's allocator too (a prefixed jemalloc beside glibc's): its JSON then names
+    # which under "<name>_beside"
+    read_beside = False
+    signs: AllocatorSigns | None = None  # what tells it apart in a process (None: detection never names it)
+    # its malloc answers memgap.sources.glibc's calls in this process (mallinfo2, malloc_trim): the trimmer,
+    # memgap.api.trim and the pytest plugin's meter make them
+    libc_calls = False
 
     # --- from outside, in the process, from the agent ----------------------------------------
 
@@ -225,6 +253,11 @@ class AllocatorReader:
     def deep_layers(self, layers: dict[str, Layer], rss: int, figures: DeepFigures,
                     beside: str = "") -> tuple[dict[str, Layer], int]:
         """An outside snapshot's layers with its allocator layers from ``figures``, and the unexplained rest."""
+        raise NotImplementedError(self.name)
+
+    def deep_table(self, figures: DeepFigures, rss: int, beside: str = "") -> OwnFiguresTable:
+        """Its figures read through gdb as rows the terminal shows (``rss``: VmRSS beside them; ``beside``:
+        which allocator it is, in words, where it sits beside malloc's)."""
         raise NotImplementedError(self.name)
 
     def release(self, pid: int, before: Snapshot, start_time: int | None, options: GdbOptions,

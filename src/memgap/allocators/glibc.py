@@ -4,17 +4,21 @@ in this process (memgap.sources.glibc), its layers from the walk.
 glibc is the C library every process maps: its malloc is read only where it serves malloc, and its
 heaps walked from outside only where it comes from libc.so (a program with glibc linked in statically
 has no libc data to find the main arena in). ``--deep`` reads its malloc_info and ``--trim`` calls
-malloc_trim(0): memgap.inside.gdb; its findings (retention, fragmentation): memgap.diagnose.findings.
+malloc_trim(0) (the reader's ``release``); its findings (retention: whole free pages a trim releases;
+fragmentation: free bytes beside live chunks) from its heaps walked, with the thresholds memgap.diagnose
+hands it.
 """
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from memgap.allocators.base import AllocatorReader, GdbPlan, OwnFigures, Share
+from memgap.allocators.base import AllocatorReader, AllocatorSigns, GdbPlan, OwnFigures, RatioBase, Rules, Share
 from memgap.allocators.measured import Measurements, Owners, Sizes
+from memgap.documents.snapshot import Finding
+from memgap.report.units import mib
 
 if TYPE_CHECKING:
-    from memgap.documents.snapshot import Snapshot
+    from memgap.documents.snapshot import Layer, Snapshot
     from memgap.documents.trim import TrimRecord
     from memgap.sources.allocator import AllocatorDetection
     from memgap.sources.gdb_options import GdbOptions
@@ -29,6 +33,10 @@ STATIC_NOTE = ("glibc's malloc is linked into the program statically: from outsi
 class Glibc(AllocatorReader):
     name = "glibc"
     reads_malloc_info = True
+    libc_calls = True
+    # libc is mapped in every process: its malloc counts only where it serves malloc
+    signs = AllocatorSigns(own_symbol="gnu_get_libc_version", markers=(b"malloc(): corrupted top size",),
+                           libraries=("libc.so", "libc-2."), everywhere=True)
 
     def heaps(self, reader: ProcReader, memmap: MemoryMap, detection: AllocatorDetection) -> GlibcLayout | None:
         from memgap.sources.glibc_heaps import find_glibc_layout
@@ -36,7 +44,7 @@ class Glibc(AllocatorReader):
         return find_glibc_layout(reader, memmap.plain_mappings, memmap.resident)
 
     def walks_heaps(self, detection: AllocatorDetection) -> bool:
-        from memgap.sources.allocator import library_kind
+        from memgap.allocators.detect import library_kind
 
         return library_kind(detection.library) == self.name
 
@@ -62,6 +70,10 @@ class Glibc(AllocatorReader):
         if symbol:
             return trim_glibc_and_jemalloc(pid, before, start_time, options, symbol)
         return malloc_trim(pid, before, start_time, options)
+
+    def findings(self, snap: Snapshot, rules: Rules) -> list[Finding]:
+        """Whole free pages its heaps hold (a trim releases them), and free bytes beside live chunks."""
+        return [*_glibc_retention(snap, rules), *_glibc_fragmentation(snap, rules)]
 
 
 def _arena_detail(m: Measurements) -> list[dict[str, Any]]:
@@ -141,6 +153,98 @@ def _glibc_share(m: Measurements, owned: Owners) -> Share:
                   "as mallinfo2 counts them); of them, whole free pages (what a trim can release) and free bytes "
                   "on pages that also hold a live chunk (fragmentation: no trim releases them); pages from pagemap"],
         source="glibc arenas walked, pagemap", detail=detail)
+
+
+def _glibc_free(snap: Snapshot) -> tuple[int, int, int]:
+    """glibc's free bytes on resident pages, of them the whole free pages, and those beside live
+    chunks (fragmentation); a document from before the split counts whole pages only."""
+    layer = snap.layers.get("allocator_free")
+    if layer is None or "arenas" not in layer.detail:
+        return 0, 0, 0
+    free = layer.resident or 0
+    if "by_allocator" in layer.detail:  # a jemalloc beside glibc's: its own share
+        free = layer.detail["by_allocator"].get(READER.name) or 0
+    fragmented = min(free, layer.detail.get("fragmented") or 0)
+    return free, free - fragmented, fragmented
+
+
+def _mine(base: RatioBase, layer: Layer | None, part: int) -> int:
+    """Of ``part`` bytes of a layer, what weighs against ``base``: over private memory, its private
+    pages in the layer's own proportion (a free chunk a forked worker shares with its parent is not its own)."""
+    if base.private and layer is not None and layer.private is not None and layer.resident:
+        return round(part * min(1.0, layer.private / layer.resident))
+    return part
+
+
+def _glibc_retention(snap: Snapshot, rules: Rules) -> list[Finding]:
+    _, pages, fragmented = _glibc_free(snap)
+    base = rules.base
+    part = _mine(base, snap.layers.get("allocator_free"), pages)
+    if pages < rules.floor or not base.crossed(part, rules.share):
+        return []
+    d = snap.layers["allocator_free"].detail
+    releasable = d.get("trim_releasable", 0)
+    held_tops = d.get("held_in_thread_tops", 0)
+    evidence = [f"RSS {mib(snap.rss)} MiB; glibc heaps hold {mib(pages)} MiB resident in whole free pages "
+                f"({base.words(part, pages)})"
+                + (f", and {mib(fragmented)} MiB free beside live chunks (see glibc-fragmentation)"
+                   if fragmented >= rules.floor // 4 else "")]
+    if rules.base_line:
+        evidence.append(rules.base_line)
+    for a in sorted(d["arenas"], key=lambda a: -(a["free_resident"] or 0))[:5]:
+        evidence.append(f"arena {a['arena']}{' (main)' if a['main'] else ''}: resident {mib(a['resident'])} MiB, "
+                        f"free pages {mib(a['free_resident'])} MiB of which top chunk {mib(a['top_resident'])} MiB, "
+                        f"trim would release {mib(a['trim_releasable'])} MiB"
+                        + (f" ({mib(a['joins_top_resident'])} MiB of free chunks stay: the trim's consolidation "
+                           "merges them into the top chunk)" if (a.get("joins_top_resident") or 0) >= rules.floor // 4
+                           else ""))
+    summary = (f"glibc holds {mib(pages)} MiB of free pages in {d['arena_count']} arenas ({d['thread_arenas']} "
+               f"thread arenas); a trim would release ~{mib(releasable)} MiB")
+    if not d.get("trim_estimate_complete", True):
+        summary += " (at least: an arena changed while it was read, see problems)"
+        evidence.extend(d.get("problems", []))
+    # a program that is not Python calls malloc_trim itself (or runs under `memgap lab`'s trim=idle)
+    remedy = "malloc_trim(0) after the burst" if snap.not_python else "memgap.trim() (malloc_trim(0)) after the burst"
+    if held_tops > max(rules.floor, pages // 3):
+        evidence.append(f"{mib(held_tops)} MiB sit in thread arenas' top chunks, which malloc_trim(0) leaves "
+                        "alone (only the main arena's top is cut)")
+        remedy = ("fewer arenas (MALLOC_ARENA_MAX=2) plus a trim after bursts, or a fixed "
+                  "MALLOC_TRIM_THRESHOLD_: measure which with `memgap lab`")
+    return [Finding("glibc-retention", "warning", summary, evidence, remedy)]
+
+
+def _glibc_fragmentation(snap: Snapshot, rules: Rules) -> list[Finding]:
+    """Free bytes that share their pages with live chunks: held until the neighbours go, whatever is trimmed."""
+    free, _, fragmented = _glibc_free(snap)
+    base = rules.base
+    part = _mine(base, snap.layers.get("allocator_free"), fragmented)
+    if fragmented < rules.floor or not base.crossed(part, rules.share):
+        return []
+    d = snap.layers["allocator_free"].detail
+    in_use_layer = snap.layers.get("allocator_in_use")
+    in_use = (in_use_layer.resident or 0) if in_use_layer else 0
+    evidence = [f"RSS {mib(snap.rss)} MiB; glibc's free chunks hold {mib(free)} MiB on resident pages, "
+                f"{mib(fragmented)} MiB of it ({base.words(part, fragmented)}) on pages that also hold a live "
+                f"chunk; in use {mib(in_use)} MiB",
+                "method: every free chunk (top, bins, fastbins) walked from each arena's malloc_state; its bytes on "
+                "resident pages, less the whole pages inside it (a trim's share)"]
+    if rules.base_line:
+        evidence.append(rules.base_line)
+    for a in sorted(d["arenas"], key=lambda a: -(a.get("fragmented") or 0))[:5]:
+        if a.get("fragmented"):
+            evidence.append(f"arena {a['arena']}{' (main)' if a['main'] else ''}: resident {mib(a['resident'])} MiB,"
+                            f" in use {mib(a.get('in_use_resident'))} MiB, free beside live chunks "
+                            f"{mib(a['fragmented'])} MiB")
+    if not d.get("fragmentation_complete", True):
+        evidence.append("at least: an arena's small bins or fastbins could not be walked, see problems")
+        evidence.extend(d.get("problems", []))
+    return [Finding(
+        "glibc-fragmentation", "warning",
+        f"glibc holds {mib(fragmented)} MiB free in pieces between live chunks (fragmentation): no trim releases "
+        f"it; it comes back only when the blocks beside it are freed", evidence,
+        "another allocator (jemalloc keeps blocks of one size class together), fewer arenas (MALLOC_ARENA_MAX=2), "
+        "a lower mmap threshold (MALLOC_MMAP_THRESHOLD_=65536: large blocks in mappings of their own, returned on "
+        "free), or restarting long-lived workers: measure which with `memgap lab`")]
 
 
 READER = Glibc()

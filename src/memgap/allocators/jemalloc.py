@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from memgap.allocators.base import (
     AllocatorReader,
+    AllocatorSigns,
     DeepFigures,
     GdbPlan,
     OwnFigures,
@@ -27,6 +28,7 @@ from memgap.report.units import mib
 
 if TYPE_CHECKING:
     from memgap.documents.allocator import FoundAllocator
+    from memgap.documents.own_figures import OwnFiguresTable
     from memgap.documents.snapshot import Layer, Snapshot
     from memgap.documents.trim import TrimRecord
     from memgap.sources.allocator import AllocatorDetection
@@ -48,6 +50,11 @@ class Jemalloc(AllocatorReader):
     deep_key = ROUTE
     calls = ("reads jemalloc's statistics by calling its mallctl", "purges jemalloc's pages")
     deep_label = "mallctl"
+    read_beside = True
+    # its API under any prefix: je_ in Redis, _rjem_ from the tikv-jemallocator crate, je_arrow_ in Arrow
+    signs = AllocatorSigns(api=("mallctl", "mallctlnametomib", "mallctlbymib", "malloc_stats_print", "mallocx",
+                                "rallocx", "xallocx", "sallocx", "sdallocx", "nallocx"),
+                           markers=(b"<jemalloc>: ",), libraries=("libjemalloc",))
 
     def mappings(self, reader: ProcReader, maps: list[Mapping]) -> list[tuple[int, int]] | None:
         try:  # see sources.jemalloc.jemalloc_mappings
@@ -90,6 +97,13 @@ class Jemalloc(AllocatorReader):
 
         assert isinstance(figures, JemallocDeep)  # what read_deep gave
         return jemalloc_gdb_layers(layers, rss, figures, beside)
+
+    def deep_table(self, figures: DeepFigures, rss: int, beside: str = "") -> OwnFiguresTable:
+        from memgap.allocators.gdb_tables import jemalloc_table
+        from memgap.sources.jemalloc_gdb import JemallocDeep
+
+        assert isinstance(figures, JemallocDeep)  # what read_deep gave
+        return jemalloc_table(figures, beside)
 
     def release(self, pid: int, before: Snapshot, start_time: int | None, options: GdbOptions,
                 plan: GdbPlan | None) -> TrimRecord:

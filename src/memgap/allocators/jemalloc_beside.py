@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from memgap.allocators.base import GdbPlan
 from memgap.documents.snapshot import Snapshot
 from memgap.documents.trim import TrimDetails, TrimPart, TrimRecord, TrimRoute
 from memgap.errors import Unsupported
@@ -40,6 +41,13 @@ def beside_jemalloc(pid: int, outside: Snapshot, proc_root: str = "/proc") -> tu
             reasons.append(str(exc))
     return "", "", ("jemalloc beside glibc's malloc not read (its memory stays under other_anon): "
                     + "; ".join(reasons))
+
+
+def beside_plan(pid: int, outside: Snapshot, proc_root: str = "/proc") -> tuple[GdbPlan | None, str, str]:
+    """What --deep reads of a jemalloc beside glibc's malloc (its mallctl), its label, and why not: as
+    ``beside_jemalloc``, the symbol as the plan the jemalloc reader's ``read_deep`` takes."""
+    symbol, label, why_not = beside_jemalloc(pid, outside, proc_root)
+    return (GdbPlan("jemalloc", symbol) if symbol else None), label, why_not
 
 
 def trim_glibc_and_jemalloc(pid: int, before: Snapshot, start_time: int | None, options: GdbOptions,

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from memgap.allocators.base import AllocatorReader, DeepFigures, GdbPlan, unread_note
+from memgap.allocators.base import AllocatorReader, AllocatorSigns, DeepFigures, GdbPlan, unread_note
 
 if TYPE_CHECKING:
     from memgap.documents.allocator import FoundAllocator
+    from memgap.documents.own_figures import OwnFiguresTable
     from memgap.documents.snapshot import Layer, Snapshot
     from memgap.documents.trim import TrimRecord
     from memgap.sources.allocator import AllocatorDetection
@@ -24,6 +25,9 @@ class Mimalloc(AllocatorReader):
     deep_key = ROUTE
     calls = ("reads mimalloc's figures by calling mi_process_info",
              "collects mimalloc's free memory by calling mi_collect")
+    signs = AllocatorSigns(api=("mi_malloc", "mi_free", "mi_realloc", "mi_stats_print", "mi_collect", "mi_heap_new",
+                                "mi_malloc_aligned", "mi_zalloc_aligned", "mi_realloc_aligned", "mi_version"),
+                           markers=(b"mimalloc: ",), libraries=("libmimalloc",))
 
     def outside_note(self, detection: AllocatorDetection) -> str:
         return unread_note(detection, "mi_process_info", False)
@@ -46,6 +50,13 @@ class Mimalloc(AllocatorReader):
 
         assert isinstance(figures, MimallocDeep)  # what read_deep gave
         return mimalloc_gdb_layers(layers, rss, figures)
+
+    def deep_table(self, figures: DeepFigures, rss: int, beside: str = "") -> OwnFiguresTable:
+        from memgap.allocators.gdb_tables import mimalloc_table
+        from memgap.sources.mimalloc_gdb import MimallocDeep
+
+        assert isinstance(figures, MimallocDeep)  # what read_deep gave
+        return mimalloc_table(figures, rss)
 
     def release(self, pid: int, before: Snapshot, start_time: int | None, options: GdbOptions,
                 plan: GdbPlan | None) -> TrimRecord:

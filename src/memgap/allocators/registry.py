@@ -1,9 +1,9 @@
 """The allocators' readers, by name: the only place outside each reader's own module that knows them.
 
 Each reader is one module of memgap.allocators (``glibc.py``, ``jemalloc.py``, ``tcmalloc.py``,
-``mimalloc.py``, ``pymalloc.py``; what each gives: memgap.allocators.base), imported on first use. An
-allocator detection names that has no reader (musl, unknown) gets the base reader, which reads nothing
-and says so.
+``mimalloc.py``, ``pymalloc.py``, ``musl.py``; what each gives: memgap.allocators.base), imported on first
+use; each declares what tells it apart in a process (its ``signs``: memgap.allocators.detect). A name
+detection gives that has no reader (unknown) gets the base reader, which reads nothing and says so.
 """
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from collections.abc import Iterator
 
 from memgap.allocators.base import AllocatorReader, OwnFigures
 
-# the order they are asked in where figures, not a name, decide (glibc's heaps walked before counters)
-MODULES = ("glibc", "jemalloc", "tcmalloc", "mimalloc", "pymalloc")
+# the order they are asked in where figures, not a name, decide (glibc's heaps walked before counters), and
+# where detection weighs their signs (a library's file name: the first reader's whose name it bears)
+MODULES = ("glibc", "jemalloc", "tcmalloc", "mimalloc", "pymalloc", "musl")
 C_ALLOCATORS = MODULES[:4]  # those that serve malloc; pymalloc sits on top of one
 _READERS: dict[str, AllocatorReader] = {}
 

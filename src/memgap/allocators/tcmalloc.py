@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from memgap.allocators.base import (
     AllocatorReader,
+    AllocatorSigns,
     DeepFigures,
     GdbPlan,
     OwnFigures,
@@ -25,6 +26,7 @@ from memgap.report.units import mib
 
 if TYPE_CHECKING:
     from memgap.documents.allocator import FoundAllocator
+    from memgap.documents.own_figures import OwnFiguresTable
     from memgap.documents.snapshot import Layer, Snapshot
     from memgap.documents.trim import TrimRecord
     from memgap.sources.allocator import AllocatorDetection
@@ -42,6 +44,10 @@ class Tcmalloc(AllocatorReader):
     calls = ("reads tcmalloc's properties by calling MallocExtension_GetNumericProperty",
              "releases tcmalloc's free pages by calling MallocExtension_ReleaseFreeMemory")
     owner = OWNER
+    signs = AllocatorSigns(api=("tc_malloc", "tc_free", "tc_realloc", "tc_memalign", "tc_malloc_size", "tc_version"),
+                           api_starts=("MallocExtension_",),  # gperftools' C API
+                           markers=(b"TCMALLOC_LARGE_ALLOC_REPORT_THRESHOLD", b"tcmalloc/tcmalloc.cc"),
+                           libraries=("libtcmalloc",))
 
     def mappings(self, reader: ProcReader, maps: list[Mapping]) -> list[tuple[int, int]] | None:
         # tcmalloc takes its page heap and metadata from sbrk first (mmap only once brk
@@ -75,6 +81,13 @@ class Tcmalloc(AllocatorReader):
 
         assert isinstance(figures, TcmallocDeep)  # what read_deep gave
         return tcmalloc_gdb_layers(layers, rss, figures)
+
+    def deep_table(self, figures: DeepFigures, rss: int, beside: str = "") -> OwnFiguresTable:
+        from memgap.allocators.gdb_tables import tcmalloc_table
+        from memgap.sources.tcmalloc_gdb import TcmallocDeep
+
+        assert isinstance(figures, TcmallocDeep)  # what read_deep gave
+        return tcmalloc_table(figures)
 
     def release(self, pid: int, before: Snapshot, start_time: int | None, options: GdbOptions,
                 plan: GdbPlan | None) -> TrimRecord:

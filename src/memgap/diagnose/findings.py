@@ -3,10 +3,12 @@
 A rule fires only when a ratio AND a byte floor are both crossed (``floors``: the thresholds
 and the memory a ratio is taken over, shared with ``allocators``).
 
-jemalloc's and tcmalloc's findings read the figures ``inspect --deep`` got through gdb
-(the allocator_free layer's detail, where gdb_layers put them). mimalloc has none: its
-release builds count no allocated bytes, so what it holds free cannot be told from what
-the program uses (``inspect --trim`` measures what mi_collect returns).
+The C allocators' findings are their readers' (memgap.allocators: ``allocator_findings`` asks
+each, handing it the thresholds): glibc's from its heaps walked, jemalloc's and tcmalloc's from
+the figures ``inspect --deep`` got through gdb (the allocator_free layer's detail, where
+gdb_layers put them). mimalloc has none: its release builds count no allocated bytes, so what it
+holds free cannot be told from what the program uses (``inspect --trim`` measures what
+mi_collect returns).
 """
 from __future__ import annotations
 
@@ -23,97 +25,6 @@ def _base_line(snap: Snapshot, base: Base) -> str:
     return (f"ratio over its private memory ({mib(base.bytes)} MiB, outside shared memory): shared pages are "
             f"{mib(snap.rss - base.bytes)} MiB of its RSS ({pct(snap.rss - base.bytes, snap.rss)}; shared memory "
             f"{mib(_resident(snap, 'shared_memory'))} MiB)")
-
-
-def _glibc_free(snap: Snapshot) -> tuple[int, int, int]:
-    """glibc's free bytes on resident pages, of them the whole free pages, and those beside live
-    chunks (fragmentation); a document from before the split counts whole pages only."""
-    layer = snap.layers.get("allocator_free")
-    if layer is None or "arenas" not in layer.detail:
-        return 0, 0, 0
-    free = layer.resident or 0
-    if "by_allocator" in layer.detail:  # a jemalloc beside glibc's: its own share
-        free = layer.detail["by_allocator"].get("glibc") or 0
-    fragmented = min(free, layer.detail.get("fragmented") or 0)
-    return free, free - fragmented, fragmented
-
-
-def _mine(base: Base, layer: Layer | None, part: int) -> int:
-    """Of ``part`` bytes of a layer, what weighs against ``base``: over private memory, its private
-    pages in the layer's own proportion (a free chunk a forked worker shares with its parent is not its own)."""
-    if base.private and layer is not None and layer.private is not None and layer.resident:
-        return round(part * min(1.0, layer.private / layer.resident))
-    return part
-
-
-def _glibc_retention(snap: Snapshot) -> list[Finding]:
-    _, pages, fragmented = _glibc_free(snap)
-    base = ratio_base(snap)
-    part = _mine(base, snap.layers.get("allocator_free"), pages)
-    if pages < FLOOR or not base.crossed(part, SHARE):
-        return []
-    d = snap.layers["allocator_free"].detail
-    releasable = d.get("trim_releasable", 0)
-    held_tops = d.get("held_in_thread_tops", 0)
-    evidence = [f"RSS {mib(snap.rss)} MiB; glibc heaps hold {mib(pages)} MiB resident in whole free pages "
-                f"({base.words(part, pages)})"
-                + (f", and {mib(fragmented)} MiB free beside live chunks (see glibc-fragmentation)"
-                   if fragmented >= FLOOR // 4 else "")]
-    if base.private:
-        evidence.append(_base_line(snap, base))
-    for a in sorted(d["arenas"], key=lambda a: -(a["free_resident"] or 0))[:5]:
-        evidence.append(f"arena {a['arena']}{' (main)' if a['main'] else ''}: resident {mib(a['resident'])} MiB, "
-                        f"free pages {mib(a['free_resident'])} MiB of which top chunk {mib(a['top_resident'])} MiB, "
-                        f"trim would release {mib(a['trim_releasable'])} MiB"
-                        + (f" ({mib(a['joins_top_resident'])} MiB of free chunks stay: the trim's consolidation "
-                           "merges them into the top chunk)" if (a.get("joins_top_resident") or 0) >= FLOOR // 4
-                           else ""))
-    summary = (f"glibc holds {mib(pages)} MiB of free pages in {d['arena_count']} arenas ({d['thread_arenas']} "
-               f"thread arenas); a trim would release ~{mib(releasable)} MiB")
-    if not d.get("trim_estimate_complete", True):
-        summary += " (at least: an arena changed while it was read, see problems)"
-        evidence.extend(d.get("problems", []))
-    # a program that is not Python calls malloc_trim itself (or runs under `memgap lab`'s trim=idle)
-    remedy = "malloc_trim(0) after the burst" if snap.not_python else "memgap.trim() (malloc_trim(0)) after the burst"
-    if held_tops > max(FLOOR, pages // 3):
-        evidence.append(f"{mib(held_tops)} MiB sit in thread arenas' top chunks, which malloc_trim(0) leaves "
-                        "alone (only the main arena's top is cut)")
-        remedy = ("fewer arenas (MALLOC_ARENA_MAX=2) plus a trim after bursts, or a fixed "
-                  "MALLOC_TRIM_THRESHOLD_: measure which with `memgap lab`")
-    return [Finding("glibc-retention", "warning", summary, evidence, remedy)]
-
-
-def _glibc_fragmentation(snap: Snapshot) -> list[Finding]:
-    """Free bytes that share their pages with live chunks: held until the neighbours go, whatever is trimmed."""
-    free, _, fragmented = _glibc_free(snap)
-    base = ratio_base(snap)
-    part = _mine(base, snap.layers.get("allocator_free"), fragmented)
-    if fragmented < FLOOR or not base.crossed(part, SHARE):
-        return []
-    d = snap.layers["allocator_free"].detail
-    in_use = _resident(snap, "allocator_in_use")
-    evidence = [f"RSS {mib(snap.rss)} MiB; glibc's free chunks hold {mib(free)} MiB on resident pages, "
-                f"{mib(fragmented)} MiB of it ({base.words(part, fragmented)}) on pages that also hold a live "
-                f"chunk; in use {mib(in_use)} MiB",
-                "method: every free chunk (top, bins, fastbins) walked from each arena's malloc_state; its bytes on "
-                "resident pages, less the whole pages inside it (a trim's share)"]
-    if base.private:
-        evidence.append(_base_line(snap, base))
-    for a in sorted(d["arenas"], key=lambda a: -(a.get("fragmented") or 0))[:5]:
-        if a.get("fragmented"):
-            evidence.append(f"arena {a['arena']}{' (main)' if a['main'] else ''}: resident {mib(a['resident'])} MiB,"
-                            f" in use {mib(a.get('in_use_resident'))} MiB, free beside live chunks "
-                            f"{mib(a['fragmented'])} MiB")
-    if not d.get("fragmentation_complete", True):
-        evidence.append("at least: an arena's small bins or fastbins could not be walked, see problems")
-        evidence.extend(d.get("problems", []))
-    return [Finding(
-        "glibc-fragmentation", "warning",
-        f"glibc holds {mib(fragmented)} MiB free in pieces between live chunks (fragmentation): no trim releases "
-        f"it; it comes back only when the blocks beside it are freed", evidence,
-        "another allocator (jemalloc keeps blocks of one size class together), fewer arenas (MALLOC_ARENA_MAX=2), "
-        "a lower mmap threshold (MALLOC_MMAP_THRESHOLD_=65536: large blocks in mappings of their own, returned on "
-        "free), or restarting long-lived workers: measure which with `memgap lab`")]
 
 
 def _pymalloc_fragmentation(snap: Snapshot) -> list[Finding]:
@@ -204,14 +115,14 @@ def _other_allocators(snap: Snapshot) -> list[Finding]:
 
 
 def allocator_findings(snap: Snapshot) -> list[Finding]:
-    """The findings on the C allocators' free memory: glibc's from its heaps walked, jemalloc's and
-    tcmalloc's from their own figures where ``inspect --deep`` read them."""
+    """The findings on the C allocators' free memory, each reader's in the registry's order: glibc's from its
+    heaps walked, jemalloc's and tcmalloc's from their own figures where ``inspect --deep`` read them."""
     from memgap.allocators.base import Rules
     from memgap.allocators.registry import all_readers
 
-    rules = Rules(FLOOR, RETAINED_FLOOR, SHARE, ratio_base(snap))
-    return [*_glibc_retention(snap), *_glibc_fragmentation(snap),
-            *(f for reader in all_readers().values() for f in reader.findings(snap, rules))]
+    base = ratio_base(snap)
+    rules = Rules(FLOOR, RETAINED_FLOOR, SHARE, base, _base_line(snap, base) if base.private else "")
+    return [f for reader in all_readers().values() for f in reader.findings(snap, rules)]
 
 
 SHMEM_KINDS = {"anonymous": "anonymous MAP_SHARED (/dev/zero (deleted))", "sysv": "SysV segments (/SYSV*)",

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from memgap.allocators import registry
 from memgap.allocators.base import OwnFigures
+from memgap.allocators.detect import detect_in_process, detect_pid
 from memgap.allocators.measured import Measurements
 from memgap.allocators.registry import reader_for
 from memgap.documents.allocator import AllocatorInfo
@@ -247,7 +248,7 @@ def _snapshot_self(phase: str | None, options: SnapshotOptions | None) -> Snapsh
         started_at = reader.stat().start_time
         cmd = reader.cmdline()  # as an outside snapshot has it (the web route and notebooks showed none)
         maps = reader.maps()
-        detection = allocator_source.detect_in_process(maps)
+        detection = detect_in_process(maps)
         own = reader_for(detection.name)
         figures = own.in_process(notes)  # glibc's mallinfo2 and malloc_info, or jemalloc's stats
         mallinfo, malloc_info, jemalloc = figures.mallinfo, figures.malloc_info, figures.jemalloc
@@ -331,7 +332,7 @@ def snapshot_pid(pid: int, options: SnapshotOptions | None = None, proc_root: st
     with ProcReader(pid, proc_root) as reader:
         stat_before = reader.stat()
         maps = reader.maps()
-        detection = allocator_source.detect_pid(reader, maps)
+        detection = detect_pid(reader, maps)
         own = reader_for(detection.name)
         asked = options.agent and (options.agent_beside_glibc or not own.walks_heaps(detection))
         report, agent_problem = _ask_agent(reader, pid, proc_root) if asked else (None, "")

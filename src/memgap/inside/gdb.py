@@ -26,34 +26,28 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, TypedDict
 
-from memgap.allocators.base import DeepFigures, GdbPlan
+from memgap.allocators.base import AllocatorReader, DeepFigures, GdbPlan
 from memgap.allocators.gdb_routes import outside_estimate
-from memgap.allocators.jemalloc_beside import beside_jemalloc
-from memgap.allocators.registry import reader_for
+from memgap.allocators.jemalloc_beside import beside_plan
+from memgap.allocators.registry import all_readers, reader_for
 from memgap.diagnose.findings import allocator_findings
 from memgap.documents.json_value import JsonObject, shaped
+from memgap.documents.own_figures import OwnFiguresTable
 from memgap.documents.routes import IN_PROCESS, MALLOC_INFO, OUTSIDE
 from memgap.documents.snapshot import Snapshot
 from memgap.documents.trim import TrimDetails, TrimRecord
 from memgap.errors import MalformedInput, Unsupported
 from memgap.inside.trust import trusted_inside
-from memgap.sources import jemalloc_gdb, mimalloc_gdb, tcmalloc_gdb
 from memgap.sources.allocator import process_root
 from memgap.sources.gdb_attach import GdbSession
 from memgap.sources.gdb_errors import CallFailed, GdbTimeout
 from memgap.sources.gdb_options import GdbOptions
 from memgap.sources.glibc import MallocInfo, parse_malloc_info
-from memgap.sources.jemalloc_gdb import JemallocDeep
-from memgap.sources.mimalloc_gdb import MimallocDeep
 from memgap.sources.procfs import ProcReader, is_python
-from memgap.sources.tcmalloc_gdb import TcmallocDeep
 
 ROUTE_OUTSIDE = OUTSIDE
 ROUTE_MALLOC_INFO = MALLOC_INFO
 ROUTE_IN_PROCESS = IN_PROCESS
-ROUTE_MALLCTL = jemalloc_gdb.ROUTE
-ROUTE_TCMALLOC = tcmalloc_gdb.ROUTE
-ROUTE_MIMALLOC = mimalloc_gdb.ROUTE
 MAX_RESULT = 64 << 20  # bytes read back from a file the process wrote
 MAX_GIL_PROBES = 16    # threads asked whether they hold the GIL
 # A call that runs Python code is never interrupted by gdb: unwound, it would leave the GIL taken (the
@@ -89,21 +83,26 @@ class DeepResult:
     arenas: list[dict[str, Any]] = field(default_factory=list)   # compare_arenas rows
     mmapped: MmappedChunks = field(default_factory=lambda: MmappedChunks())
     in_process: Snapshot | None = None
-    jemalloc: JemallocDeep | None = None
-    tcmalloc: TcmallocDeep | None = None
-    mimalloc: MimallocDeep | None = None
+    # reader name -> the allocator's own figures read through gdb (its reader's read_deep)
+    figures: dict[str, DeepFigures] = field(default_factory=dict)
     with_allocator: Snapshot | None = None  # the outside snapshot, allocator layers from the allocator's figures
-    # where ``jemalloc`` is a prefixed one beside glibc's malloc: which ("jemalloc (je_) in x")
-    jemalloc_beside: str = ""
+    # where the figures are of an allocator beside glibc's malloc (a prefixed jemalloc): which ("jemalloc (je_) in x")
+    beside: str = ""
+    tables: list[OwnFiguresTable] = field(default_factory=list)  # the figures as their readers lay them out
     notes: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> JsonObject:
         info = self.malloc_info
+        readers = deep_readers()
+        own: dict[str, Any] = {}
+        for r in readers:  # each reader that reads through gdb, figures or not: the keys documents always had
+            own[r.name] = self.figures[r.name].to_dict() if r.name in self.figures else None
+            if r.read_beside:
+                own[f"{r.name}_beside"] = self.beside
         return {
             "routes": [ROUTE_OUTSIDE, *([ROUTE_MALLOC_INFO] if info else []),
-                       *([ROUTE_MALLCTL] if self.jemalloc else []),
-                       *([ROUTE_TCMALLOC] if self.tcmalloc else []), *([ROUTE_MIMALLOC] if self.mimalloc else []),
+                       *(r.deep_key for r in readers if r.name in self.figures),
                        *([ROUTE_IN_PROCESS] if self.in_process else [])],
             "malloc_info": None if info is None else {
                 "route": ROUTE_MALLOC_INFO, "arenas": len(info.arenas), "system": info.system,
@@ -112,10 +111,7 @@ class DeepResult:
             "arenas": self.arenas,
             "mmapped": shaped(self.mmapped),
             "in_process": self.in_process.to_dict(regions=False) if self.in_process else None,
-            "jemalloc": self.jemalloc.to_dict() if self.jemalloc else None,
-            "jemalloc_beside": self.jemalloc_beside,
-            "tcmalloc": self.tcmalloc.to_dict() if self.tcmalloc else None,
-            "mimalloc": self.mimalloc.to_dict() if self.mimalloc else None,
+            **own,
             "with_allocator": self.with_allocator.to_dict(regions=False) if self.with_allocator else None,
             "notes": self.notes,
             "gdb_seconds": {k: round(v, 4) for k, v in self.timings.items() if k in ("attach", "held")},
@@ -125,11 +121,12 @@ class DeepResult:
     def allocator_figures(self) -> tuple[str, DeepFigures] | None:
         """The allocator whose own figures gdb read (the one serving malloc, else a jemalloc beside it),
         and the figures (None where none were)."""
-        for name in ("jemalloc", "tcmalloc", "mimalloc"):  # the fields above, in their order
-            figures = getattr(self, name)
-            if figures is not None:
-                return name, figures
-        return None
+        return next(((r.name, self.figures[r.name]) for r in deep_readers() if r.name in self.figures), None)
+
+
+def deep_readers() -> list[AllocatorReader]:
+    """The readers whose own figures gdb reads, in the registry's order."""
+    return [r for r in all_readers().values() if r.deep_key]
 
 
 # --- comparisons (pure) --------------------------------------------------------
@@ -384,7 +381,7 @@ def deep(pid: int, outside: Snapshot, start_time: int | None, options: GdbOption
     glibc = reader_for(outside.allocator.name).reads_malloc_info
     python = is_python(ProcReader(pid, options.proc_root).maps())
     plan, notes = _allocator_plan(pid, outside, python, options.proc_root)
-    beside_symbol, beside_label, why_not = beside_jemalloc(pid, outside, options.proc_root)
+    beside, beside_label, why_not = beside_plan(pid, outside, options.proc_root)
     result = DeepResult(pid, notes=notes + ([why_not] if why_not else []))
     # non-stop for Python: its threads wait on the GIL, and held between calls they stalled ~0.4 s
     session = options.session(pid, start_time, non_stop=python)
@@ -400,9 +397,9 @@ def deep(pid: int, outside: Snapshot, start_time: int | None, options: GdbOption
                     result.notes.append(f"malloc_info: {exc}")
             if plan is not None:
                 _allocator_via_gdb(session, plan, result, required=not python)
-            if beside_symbol and session.usable:
-                _allocator_via_gdb(session, GdbPlan("jemalloc", beside_symbol), result, required=False)
-                result.jemalloc_beside = beside_label if result.jemalloc else ""
+            if beside is not None and session.usable:
+                _allocator_via_gdb(session, beside, result, required=False)
+                result.beside = beside_label if beside.allocator in result.figures else ""
             if python and session.usable:
                 try:
                     ran = python_snapshot_via_gdb(session, there, result.notes)
@@ -429,7 +426,10 @@ def deep(pid: int, outside: Snapshot, start_time: int | None, options: GdbOption
     if result.allocator_figures is not None:
         name, figures = result.allocator_figures
         result.with_allocator = with_allocator_layers(outside, name, figures,
-                                                      outside.allocator.name if result.jemalloc_beside else "")
+                                                      outside.allocator.name if result.beside else "")
+    rss = result.with_allocator.rss if result.with_allocator is not None else 0
+    result.tables = [r.deep_table(result.figures[r.name], rss, result.beside)
+                     for r in deep_readers() if r.name in result.figures]
     return result
 
 
@@ -466,7 +466,7 @@ def _allocator_via_gdb(session: GdbSession, plan: GdbPlan, result: DeepResult, r
     --deep reads (``required``), else a note."""
     own = reader_for(plan.allocator)
     try:
-        setattr(result, own.name, own.read_deep(session, plan))  # DeepResult's field of that name
+        result.figures[own.name] = own.read_deep(session, plan)
     except (CallFailed, MalformedInput, Unsupported) as exc:
         if required:
             raise

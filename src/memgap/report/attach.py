@@ -14,6 +14,7 @@ from typing import Any, Protocol, TextIO
 from rich.console import RenderableType
 
 import memgap.documents.routes as routes
+from memgap.documents.own_figures import OwnFiguresTable
 from memgap.documents.runtime_heap import DeepRead
 from memgap.documents.snapshot import Snapshot
 from memgap.documents.trim import TrimRecord, TrimRoute
@@ -21,103 +22,16 @@ from memgap.report.fit import WRAP, Col, fit_table
 from memgap.report.terminal import console_on, layers_table, print_findings
 from memgap.report.units import mib
 
-# What the tables read of --deep's result, said as shapes (``memgap.inside.gdb.DeepResult`` and the
-# allocators' figures of ``memgap.sources.*_gdb`` have them; mypy checks it where the command passes
-# them): the renderer takes the figures as they are, without importing the code that reads them.
+# What the tables read of --deep's result, said as shapes (``memgap.inside.gdb.DeepResult`` has them;
+# mypy checks it where the command passes it): the renderer takes the figures as they are, without
+# importing the code that reads them. Each allocator's own figures come laid out by its reader
+# (memgap.documents.own_figures): one table shape for all of them, named by none.
 
 
 
 class MallocInfoFigures(Protocol):
     @property
     def arenas(self) -> Sized: ...
-
-
-class JemallocArenaFigures(Protocol):
-    @property
-    def index(self) -> int: ...
-    @property
-    def pdirty(self) -> int: ...
-    @property
-    def pmuzzy(self) -> int: ...
-    @property
-    def dirty_decay_ms(self) -> int | None: ...
-    @property
-    def muzzy_decay_ms(self) -> int | None: ...
-
-
-class JemallocFigures(Protocol):
-    @property
-    def symbol(self) -> str: ...
-    @property
-    def allocated(self) -> int: ...
-    @property
-    def active(self) -> int: ...
-    @property
-    def resident(self) -> int: ...
-    @property
-    def retained(self) -> int: ...
-    @property
-    def mapped(self) -> int: ...
-    @property
-    def metadata(self) -> int: ...
-    @property
-    def page(self) -> int: ...
-    @property
-    def narenas(self) -> int: ...
-    @property
-    def arenas(self) -> Sequence[JemallocArenaFigures]: ...
-    @property
-    def dirty_decay_ms(self) -> int | None: ...
-    @property
-    def muzzy_decay_ms(self) -> int | None: ...
-    @property
-    def background_thread(self) -> bool | None: ...
-    @property
-    def background_thread_on(self) -> bool | None: ...
-    @property
-    def dirty_bytes(self) -> int: ...
-    @property
-    def muzzy_bytes(self) -> int: ...
-    @property
-    def purgeable(self) -> int: ...
-    @property
-    def page_slack(self) -> int: ...
-    @property
-    def metadata_resident(self) -> int: ...
-
-
-class TcmallocFigures(Protocol):
-    @property
-    def allocated(self) -> int: ...
-    @property
-    def heap_size(self) -> int: ...
-    @property
-    def pageheap_free(self) -> int: ...
-    @property
-    def pageheap_unmapped(self) -> int: ...
-    @property
-    def central_cache_free(self) -> int: ...
-    @property
-    def transfer_cache_free(self) -> int: ...
-    @property
-    def thread_cache_free(self) -> int: ...
-    @property
-    def caches(self) -> int: ...
-    @property
-    def metadata(self) -> int: ...
-
-
-class MimallocFigures(Protocol):
-    @property
-    def current_rss(self) -> int: ...
-    @property
-    def peak_rss(self) -> int: ...
-    @property
-    def current_commit(self) -> int: ...
-    @property
-    def peak_commit(self) -> int: ...
-    @property
-    def rss_is_commit(self) -> bool: ...
 
 
 class DeepFigures(Protocol):
@@ -134,15 +48,9 @@ class DeepFigures(Protocol):
     @property
     def in_process(self) -> Snapshot | None: ...
     @property
-    def jemalloc(self) -> JemallocFigures | None: ...
-    @property
-    def tcmalloc(self) -> TcmallocFigures | None: ...
-    @property
-    def mimalloc(self) -> MimallocFigures | None: ...
+    def tables(self) -> Sequence[OwnFiguresTable]: ...
     @property
     def with_allocator(self) -> Snapshot | None: ...
-    @property
-    def jemalloc_beside(self) -> str: ...
     @property
     def notes(self) -> Sequence[str]: ...
     @property
@@ -188,72 +96,12 @@ def arenas_comparison_table(deep: DeepFigures, limit: int = 12, width: int = 120
                      [None] * (len(cells) - 1) + ["bold"])
 
 
-def _decay(ms: int | None) -> str:
-    return "?" if ms is None else "never" if ms < 0 else f"{ms} ms"
-
-
-def jemalloc_table(j: JemallocFigures, width: int = 120) -> RenderableType:
-    """jemalloc's own figures, each with the mallctl name it came from and what it means here."""
-    rows = [["allocated", mib(j.allocated), "stats.allocated", "handed out: allocator_in_use"],
-            ["active", mib(j.active), "stats.active",
-             f"pages holding them; the {mib(j.page_slack)} MiB slack in them is allocator_free"],
-            ["dirty + muzzy", mib(j.purgeable), "stats.arenas.<i>.pdirty, pmuzzy",
-             f"{mib(j.dirty_bytes)} + {mib(j.muzzy_bytes)} MiB of freed pages a purge returns: allocator_free"],
-            ["metadata", mib(j.metadata), "stats.metadata",
-             f"{mib(j.metadata_resident)} MiB resident (resident - active - dirty): allocator_free"],
-            ["resident", mib(j.resident), "stats.resident", "active + dirty + metadata pages"],
-            ["retained", mib(j.retained), "stats.retained", "given back, still mapped: virtual only"],
-            ["mapped", mib(j.mapped), "stats.mapped", "mapped in active extents"]]
-    # what each figure means here goes before the mallctl name it came from when columns run short
-    return fit_table(f"jemalloc ({j.symbol}, {routes.MALLCTL}), {len(j.arenas)} of {j.narenas} arenas in use, MiB",
-                     [Col("figure"), Col("MiB"), Col("mallctl", optional=2), Col("meaning here", WRAP, optional=1)],
-                     rows, width)
-
-
-def tcmalloc_table(t: TcmallocFigures, width: int = 120) -> RenderableType:
-    """tcmalloc's own figures, each with the property it came from and what it means here."""
-    rows = [["allocated", mib(t.allocated), "generic.current_allocated_bytes", "handed out: allocator_in_use"],
-            ["page heap free", mib(t.pageheap_free), "tcmalloc.pageheap_free_bytes",
-             "free spans ReleaseFreeMemory returns now: allocator_free"],
-            ["caches", mib(t.caches), "tcmalloc.{central,transfer,thread}_cache_free_bytes",
-             f"free objects kept for reuse ({mib(t.central_cache_free)} central, {mib(t.transfer_cache_free)} "
-             f"transfer, {mib(t.thread_cache_free)} thread): allocator_free"],
-            ["metadata", mib(t.metadata), "generic.total_physical_bytes - mapped",
-             "tcmalloc's bookkeeping: allocator_free"],
-            ["unmapped", mib(t.pageheap_unmapped), "tcmalloc.pageheap_unmapped_bytes",
-             "given back, still mapped: virtual only"],
-            ["heap size", mib(t.heap_size), "generic.heap_size", "all of the above but metadata"]]
-    return fit_table(f"tcmalloc ({routes.TCMALLOC}), MiB",
-                     [Col("figure"), Col("MiB"), Col("property", optional=2), Col("meaning here", WRAP, optional=1)],
-                     rows, width)
-
-
-def mimalloc_table(m: MimallocFigures, rss: int, width: int = 120) -> RenderableType:
-    """mimalloc's own figures beside VmRSS: what mi_process_info can say (committed, not allocated)."""
-    rss_meaning = "the committed bytes again (mimalloc 2.0's estimate on Linux)" if m.rss_is_commit \
-        else "mimalloc's own reading of the resident set"
-    rows = [["committed", mib(m.current_commit), "current_commit",
-             "memory mimalloc holds: in use and free together (allocator_held)"],
-            ["peak committed", mib(m.peak_commit), "peak_commit", "the most it held"],
-            ["rss", mib(m.current_rss), "current_rss", rss_meaning],
-            ["peak rss", mib(m.peak_rss), "peak_rss", "the process's peak resident set (getrusage)"],
-            ["VmRSS", mib(rss), routes.OUTSIDE, "the process's resident set now"]]
-    return fit_table(f"mimalloc ({routes.MIMALLOC}), MiB; it counts no allocated bytes",
-                     [Col("figure"), Col("MiB"), Col("from", optional=2), Col("meaning here", WRAP, optional=1)],
-                     rows, width)
-
-
-def _jemalloc_lines(j: JemallocFigures) -> list[str]:
-    background = {None: "?", True: "on", False: "off"}
-    lines = [f"decay: dirty pages purged over {_decay(j.dirty_decay_ms)}, muzzy over {_decay(j.muzzy_decay_ms)} "
-             f"(opt.*); background thread {background[j.background_thread_on]} "
-             f"(opt.background_thread {background[j.background_thread]})"]
-    for a in sorted(j.arenas, key=lambda a: -(a.pdirty + a.pmuzzy))[:8]:
-        if a.pdirty or a.pmuzzy:
-            lines.append(f"  arena {a.index}: {mib((a.pdirty + a.pmuzzy) * j.page)} MiB dirty+muzzy "
-                         f"({a.pdirty} + {a.pmuzzy} pages), decay {_decay(a.dirty_decay_ms)} / "
-                         f"{_decay(a.muzzy_decay_ms)}")
-    return lines
+def own_figures_table(t: OwnFiguresTable, width: int = 120) -> RenderableType:
+    """An allocator's own figures as its reader laid them out: each with where it came from and what it means
+    here (which goes before where it came from when columns run short)."""
+    return fit_table(t.title, [Col("figure"), Col("MiB"), Col(t.source, optional=2), Col("meaning here", WRAP,
+                                                                                         optional=1)],
+                     [[r.figure, mib(r.bytes), r.source, r.meaning] for r in t.rows], width)
 
 
 def render_deep(deep: DeepFigures, stream: TextIO, width: int | None = None) -> None:
@@ -268,18 +116,12 @@ def render_deep(deep: DeepFigures, stream: TextIO, width: int | None = None) -> 
                       f"{mib(out.get('resident'))} resident ({routes.OUTSIDE})")
         console.print("  free (malloc_info) counts every free byte, touched or not; free resident (outside) only "
                       "the whole resident pages inside free chunks")
-    if deep.jemalloc is not None:
-        if deep.jemalloc_beside:
-            console.print(f"{deep.jemalloc_beside}, beside glibc's malloc: both allocators hold memory; the "
-                          "allocator layers below add jemalloc's counters to glibc's heaps walked from outside")
-        console.print(jemalloc_table(deep.jemalloc, console.width))
-        for line in _jemalloc_lines(deep.jemalloc):
+    for table in deep.tables:
+        for line in table.before:
             console.print(line)
-    if deep.tcmalloc is not None:
-        console.print(tcmalloc_table(deep.tcmalloc, console.width))
-    if deep.mimalloc is not None:
-        rss = deep.with_allocator.rss if deep.with_allocator is not None else 0
-        console.print(mimalloc_table(deep.mimalloc, rss, console.width))
+        console.print(own_figures_table(table, console.width))
+        for line in table.after:
+            console.print(line)
     if deep.with_allocator is not None:
         console.print(layers_table(deep.with_allocator, console.width))
         if deep.with_allocator.findings:

@@ -1,64 +1,23 @@
-"""Which allocators a process carries, where each lives, and which one serves ``malloc``.
+"""What memgap reads of a process to tell its allocators apart, from outside (read-only) and in this
+process; memgap.allocators.detect tells them apart by what each allocator's reader declares.
 
-From outside (read-only), from the ELF symbol tables of the program and of each
-object mapped executable in /proc/PID/maps:
-
-1. ``malloc`` is served by the first object in the dynamic linker's lookup order
-   that exports it: the program, then preloaded libraries (LD_PRELOAD in its
-   environment, /etc/ld.so.preload), then its DT_NEEDED tree breadth first. A
-   program without a dynamic section is static and serves its own.
-2. Each object's allocator families are told by their API, under any prefix:
-   jemalloc's ``mallctl``/``mallocx``... (``je_`` in Redis, ``_rjem_`` from the
-   tikv-jemallocator crate, ``je_arrow_`` in Arrow), tcmalloc's ``tc_malloc`` and
-   ``MallocExtension``, mimalloc's ``mi_*``; glibc by ``gnu_get_libc_version``;
-   musl by its path. A prefixed allocator sits beside whichever serves malloc.
-3. A stripped program that exports no allocator API (jemalloc linked in
-   statically) is told by the allocator's own messages in its ``.rodata``
-   ("<jemalloc>: ..."): the ``how`` says so.
-
-In-process, ``dladdr`` on ``malloc`` names the serving object exactly, and the
-mapped libraries' names the others: symbol tables are read from outside only, as
-their names would be allocated in the program memgap measures.
+- the objects the process maps executable, each with its file's identity (a file replaced on disk since
+  it was mapped tells nothing), its program and its preloads (LD_PRELOAD, /etc/ld.so.preload): the ELF
+  files whose symbol tables and ``.rodata`` detection reads;
+- the dynamic linker's lookup order, in which the first object exporting ``malloc`` serves it;
+- in this process, the object ``dladdr`` names for ``malloc``: no symbol table is read here, as their
+  names would be allocated in the program memgap measures.
 """
 from __future__ import annotations
 
 import ctypes
-import functools
 import os
-import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from memgap.documents.allocator import AllocatorInfo, FoundAllocator
-from memgap.errors import MalformedInput, MemgapError
-from memgap.sources.elf import ElfInfo, defines_symbol, forget_elf_files, read_elf, read_section
+from memgap.errors import MemgapError
+from memgap.sources.elf import ElfInfo, defines_symbol, forget_elf_files
 from memgap.sources.procfs import Mapping, ProcReader
-
-# basename prefix -> allocator: the answer when the objects' symbols cannot be read
-_LIBRARIES = (
-    ("libjemalloc", "jemalloc"),
-    ("libtcmalloc", "tcmalloc"),
-    ("libmimalloc", "mimalloc"),
-    ("ld-musl", "musl"),
-    ("libc.musl", "musl"),
-)
-
-# Each family's API (its unprefixed names): two of them under one prefix tell the family.
-# mallctl alone could be a user's wrapper; two distinct entry points are the allocator's own.
-_APIS = {
-    "jemalloc": ("mallctl", "mallctlnametomib", "mallctlbymib", "malloc_stats_print", "mallocx", "rallocx",
-                 "xallocx", "sallocx", "sdallocx", "nallocx"),
-    "tcmalloc": ("tc_malloc", "tc_free", "tc_realloc", "tc_memalign", "tc_malloc_size", "tc_version"),
-    "mimalloc": ("mi_malloc", "mi_free", "mi_realloc", "mi_stats_print", "mi_collect", "mi_heap_new",
-                 "mi_malloc_aligned", "mi_zalloc_aligned", "mi_realloc_aligned", "mi_version"),
-}
-_ANY_API = re.compile("(?:" + "|".join(api for apis in _APIS.values() for api in apis) + r")\Z|\AMallocExtension_")
-# Messages only the allocator itself prints (its .rodata), for programs stripped of its symbols.
-_MARKERS = {
-    "jemalloc": (b"<jemalloc>: ",),
-    "tcmalloc": (b"TCMALLOC_LARGE_ALLOC_REPORT_THRESHOLD", b"tcmalloc/tcmalloc.cc"),
-    "mimalloc": (b"mimalloc: ",),
-    "glibc": (b"malloc(): corrupted top size",),
-}
 
 
 @dataclass
@@ -68,10 +27,6 @@ class AllocatorDetection:
     how: str = ""               # how we know
     others: list[str] = field(default_factory=list)  # further allocators found (names), beside the one above
     found: list[FoundAllocator] = field(default_factory=list)  # every allocator found, the serving one first
-
-    @property
-    def is_glibc(self) -> bool:
-        return self.name == "glibc"
 
     @property
     def beside(self) -> list[FoundAllocator]:
@@ -100,45 +55,6 @@ def beside_note(detection: AllocatorDetection) -> str:
             "table, or the dynamic one, keeps it)")
 
 
-def library_kind(path: str) -> str | None:
-    if "musl" in path:  # musl's libc is named libc.so too (/usr/lib/x86_64-linux-musl/libc.so)
-        return "musl"
-    base = os.path.basename(path)
-    for prefix, kind in _LIBRARIES:
-        if base.startswith(prefix):
-            return kind
-    if base.startswith(("libc.so", "libc-2.")):
-        return "glibc"
-    return None
-
-
-def families(info: ElfInfo) -> list[tuple[str, str, list[str]]]:
-    """(family, prefix, its symbols seen) for each allocator API an object defines, unprefixed first."""
-    return _families(info.defined)
-
-
-@functools.lru_cache(maxsize=2048)  # per symbol set (its hash is kept): top asks every refresh
-def _families(defined: frozenset[str]) -> list[tuple[str, str, list[str]]]:
-    found: dict[tuple[str, str], list[str]] = {}
-    # one C-level search per symbol first: python3 defines 10,000, of which a handful end in an API name
-    for name in filter(_ANY_API.search, defined):
-        for family, apis in _APIS.items():
-            for api in apis:
-                if name.endswith(api):
-                    found.setdefault((family, name[:-len(api)]), []).append(name)
-        if name.startswith("MallocExtension_"):  # gperftools' C API
-            found.setdefault(("tcmalloc", ""), []).append(name)
-    out = [(family, prefix, sorted(names)) for (family, prefix), names in found.items() if len(names) >= 2]
-    if "gnu_get_libc_version" in defined:
-        out.append(("glibc", "", ["gnu_get_libc_version"]))
-    return sorted(out, key=lambda f: (f[1] != "", f[0] == "glibc", f[1], f[0]))
-
-
-def marker_families(rodata: bytes) -> list[str]:
-    """The allocators whose own messages appear in ``rodata``, non-glibc ones first."""
-    return [family for family, needles in _MARKERS.items() if any(n in rodata for n in needles)]
-
-
 def lookup_order(exe: str, objects: dict[str, ElfInfo], preload: list[str]) -> list[str]:
     """The objects in the order ld.so searches them for a symbol: program, preloads, DT_NEEDED breadth first.
     Objects dlopen()ed later (RTLD_LOCAL) are not in it."""
@@ -162,7 +78,7 @@ def lookup_order(exe: str, objects: dict[str, ElfInfo], preload: list[str]) -> l
     return order
 
 
-def _role(path: str, exe: str, preload: list[str], soname: str) -> str:
+def malloc_role(path: str, exe: str, preload: list[str], soname: str) -> str:
     if path == exe:
         return "the program itself defines malloc (linked in statically)"
     if any(entry == path or os.path.basename(entry) in (os.path.basename(path), soname) for entry in preload):
@@ -170,64 +86,12 @@ def _role(path: str, exe: str, preload: list[str], soname: str) -> str:
     return "the first library in the program's lookup order to export malloc"
 
 
-def classify(exe: str, objects: dict[str, ElfInfo], preload: list[str],
-             markers: dict[str, list[str]]) -> AllocatorDetection | None:
-    """Every allocator in the objects, and the one serving malloc; None when the program's ELF is unknown.
-
-    ``markers`` holds, for objects whose symbols name no allocator, the allocators whose own
-    messages their ``.rodata`` carries (``marker_families``): the fallback for stripped files.
-    """
-    if exe not in objects:
-        return None
-    if not objects[exe].dynamic:
-        server: str | None = exe
-        role = "a static program: its own malloc serves it"
-    else:
-        server = next((p for p in lookup_order(exe, objects, preload) if "malloc" in objects[p].exported), None)
-        role = _role(server, exe, preload, objects[server].soname) if server else ""
-    serving: FoundAllocator | None = None
-    found: list[FoundAllocator] = []
-    for path, info in objects.items():
-        kinds = families(info)
-        if path == server and kinds and kinds[0][1] == "":
-            family, _prefix, names = kinds[0]
-            serving = FoundAllocator(family, path, "", f"{role}; defines " + ", ".join(names[:3]), True,
-                                     any(n in info.exported for n in names))
-            kinds = kinds[1:]
-        elif path == server:
-            marked = next(iter(markers.get(path, [])), None)
-            if marked is not None:
-                serving = FoundAllocator(marked, path, "", f"{role}; {_by_messages(info, marked)}", True)
-        for family, prefix, names in kinds:
-            if family != "glibc":  # libc is in every process; its malloc counts only where it serves
-                found.append(FoundAllocator(family, path, prefix, "defines " + ", ".join(names[:3]), False,
-                                            any(n in info.exported for n in names)))
-        if path != server and not kinds:
-            for family in markers.get(path, []):
-                if family != "glibc":
-                    found.append(FoundAllocator(family, path, "?", _by_messages(info, family)))
-    if serving is None and server is not None:
-        kind = library_kind(server) or "unknown"
-        serving = FoundAllocator(kind, server, "", f"{role}; "
-                                 + ("its name says which" if kind != "unknown" else "no known allocator's API in it"),
-                                 True)
-    if serving is None:
-        return None
-    others = list(dict.fromkeys(f.name for f in found if f.name != serving.name or f.prefix))
-    return AllocatorDetection(serving.name, serving.library, serving.how, others, [serving, *found])
-
-
-def _by_messages(info: ElfInfo, family: str) -> str:
-    return (f"no allocator API among its symbols{'' if info.has_symtab else ' (stripped)'}, but {family}'s own "
-            "messages are in its .rodata")
-
-
-def detect_from_maps(mappings: list[Mapping], exe: str | None = None, preload: list[str] | None = None,
-                     root: str = "") -> AllocatorDetection:
-    """Every allocator in a process, from its maps and the ELF files they name (read under ``root``,
-    e.g. /proc/PID/root for a process in a container). ``exe`` is the program's path (else the first
-    file mapped), ``preload`` its LD_PRELOAD entries. Without readable ELF files, the libraries'
-    names decide, as they did before memgap read symbols."""
+def mapped_objects(mappings: list[Mapping], exe: str | None = None, root: str = "",
+                   ) -> tuple[str, tuple[tuple[str, tuple[int, int, int, int]], ...]]:
+    """The program's path (``exe``, else the first file mapped) and every object mapped executable, the
+    program first, each with its file's identity (device, inode, mtime, size) under ``root`` (e.g.
+    /proc/PID/root for a process in a container): those deleted or replaced on disk since they were
+    mapped (an upgrade: not the code that runs) are left out."""
     inodes = {m.path: m.inode for m in mappings if m.path.startswith("/") and "x" in m.perms}
     if exe is None:
         exe = next((m.path for m in mappings if m.path.startswith("/") and m.offset == 0), "")
@@ -240,75 +104,13 @@ def detect_from_maps(mappings: list[Mapping], exe: str | None = None, preload: l
         if path in inodes and st.st_ino != inodes[path]:
             continue  # replaced on disk (an upgrade) since it was mapped: not the code that runs
         live.append((path, (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)))
-    detection = _classified(root, exe, tuple(preload or ()), tuple(live))
-    if detection is None:
-        return detect_from_names(mappings)
-    # a copy: the cached one is shared by every process with these objects mapped
-    return replace(detection, others=list(detection.others), found=list(detection.found))
+    return exe, tuple(live)
 
 
-# classify() per set of objects named, each with its file's identity (a file changed on disk is
-# read again): the same for every process of a tree of workers, and for every refresh of `top`
-# (a worker's 30 objects' symbol sets cost about 3 ms to look through). Not keyed by ``root``:
-# /proc/PID/root differs per process, and the identities already tell one file from another.
-_CLASSIFIED: dict[tuple[str, tuple[str, ...], tuple[tuple[str, tuple[int, int, int, int]], ...]],
-                  AllocatorDetection | None] = {}
-
-
-def _classified(root: str, exe: str, preload: tuple[str, ...],
-                live: tuple[tuple[str, tuple[int, int, int, int]], ...]) -> AllocatorDetection | None:
-    """classify() over the objects named in ``live`` (read under ``root``), once per identity."""
-    key = (exe, preload, live)
-    if key not in _CLASSIFIED:
-        if len(_CLASSIFIED) >= 256:
-            _CLASSIFIED.clear()  # a long `top` over changing programs: start again rather than grow
-        _CLASSIFIED[key] = _classify_files(root, exe, preload, live)
-    return _CLASSIFIED[key]
-
-
-def _classify_files(root: str, exe: str, preload: tuple[str, ...],
-                    live: tuple[tuple[str, tuple[int, int, int, int]], ...]) -> AllocatorDetection | None:
-    objects: dict[str, ElfInfo] = {}
-    markers: dict[str, list[str]] = {}
-    for path, _identity in live:
-        try:
-            objects[path] = info = read_elf(root + path)
-            if not families(info):  # the fallback reads .rodata only where the symbols leave it open
-                markers[path] = _markers(root + path)
-        except (OSError, MalformedInput):
-            continue  # unreadable, or not ELF: it tells nothing
-    return classify(exe, objects, list(preload), markers)
-
-
-def _markers(path: str) -> list[str]:
+def file_identity(path: str) -> tuple[int, int, int, int]:
+    """(device, inode, mtime, size) of a file: what tells it from the same path changed on disk."""
     st = os.stat(path)
-    return _markers_cached(path, (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size))
-
-
-@functools.lru_cache(maxsize=2048)
-def _markers_cached(path: str, _identity: tuple[int, int, int, int]) -> list[str]:
-    return marker_families(read_section(path, read_elf(path), ".rodata"))
-
-
-def detect_from_names(mappings: list[Mapping]) -> AllocatorDetection:
-    """Guess the allocator from mapped libraries' names: a non-glibc allocator wins over libc."""
-    seen: dict[str, str] = {}
-    for m in mappings:
-        if m.path.startswith("/"):
-            kind = library_kind(m.path)
-            if kind and kind not in seen:
-                seen[kind] = m.path
-    for kind in ("jemalloc", "tcmalloc", "mimalloc", "musl"):
-        if kind in seen:
-            others = [k for k in seen if k not in (kind, "glibc")]
-            how = "library mapped in the process (told by its file name; symbols not read)"
-            return AllocatorDetection(kind, seen[kind], how, others,
-                                      [FoundAllocator(kind, seen[kind], "", how, True)])
-    if "glibc" in seen:
-        how = "libc.so mapped and no other allocator library (told by file names; symbols not read)"
-        return AllocatorDetection("glibc", seen["glibc"], how, [], [FoundAllocator("glibc", seen["glibc"], "", how,
-                                                                                    True)])
-    return AllocatorDetection("unknown", "", "no known allocator library mapped, and no symbols read")
+    return st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size
 
 
 def preloaded(environ: dict[str, str], root: str = "") -> list[str]:
@@ -322,8 +124,9 @@ def preloaded(environ: dict[str, str], root: str = "") -> list[str]:
     return entries
 
 
-def detect_pid(reader: ProcReader, mappings: list[Mapping]) -> AllocatorDetection:
-    """Every allocator in the process ``reader`` reads, from outside: its program, preloads and maps."""
+def launch_facts(reader: ProcReader) -> tuple[str | None, list[str], str]:
+    """How the process ``reader`` reads was started, as detection needs it: its program's path (None where
+    unreadable), its preloaded libraries, and where its files are seen from here (``process_root``)."""
     root = process_root(reader.base)
     try:
         exe: str | None = os.readlink(f"{reader.base}/exe")
@@ -333,7 +136,7 @@ def detect_pid(reader: ProcReader, mappings: list[Mapping]) -> AllocatorDetectio
         environ = reader.environ()
     except MemgapError:
         environ = {}
-    return detect_from_maps(mappings, exe, preloaded(environ, root), root)
+    return exe, preloaded(environ, root), root
 
 
 def process_root(base: str) -> str:
@@ -347,32 +150,19 @@ class _DlInfo(ctypes.Structure):
                 ("dli_sname", ctypes.c_char_p), ("dli_saddr", ctypes.c_void_p)]
 
 
-_detected: dict[int, AllocatorDetection] = {}
-
-
-def detect_in_process(mappings: list[Mapping]) -> AllocatorDetection:
-    """Which library this process's ``malloc`` symbol comes from (asked once per process:
-    the symbol cannot be rebound after start-up), with every other allocator found."""
-    pid = os.getpid()
-    if pid not in _detected:
-        _detected.clear()
-        _detected[pid] = _detect_in_process(mappings)
-    return _detected[pid]
-
-
-def _detect_in_process(mappings: list[Mapping]) -> AllocatorDetection:
-    # No symbol tables read here: their names would be allocated in the program memgap measures
-    # (and shift its layers); the mapped libraries' names stand for the allocators beside malloc's.
-    from_names = detect_from_names(mappings)
+def malloc_object(mappings: list[Mapping]) -> tuple[str, bool] | None:
+    """The object this process's ``malloc`` resolves to (dladdr; the maps' path of it), and whether that
+    address is only the program's PLT entry for a malloc it imports (then the maps, not dladdr, say
+    whose it is); None where dladdr cannot tell."""
     try:
         default = ctypes.CDLL(None)
         address = ctypes.cast(default.malloc, ctypes.c_void_p).value
         info = _DlInfo()
         if not default.dladdr(ctypes.c_void_p(address), ctypes.byref(info)) or not info.dli_fname:
-            return from_names
+            return None
         path = info.dli_fname.decode("utf-8", "replace")
     except (OSError, AttributeError):
-        return from_names
+        return None
     # dladdr names the main program as it was started ("python3", relative): the maps give its path
     mapped = next((m.path for m in mappings if m.start <= (address or 0) < m.end and m.path.startswith("/")), None)
     if mapped is not None:
@@ -382,17 +172,5 @@ def _detect_in_process(mappings: list[Mapping]) -> AllocatorDetection:
         imported = defines_symbol(exe, "malloc") is False
         forget_elf_files()  # one file, once: not kept in the program
         if imported:
-            # the program's canonical PLT entry for an imported malloc: the maps say whose it is
-            how = f"{from_names.how} (malloc's address is the program's PLT entry: imported)"
-            return replace(from_names, how=how, found=[replace(f, how=how) if f.serves_malloc else f
-                                                       for f in from_names.found])
-    kind = library_kind(path)
-    how = "malloc resolves to this library (dladdr)"
-    if kind is None:
-        kind = "unknown"
-        how = f"malloc is defined in {path}" + (" (the program itself)" if os.path.realpath(path) == exe else "")
-    others = [k for k in [from_names.name, *from_names.others] if k not in (kind, "glibc", "unknown")]
-    found = [FoundAllocator(kind, path, "", how, True),
-             *(FoundAllocator(f.name, f.library, f.prefix, "library mapped in the process")
-               for f in from_names.found if f.name in others)]
-    return AllocatorDetection(kind, path, how, others, found)
+            return path, True  # the program's canonical PLT entry for an imported malloc
+    return path, False
