@@ -499,7 +499,8 @@ def _finding(code, summary):
 
 
 def test_each_finding_adds_its_variants_with_the_finding_as_the_reason():
-    from memgap.lab.choose import ALLOCATOR_VARIANTS, FINDING_VARIANTS, choose
+    from memgap.allocators.registry import reader_for
+    from memgap.lab.choose import FINDING_VARIANTS, choose
 
     copies = _finding("copied-from-parent", "4 forked processes copied 451.2 MiB of their parent's pages")
     retention = _finding("glibc-retention", "glibc holds 80.0 MiB free in 9 arenas (8 thread arenas)")
@@ -517,16 +518,16 @@ def test_each_finding_adds_its_variants_with_the_finding_as_the_reason():
     assert [c.spec for c in both].count("glibc:arena_max=2") == 1
     assert next(c for c in both if c.spec == "glibc:arena_max=2").reason.startswith("finding glibc-retention")
     # the allocator the workload runs on: its own settings
-    assert [c.spec for c in choose([], {"jemalloc"}, True)] == list(ALLOCATOR_VARIANTS["jemalloc"])
+    assert [c.spec for c in choose([], {"jemalloc"}, True)] == list(reader_for("jemalloc").own_variants)
     assert [c.spec for c in choose([], {"tcmalloc"}, False)] == ["tcmalloc:release_rate=10"]
     assert V.parse_variant("tcmalloc:release_rate=10").env()["TCMALLOC_RELEASE_RATE"] == "10"
-    assert "muzzy_decay_ms:0" in V.parse_variant(ALLOCATOR_VARIANTS["jemalloc"][0]).env()["MALLOC_CONF"]
+    assert "muzzy_decay_ms:0" in V.parse_variant(reader_for("jemalloc").own_variants[0]).env()["MALLOC_CONF"]
     # Python's settings only for a workload seen to be Python
     assert choose([copies], {"glibc"}, False) == []
     # nothing found: nothing added; every spec of the tables parses
     assert choose([], {"glibc", "unknown"}, True) == []
     for spec in [*(s for specs in FINDING_VARIANTS.values() for s in specs),
-                 *(s for specs in ALLOCATOR_VARIANTS.values() for s in specs)]:
+                 *(s for name in ("jemalloc", "tcmalloc") for s in reader_for(name).own_variants)]:
         V.parse_variant(spec)
 
 

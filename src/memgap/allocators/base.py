@@ -203,6 +203,9 @@ class AllocatorReader:
     # its malloc answers memgap.sources.glibc's calls in this process (mallinfo2, malloc_trim): the trimmer,
     # memgap.api.trim and the pytest plugin's meter make them
     libc_calls = False
+    # the lab's variants of its own settings for giving memory back, tried where a workload already runs on it
+    # (memgap.lab.choose)
+    own_variants: tuple[str, ...] = ()
 
     # --- from outside, in the process, from the agent ----------------------------------------
 

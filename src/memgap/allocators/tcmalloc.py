@@ -40,6 +40,7 @@ ROUTE = "gdb MallocExtension"  # sources.tcmalloc_gdb.ROUTE, not imported: a pro
 
 class Tcmalloc(AllocatorReader):
     name = "tcmalloc"
+    own_variants = ("tcmalloc:release_rate=10",)  # its release rate: 10 is its most eager
     deep_key = ROUTE
     calls = ("reads tcmalloc's properties by calling MallocExtension_GetNumericProperty",
              "releases tcmalloc's free pages by calling MallocExtension_ReleaseFreeMemory")

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
+from memgap.allocators.registry import reader_for
 from memgap.allocators.variants import Variant, parse_variant
 from memgap.documents.lab_summary import CHOSEN
 from memgap.documents.records import RunDocument, finding_of
@@ -40,14 +41,8 @@ FINDING_VARIANTS: dict[str, tuple[str, ...]] = {
                             "jemalloc:background_thread=true,dirty_decay_ms=1000"),
 }
 
-# The allocator the workload already runs on -> its own settings for giving memory back:
-# jemalloc's decay times (muzzy pages, MADV_FREEd, stay in RSS until the kernel wants them:
-# muzzy_decay_ms=0 skips that stage), tcmalloc's release rate (10: its most eager)
-ALLOCATOR_VARIANTS: dict[str, tuple[str, ...]] = {
-    "jemalloc": ("jemalloc:dirty_decay_ms=1000,muzzy_decay_ms=0",
-                 "jemalloc:background_thread=true,dirty_decay_ms=0,muzzy_decay_ms=0"),
-    "tcmalloc": ("tcmalloc:release_rate=10",),
-}
+# The allocator the workload already runs on -> its own settings for giving memory back: each reader's
+# ``own_variants`` (memgap.allocators: jemalloc's decay times, tcmalloc's release rate)
 
 
 # Finding codes about a runtime's own heap: they add the variants of the runtimes the baseline ran
@@ -87,8 +82,8 @@ def choose(findings: Iterable[Finding], allocators: Collection[str], python: boo
         specs = FINDING_VARIANTS.get(f.code) or [s for name in sorted(runtimes) for s in runtime_variants(name, peak)]
         for spec in specs:
             out.setdefault(spec, f"finding {f.code}: {f.summary}")
-    for name in sorted(set(allocators) & set(ALLOCATOR_VARIANTS)):
-        for spec in ALLOCATOR_VARIANTS[name]:
+    for name in sorted(allocators):
+        for spec in reader_for(name).own_variants:
             out.setdefault(spec, f"the workload runs on {name}: its own settings for giving memory back")
     for name in sorted(runtimes):
         for spec in runtime_variants(name, peak):
