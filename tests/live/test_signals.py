@@ -3,6 +3,7 @@ SIGKILL to `memgap run` and `memgap lab`, with a real C tree under it (programs/
 and a grandchild, none of which execs, so a marker in their command lines finds any left running;
 in one tree the child ignores SIGTERM). After memgap's exit, or its kill, nothing of the tree runs;
 the recording's end event says how the tree ended; memgap says so in one line."""
+import errno
 import json
 import os
 import re
@@ -150,7 +151,23 @@ def _remove_run_cgroups(lab_pid):
     base = _own_memory_cgroup()
     for name in os.listdir(base) if os.path.isdir(base) else []:
         if name.startswith(f"memgap-run-{lab_pid}-"):
-            os.rmdir(os.path.join(base, name))
+            _rmdir_when_empty(os.path.join(base, name))
+
+
+def _rmdir_when_empty(cgroup, within=10.0):
+    """A cgroup v1 folder refuses rmdir (EBUSY) until its last task has left: a killed process's exit,
+    its reaping by its new parent, lags its SIGKILL on a loaded machine (once in a fresh clone). Waits
+    that long; a task still in it then is one the lab left running."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            os.rmdir(cgroup)
+            return
+        except OSError as exc:
+            if exc.errno != errno.EBUSY or time.monotonic() > deadline:
+                with open(os.path.join(cgroup, "cgroup.procs")) as fh:
+                    raise AssertionError(f"{cgroup} still holds {fh.read().split()}") from exc
+        time.sleep(0.1)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
