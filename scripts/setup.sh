@@ -16,6 +16,7 @@ python3 -c "import ensurepip" >/dev/null 2>&1 || need="$need python3-venv"
 command -v node >/dev/null 2>&1 || need="$need nodejs"  # test_runtime_v8: a Node program's V8 heap (checked on Node 20)
 command -v javac >/dev/null 2>&1 && command -v jcmd >/dev/null 2>&1 || need="$need default-jdk-headless"  # test_runtime_jvm: javac builds its program, jcmd is the deep route and its witness
 command -v go >/dev/null 2>&1 || [ -x /usr/local/go/bin/go ] || need="$need golang-go"  # test_runtime_go builds programs/go_heap; test_lab_runtimes the lab on Go, Java and Node
+[ -x /usr/lib/go-1.19/bin/go ] || need="$need golang-1.19-go"  # test_runtime_go builds programs/go_heap with Go 1.19 too (Debian 12's)
 if [ -n "$need" ]; then
     $SUDO apt-get update -qq
     $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $need

@@ -1,7 +1,8 @@
 """The Go runtime's own heap, read from outside (memgap.runtimes.go, issue 24).
 
-The program: ``programs/go_heap/main.go`` (standard library only), built by the test with the Go
-toolchain into tmp: it builds a map of 1.5M entries and 2 KiB slices (about 490 MiB in use), drops
+The program: ``programs/go_heap/main.go`` (standard library only), built by the test with each Go
+toolchain here (``TOOLCHAINS``: the system's Go 1.26 and Debian 12's Go 1.19) into tmp: it builds a
+map of 1.5M entries and 2 KiB slices (about 490 MiB in use), drops
 90% (or, with ``-hold``, nothing), runs ``runtime.GC()`` and rests; each line it reads gets one line of
 its own figures (``runtime.ReadMemStats`` and ``runtime/metrics``' ``/memory/classes/*``), "tick" the
 longest gap its 2 ms ticker saw since the last ask. Its figures are the witness: memgap reads, then
@@ -41,12 +42,23 @@ def _go():
                                       None)
 
 
-@pytest.fixture(scope="session")
-def go_exes(tmp_path_factory):
-    """programs/go_heap/main.go built as is, stripped (``-ldflags='-s -w'``) and position-independent."""
-    tool = _go()
-    if tool is None:
-        pytest.skip("no Go toolchain (go) to build programs/go_heap")
+# Every Go toolchain the live tests build the program with: the system's (Go 1.26 here), and Debian 12's Go 1.19
+# (golang-1.19-go, which scripts/setup.sh installs: missing, its tests skip, and --no-skips fails them).
+GO_119 = "/usr/lib/go-1.19/bin/go"
+TOOLCHAINS = [t for t in dict.fromkeys([_go() and os.path.realpath(_go()), GO_119]) if t] or [None]
+
+
+def _toolchain_id(tool):
+    return "go-" + os.path.basename(os.path.dirname(os.path.dirname(tool))) if tool else "no-go"
+
+
+@pytest.fixture(scope="session", params=TOOLCHAINS, ids=_toolchain_id)
+def go_exes(request, tmp_path_factory):
+    """programs/go_heap/main.go built by one toolchain as is, stripped (``-ldflags='-s -w'``) and
+    position-independent."""
+    tool = request.param
+    if tool is None or not os.path.exists(tool):
+        pytest.skip(f"no Go toolchain at {tool or 'go'} to build programs/go_heap (scripts/setup.sh installs them)")
     out = tmp_path_factory.mktemp("go_heap")
     env = {**os.environ, "GOFLAGS": "-mod=mod", "CGO_ENABLED": "0", "GOTOOLCHAIN": "local"}
     if not (env.get("GOCACHE") or env.get("XDG_CACHE_HOME") or env.get("HOME")):
@@ -58,17 +70,25 @@ def go_exes(tmp_path_factory):
         built[name] = exe
     version = subprocess.run([tool, "env", "GOVERSION"], capture_output=True, text=True, env=env, check=True)
     built["version"] = version.stdout.strip()
+    built["settle"] = built["version"].startswith("go1.19")  # its scavenger works for seconds after the drop
     return built
 
 
 class GoProgram:
-    """programs/go_heap running: "ready pid=N" once at rest, then a line of its figures per line read."""
+    """programs/go_heap running: "ready pid=N" once at rest, then a line of its figures per line read.
+    ``settle``: left until its scavenger is done (HeapReleased moved less than 1 MiB in 2 s, 15 s at most):
+    Go 1.19's gives back the 137 MiB the drop freed in steps 0.5-2 s apart, 1-4 s after "ready" (measured
+    on 5 runs), which a read and the program's answer just after would straddle; Go 1.26's keeps them."""
 
-    def __init__(self, exe, *args, **env):
+    def __init__(self, exe, *args, settle=False, **env):
         self.proc = subprocess.Popen([exe, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                      env={**os.environ, **env})
         assert self.proc.stdout.readline().startswith("ready pid=")
         self.pid = self.proc.pid
+        seen = [self.ask()["HeapReleased"]] if settle else []
+        while seen and len(seen) < 30 and not (len(seen) > 4 and max(seen[-5:]) - min(seen[-5:]) < MiB):
+            time.sleep(0.5)
+            seen.append(self.ask()["HeapReleased"])
 
     def ask(self, line="figures"):
         assert self.proc.poll() is None, "the program died"
@@ -93,14 +113,14 @@ class GoProgram:
 
 @pytest.fixture(scope="module")
 def at_rest(go_exes):
-    program = GoProgram(go_exes["plain"])
+    program = GoProgram(go_exes["plain"], settle=go_exes["settle"])
     yield program
     program.close()
 
 
 @pytest.fixture(scope="module")
 def stripped(go_exes):
-    program = GoProgram(go_exes["stripped"])
+    program = GoProgram(go_exes["stripped"], settle=go_exes["settle"])
     yield program
     program.close()
 
@@ -153,15 +173,16 @@ def test_other_processes_and_garbage_are_not_go(tmp_path):
 
 # --- the figures, against the program's own --------------------------------------------------------------
 
-def test_figures_match_the_programs_own_at_rest(at_rest):
+def test_figures_match_the_programs_own_at_rest(at_rest, go_exes):
     before = at_rest.read()
     own = at_rest.ask()
     after = at_rest.read()
     assert before.route.startswith(f"outside: /proc/{at_rest.pid}/mem") and "DWARF" in before.route
     for heap in (before, after):
         assert _near(heap.in_use, own["HeapInuse"])
-        assert _near(heap.retained, own["HeapIdle"] - own["HeapReleased"])
-        assert _near(heap.retained, own["/memory/classes/heap/free:bytes"])
+        # within 1 MiB where little is retained (Go 1.19 after its scavenger): the ask's own pages
+        assert _near(heap.retained, own["HeapIdle"] - own["HeapReleased"], floor=MiB)
+        assert _near(heap.retained, own["/memory/classes/heap/free:bytes"], floor=MiB)
         assert _near(heap.released, own["HeapReleased"], floor=0.05 * own["HeapSys"])  # the scavenger works on
         assert _near(heap.committed, own["HeapSys"] - own["HeapReleased"])
         meta = heap.metadata
@@ -172,6 +193,11 @@ def test_figures_match_the_programs_own_at_rest(at_rest):
         assert heap.limit is None and heap.settings["GOGC (runtime)"] == "100"
         objects = next(int(m[1]) for n in heap.notes if (m := re.match(r"live objects (\d+) bytes", n)))
         assert _near(objects, own["/memory/classes/heap/objects:bytes"]) and _near(objects, own["HeapAlloc"])
+    through = [n for n in before.notes if "runtime read through" in n]  # what an older release has instead
+    if go_exes["version"].startswith("go1.19"):
+        assert len(through) == 1 and all(f in through[0] for f in ("allArenas", "inPtrScalarBits", "class_to_size"))
+    else:
+        assert not through
     print(f"at rest: in_use {before.in_use / MiB:.1f} retained {before.retained / MiB:.1f} "
           f"released {before.released / MiB:.1f} MiB; own HeapInuse {own['HeapInuse'] / MiB:.1f} "
           f"HeapIdle-HeapReleased {(own['HeapIdle'] - own['HeapReleased']) / MiB:.1f}; {before.route}")
@@ -196,8 +222,9 @@ def test_heap_ranges_hold_what_the_figures_say(at_rest):
     labels = _by_label(at_rest.pid, heap.ranges)
     print({label: (round(size / MiB, 1), round(resident / MiB, 1)) for label, (size, resident) in labels.items()})
     assert set(labels) <= {"go heap", "go heap free", "go heap released", "go heap unused"}
-    assert _near(labels["go heap free"][0], own["HeapIdle"] - own["HeapReleased"])
-    assert labels["go heap free"][1] <= labels["go heap free"][0]
+    free = labels.get("go heap free", (0, 0))  # none where Go 1.19's scavenger gave every free page back
+    assert _near(free[0], own["HeapIdle"] - own["HeapReleased"], floor=MiB)  # the ask's own pages: within 1 MiB
+    assert free[1] <= free[0]
     spans = own["HeapInuse"] + own["StackInuse"]
     assert spans <= labels["go heap"][0] <= spans + own["GCSys"] + 8 * MiB
     assert labels.get("go heap released", (0, 0))[1] <= 2 * MiB and labels.get("go heap unused", (0, 0))[1] == 0
@@ -276,7 +303,7 @@ def test_a_program_allocating_without_pause_is_read_or_refused(go_exes):
 
 
 def test_settings_as_the_runtime_holds_them(go_exes):
-    program = GoProgram(go_exes["plain"], "-entries", "20000", GOGC="50", GOMEMLIMIT="1GiB",
+    program = GoProgram(go_exes["plain"], "-entries", "20000", settle=go_exes["settle"], GOGC="50", GOMEMLIMIT="1GiB",
                         GODEBUG="madvdontneed=1")
     try:
         heap = program.read()
@@ -292,7 +319,7 @@ def test_settings_as_the_runtime_holds_them(go_exes):
 def test_a_position_independent_program_is_read_where_it_was_loaded(go_exes):
     """-buildmode=pie: the globals' addresses moved by the load bias (its first mapping against its
     first PT_LOAD's address), the figures as the program's own."""
-    program = GoProgram(go_exes["pie"], "-entries", "200000")
+    program = GoProgram(go_exes["pie"], "-entries", "200000", settle=go_exes["settle"])
     try:
         heap = program.read()
         own = program.ask()
@@ -304,9 +331,19 @@ def test_a_position_independent_program_is_read_where_it_was_loaded(go_exes):
 
 def test_retained_above_the_floor_at_rest_and_below_it_at_live_size(at_rest, go_exes):
     """The finding's figure: after the drop the runtime keeps what it freed (HeapIdle - HeapReleased);
-    the same program held at its live size keeps next to nothing."""
+    the same program held at its live size keeps next to nothing. Go 1.19's scavenger gives back what
+    the drop freed within seconds (measured: 140 MiB in 1-3 s; its goal is the heap goal + 10%, where
+    Go 1.26's stays above the retained heap after this drop): there the reader says what the program says."""
     dropped = at_rest.read()
-    live = GoProgram(go_exes["plain"], "-hold")
+    if go_exes["version"].startswith("go1.19"):
+        own = at_rest.ask()
+        print(f"go1.19 after the drop: retained {dropped.retained / MiB:.1f} MiB released "
+              f"{dropped.released / MiB:.1f} MiB; own {(own['HeapIdle'] - own['HeapReleased']) / MiB:.1f} "
+              f"{own['HeapReleased'] / MiB:.1f}")
+        assert (dropped.retained > FLOOR) == (own["HeapIdle"] - own["HeapReleased"] > FLOOR)
+        assert _near(dropped.released, own["HeapReleased"], floor=MiB)
+        return
+    live = GoProgram(go_exes["plain"], "-hold", settle=go_exes["settle"])
     try:
         held = live.read()
         own = live.ask()
@@ -321,18 +358,22 @@ def test_retained_above_the_floor_at_rest_and_below_it_at_live_size(at_rest, go_
 
 # --- stripped ------------------------------------------------------------------------------------------
 
-def test_a_stripped_program_is_named_not_read(stripped):
+def test_a_stripped_program_is_named_not_read(stripped, go_exes):
     heap = stripped.read()
     own = stripped.ask()
     assert heap.in_use is heap.retained is heap.released is heap.committed is None and not heap.metadata
     assert any("-ldflags=-s" in note and "runtime/metrics" in note for note in heap.notes)
     assert "mapping shapes" in heap.route
     resident = sum(_resident(stripped.pid, r.start, r.end) for r in heap.ranges)
-    assert heap.ranges and own["HeapInuse"] <= resident <= own["HeapSys"] - own["HeapReleased"] + 8 * MiB
+    # pages of spans in use need not be resident (taken from scavenged pages, never touched): Go 1.19's
+    # scavenger gives back the free pages that make up for them in Go 1.26, so there the live objects bound it
+    low = own["HeapAlloc"] if go_exes["version"].startswith("go1.19") else own["HeapInuse"]
+    assert heap.ranges and low <= resident <= own["HeapSys"] - own["HeapReleased"] + 8 * MiB
 
 
 def test_the_shape_rule_finds_the_arenas_the_symbols_name(at_rest):
     """On the program with symbols, the arenas told from mapping shapes alone are those its runtime lists."""
     heap = at_rest.read()
     named = _joined(heap.ranges)
-    assert go.shape_ranges(ProcReader(at_rest.pid).maps(), "amd64", randomized=True) == named
+    randomized = go._randomized(read_go_binary(os.readlink(f"/proc/{at_rest.pid}/exe")))  # Go 1.26: a random base
+    assert go.shape_ranges(ProcReader(at_rest.pid).maps(), "amd64", randomized=randomized) == named

@@ -1,8 +1,8 @@
-"""The Go runtime's reader (memgap.runtimes.go) on what it read of a real program (``fixtures/go/``, captured
-by ``scripts/capture_go_fixture.py`` from ``programs/go_heap/main.go``, Go 1.26) and on garbage: its build
-info and DWARF, the capture replayed against the figures the program printed then, fuzzed parsers, the
-shape rule on captured and older layouts. A real Go program read from outside against its own
-figures: tests/live/test_runtime_go.py."""
+"""The Go runtime's reader (memgap.runtimes.go) on what it read of a real program (``fixtures/go/``,
+captured by ``scripts/capture_go_fixture.py`` from ``programs/go_heap/main.go`` built by Go 1.26 and by
+Go 1.19) and on garbage: its build info and DWARF, the capture replayed against the figures the program
+printed then, fuzzed parsers, the shape rule on captured and older layouts. A real Go program read from
+outside against its own figures: tests/live/test_runtime_go.py."""
 import itertools
 import json
 import os
@@ -15,12 +15,14 @@ from hypothesis import given, settings, strategies as st
 from conftest import HERE
 from memgap.errors import MalformedInput
 from memgap.runtimes import go, go_state
-from memgap.runtimes.go_binary import decompress, parse_buildinfo
+from memgap.runtimes.base import RuntimeHeap, RuntimeInfo
+from memgap.runtimes.go_binary import GoBinary, decompress, parse_buildinfo
 from memgap.runtimes.go_dwarf import parse_dwarf
 from memgap.runtimes.go_state import figures, resolve_layout
 from memgap.sources.procfs import ProcReader, parse_maps
 
-CAPTURE = os.path.join(HERE, "fixtures", "go", "go1.26.8-linux-amd64")
+CAPTURES = ["go1.26.8-linux-amd64", "go1.19.8-linux-amd64"]   # Go 1.19: DWARF 4, its own names (go.py)
+CAPTURE = CAPTURES[0]
 MiB = 1 << 20
 
 
@@ -38,12 +40,13 @@ def _joined(ranges):
     return out
 
 
-def _capture():
-    with open(os.path.join(CAPTURE, "capture.json")) as fh:
+def _capture(name=CAPTURE):
+    folder = os.path.join(HERE, "fixtures", "go", name)
+    with open(os.path.join(folder, "capture.json")) as fh:
         capture = json.load(fh)
 
-    def section(name):
-        with open(os.path.join(CAPTURE, name), "rb") as fh:
+    def section(file):
+        with open(os.path.join(folder, file), "rb") as fh:
             return fh.read()
     return capture, section
 
@@ -65,10 +68,11 @@ class Image(ProcReader):
         return [self.read_memory(a, size) for a in addresses]
 
 
-def test_buildinfo_and_dwarf_of_a_real_program():
-    capture, section = _capture()
+@pytest.mark.parametrize("name", CAPTURES)
+def test_buildinfo_and_dwarf_of_a_real_program(name):
+    capture, section = _capture(name)
     build = parse_buildinfo(section("buildinfo.bin"))
-    assert build is not None and build.version == capture["version"] == "go1.26.8"
+    assert build is not None and build.version == capture["version"] == name.split("-")[0]
     assert build.settings["GOARCH"] == "amd64" and build.settings["GOOS"] == "linux"
     dwarf = parse_dwarf(decompress(".debug_info", section("debug_info.bin")),
                         decompress(".debug_abbrev", section("debug_abbrev.bin")))
@@ -76,13 +80,20 @@ def test_buildinfo_and_dwarf_of_a_real_program():
     assert layout.arena_bytes == 64 * MiB and layout.arena_base == 0xFFFF800000000000  # malloc.go's constants
     assert layout.summary_levels == dwarf.constant("runtime.summaryLevels") == 5
     assert layout.gen.size == 4 and layout.gc["gcPercent"].size == 4 and layout.gc["heapInUse"].size == 8
+    if build.version == "go1.26.8":
+        assert layout.gc_prog_bits is None and layout.substitutes == ()
+    else:  # Go 1.19: inPtrScalarBits after inWorkBufs (its mstats.go), allArenas, class_to_size
+        assert layout.gc_prog_bits == layout.delta["inWorkBufs"] + 8 and layout.objects.sizes.size == 2
+        assert [n.split()[0] for n in layout.substitutes] == ["mheap_.allArenas", "heapStatsDelta.inPtrScalarBits",
+                                                             "runtime.class_to_size"]
 
 
-def test_the_capture_replayed_gives_what_the_program_said():
+@pytest.mark.parametrize("name", CAPTURES)
+def test_the_capture_replayed_gives_what_the_program_said(name):
     """The reads the reader made of the program at rest, parsed again, give its ReadMemStats figures
     read just after (to the byte for HeapInuse and HeapReleased: nothing ran in between)."""
-    capture, _section = _capture()
-    layout = _layout_of_capture()
+    capture, _section = _capture(name)
+    layout = _layout_of_capture(name)
     image = Image(capture["reads"])
     found, attempts = go.read_consistent(image, layout)
     own = {k: int(v) for k, v in capture["own"].items()}
@@ -132,8 +143,8 @@ def test_fuzzed_parsers_raise_only_malformed_input(data):
             pass
 
 
-def _layout_of_capture():
-    _capture_json, section = _capture()
+def _layout_of_capture(name=CAPTURE):
+    _capture_json, section = _capture(name)
     dwarf = parse_dwarf(decompress(".debug_info", section("debug_info.bin")),
                         decompress(".debug_abbrev", section("debug_abbrev.bin")))
     return resolve_layout(dwarf, 0, "amd64")
@@ -184,3 +195,39 @@ def test_shape_rule_on_captured_and_older_layouts():
                        "7f0000400000-7f0004000000 ---p 00000000 00:00 0\n")
     assert go.shape_ranges(older, "amd64", randomized=False) == [(0xC000000000, 0xC008000000)]
     assert len(go.shape_ranges(older, "amd64", randomized=True)) == 2
+
+
+def test_shape_rule_on_a_captured_go_119_heap():
+    """Go 1.19's real maps: its arenas at the arena hint, found by the rule for a heap base not
+    randomized (what the reader uses for its version, from the build info), as its runtime lists them."""
+    capture, section = _capture(CAPTURES[1])
+    build = parse_buildinfo(section("buildinfo.bin"))
+    assert not go._randomized(GoBinary("", build, {}, True, False, ""))
+    named = _joined(go.owned_ranges(Image(capture["reads"]), _layout_of_capture(CAPTURES[1])))
+    assert named and named[0][0] == 0xC000000000
+    assert go.shape_ranges(parse_maps(capture["maps"]), "amd64", randomized=False) == named
+
+
+def test_go_119_gc_program_bitmaps_are_counted_not_drift():
+    """Go 1.19's heapStatsDelta.inPtrScalarBits (bitmaps the GC unrolls from a type's GC program while
+    it scans a frame, taken from the heap's pages): its ReadMemStats counts them in GCSys and takes them
+    out of committed before it checks committed against the gcController. The capture with 3 such pages
+    added to slot 0's committed and inPtrScalarBits reads at once (no drift) with GCSys 3 pages more."""
+    capture, _section = _capture(CAPTURES[1])
+    layout = _layout_of_capture(CAPTURES[1])
+    bits = 3 * 8192
+    reads = {int(a, 16): bytearray.fromhex(d) for a, d in capture["reads"].items()}
+    end = layout.stats + 3 * layout.delta_size
+    start = next(a for a, d in reads.items() if a <= layout.stats and end <= a + len(d))
+    for offset in (layout.delta["committed"], layout.gc_prog_bits):
+        at = layout.stats - start + offset
+        reads[start][at:at + 8] = (int.from_bytes(reads[start][at:at + 8], "little") + bits).to_bytes(8, "little")
+    plain, _ = go.read_consistent(Image(capture["reads"]), layout)
+    found, attempts = go.read_consistent(Image({f"{a:#x}": d.hex() for a, d in reads.items()}), layout)
+    assert plain is not None and found is not None and found.drift == 0 and attempts == 1
+    assert found.gc_prog_bits == bits and plain.gc_prog_bits == 0
+    heap, heap_plain = RuntimeHeap(RuntimeInfo("go", "go1.19.8", ""), ""), RuntimeHeap(RuntimeInfo("go", "", ""), "")
+    go._fill(heap, found, attempts)
+    go._fill(heap_plain, plain, 1)
+    assert heap.metadata["gc metadata"] - heap_plain.metadata["gc metadata"] == bits
+    assert heap.in_use == heap_plain.in_use and heap.retained == heap_plain.retained

@@ -11,6 +11,8 @@ Where the figures live (Go 1.26, ``src/runtime/mstats.go``, ``mgcpacer.go``, ``m
   ``committed``/``inHeap``/``released``, which at a quiet moment equal the gcController's figures
   (the runtime's own ``doubleCheckReadMemStats``): the check that the read was neither torn nor
   read at wrong offsets.
+  Go 1.19's delta also has ``inPtrScalarBits`` (GC program bitmaps): read where the DWARF has it, added to
+  GCSys and subtracted from ``committed`` in the check, as that release's ReadMemStats does.
 - ``memstats.stacks_sys``, ``mspan_sys``, ``mcache_sys``, ``buckhash_sys``, ``gcMiscSys``, ``other_sys``;
   ``mheap_.spanalloc.inuse``, ``mheap_.cachealloc.inuse`` (MSpanInuse, MCacheInuse).
 - ``mheap_.heapArenas`` (the arenas' indexes: each 64 MiB at ``index * heapArenaBytes +
@@ -103,6 +105,8 @@ class Layout:
     arena_base: int
     objects: Objects | None = None
     pages: Pages | None = None
+    gc_prog_bits: int | None = None    # heapStatsDelta.inPtrScalarBits (Go 1.19 has it, 1.26 not): its offset
+    substitutes: tuple[str, ...] = ()  # what this release has in place of a 1.26 name, said in the notes
 
 
 def _field(d: DwarfTypes, base: tuple[int, int], path: str, missing: list[str], var: str) -> Field:
@@ -153,7 +157,10 @@ def resolve_layout(d: DwarfTypes, bias: int, goarch: str) -> Layout:
         missing.append("memstats.heapStats.stats")
     delta_type = stats_die.type if stats_die else None
     delta = {name: _offset(d, delta_type, name, missing, "heapStatsDelta") for name in DELTA_FIELDS}
-    arenas = d.field(mh[1], "heapArenas") or d.field(mh[1], "allArenas")
+    arenas = d.field(mh[1], "heapArenas")
+    substitutes = []
+    if arenas is None and (arenas := d.field(mh[1], "allArenas")) is not None:  # before Go 1.20: all heap arenas
+        substitutes.append("mheap_.allArenas for mheap_.heapArenas (no user arenas before Go 1.20)")
     if arenas is None:
         missing.append("mheap_.heapArenas")
     l1 = d.field(mh[1], "arenas")
@@ -178,7 +185,15 @@ def resolve_layout(d: DwarfTypes, bias: int, goarch: str) -> Layout:
         missing.append("runtime.heapArenaBytes")
     if missing:
         raise LayoutMissing(", ".join(missing))
-    return dataclasses.replace(layout, objects=_objects(d, delta_type, bias), pages=_pages(d, mh))
+    prog_bits = d.field(delta_type, "inPtrScalarBits")
+    if prog_bits is not None:
+        substitutes.append("heapStatsDelta.inPtrScalarBits (unrolled GC program bitmaps; not in Go 1.26) "
+                           "counted in gc metadata and in the consistency check, as this release's ReadMemStats does")
+    objects = _objects(d, delta_type, bias)
+    if objects is not None and d.variable("internal/runtime/gc.SizeClassToSize") is None:
+        substitutes.append("runtime.class_to_size for internal/runtime/gc.SizeClassToSize")
+    return dataclasses.replace(layout, objects=objects, pages=_pages(d, mh),
+                               gc_prog_bits=prog_bits[0] if prog_bits else None, substitutes=tuple(substitutes))
 
 
 def _pages(d: DwarfTypes, mh: tuple[int, int]) -> Pages | None:
@@ -235,11 +250,15 @@ def scalar(data: bytes, offset: int, size: int, signed: bool = False) -> int:
 
 
 def sum_deltas(block: bytes, layout: Layout) -> dict[str, int]:
-    """The three heapStatsDelta slots of ``block`` (the bytes from memstats.heapStats.stats on), summed."""
-    out = dict.fromkeys(DELTA_FIELDS, 0)
+    """The three heapStatsDelta slots of ``block`` (the bytes from memstats.heapStats.stats on), summed;
+    ``inPtrScalarBits`` too where the release has it."""
+    offsets = dict(layout.delta)
+    if layout.gc_prog_bits is not None:
+        offsets["inPtrScalarBits"] = layout.gc_prog_bits
+    out = dict.fromkeys(offsets, 0)
     for slot in range(3):
-        for name in DELTA_FIELDS:
-            out[name] += scalar(block, slot * layout.delta_size + layout.delta[name], 8, signed=True)
+        for name, offset in offsets.items():
+            out[name] += scalar(block, slot * layout.delta_size + offset, 8, signed=True)
     return out
 
 
@@ -266,11 +285,18 @@ class GoFigures:
     objects: int | None = None         # bytes of live objects (None: not counted in this release)
 
     @property
+    def gc_prog_bits(self) -> int:
+        """Bytes of unrolled GC program bitmaps (inPtrScalarBits: part of GCSys where the release has
+        it, as Go 1.19 does; 0 where it has not, as Go 1.26)."""
+        return self.consistent.get("inPtrScalarBits", 0)
+
+    @property
     def drift(self) -> int:
         """How far the gcController's figures are from the consistent stats (0 at a quiet moment)."""
         c = self.consistent
+        besides = c["inStacks"] + c["inWorkBufs"] + self.gc_prog_bits
         return (abs(self.heap_inuse - c["inHeap"]) + abs(self.heap_released - c["released"])
-                + abs(self.heap_inuse + self.heap_free - (c["committed"] - c["inStacks"] - c["inWorkBufs"])))
+                + abs(self.heap_inuse + self.heap_free - (c["committed"] - besides)))
 
     def plausible(self) -> bool:
         """No figure negative, none beyond what a 64-bit address space holds (wrong offsets, garbage)."""

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"runtime/metrics"
 	"strings"
 	"sync/atomic"
@@ -32,6 +33,7 @@ var (
 	table   map[int]*record
 	slices  [][]byte
 	longest atomic.Int64 // the longest gap between two ticks, ns
+	gogc    int          // GOGC as the runtime held it at the start (the program never changes it)
 )
 
 func build(entries int) {
@@ -88,12 +90,30 @@ func figures() string {
 		}
 	}
 	metrics.Read(samples)
+	named := map[string]bool{}
 	for _, s := range samples {
 		if s.Value.Kind() == metrics.KindUint64 {
 			fmt.Fprintf(&b, " %s=%d", s.Name, s.Value.Uint64())
+			named[s.Name] = true
 		}
 	}
+	// Go before 1.21 has neither metric: the same figures from runtime/debug, under the same names
+	if !named["/gc/gogc:percent"] {
+		fmt.Fprintf(&b, " /gc/gogc:percent=%d", gogc)
+	}
+	if !named["/gc/gomemlimit:bytes"] {
+		fmt.Fprintf(&b, " /gc/gomemlimit:bytes=%d", debug.SetMemoryLimit(-1)) // a negative limit only asks
+	}
 	return b.String()
+}
+
+func hasMetric(name string) bool {
+	for _, d := range metrics.All() {
+		if d.Name == name {
+			return true
+		}
+	}
+	return false
 }
 
 func churn() {
@@ -109,6 +129,10 @@ func main() {
 	hold := flag.Bool("hold", false, "keep everything: rest at the live size")
 	busy := flag.Bool("churn", false, "allocate without pause")
 	flag.Parse()
+	if !hasMetric("/gc/gogc:percent") { // Go before 1.21: asked of runtime/debug, then put back at once
+		gogc = debug.SetGCPercent(100)
+		debug.SetGCPercent(gogc)
+	}
 	go ticker()
 	if *busy {
 		go churn()
