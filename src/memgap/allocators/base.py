@@ -155,6 +155,8 @@ class RatioBase(Protocol):
     @property
     def private(self) -> bool: ...  # the ratio is taken over its own (private) memory, not its RSS
 
+    def part(self, layer: Layer | None, resident: int) -> int: ...  # of a layer's bytes, what weighs against it
+
     def crossed(self, part: int, share: float) -> bool: ...
 
     def words(self, part: int, whole: int | None = None) -> str: ...

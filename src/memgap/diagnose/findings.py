@@ -3,12 +3,12 @@
 A rule fires only when a ratio AND a byte floor are both crossed (``floors``: the thresholds
 and the memory a ratio is taken over, shared with ``allocators``).
 
-The C allocators' findings are their readers' (memgap.allocators: ``allocator_findings`` asks
+The allocators' findings are their readers' (memgap.allocators: ``allocator_findings`` asks
 each, handing it the thresholds): glibc's from its heaps walked, jemalloc's and tcmalloc's from
 the figures ``inspect --deep`` got through gdb (the allocator_free layer's detail, where
-gdb_layers put them). mimalloc has none: its release builds count no allocated bytes, so what it
-holds free cannot be told from what the program uses (``inspect --trim`` measures what
-mi_collect returns).
+gdb_layers put them), pymalloc's from its own statistics or its pool headers read from outside.
+mimalloc has none: its release builds count no allocated bytes, so what it holds free cannot be
+told from what the program uses (``inspect --trim`` measures what mi_collect returns).
 """
 from __future__ import annotations
 
@@ -25,53 +25,6 @@ def _base_line(snap: Snapshot, base: Base) -> str:
     return (f"ratio over its private memory ({mib(base.bytes)} MiB, outside shared memory): shared pages are "
             f"{mib(snap.rss - base.bytes)} MiB of its RSS ({pct(snap.rss - base.bytes, snap.rss)}; shared memory "
             f"{mib(_resident(snap, 'shared_memory'))} MiB)")
-
-
-def _pymalloc_fragmentation(snap: Snapshot) -> list[Finding]:
-    free = _resident(snap, "pymalloc_free")
-    pm = snap.pymalloc
-    base = ratio_base(snap)
-    if free < FLOOR or not base.crossed(base.part(snap.layers.get("pymalloc_free"), free), SHARE):
-        return []
-    if not pm:
-        return _pymalloc_fragmentation_outside(snap, free, base)
-    used = pm.allocated_blocks_bytes
-    arenas = pm.arenas_current
-    return [Finding(
-        "pymalloc-fragmentation", "warning",
-        f"pymalloc holds {mib(free)} MiB free in {arenas} arenas ({pm.unused_pools} unused pools) "
-        f"around {mib(used)} MiB of live objects",
-        [f"arenas {arenas} x {pm.arena_size >> 10} KiB; allocated blocks {mib(used)} MiB; free blocks in "
-         f"used pools {mib(pm.available_blocks_bytes)} MiB; unused pools {pm.unused_pools} x "
-         f"{pm.pool_size >> 10} KiB",
-         "an arena returns to the OS only when every object in it is gone",
-         *([_base_line(snap, base)] if base.private else [])],
-        "memgap.release_pymalloc() gives back the pages of the unused pools (up to "
-        f"{mib(pm.unused_pools * pm.pool_size)} MiB, less what is not resident); the free blocks "
-        "in used pools only come back when their objects go: free objects in allocation order, or "
-        "rebuild the structure into a fresh container",
-    )]
-
-
-def _pymalloc_fragmentation_outside(snap: Snapshot, free: int, base: Base) -> list[Finding]:
-    """The same finding read from outside, where pool headers are all there is to go by."""
-    census = snap.layers["python_objects"].detail if "python_objects" in snap.layers else {}
-    if "pools_read" not in census:
-        return []
-    used = _resident(snap, "python_objects")
-    empty = census["pools_read"] - census["pools_in_use"] - census["pools_rejected"]
-    return [Finding(
-        "pymalloc-fragmentation", "warning",
-        f"pymalloc holds {mib(free)} MiB free in {census['arenas']} arenas around {mib(used)} MiB of live "
-        "small objects (read from outside)",
-        [f"pool headers read from outside: {census['pools_read']} pools resident, {census['pools_in_use']} with "
-         f"live blocks, {empty} empty; live blocks {mib(used)} MiB",
-         "an arena returns to the OS only when every object in it is gone",
-         *([_base_line(snap, base)] if base.private else [])],
-        "memgap.release_pymalloc() in the process gives back the pages of its empty pools; the free blocks in "
-        "used pools only come back when their objects go: free objects in allocation order, or rebuild the "
-        "structure into a fresh container",
-    )]
 
 
 def _threads(snap: Snapshot) -> list[Finding]:
@@ -114,15 +67,17 @@ def _other_allocators(snap: Snapshot) -> list[Finding]:
                     ["its memory is under other_anon; LD_PRELOAD and malloc_trim do not reach it"])]
 
 
-def allocator_findings(snap: Snapshot) -> list[Finding]:
-    """The findings on the C allocators' free memory, each reader's in the registry's order: glibc's from its
-    heaps walked, jemalloc's and tcmalloc's from their own figures where ``inspect --deep`` read them."""
+def allocator_findings(snap: Snapshot, serving_malloc: bool = False) -> list[Finding]:
+    """The findings on the allocators' free memory, each reader's in the registry's order: glibc's from its
+    heaps walked, jemalloc's and tcmalloc's from their own figures where ``inspect --deep`` read them, then
+    pymalloc's from its statistics or its pool headers; ``serving_malloc``: the C allocators' only."""
     from memgap.allocators.base import Rules
-    from memgap.allocators.registry import all_readers
+    from memgap.allocators.registry import all_readers, c_readers
 
     base = ratio_base(snap)
     rules = Rules(FLOOR, RETAINED_FLOOR, SHARE, base, _base_line(snap, base) if base.private else "")
-    return [f for reader in all_readers().values() for f in reader.findings(snap, rules)]
+    readers = list(c_readers()) if serving_malloc else list(all_readers().values())
+    return [f for reader in readers for f in reader.findings(snap, rules)]
 
 
 SHMEM_KINDS = {"anonymous": "anonymous MAP_SHARED (/dev/zero (deleted))", "sysv": "SysV segments (/SYSV*)",
@@ -180,7 +135,8 @@ def _runtime_retention(snap: Snapshot) -> list[Finding]:
 
 def diagnose(snap: Snapshot) -> list[Finding]:
     """Findings for one snapshot."""
-    return [*allocator_findings(snap), *_pymalloc_fragmentation(snap), *_runtime_retention(snap), *_threads(snap),
+    # the allocators' first (the C allocator's, then pymalloc's): the order findings have always been listed in
+    return [*allocator_findings(snap), *_runtime_retention(snap), *_threads(snap),
             *_unexplained(snap), *_other_allocators(snap), *_shared_memory(snap)]
 
 

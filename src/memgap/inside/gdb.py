@@ -482,7 +482,9 @@ def with_allocator_layers(outside: Snapshot, name: str, figures: DeepFigures, be
     snap = replace(outside, layers=layers, unexplained=unexplained, regions=[], findings=[],
                    route=f"{ROUTE_OUTSIDE}, allocator layers from {own.deep_key}", pss_unexplained=None,
                    allocator=replace(outside.allocator, gdb={**outside.allocator.gdb, name: figures.to_dict()}))
-    snap.findings = allocator_findings(snap)  # what the allocators' own figures say of their free memory
+    # what the C allocators' own figures say of their free memory (pymalloc's finding is the outside snapshot's,
+    # not asked again here)
+    snap.findings = allocator_findings(snap, serving_malloc=True)
     return snap
 
 
