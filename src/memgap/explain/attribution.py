@@ -6,40 +6,12 @@ reason, never a guess presented as a measurement.
 """
 from __future__ import annotations
 
-from dataclasses import asdict
-
 from memgap.allocators.base import Share, unread_share
 from memgap.allocators.measured import Measurements, Owners as _Owners, Sizes as _Sizes
+from memgap.allocators.pymalloc import READER as PYMALLOC
 from memgap.documents.snapshot import Layer
 
 MiB = 1 << 20
-
-
-def _python_from_pools(m: Measurements, owned: _Owners) -> tuple[Layer, Layer]:
-    """python_objects and pymalloc_free from outside, where only the pool headers say what is in use."""
-    arenas = owned("pymalloc-arena")
-    if m.pools is None or not m.pools.arenas:
-        note = m.notes.get("python_objects", "not a Python process, or not readable from outside")
-        return Layer("python_objects", None, note=note), Layer(
-            "pymalloc_free", arenas or None, derivation="resident pages of pymalloc arenas found by their pool headers",
-            note="" if arenas else note)
-    # the headers count blocks, the pagemap pages: more blocks than resident pages (some
-    # swapped out) would count a page twice, so the arenas' resident pages bound both
-    small = min(m.pools.in_use, arenas)
-    clamped = f"; at most the arenas' resident pages ({m.pools.in_use - small} bytes of blocks over them: " \
-              "pages swapped out?), so pymalloc_free is clamped at 0" if small < m.pools.in_use else ""
-    python = Layer(
-        "python_objects", small, virtual=m.pools.in_use,
-        derivation="small objects (512 bytes or less) in pymalloc pools, read from outside: blocks in use x "
-                   "block size from each resident pool header; larger objects live in the C allocator and are "
-                   "counted under allocator_in_use from outside" + clamped,
-        source="pymalloc pool headers", detail={"pymalloc_blocks": small, **asdict(m.pools)})
-    free = Layer(
-        "pymalloc_free", arenas - small, virtual=max(0, owned.virtual.get("pymalloc-arena", 0) - m.pools.in_use),
-        derivation="resident pages of pymalloc arenas (found by their pool headers) minus the bytes in blocks "
-                   "in use their pool headers count: free blocks, empty pools, pool headers" + clamped,
-        source="pool headers, pagemap", detail={"arenas_found": owned.count.get("pymalloc-arena", 0)})
-    return python, free
 
 
 def _c_allocator(m: Measurements, owned: _Owners) -> Share:
@@ -60,7 +32,7 @@ def attribute(m: Measurements) -> tuple[dict[str, Layer], int]:
     owned = _Owners(m.regions)
     c = _c_allocator(m, owned)
     in_use, in_use_part = c.in_use, c.in_use_part
-    small, large, py_how = _python_sizes(m, owned("pymalloc-arena"))
+    small, large, py_how = PYMALLOC.python_sizes(m, owned(PYMALLOC.owner))
     # Python's large objects move from the C allocator's in use to python_objects; a walk may count more
     # free than the heap holds (in_use < 0): nothing to move then, and never below what pymalloc shows
     moved = max(0, min(large, in_use)) if in_use is not None else 0
@@ -68,11 +40,8 @@ def attribute(m: Measurements) -> tuple[dict[str, Layer], int]:
         in_use -= moved
     moved_part = in_use_part.take(moved)
     in_use_part -= moved_part
-    arenas_part = owned.part("pymalloc-arena")
-    if m.pymalloc is not None or m.python_heap is not None:
-        python, pymalloc_free = _python_layers(m, owned, small, large, moved, py_how)
-    else:
-        python, pymalloc_free = _python_from_pools(m, owned)
+    arenas_part = owned.part(PYMALLOC.owner)
+    python, pymalloc_free = PYMALLOC.python_layers(m, owned, small, large, moved, py_how)
     files, shared_memory, stacks = _mapped_layers(owned)
     allocator_in_use, allocator_free = _allocator_layers(m, c, in_use, moved)
     layers = {"files": files, "shared_memory": shared_memory, "python_objects": python,
@@ -106,52 +75,6 @@ def _runtime_layers(m: Measurements, owned: _Owners) -> dict[str, Layer]:
     virtual = owned.virtual.get(HEAP_OWNER, 0) + owned.virtual.get(FREE_OWNER, 0)
     heap, meta = runtime_layers(m.runtimes, heap_resident, free, meta_resident, virtual)
     return {"runtime_heap": heap, "runtime_metadata": meta}
-
-
-def _python_sizes(m: Measurements, arenas_resident: int) -> tuple[int, int, list[str]]:
-    """Python's small objects (pymalloc's blocks, at most its arenas' resident bytes) and large ones
-    (held in the C allocator), as its own statistics give them, and how each was read."""
-    small = large = 0
-    how = []
-    if m.pymalloc is not None:
-        small = min(m.pymalloc.allocated_blocks_bytes, arenas_resident)
-        how.append("pymalloc bytes in allocated blocks (_PyObject_DebugMallocStats)")
-    heap = m.python_heap
-    if heap is not None and heap.traced_current is not None:
-        large = max(0, heap.traced_current - small)
-        how.append("plus what tracemalloc traces beyond them (held in the C allocator)")
-    elif heap is not None:
-        large = heap.large_buffers_bytes
-        how.append("plus buffers over 512 B found by a gc walk (held in the C allocator)")
-    return small, large, how
-
-
-def _python_layers(m: Measurements, owned: _Owners, small: int, large: int, moved: int,
-                   how: list[str]) -> tuple[Layer, Layer]:
-    """python_objects and pymalloc_free from the process's own statistics (read inside it)."""
-    heap = m.python_heap
-    python = Layer(
-        "python_objects", small + moved,
-        virtual=(m.pymalloc.allocated_blocks_bytes if m.pymalloc else 0) + large,
-        derivation=", ".join(how),
-        source="pymalloc stats" + (", tracemalloc" if heap and heap.traced_current is not None
-                                   else ", gc walk" if heap else ""),
-        detail={"pymalloc_blocks": small, "in_c_allocator": moved,
-                "tracemalloc_current": heap.traced_current if heap else None,
-                "large_buffers": heap.largest if heap else [],
-                "instance_counts": heap.instance_counts if heap else {}},
-    )
-    free = Layer(
-        "pymalloc_free", owned("pymalloc-arena") - small,
-        virtual=m.pymalloc.free_bytes if m.pymalloc else None,
-        derivation="resident pages of pymalloc arenas (found by their pool headers) minus allocated blocks",
-        source="pool headers, pagemap",
-        detail=({"arenas": m.pymalloc.arenas_current,
-                 "arenas_found": owned.count.get("pymalloc-arena", 0),
-                 "unused_pools": m.pymalloc.unused_pools,
-                 "available_blocks": m.pymalloc.available_blocks_bytes} if m.pymalloc else {}),
-    )
-    return python, free
 
 
 def _mapped_layers(owned: _Owners) -> tuple[Layer, Layer, Layer]:
