@@ -325,10 +325,17 @@ def test_python_allocator_in_use_agrees_with_mallinfo2(python_witness):
         # handed out whole but partly untouched (measured 596 KiB handed out, 224 KiB resident),
         # and a page shared by in-use and free chunks counts as in use
         assert low - 1 * MiB <= step["allocator_in_use"] <= high + 256 * KiB, (name, step)
-    # the list's 8 MB array of pointers is malloc's, not pymalloc's (measured +8,044,544)
-    grown = delta(out["steps"]["held"], out["steps"]["start"], "allocator_in_use")
-    # 256 KiB: the interpreter's own allocations between the two snapshots (200 KB once, in a fresh clone)
-    assert abs(grown - out["list_array"]) <= 0.01 * out["list_array"] + 256 * KiB, grown
+    # the list's 8 MB array of pointers is malloc's, not pymalloc's: memgap's in use grows as glibc's own
+    # count does between the two snapshots (each read before and after its snapshot), by the array at least.
+    # The in-process snapshot reads glibc's figures while its own working memory (the maps and smaps it
+    # holds) is allocated, and the program reads them around it: memgap's growth ran 8.11-8.38 MB against
+    # glibc's 8.01-8.03 MB over 10 runs in a fresh clone (8.04 against 8.02 here), so 512 KiB of room
+    start, held = out["steps"]["start"], out["steps"]["held"]
+    grown = delta(held, start, "allocator_in_use")
+    glibc_low = min(held["glibc_in_use"]) - max(start["glibc_in_use"])
+    glibc_high = max(held["glibc_in_use"]) - min(start["glibc_in_use"])
+    assert glibc_low >= out["list_array"], (glibc_low, out["list_array"])
+    assert glibc_low - 512 * KiB <= grown <= glibc_high + 512 * KiB, (grown, glibc_low, glibc_high)
 
 
 def test_python_anonymous_mapping_is_other_anon(python_witness):
