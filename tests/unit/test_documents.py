@@ -272,6 +272,13 @@ def test_figures_that_may_be_negative_still_read():
     assert Snapshot.from_dict(snap).unexplained == -3
     with pytest.raises(MalformedInput, match="field 'rss': -10 is negative"):
         Snapshot.from_dict({**snap, "rss": -10})
+    # a process's exit read by the sampler a little before its last snapshot's own clock (a fresh clone:
+    # gap -0.0008 s), and a program's own metric below 0
+    exit_record = {"time": 2.0, "by": "sampled", "last_snapshot": 2.0008, "gap": -0.0008}
+    process = {"pid": 1, "snapshots": [], "exit": exit_record}
+    assert ProcessRecord.from_dict(process).exit["gap"] == -0.0008
+    with pytest.raises(MalformedInput, match="field 'held': -1 is negative"):
+        ProcessRecord.from_dict({**process, "exit": {**exit_record, "held": -1}})
 
 
 def test_the_words_are_their_values_in_json_and_text():

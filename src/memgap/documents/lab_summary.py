@@ -47,6 +47,7 @@ class VariantSummary(_Summary):
     """One variant's runs in one cell, summed up, and what the verdict made of them."""
 
     WHAT = "variant summary"
+    SIGNED = frozenset({"throughput", "slowdown"})  # the workload's own metric, any sign, and ratios of it
 
     spec: str
     cost: int

@@ -259,4 +259,6 @@ class RecordedEvent(TypedDict, total=False):
 # grow during a trim; an exit status -N is a signal
 signed_keys(RecordedSnapshot, "unexplained", "pss_unexplained")
 signed_keys(AgentTrimmer, "released")
-signed_keys(RecordedEvent, "exit_code")
+signed_keys(RecordedEvent, "exit_code", "value")  # a metric's value is the program's own, any sign
+# the last snapshot's time is read in the process, the exit's by the sampler: the gap may come out below 0
+signed_keys(ProcessExit, "gap")

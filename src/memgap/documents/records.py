@@ -213,7 +213,7 @@ _RUN_OPTIONAL = ("tree", "stopped")  # added since 8a6ec88 (tree), issue 23 (sto
 class RunFigures:
     """What one lab run of a variant measured (``runs`` of a lab document)."""
 
-    SIGNED = frozenset({"exit_code", "trim_released"})
+    SIGNED = frozenset({"exit_code", "trim_released", "throughput"})  # throughput: the workload's own metric, any sign
 
     variant: str
     rep: int
