@@ -271,3 +271,30 @@ def the_finding(findings, code):
 
 def codes(findings):
     return {f["code"] if isinstance(f, dict) else f.code for f in findings}
+
+
+# the runtimes' tests, their live and their captured halves
+def jvm_fixture(name, mode="r"):
+    """A file captured from a real JVM (fixtures/jvm/)."""
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "jvm", name), mode) as fh:
+        return fh.read()
+
+
+def mxbean(text):
+    """JvmHeap's line of figures (key=value, bytes) as a dict."""
+    return {k: int(v) for k, v in (w.split("=") for w in text.split())}
+
+
+def within(value, witness, share=0.05):
+    return abs(value - witness) <= share * witness
+
+
+def joined_heap_ranges(ranges):
+    """A runtime's heap ranges, sorted, the adjacent ones joined: (start, end) each."""
+    out = []
+    for r in sorted((r for r in ranges if r.heap), key=lambda r: r.start):
+        if out and out[-1][1] == r.start:
+            out[-1] = (out[-1][0], r.end)
+        else:
+            out.append((r.start, r.end))
+    return out

@@ -24,7 +24,7 @@ import time
 import pytest
 
 from conftest import HERE
-from helpers import thread_states
+from helpers import joined_heap_ranges, thread_states
 from memgap.errors import MalformedInput
 from memgap.runtimes import detect_runtimes, go
 from memgap.runtimes.base import ProcessView
@@ -228,23 +228,13 @@ def test_heap_ranges_hold_what_the_figures_say(at_rest):
     spans = own["HeapInuse"] + own["StackInuse"]
     assert spans <= labels["go heap"][0] <= spans + own["GCSys"] + 8 * MiB
     assert labels.get("go heap released", (0, 0))[1] <= 2 * MiB and labels.get("go heap unused", (0, 0))[1] == 0
-    arenas = [(lo, hi) for lo, hi in _joined(heap.ranges)]
+    arenas = [(lo, hi) for lo, hi in joined_heap_ranges(heap.ranges)]
     assert all(lo % (64 * MiB) == 0 == hi % (64 * MiB) for lo, hi in arenas)
     meta = [r for r in heap.ranges if not r.heap]
     assert {r.label for r in meta} == {"go arena index", "go heap arena metadata", "go page summary"}
     maps = ProcReader(at_rest.pid).maps()
     for r in heap.ranges:
         assert any(m.start <= r.start < m.end for m in maps), r
-
-
-def _joined(ranges):
-    out = []
-    for r in sorted((r for r in ranges if r.heap), key=lambda r: r.start):
-        if out and out[-1][1] == r.start:
-            out[-1] = (out[-1][0], r.end)
-        else:
-            out.append((r.start, r.end))
-    return out
 
 
 def _states(pid):
@@ -374,6 +364,6 @@ def test_a_stripped_program_is_named_not_read(stripped, go_exes):
 def test_the_shape_rule_finds_the_arenas_the_symbols_name(at_rest):
     """On the program with symbols, the arenas told from mapping shapes alone are those its runtime lists."""
     heap = at_rest.read()
-    named = _joined(heap.ranges)
+    named = joined_heap_ranges(heap.ranges)
     randomized = go._randomized(read_go_binary(os.readlink(f"/proc/{at_rest.pid}/exe")))  # Go 1.26: a random base
     assert go.shape_ranges(ProcReader(at_rest.pid).maps(), "amd64", randomized=randomized) == named

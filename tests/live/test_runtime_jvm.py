@@ -14,7 +14,7 @@ import time
 import pytest
 
 from conftest import FIXTURES, HERE
-from helpers import thread_states
+from helpers import jvm_fixture, mxbean, thread_states, within
 from memgap.runtimes import READERS, detect_runtimes
 from memgap.runtimes.base import ProcessView
 from memgap.runtimes.jvm import READER
@@ -31,19 +31,6 @@ JCMD = shutil.which("jcmd")
 TEMURIN_25 = "/usr/lib/jvm/temurin-25-jdk-amd64/bin/java"
 JDKS = [j for j in (JAVA and os.path.realpath(JAVA), TEMURIN_25) if j and os.path.exists(j)]
 RETAINED_FLOOR = 32 * MiB  # what the lead's finding would weigh: the figures below are measured against it
-
-
-def _fixture(name, mode="r"):
-    with open(os.path.join(JVM, name), mode) as fh:
-        return fh.read()
-
-
-def _mxbean(text):
-    return {k: int(v) for k, v in (w.split("=") for w in text.split())}
-
-
-def _within(value, witness, share=0.05):
-    return abs(value - witness) <= share * witness
 
 
 # -- a real JVM, read from outside ---------------------------------------------------------------
@@ -67,14 +54,14 @@ class JvmProgram:
                "-cp", classes, "JvmHeap", str(mib)]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
         self.pid = self.proc.pid
-        self.first = _mxbean(self.proc.stdout.readline())
+        self.first = mxbean(self.proc.stdout.readline())
         assert self.proc.stdout.readline() == "ready\n"
 
     def figures(self, command=""):
         assert self.proc.poll() is None, "the JVM died"
         self.proc.stdin.write(command + "\n")
         self.proc.stdin.flush()
-        return _mxbean(self.proc.stdout.readline())
+        return mxbean(self.proc.stdout.readline())
 
     def close(self):
         self.proc.stdin.close()
@@ -164,8 +151,8 @@ def _check_against_mxbean(program, command=""):
     second = _read(program.pid)
     assert not {"T", "t"} & set(before + _states(program.pid)), "a thread was stopped"
     for heap in (first, second):
-        assert _within(heap.in_use, told["heap.used"]), (heap.in_use, told)
-        assert _within(heap.committed, told["heap.committed"]), (heap.committed, told)
+        assert within(heap.in_use, told["heap.used"]), (heap.in_use, told)
+        assert within(heap.committed, told["heap.committed"]), (heap.committed, told)
         assert heap.limit == told["heap.max"]
     return second, told
 
@@ -181,11 +168,11 @@ def test_a_real_jvm_read_from_outside_against_its_own_figures(jvm):
     assert ranges["java heap"].heap and ranges["java heap"].end - ranges["java heap"].start == told["heap.max"]
     rss, writable = _smaps_rss(program.pid, ranges["java heap"].start, ranges["java heap"].end)
     # The heap's resident pages (smaps, read here) hold what is in use and what the reader calls retained.
-    assert rss >= heap.in_use and _within(heap.in_use + heap.retained, rss)
-    assert _within(writable, told["heap.committed"])
+    assert rss >= heap.in_use and within(heap.in_use + heap.retained, rss)
+    assert within(writable, told["heap.committed"])
     assert heap.retained <= heap.committed - heap.in_use
     code_rss, _ = _smaps_rss(program.pid, ranges["code cache"].start, ranges["code cache"].end)
-    assert heap.metadata["code cache"] > 0 and _within(heap.metadata["code cache"], code_rss)  # the JIT goes on
+    assert heap.metadata["code cache"] > 0 and within(heap.metadata["code cache"], code_rss)  # the JIT goes on
     klass_rss, klass_writable = _smaps_rss(program.pid, ranges["class space"].start, ranges["class space"].end)
     assert heap.metadata["class space"] == klass_rss and klass_writable == told["pool.Compressed_Class_Space.committed"]
     assert heap.settings["gc policy"] == "GarbageFirst" and heap.settings["MaxHeapSize"] == "1g"
@@ -206,10 +193,10 @@ def test_native_memory_tracking_and_the_deep_route(jvm):
     java_heap = next(r for r in heap.ranges if r.label == "java heap")
     _rss, writable = _smaps_rss(program.pid, java_heap.start, java_heap.end)
     # NMT's Java Heap committed: the perf data's figure, and the writable bytes of the range by shape.
-    assert _within(heap.committed, nmt["Java Heap"]) and _within(writable, nmt["Java Heap"])
-    assert _within(heap.metadata["gc structures (committed, NMT)"], nmt["GC"])
+    assert within(heap.committed, nmt["Java Heap"]) and within(writable, nmt["Java Heap"])
+    assert within(heap.metadata["gc structures (committed, NMT)"], nmt["GC"])
     assert not any("not GC.heap_info's" in n for n in heap.notes), heap.notes  # the shape found jcmd's range
-    assert _within(heap.in_use, told["heap.used"])
+    assert within(heap.in_use, told["heap.used"])
     program.close()
 
 
@@ -225,11 +212,11 @@ def test_perf_data_off_is_detected_and_said(jvm):
     assert any("-XX:-UsePerfData" in n for n in heap.notes)
     java_heap = next(r for r in heap.ranges if r.label == "java heap")  # found from -Xmx on its command line
     told = program.figures()
-    assert java_heap.end - java_heap.start == told["heap.max"] and _within(heap.committed, told["heap.committed"])
+    assert java_heap.end - java_heap.start == told["heap.max"] and within(heap.committed, told["heap.committed"])
     deep = READER.read_deep(_view(program.pid), info)
     told = program.figures()
     assert "jcmd GC.heap_info" in deep.route
-    assert _within(deep.in_use, told["heap.used"]) and _within(deep.committed, told["heap.committed"])
+    assert within(deep.in_use, told["heap.used"]) and within(deep.committed, told["heap.committed"])
     program.close()
 
 
@@ -245,7 +232,7 @@ def test_what_stands_in_place_of_the_perf_data_file_is_not_trusted(jvm, tmp_path
     with open(f"/proc/{program.pid}/maps") as fh:
         path = next(line.split()[-1] for line in fh if "/hsperfdata_" in line)
     decoy = tmp_path / "decoy"
-    decoy.write_bytes(_fixture("hsperfdata-live", "rb"))
+    decoy.write_bytes(jvm_fixture("hsperfdata-live", "rb"))
     decoy_used = jvm_figures(parse_perfdata(decoy.read_bytes())).used
     os.rename(path, str(tmp_path / "moved"))  # maps now names the moved file
     heap, _told = _check_against_mxbean(program)
@@ -317,10 +304,10 @@ def test_a_jvm_with_jemalloc_preloaded_is_named_both_ways(jvm, tmp_path):
     heap = snap["layers"]["runtime_heap"]
     (jvm_read,) = heap["detail"]["runtimes"]
     assert jvm_read["runtime"] == "jvm" and jvm_read["limit"] == told["heap.max"]
-    assert _within(jvm_read["in_use_told"], told["heap.used"]), (jvm_read, told)
-    assert _within(jvm_read["committed"], told["heap.committed"]), (jvm_read, told)
+    assert within(jvm_read["in_use_told"], told["heap.used"]), (jvm_read, told)
+    assert within(jvm_read["committed"], told["heap.committed"]), (jvm_read, told)
     # the Java heap's resident bytes are its own layer, not jemalloc's and not other_anon
-    assert _within(heap["resident"], jvm_read["resident"]) and heap["resident"] > 0.5 * told["heap.used"]
+    assert within(heap["resident"], jvm_read["resident"]) and heap["resident"] > 0.5 * told["heap.used"]
     assert snap["layers"]["runtime_metadata"]["resident"] > 0
     program.close()
 
@@ -334,9 +321,9 @@ def test_the_other_collectors(jvm, collector):
     first = _read(program.pid)
     told = program.figures()
     # ZGC's used moves by whole pages (2 MiB and up) between the two reads: 64 against 68 MiB once, in a fresh clone
-    assert _within(first.in_use, told["heap.used"], 0.1 if collector == "UseZGC" else 0.05)
+    assert within(first.in_use, told["heap.used"], 0.1 if collector == "UseZGC" else 0.05)
     survivor = next((v for k, v in told.items() if k.endswith("Survivor_Space.committed")), 0)
-    assert _within(first.committed, told["heap.committed"] + (survivor if "Serial" in collector or "Parallel" in
+    assert within(first.committed, told["heap.committed"] + (survivor if "Serial" in collector or "Parallel" in
                                                               collector else 0), 0.01)
     ranges = [r for r in first.ranges if r.label == "java heap"]
     if collector == "UseZGC":  # its heap a memfd, mapped once per view

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from conftest import HERE
+from helpers import joined_heap_ranges
 from memgap.errors import MalformedInput
 from memgap.runtimes import go, go_state
 from memgap.runtimes.base import RuntimeHeap, RuntimeInfo
@@ -28,16 +29,6 @@ MiB = 1 << 20
 
 def _near(ours, theirs, share=0.05, floor=0):
     return abs(ours - theirs) <= max(share * theirs, floor)
-
-
-def _joined(ranges):
-    out = []
-    for r in sorted((r for r in ranges if r.heap), key=lambda r: r.start):
-        if out and out[-1][1] == r.start:
-            out[-1] = (out[-1][0], r.end)
-        else:
-            out.append((r.start, r.end))
-    return out
 
 
 def _capture(name=CAPTURE):
@@ -188,7 +179,7 @@ def test_shape_rule_on_captured_and_older_layouts():
     are taken only under the random base (the reader then wants no libc mapped)."""
     capture, _section = _capture()
     image = Image(capture["reads"])
-    named = _joined(go.owned_ranges(image, _layout_of_capture()))
+    named = joined_heap_ranges(go.owned_ranges(image, _layout_of_capture()))
     assert go.shape_ranges(parse_maps(capture["maps"]), "amd64", randomized=True) == named
     older = parse_maps("c000000000-c008000000 rw-p 00000000 00:00 0\n"
                        "7f0000000000-7f0000400000 rw-p 00000000 00:00 0\n"
@@ -203,7 +194,7 @@ def test_shape_rule_on_a_captured_go_119_heap():
     capture, section = _capture(CAPTURES[1])
     build = parse_buildinfo(section("buildinfo.bin"))
     assert not go._randomized(GoBinary("", build, {}, True, False, ""))
-    named = _joined(go.owned_ranges(Image(capture["reads"]), _layout_of_capture(CAPTURES[1])))
+    named = joined_heap_ranges(go.owned_ranges(Image(capture["reads"]), _layout_of_capture(CAPTURES[1])))
     assert named and named[0][0] == 0xC000000000
     assert go.shape_ranges(parse_maps(capture["maps"]), "amd64", randomized=False) == named
 

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from conftest import FIXTURES
+from helpers import jvm_fixture, mxbean, within
 from memgap.errors import MalformedInput
 from memgap.runtimes.jvm_maps import code_cache, find_reservation, first_metaspace_node, heap_piece, writable_bytes
 from memgap.runtimes.jvm_parse import (
@@ -27,23 +28,10 @@ JVM = os.path.join(FIXTURES, "jvm")
 MiB = 1 << 20
 
 
-def _fixture(name, mode="r"):
-    with open(os.path.join(JVM, name), mode) as fh:
-        return fh.read()
-
-
-def _mxbean(text):
-    return {k: int(v) for k, v in (w.split("=") for w in text.split())}
-
-
-def _within(value, witness, share=0.05):
-    return abs(value - witness) <= share * witness
-
-
 @pytest.mark.parametrize("state", ["live", "rest"])
 def test_perfdata_of_a_real_jvm_gives_what_its_mxbean_said(state):
-    perf = parse_perfdata(_fixture(f"hsperfdata-{state}", "rb"))
-    told = _mxbean(_fixture(f"mxbean-{state}.txt"))
+    perf = parse_perfdata(jvm_fixture(f"hsperfdata-{state}", "rb"))
+    told = mxbean(jvm_fixture(f"mxbean-{state}.txt"))
     assert perf.byte_order == "little" and perf.version == (2, 0) and perf.accessible
     assert perf.text("java.property.java.vm.version") == "17.0.15+6-Debian-1deb12u1"
     assert perf.counters["sun.gc.generation.1.space.0.used"].units == "bytes"
@@ -74,13 +62,13 @@ def _big_endian(data):
 
 
 def test_perfdata_in_big_endian_order_reads_the_same():
-    data = _fixture("hsperfdata-rest", "rb")
+    data = jvm_fixture("hsperfdata-rest", "rb")
     little, big = parse_perfdata(data), parse_perfdata(_big_endian(data))
     assert big.byte_order == "big" and big.counters == little.counters
 
 
 def test_perfdata_refuses_what_is_not_one():
-    data = _fixture("hsperfdata-rest", "rb")
+    data = jvm_fixture("hsperfdata-rest", "rb")
     for bad, said in ((b"", "shorter"), (b"\xc0\xc0\xfe\xca" + data[4:], "magic"),
                       (data[:4] + b"\x07" + data[5:], "byte order"), (data[:5] + b"\x01" + data[6:], "version")):
         with pytest.raises(MalformedInput, match=said):
@@ -88,7 +76,7 @@ def test_perfdata_refuses_what_is_not_one():
 
 
 def test_perfdata_cut_short_anywhere_is_refused_or_shorter():
-    data = _fixture("hsperfdata-rest", "rb")
+    data = jvm_fixture("hsperfdata-rest", "rb")
     whole = parse_perfdata(data).counters
     used = struct.unpack_from("<i", data, 8)[0]
     for cut in range(0, used, 37):
@@ -112,7 +100,7 @@ def test_perfdata_parser_on_garbage(blob):
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 12359), st.integers(0, 255)), min_size=1, max_size=8))
 def test_perfdata_parser_on_damaged_copies(flips):
-    data = bytearray(_fixture("hsperfdata-live", "rb"))
+    data = bytearray(jvm_fixture("hsperfdata-live", "rb"))
     for where, value in flips:
         data[where] = value
     try:
@@ -127,7 +115,7 @@ def test_perfdata_parser_on_damaged_copies(flips):
 
 def test_a_torn_entry_is_refused():
     """An entry whose length runs past the bytes used (a JVM adding one as memgap reads) is refused."""
-    data = bytearray(_fixture("hsperfdata-rest", "rb"))
+    data = bytearray(jvm_fixture("hsperfdata-rest", "rb"))
     first = struct.unpack_from("<i", data, 24)[0]
     struct.pack_into("<i", data, first, 1 << 20)
     with pytest.raises(MalformedInput, match="length"):
@@ -155,28 +143,28 @@ def test_release_file():
 
 
 def test_jcmd_outputs_agree_with_the_perf_data_and_the_maps():
-    info = parse_heap_info(_fixture("gc_heap_info.txt"))
-    nmt = parse_native_memory(_fixture("native_memory_summary.txt"))
-    figures = jvm_figures(parse_perfdata(_fixture("hsperfdata-rest", "rb")))
-    maps = parse_maps(_fixture("maps-rest.txt"))
+    info = parse_heap_info(jvm_fixture("gc_heap_info.txt"))
+    nmt = parse_native_memory(jvm_fixture("native_memory_summary.txt"))
+    figures = jvm_figures(parse_perfdata(jvm_fixture("hsperfdata-rest", "rb")))
+    maps = parse_maps(jvm_fixture("maps-rest.txt"))
     # The shape finds the range GC.heap_info prints, whose committed bytes NMT and the perf data count.
     assert find_reservation(maps, figures.limit, figures.committed, heap_piece) == (info.start, info.end)
     assert info.committed == nmt["Java Heap"][1] == figures.committed
     assert writable_bytes(sorted(maps, key=lambda m: m.start), info.start, info.end) == nmt["Java Heap"][1]
-    assert _within(info.used, figures.used)  # jcmd itself allocated (its eden region: 1024K) after the copy
+    assert within(info.used, figures.used)  # jcmd itself allocated (its eden region: 1024K) after the copy
     assert info.class_space == {"used": 66 << 10, "committed": 128 << 10, "reserved": 1 << 30}
     assert nmt["Total"] == (2528305 << 10, 151737 << 10) and nmt["GC"][1] > 0
     assert parse_native_memory("12:\nNative memory tracking is not enabled\n") == {}
 
 
 def test_reservations_by_shape_in_captured_maps():
-    maps = parse_maps(_fixture("maps-live.txt"))
-    figures = jvm_figures(parse_perfdata(_fixture("hsperfdata-live", "rb")))
+    maps = parse_maps(jvm_fixture("maps-live.txt"))
+    figures = jvm_figures(parse_perfdata(jvm_fixture("hsperfdata-live", "rb")))
     heap = find_reservation(maps, figures.limit, figures.committed, heap_piece)
     assert heap == (0xC0000000, 0x100000000)
     code = code_cache(maps, None)
     assert code is not None and code[1] - code[0] == 240 * MiB
     node = first_metaspace_node(maps)
-    nmt_metadata = int(re.search(r"Metadata:.*?committed=(\d+)KB", _fixture("native_memory_summary.txt"), re.S)[1])
+    nmt_metadata = int(re.search(r"Metadata:.*?committed=(\d+)KB", jvm_fixture("native_memory_summary.txt"), re.S)[1])
     assert node is not None and writable_bytes(sorted(maps, key=lambda m: m.start), *node) == nmt_metadata << 10
     assert find_reservation(maps, figures.limit + MiB, figures.committed, heap_piece) is None
