@@ -5,16 +5,18 @@ import io
 import os
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from rich.console import Console, RenderableType
 
 from memgap.documents.allocator import AllocatorInfo
-from memgap.documents.records import TreeDocument
 from memgap.documents.snapshot import PYTHON_LAYERS, Finding, Snapshot, TreeTotals, layer_figure
 from memgap.report.cgroup import cgroup_lines
 from memgap.report.fit import CUT, WRAP, Col, fit_table
 from memgap.report.units import mib, pct
+
+if TYPE_CHECKING:  # a tree's document comes with the run's and the lab's: `inspect PID` needs none of them
+    from memgap.documents.records import TreeDocument
 
 LAYER_TITLES = {
     "files": "files (code, libraries, mapped files)",

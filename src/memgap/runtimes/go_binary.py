@@ -19,11 +19,13 @@ import stat
 import struct
 import zlib
 from dataclasses import dataclass, field
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from memgap.errors import MalformedInput
-from memgap.runtimes.go_dwarf import DwarfTypes, parse_dwarf
 from memgap.sources.elf import read_elf, read_section
+
+if TYPE_CHECKING:  # the DWARF reader only where a Go program's heap is read: every look asks whether it is Go
+    from memgap.runtimes.go_dwarf import DwarfTypes
 
 MAGIC = b"\xff Go buildinf:"
 FLAG_INLINE_STRINGS = 2
@@ -141,6 +143,8 @@ class GoBinary:
         if self._dwarf is None or everything:
             cached = _DWARF.get(key) if self.build_id else None
             if cached is None:
+                from memgap.runtimes.go_dwarf import parse_dwarf
+
                 info = read_elf(self.path)
                 names = [n for n in (".debug_info", ".zdebug_info") if n in info.sections]
                 abbrevs = [n for n in (".debug_abbrev", ".zdebug_abbrev") if n in info.sections]
