@@ -107,12 +107,6 @@ def mapped_objects(mappings: list[Mapping], exe: str | None = None, root: str = 
     return exe, tuple(live)
 
 
-def file_identity(path: str) -> tuple[int, int, int, int]:
-    """(device, inode, mtime, size) of a file: what tells it from the same path changed on disk."""
-    st = os.stat(path)
-    return st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size
-
-
 def preloaded(environ: dict[str, str], root: str = "") -> list[str]:
     """The libraries ld.so preloads into a process: its LD_PRELOAD, then /etc/ld.so.preload (under ``root``)."""
     entries = environ.get("LD_PRELOAD", "").replace(":", " ").split()
