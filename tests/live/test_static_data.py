@@ -129,7 +129,7 @@ def test_a_libraries_static_buffer_touched_from_python(bss_library):
         doc, regions = held.doc(), held.inspect("--regions")
     finally:
         held.close()
-    layer, objects = _static(doc)
+    _, objects = _static(doc)
     assert within(objects[bss_library]["bytes"], touched) and objects[bss_library]["likely"] == 0, objects
     assert doc["layers"]["other_anon"]["resident"] < touched / 4, doc["layers"]["other_anon"]
     check_adds_up(doc)

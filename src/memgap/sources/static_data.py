@@ -65,9 +65,10 @@ def _objects(maps: list[Mapping]) -> dict[tuple[str, int], list[Mapping]]:
     """The file mappings of each object mapped executable (a library, the program), by (path, inode)."""
     groups: dict[tuple[str, int], list[Mapping]] = {}
     for m in maps:
-        if m.is_file and m.path.startswith("/") and not shared_memory_kind(m.path):
+        if m.inode and m.path.startswith("/"):
             groups.setdefault((m.path, m.inode), []).append(m)
-    return {key: group for key, group in groups.items() if any("x" in m.perms for m in group)}
+    return {key: group for key, group in groups.items()
+            if any("x" in m.perms for m in group) and not shared_memory_kind(key[0])}
 
 
 def _from_elf(group: list[Mapping], segments: tuple[LoadSegment, ...], page: int) -> list[tuple[int, int]]:
@@ -121,8 +122,8 @@ def static_ranges(maps: list[Mapping], read: ReadSegments, page: int = PAGE_SIZE
             segments, file_inode = read(path)
         except MalformedInput:
             continue  # no ELF file (or a damaged one): no static data to tell
-        except OSError:
-            file_inode = None
+        except OSError:  # not visible from here, or gone
+            segments, file_inode = (), None
         if file_inode == inode:
             out += [StaticRange(lo, hi, path, True) for lo, hi in _clip(_from_elf(group, segments, page), anon, starts)]
         else:
