@@ -291,6 +291,8 @@ def _snapshot_self(phase: str | None, options: SnapshotOptions | None) -> Snapsh
         pm = pymalloc_source.parse_debugmallocstats(pymalloc_source.capture_debugmallocstats())
         # before the pagemap: parsing smaps allocates, and jemalloc may purge pages when it does
         owned = allocator_mappings(reader, maps, own.name) if own.counts(figures) else None
+        # the objects' static data: their files read before the pagemap, which VmRSS is read beside
+        static = read_static_ranges(maps, allocator_source.process_root(reader.base))
         # Python threads: their pthread struct (the ident) sits at the top of their stack
         py_threads = [t for t in threading.enumerate() if t is not threading.main_thread() and t.ident]
         memmap = read_memory_map(reader, tuple(t.ident for t in py_threads if t.ident), maps,
@@ -301,7 +303,6 @@ def _snapshot_self(phase: str | None, options: SnapshotOptions | None) -> Snapsh
         layout = None
         if mallinfo is not None and malloc_info is not None:
             layout = own.heaps(reader, memmap, detection)
-        static = read_static_ranges(maps, allocator_source.process_root(reader.base))
         regions = label_regions(reader, memmap, layout, pm.arena_size if pm else None,
                                 pm.pool_size if pm else None, owned, static=static)
     rss = status_int(status, "VmRSS")
@@ -378,6 +379,8 @@ def snapshot_pid(pid: int, options: SnapshotOptions | None = None, proc_root: st
         counting = registry.counting(_agent_figures(report)) if report is not None else None
         agent_stats = counting is not None
         owned = None if counting is None else allocator_mappings(reader, maps, counting.name)
+        # the objects' static data: their files read before the pagemap, which VmRSS is read beside
+        static = read_static_ranges(maps, allocator_source.process_root(reader.base))
         memmap = read_memory_map(reader)
         smaps = reader.smaps_pss()
         memmap.resident.set_shares(smaps)  # beside the pagemap: each mapping's PSS
@@ -387,7 +390,6 @@ def snapshot_pid(pid: int, options: SnapshotOptions | None = None, proc_root: st
         layout = _heaps_outside(reader, memmap, detection, agent_stats, notes)
         sizes: tuple[int | None, int | None] = (DEFAULT_ARENA_SIZE, DEFAULT_POOL_SIZE) if is_python else (None, None)
         runtimes, ranges = _read_runtimes(reader, maps, notes)
-        static = read_static_ranges(memmap.plain_mappings, allocator_source.process_root(reader.base))
         regions = label_regions(reader, memmap, layout, *sizes, owned, ranges, static)
         status = _with_pss(reader, smaps)
         # after VmRSS, which belongs beside the pagemap; headers only on the pages that pagemap saw resident
