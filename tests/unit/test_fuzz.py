@@ -96,6 +96,27 @@ def test_elf_symbol_reader_fails_only_with_malformed_input(junk, cut, at):
             assert str(exc).startswith("malformed ELF file: ")
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=300), st.integers(0, 4096), st.integers(0, 1024))
+def test_program_header_reader_fails_only_with_malformed_input(junk, cut, at):
+    """Garbage, a cut libc, or libc with bytes overwritten in its ELF and program headers: a tuple of
+    PT_LOAD segments or MalformedInput, never struct.error, IndexError, a hang or a huge allocation."""
+    from memgap.sources.elf_segments import LoadSegment, parse_segments_bytes
+
+    with open("/lib/x86_64-linux-gnu/libc.so.6", "rb") as fh:
+        head = fh.read(8192)
+    overwritten = bytearray(head)
+    overwritten[at:at + len(junk)] = junk[:len(head) - at]
+    for data in (junk, b"\x7fELF\x02\x01" + junk, b"\x7fELF\x01\x02" + junk, head[:cut] + junk,
+                 bytes(overwritten[:len(head)])):
+        try:
+            segments = parse_segments_bytes(data)
+        except MalformedInput as exc:
+            assert str(exc).startswith("malformed ELF file: ")
+        else:
+            assert all(isinstance(s, LoadSegment) and 0 <= s.filesz <= s.memsz for s in segments)
+
+
 def test_unicode_digits_are_not_counts():
     """'²'.isdigit() is True, but int('²') raises: found by the fuzzing above in /proc status."""
 
