@@ -1,0 +1,220 @@
+"""glibc's heaps walked chunk by chunk, in big reads, in time linear in the chunks.
+
+Every chunk header from a heap's first chunk to its top chunk (or to the fenceposts that end a
+thread arena's older heap) is read out of windows of a few MiB, each filled by one read of
+/proc/PID/mem per run of resident pages. A page that is not resident is never read (reading it
+through /proc/PID/mem would map it into the target, where pagemap then shows it present), and a
+chunk's interior is skipped by its size: a large chunk costs one header, not its bytes.
+
+A chunk is free in a bin (unsorted, small or large) when the next chunk's PREV_INUSE bit is clear;
+a chunk in a fastbin or a thread's tcache keeps that bit set (in use, as mallinfo2 counts it: the
+fastbins are followed from malloc_state apart). Nothing here locks the arena, so the walk holds
+itself to glibc's invariants and stops at the first break: every size at least MINSIZE (but the
+fenceposts), every free chunk's size repeated in the next chunk's ``prev_size``, and the chunks
+ending exactly at the top chunk or at the fenceposts glibc writes 16 bytes before a heap's end.
+
+Layout facts (glibc 2.26 onwards, 64-bit): a chunk is ``{prev_size, size, ...}`` with three flag
+bits in ``size`` (PREV_INUSE is bit 0); a thread arena's first heap holds ``heap_info`` then the
+arena's ``malloc_state`` (2200 bytes), its first chunk at the next address whose user pointer is
+16-aligned; a later heap's first chunk follows its ``heap_info`` (32 bytes, 48 from glibc 2.35).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from memgap.sources.procfs import PAGE_SIZE
+from memgap.sources.resident_map import MemoryReader, ResidentMap
+
+WINDOW = 4 << 20      # bytes read at a time: memgap holds one window, whatever the heap's size
+MIN_CHUNK = 32        # MINSIZE on 64-bit
+FENCE = 16            # CHUNK_HDR_SZ: the size of the first fencepost at an older heap's end
+MALLOC_STATE_SIZE = 2200
+HEAP_INFO_SIZES = (32, 48)  # sizeof(heap_info) before and from glibc 2.35 (its pagesize field)
+
+
+class WindowReader(Protocol):
+    def read_memory_into(self, address: int, buffer: bytearray | memoryview) -> bool: ...
+
+
+class ChunkWalkFailed(Exception):
+    """The chunks did not hold together (the process changed them while read, or a heap memgap does
+    not know: memory from a foreign sbrk, a main arena that is not contiguous)."""
+
+
+@dataclass(frozen=True)
+class HeapSpan:
+    """Where the chunks of one heap lie: from ``first`` to ``stop``, the top chunk's address where
+    the heap holds it (``ends_at_top``), else the heap's end (fenceposts end the chunks there)."""
+
+    first: int
+    stop: int
+    ends_at_top: bool
+
+
+@dataclass
+class ChunkSums:
+    """What a walk found: every chunk counted, the free ones under a page summed (they hold no whole
+    page), and the free ones of a page or more listed, for their whole pages and their shares."""
+
+    chunks: int = 0
+    small_count: int = 0
+    small_bytes: int = 0
+    small_on_resident: int = 0  # of small_bytes, those on resident pages
+    big: list[tuple[int, int]] = field(default_factory=list)  # (address, size)
+
+
+class _Window:
+    """One buffer, reused: the heap's bytes from a page-aligned address, resident pages read, the
+    others zero (a header there reads as size 0, which the walk refuses)."""
+
+    def __init__(self, reader: WindowReader, resident: ResidentMap) -> None:
+        self.reader, self.resident = reader, resident
+        self.view = memoryview(bytearray(WINDOW))
+        self.zeros = memoryview(bytes(WINDOW))
+
+    def fill(self, address: int) -> tuple[int, memoryview, memoryview, bool]:
+        """(its start, its 8-byte words, the same from its second word on, whether every page of it is
+        resident) of a window that holds ``address``; ChunkWalkFailed where no mapping holds it or a
+        resident page is unreadable. A header at word i has its size at the second view's i."""
+        start = address - address % PAGE_SIZE
+        runs = self.resident.runs(start, start + WINDOW)
+        if not runs:
+            raise ChunkWalkFailed(f"a chunk at {address:#x} outside the heap's mappings")
+        for lo, hi, on in runs:
+            part = self.view[lo - start:hi - start]
+            if not on:
+                part[:] = self.zeros[:hi - lo]
+            elif not self.reader.read_memory_into(lo, part):
+                raise ChunkWalkFailed(f"heap memory at {lo:#x} unreadable")
+        end = runs[-1][1]
+        whole = len(runs) == 1 and runs[0][2]
+        return start, self.view[:end - start].cast("Q"), self.view[8:end - start].cast("Q"), whole
+
+
+def walk_chunks(reader: WindowReader, resident: ResidentMap, spans: list[HeapSpan]) -> ChunkSums:
+    """Walk every chunk of the given heaps; ChunkWalkFailed at the first one that breaks an invariant."""
+    sums = ChunkSums()
+    window = _Window(reader, resident)
+    for span in spans:
+        _walk_span(window, span, sums)
+    return sums
+
+
+def _walk_span(window: _Window, span: HeapSpan, sums: ChunkSums) -> None:
+    """One heap's chunks. The inner loop does the least per chunk (most are in use): one word read,
+    one bit tested, a few adds; a free chunk under a page adds its bytes; the rest happens rarely."""
+    p, stop = span.first, span.stop
+    prev_size = chunks = small_count = small_bytes = missing = 0
+    big = sums.big
+    last = -1
+    while True:
+        if p == last:
+            raise ChunkWalkFailed(f"no chunk header read at {p:#x}")
+        last = p
+        w_start, words, sizes, whole = window.fill(p)
+        i = (p - w_start) >> 3  # p's header: prev_size at words[i], size at words[i + 1] (sizes[i])
+        end = min(len(sizes), ((stop - w_start) >> 3) + 1)
+        size = MIN_CHUNK
+        while i < end:
+            raw = sizes[i]
+            if not raw & 1:  # PREV_INUSE clear: the chunk before this one is free, in a bin
+                if words[i] != prev_size or not prev_size:
+                    raise ChunkWalkFailed(f"a free chunk before {w_start + (i << 3):#x} whose size the next "
+                                          "chunk does not repeat")
+                if prev_size < PAGE_SIZE:
+                    small_count += 1
+                    small_bytes += prev_size
+                    if not whole or (i << 3) < prev_size:  # some page not resident, or it began before the window
+                        prev = w_start + (i << 3) - prev_size
+                        missing += prev_size - window.resident.resident_bytes(prev, prev + prev_size)
+                else:
+                    big.append((w_start + (i << 3) - prev_size, prev_size))
+            size = raw & -8
+            if size < MIN_CHUNK:
+                break
+            prev_size = size
+            chunks += 1
+            i += size >> 3
+        p = w_start + (i << 3)
+        if size < MIN_CHUNK:  # a fencepost ends an older heap; anything else under MINSIZE is a break
+            if not _fencepost(span, p, size):
+                raise ChunkWalkFailed(f"a chunk of {size} bytes at {p:#x}")
+            if size == 0:
+                break
+            p, prev_size = p + size, size
+        elif p > stop:  # past the top chunk's header: the walk is done if that was the top chunk's
+            if not span.ends_at_top or p - prev_size != stop:
+                raise ChunkWalkFailed(f"the chunks pass {stop:#x} at {p - prev_size:#x}")
+            chunks -= 1  # the top chunk, counted apart
+            break
+    sums.chunks += chunks
+    sums.small_count += small_count
+    sums.small_bytes += small_bytes
+    sums.small_on_resident += small_bytes - missing
+
+
+def _fencepost(span: HeapSpan, p: int, size: int) -> bool:
+    """Whether a chunk under MINSIZE at ``p`` is one of the fenceposts glibc leaves at an older
+    heap's end (sysmalloc): one of 16 bytes 32 bytes before the end, then one of 0 at 16 before."""
+    if span.ends_at_top:
+        return False
+    return (size == 0 and p == span.stop - FENCE) or (size == FENCE and p == span.stop - 2 * FENCE)
+
+
+def thread_spans(heaps: list[tuple[int, int]], arena: int, top: int) -> list[HeapSpan] | None:
+    """The spans of a thread arena's heaps, (start, size) each: its first heap (the one that holds the
+    arena) begins after the arena's malloc_state, at the next address whose user pointer is 16-aligned
+    (as _int_new_arena places it), the others right after their heap_info. None where the first heap
+    is not among them, heap_info's size is not one memgap knows, or the top chunk is in no heap."""
+    info_size = next((arena - start for start, _ in heaps if start < arena < start + PAGE_SIZE), None)
+    if info_size not in HEAP_INFO_SIZES:
+        return None
+    spans = []
+    for start, size in heaps:
+        begin = start + info_size
+        if begin == arena:
+            begin += MALLOC_STATE_SIZE
+            begin += -(begin + 16) % 16
+        if start <= top < start + size:
+            spans.append(HeapSpan(begin, top, True))
+        else:
+            spans.append(HeapSpan(begin, start + size, False))
+    return spans if sum(s.ends_at_top for s in spans) == 1 else None
+
+
+class HeapReader(WindowReader, MemoryReader, Protocol):
+    """What reads a heap: a few bytes at an address, or a buffer's worth."""
+
+
+class PageCache:
+    """Chunk headers for the list walks (the fastbins, and the bins where the chunk walk failed): a
+    resident page read once into one of a fixed set of slots (allocated once: an in-process walk
+    must not move the heap it follows), a header on a page not resident, or across two, read alone."""
+
+    SLOTS = 1024
+
+    def __init__(self, reader: HeapReader, resident: ResidentMap) -> None:
+        self.reader, self.resident = reader, resident
+        self.view = memoryview(bytearray(self.SLOTS * PAGE_SIZE))
+        self.tags = [-1] * self.SLOTS
+
+    def clear(self) -> None:
+        """Forget every page (a retry reads the process anew)."""
+        self.tags[:] = [-1] * self.SLOTS
+
+    def read_memory(self, address: int, size: int) -> bytes | None:
+        page, offset = divmod(address, PAGE_SIZE)
+        if offset + size > PAGE_SIZE:
+            return self.reader.read_memory(address, size)
+        slot = page % self.SLOTS
+        at = slot * PAGE_SIZE
+        if self.tags[slot] != page:
+            if not (self.resident.page_resident(address)
+                    and self.reader.read_memory_into(page * PAGE_SIZE, self.view[at:at + PAGE_SIZE])):
+                return self.reader.read_memory(address, size)
+            self.tags[slot] = page
+        return bytes(self.view[at + offset:at + offset + size])
+
+    def pagemap(self, start: int, end: int) -> bytes:
+        return self.reader.pagemap(start, end)
