@@ -194,17 +194,19 @@ def test_deep_under_tracemalloc_keeps_what_outside_found(start):
     assert inside["layers"]["allocator_in_use"]["resident"] + moved == deep["layers"]["allocator_in_use"]["resident"]
 
 
-@pytest.mark.parametrize("blocks,buffer_mib", [(300_000, 0), (300_000, 64)])
-def test_a_heap_of_many_chunks_is_walked_whole(tmp_path, blocks, buffer_mib):
+@pytest.mark.parametrize("blocks,buffer_mib,foreign", [(300_000, 0, 0), (300_000, 64, 0), (100_000, 0, 12_336)])
+def test_a_heap_of_many_chunks_is_walked_whole(tmp_path, blocks, buffer_mib, foreign):
     """programs/big/many_chunks.c (issue 30): 300,000 blocks of 16-256 bytes, every fourth freed (in
     fastbins, tcache and the unsorted bin: no malloc after the frees), with and without a 64 MiB buffer
     (an mmapped chunk; its malloc consolidates the fastbins). Its own mallinfo2 at rest, printed when
     ready: memgap's in use against uordblks + hblkhd (equal to the byte here), the free chunks walked
     against fordblks (the same chunks, so the same bytes), and every chunk walked, none cut short (the
-    lists' walk stopped at 200,000 free chunks before: 1.8 million blocks read 44.9 MiB free of 68.1)."""
+    lists' walk stopped at 200,000 free chunks before: 1.8 million blocks read 44.9 MiB free of 68.1).
+    With 12,336 bytes of the program's own sbrk() before glibc's first chunk, the chunk walk finds no
+    chunk at [heap]'s start and the bins' lists are followed instead, to the same free bytes."""
     exe = tmp_path / "many_chunks"
     subprocess.run(["gcc", "-O2", "-o", str(exe), os.path.join(PROGRAMS, "big", "many_chunks.c")], check=True)
-    proc = subprocess.Popen([str(exe), str(blocks), str(buffer_mib)], stdin=subprocess.PIPE,
+    proc = subprocess.Popen([str(exe), str(blocks), str(buffer_mib), str(foreign)], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True, env=child_env())
     try:
         ready, pid, _live, own_in_use, own_free = proc.stdout.readline().split()
@@ -219,8 +221,12 @@ def test_a_heap_of_many_chunks_is_walked_whole(tmp_path, blocks, buffer_mib):
     assert close_to(in_use, int(own_in_use), 0.01), (in_use, own_in_use)
     (arena,) = free["detail"]["arenas"]
     assert arena["free_walked"] == int(own_free), (arena, own_free)
-    assert arena["walk"] == "chunks" and arena["walk_complete"] and not arena["problem"], arena
+    assert arena["walk_complete"] and not arena["problem"], arena
     assert free["detail"]["trim_estimate_complete"] and free["detail"]["fragmentation_complete"]
+    if foreign:
+        assert arena["walk"] == "bins" and arena["chunks_walked"] is None, arena
+        return
+    assert arena["walk"] == "chunks", arena
     # every block is a chunk still (its freed neighbours are live: nothing coalesced), beside glibc's own
     # tcache chunk; the array of pointers is an mmapped chunk of its own
     assert blocks < arena["chunks_walked"] <= blocks + 4, arena

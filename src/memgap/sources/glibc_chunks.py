@@ -64,27 +64,31 @@ class ChunkSums:
     big: list[tuple[int, int]] = field(default_factory=list)  # (address, size)
 
 
-class _Window:
-    """One buffer, reused: the heap's bytes from a page-aligned address, resident pages read, the
-    others zero (a header there reads as size 0, which the walk refuses)."""
+class HeapWindow:
+    """One buffer, reused over every heap of a look, never larger than WINDOW nor than the heap needs:
+    the heap's bytes from a page-aligned address, resident pages read, the others zero (a header there
+    reads as size 0, which the walk refuses)."""
 
     def __init__(self, reader: WindowReader, resident: ResidentMap) -> None:
         self.reader, self.resident = reader, resident
-        self.view = memoryview(bytearray(WINDOW))
-        self.zeros = memoryview(bytes(WINDOW))
+        self.view = memoryview(bytearray(0))
 
-    def fill(self, address: int) -> tuple[int, memoryview, memoryview, bool]:
+    def fill(self, address: int, stop: int) -> tuple[int, memoryview, memoryview, bool]:
         """(its start, its 8-byte words, the same from its second word on, whether every page of it is
-        resident) of a window that holds ``address``; ChunkWalkFailed where no mapping holds it or a
-        resident page is unreadable. A header at word i has its size at the second view's i."""
+        resident) of a window from ``address``'s page towards ``stop``; ChunkWalkFailed where no mapping
+        holds ``address`` or a resident page is unreadable. A header at word i has its size at the
+        second view's i."""
         start = address - address % PAGE_SIZE
-        runs = self.resident.runs(start, start + WINDOW)
+        size = min(WINDOW, -(-(stop + 2 * FENCE - start) // PAGE_SIZE) * PAGE_SIZE)
+        if len(self.view) < size:
+            self.view = memoryview(bytearray(size))
+        runs = self.resident.runs(start, start + size)
         if not runs:
             raise ChunkWalkFailed(f"a chunk at {address:#x} outside the heap's mappings")
         for lo, hi, on in runs:
             part = self.view[lo - start:hi - start]
             if not on:
-                part[:] = self.zeros[:hi - lo]
+                part[:] = bytes(hi - lo)
             elif not self.reader.read_memory_into(lo, part):
                 raise ChunkWalkFailed(f"heap memory at {lo:#x} unreadable")
         end = runs[-1][1]
@@ -92,33 +96,34 @@ class _Window:
         return start, self.view[:end - start].cast("Q"), self.view[8:end - start].cast("Q"), whole
 
 
-def walk_chunks(reader: WindowReader, resident: ResidentMap, spans: list[HeapSpan]) -> ChunkSums:
+def walk_chunks(window: HeapWindow, spans: list[HeapSpan]) -> ChunkSums:
     """Walk every chunk of the given heaps; ChunkWalkFailed at the first one that breaks an invariant."""
     sums = ChunkSums()
-    window = _Window(reader, resident)
     for span in spans:
         _walk_span(window, span, sums)
     return sums
 
 
-def _walk_span(window: _Window, span: HeapSpan, sums: ChunkSums) -> None:
+def _walk_span(window: HeapWindow, span: HeapSpan, sums: ChunkSums) -> None:
     """One heap's chunks. The inner loop does the least per chunk (most are in use): one word read,
-    one bit tested, a few adds; a free chunk under a page adds its bytes; the rest happens rarely."""
+    one bit tested, a compare and three adds (a size word steps by itself: ``raw >> 3`` drops the
+    flag bits); a free chunk under a page adds its bytes; the rest happens rarely."""
     p, stop = span.first, span.stop
-    prev_size = chunks = small_count = small_bytes = missing = 0
+    prev_raw = chunks = small_count = small_bytes = missing = 0  # prev_raw: the size word before p's
     big = sums.big
     last = -1
     while True:
         if p == last:
             raise ChunkWalkFailed(f"no chunk header read at {p:#x}")
         last = p
-        w_start, words, sizes, whole = window.fill(p)
+        w_start, words, sizes, whole = window.fill(p, stop)
         i = (p - w_start) >> 3  # p's header: prev_size at words[i], size at words[i + 1] (sizes[i])
         end = min(len(sizes), ((stop - w_start) >> 3) + 1)
-        size = MIN_CHUNK
+        raw = MIN_CHUNK
         while i < end:
             raw = sizes[i]
             if not raw & 1:  # PREV_INUSE clear: the chunk before this one is free, in a bin
+                prev_size = prev_raw & -8
                 if words[i] != prev_size or not prev_size:
                     raise ChunkWalkFailed(f"a free chunk before {w_start + (i << 3):#x} whose size the next "
                                           "chunk does not repeat")
@@ -130,22 +135,21 @@ def _walk_span(window: _Window, span: HeapSpan, sums: ChunkSums) -> None:
                         missing += prev_size - window.resident.resident_bytes(prev, prev + prev_size)
                 else:
                     big.append((w_start + (i << 3) - prev_size, prev_size))
-            size = raw & -8
-            if size < MIN_CHUNK:
+            if raw < 32:  # MIN_CHUNK, spelled out in the loop
                 break
-            prev_size = size
+            prev_raw = raw
             chunks += 1
-            i += size >> 3
+            i += raw >> 3
         p = w_start + (i << 3)
-        if size < MIN_CHUNK:  # a fencepost ends an older heap; anything else under MINSIZE is a break
-            if not _fencepost(span, p, size):
-                raise ChunkWalkFailed(f"a chunk of {size} bytes at {p:#x}")
-            if size == 0:
+        if raw < MIN_CHUNK:  # a fencepost ends an older heap; anything else under MINSIZE is a break
+            if not _fencepost(span, p, raw & -8):
+                raise ChunkWalkFailed(f"a chunk of {raw & -8} bytes at {p:#x}")
+            if raw < FENCE:
                 break
-            p, prev_size = p + size, size
+            p, prev_raw = p + FENCE, raw
         elif p > stop:  # past the top chunk's header: the walk is done if that was the top chunk's
-            if not span.ends_at_top or p - prev_size != stop:
-                raise ChunkWalkFailed(f"the chunks pass {stop:#x} at {p - prev_size:#x}")
+            if not span.ends_at_top or p - (prev_raw & -8) != stop:
+                raise ChunkWalkFailed(f"the chunks pass {stop:#x} at {p - (prev_raw & -8):#x}")
             chunks -= 1  # the top chunk, counted apart
             break
     sums.chunks += chunks
@@ -192,11 +196,11 @@ class PageCache:
     resident page read once into one of a fixed set of slots (allocated once: an in-process walk
     must not move the heap it follows), a header on a page not resident, or across two, read alone."""
 
-    SLOTS = 1024
+    SLOTS = 256  # 1 MiB
 
     def __init__(self, reader: HeapReader, resident: ResidentMap) -> None:
         self.reader, self.resident = reader, resident
-        self.view = memoryview(bytearray(self.SLOTS * PAGE_SIZE))
+        self.view = memoryview(bytearray(0))  # its slots, allocated at the first page read
         self.tags = [-1] * self.SLOTS
 
     def clear(self) -> None:
@@ -210,6 +214,8 @@ class PageCache:
         slot = page % self.SLOTS
         at = slot * PAGE_SIZE
         if self.tags[slot] != page:
+            if not self.view:
+                self.view = memoryview(bytearray(self.SLOTS * PAGE_SIZE))
             if not (self.resident.page_resident(address)
                     and self.reader.read_memory_into(page * PAGE_SIZE, self.view[at:at + PAGE_SIZE])):
                 return self.reader.read_memory(address, size)

@@ -364,7 +364,7 @@ def _spans(arena: ArenaLayout) -> list[glibc_chunks.HeapSpan] | None:
     return glibc_chunks.thread_spans([(h.start, h.size) for h in arena.heaps], arena.address, arena.top)
 
 
-def _walk_chunks(reader: glibc_chunks.HeapReader, arena: ArenaLayout, resident: ResidentMap) -> bool:
+def _walk_chunks(window: glibc_chunks.HeapWindow, arena: ArenaLayout, resident: ResidentMap) -> bool:
     """Every chunk walked in one pass (glibc_chunks): the bins' chunks found by the PREV_INUSE bit of
     the chunk after each; False, with the problem said, where the chunks do not hold together."""
     spans = _spans(arena)
@@ -372,7 +372,7 @@ def _walk_chunks(reader: glibc_chunks.HeapReader, arena: ArenaLayout, resident: 
         arena.walk_problem = "chunk walk: the top chunk or the first heap not found"
         return False
     try:
-        sums = glibc_chunks.walk_chunks(reader, resident, spans)
+        sums = glibc_chunks.walk_chunks(window, spans)
     except glibc_chunks.ChunkWalkFailed as exc:
         arena.walk_problem = f"chunk walk: {exc}"
         return False
@@ -402,7 +402,8 @@ def _walk_lists(reader: MemoryReader, arena: ArenaLayout, resident: ResidentMap)
     arena.walk_method = "bins"
 
 
-def _measure_arena(reader: glibc_chunks.HeapReader, arena: ArenaLayout, resident: ResidentMap) -> None:
+def _measure_arena(reader: glibc_chunks.HeapReader, arena: ArenaLayout, resident: ResidentMap,
+                   window: glibc_chunks.HeapWindow, cache: glibc_chunks.PageCache) -> None:
     for heap in arena.heaps:
         heap.resident = resident.resident(heap.start, heap.start + max(heap.size, heap.mprotect_size))
     arena.resident = sum(h.resident for h in arena.heaps)
@@ -411,10 +412,10 @@ def _measure_arena(reader: glibc_chunks.HeapReader, arena: ArenaLayout, resident
         state = _read_state(reader, arena, resident)
         if state is None:
             return
-        if _walk_chunks(reader, arena, resident):
+        if _walk_chunks(window, arena, resident):
             break
     assert state is not None
-    cache = glibc_chunks.PageCache(reader, resident)
+    cache.clear()
     if not arena.walk_complete:
         _walk_lists(cache, arena, resident)
         cache.clear()
@@ -543,9 +544,11 @@ def find_glibc_layout(reader: glibc_chunks.HeapReader, mappings: list[Mapping], 
         arenas.append(main)
     for address, heaps in thread.items():
         arenas.append(ArenaLayout(address, False, sorted(heaps, key=lambda h: h.start)))
+    # one window and one page cache for every arena: memgap's memory stays what one heap's walk needs
+    window, cache = glibc_chunks.HeapWindow(reader, resident), glibc_chunks.PageCache(reader, resident)
     for arena in arenas:
         if arena.address:
-            _measure_arena(reader, arena, resident)
+            _measure_arena(reader, arena, resident, window, cache)
             if arena.walk_problem:
                 problems.append(f"arena at {arena.address:#x}: {arena.walk_problem}")
     return GlibcLayout(arenas, main_address is not None, problems)

@@ -4,8 +4,12 @@
    Prints "ready <pid> <blocks live> <bytes in use> <bytes free>" (the last two glibc's own count at
    rest, mallinfo2: uordblks + hblkhd, and fordblks) and waits for stdin to close.
 
-       cc -O2 -o many_chunks many_chunks.c && ./many_chunks [blocks] [buffer MiB] */
+   With a third argument, that many bytes are taken with sbrk() before the first malloc: memory of the
+   program's own at the start of [heap], before glibc's first chunk.
+
+       cc -O2 -o many_chunks many_chunks.c && ./many_chunks [blocks] [buffer MiB] [sbrk bytes] */
 #include <malloc.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +20,12 @@ int main(int argc, char **argv) {
     setvbuf(stdout, out, _IOFBF, sizeof out);
     long n = argc > 1 ? atol(argv[1]) : 1800000;
     long buffer_mib = argc > 2 ? atol(argv[2]) : 1024;
+    long foreign = argc > 3 ? atol(argv[3]) : 0;
+    if (foreign > 0) {
+        char *own = sbrk((intptr_t)foreign);
+        if (own == (void *)-1) return 1;
+        memset(own, 0x5a, (size_t)foreign);
+    }
     void **blocks = malloc(sizeof(void *) * (size_t)n);
     unsigned seed = 12345;
     size_t live = 0;
