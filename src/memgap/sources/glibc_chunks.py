@@ -207,10 +207,9 @@ class PageCache:
         """Forget every page (a retry reads the process anew)."""
         self.tags[:] = [-1] * self.SLOTS
 
-    def read_memory(self, address: int, size: int) -> bytes | None:
-        page, offset = divmod(address, PAGE_SIZE)
-        if offset + size > PAGE_SIZE:
-            return self.reader.read_memory(address, size)
+    def page(self, address: int) -> memoryview | None:
+        """The 8-byte words of the resident page that holds ``address`` (read once), or None."""
+        page = address // PAGE_SIZE
         slot = page % self.SLOTS
         at = slot * PAGE_SIZE
         if self.tags[slot] != page:
@@ -218,9 +217,16 @@ class PageCache:
                 self.view = memoryview(bytearray(self.SLOTS * PAGE_SIZE))
             if not (self.resident.page_resident(address)
                     and self.reader.read_memory_into(page * PAGE_SIZE, self.view[at:at + PAGE_SIZE])):
-                return self.reader.read_memory(address, size)
+                return None
             self.tags[slot] = page
-        return bytes(self.view[at + offset:at + offset + size])
+        return self.view[at:at + PAGE_SIZE].cast("Q")
+
+    def read_memory(self, address: int, size: int) -> bytes | None:
+        offset = address % PAGE_SIZE
+        words = self.page(address) if offset + size <= PAGE_SIZE else None
+        if words is None:
+            return self.reader.read_memory(address, size)
+        return bytes(words.cast("B")[offset:offset + size])
 
     def pagemap(self, start: int, end: int) -> bytes:
         return self.reader.pagemap(start, end)

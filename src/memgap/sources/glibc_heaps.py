@@ -18,6 +18,7 @@ run time before they are trusted):
 """
 from __future__ import annotations
 
+import heapq
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -285,37 +286,55 @@ def _walk_small_bins(reader: MemoryReader, arena: ArenaLayout, resident: Residen
         return
 
 
-def _walk_fastbins(reader: MemoryReader, arena: ArenaLayout, state: bytes) -> None:
+def _walk_fastbins(reader: glibc_chunks.PageCache, arena: ArenaLayout, state: bytes) -> None:
     """The chunks in the arena's fastbins (free, though marked in use), or None when a
     list does not hold together. Their ``fd`` is read both mangled and plain: the form
     under which the list holds together is the machine's."""
     heads = struct.unpack_from(f"<{NFASTBINS}Q", state, OFF_FASTBINS)
     # one bound per arena, over all ten lists: as many chunks as its heaps can hold
     bound = max(MAX_WALK, sum(max(h.size, h.mprotect_size) for h in arena.heaps) // MIN_CHUNK)
-    lo, hi = arena.heaps[0].start, arena.heaps[0].start + max(arena.heaps[0].size, arena.heaps[0].mprotect_size)
     for mangled in (True, False):
-        found: dict[int, int] = {}
-        ok = True
-        steps = 0
-        for index, p in enumerate(heads):
-            size_wanted = (index + 2) * 16  # fastbin_index(size) == (size >> 4) - 2 on 64-bit
-            while p and ok:
-                steps += 1
-                data = reader.read_memory(p, 24)
-                inside = lo <= p < hi or arena.contains(p)
-                if steps > bound or p % 16 or not inside or data is None or p in found:
-                    ok = False
-                    break
-                _, size_raw, fd = _u64s(data)
-                if _chunk_size(size_raw) != size_wanted:
-                    ok = False
-                    break
-                found[p] = size_wanted
-                p = ((p + 16) >> 12) ^ fd if mangled else fd
-        if ok:
+        found = _fastbin_lists(reader, arena, heads, mangled, bound)
+        if found is not None:
             arena.fastbin_chunks = found
             return
     arena.fastbin_chunks = None
+
+
+def _fastbin_lists(cache: glibc_chunks.PageCache, arena: ArenaLayout, heads: tuple[int, ...], mangled: bool,
+                   bound: int) -> dict[int, int] | None:
+    """Every fastbin's chunks (address -> size), the ten lists followed together, the highest address
+    first: chunks freed in address order lie in each list downwards, so the lists are read in one sweep
+    down the heap, a page at a time (one list after the other read every page again)."""
+    lo, hi = arena.heaps[0].start, arena.heaps[0].start + max(arena.heaps[0].size, arena.heaps[0].mprotect_size)
+    found: dict[int, int] = {}
+    # fastbin_index(size) == (size >> 4) - 2 on 64-bit
+    cursors = [(-p, (index + 2) * 16) for index, p in enumerate(heads) if p]
+    heapq.heapify(cursors)
+    page, words = -1, None  # the page the sweep is on, and its words
+    while cursors:
+        p, size_wanted = -cursors[0][0], cursors[0][1]
+        if len(found) >= bound or p % 16 or not (lo <= p < hi or arena.contains(p)) or p in found:
+            return None
+        if p // PAGE_SIZE != page:
+            page, words = p // PAGE_SIZE, cache.page(p)
+        k = p % PAGE_SIZE // 8
+        if words is not None and k < PAGE_SIZE // 8 - 2:
+            size_raw, fd = words[k + 1], words[k + 2]
+        else:  # on a page not resident, or across two
+            data = cache.read_memory(p, 24)
+            if data is None:
+                return None
+            size_raw, fd = struct.unpack_from("<2Q", data, 8)
+        if _chunk_size(size_raw) != size_wanted:
+            return None
+        found[p] = size_wanted
+        p = ((p + 16) >> 12) ^ fd if mangled else fd
+        if p:
+            heapq.heapreplace(cursors, (-p, size_wanted))
+        else:
+            heapq.heappop(cursors)
+    return found
 
 
 def _measure_top(reader: MemoryReader, arena: ArenaLayout, resident: ResidentMap) -> None:
@@ -421,7 +440,7 @@ def _measure_arena(reader: glibc_chunks.HeapReader, arena: ArenaLayout, resident
         cache.clear()
     _walk_fastbins(cache, arena, state)
     if arena.fastbin_chunks is not None:
-        arena.fastbin_on_resident = sum(size for p, size in arena.fastbin_chunks.items() if resident.page_resident(p))
+        arena.fastbin_on_resident = resident.sizes_resident(arena.fastbin_chunks.items())
 
 
 def _find_main_arena(reader: MemoryReader, thread_arenas: list[int], libc_data: list[Mapping],

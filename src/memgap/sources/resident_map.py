@@ -4,6 +4,7 @@ pools, mmapped chunks) asks."""
 from __future__ import annotations
 
 import bisect
+from collections.abc import Iterable
 from typing import Protocol
 
 from memgap.sources.procfs import PAGE_SIZE, MappingPss
@@ -61,6 +62,20 @@ class ResidentMap:
             return False
         r_start, r_end, bitmap = self.ranges[i]
         return address < r_end and bitmap[(address - r_start) // PAGE_SIZE] == 1
+
+    def sizes_resident(self, sized: Iterable[tuple[int, int]]) -> int:
+        """The sum of the sizes of the (address, size) pairs whose address is on a resident page: what
+        page_resident tells, with no search while the addresses stay in one range."""
+        total, r_start, r_end, bitmap = 0, 0, 0, b""
+        for address, size in sized:
+            if not r_start <= address < r_end:
+                found = self.range_at(address)
+                if found is None:
+                    continue
+                r_start, r_end, bitmap = found
+            if bitmap[(address - r_start) // PAGE_SIZE] == 1:
+                total += size
+        return total
 
     def private(self, start: int, end: int) -> int:
         """Resident bytes of whole pages in [start, end) that no other process maps
