@@ -201,7 +201,7 @@ def test_a_heap_of_many_chunks_is_walked_whole(tmp_path, blocks, buffer_mib, for
     (an mmapped chunk; its malloc consolidates the fastbins). Its own mallinfo2 at rest, printed when
     ready: memgap's in use against uordblks + hblkhd (equal to the byte here), the free chunks walked
     against fordblks (the same chunks, so the same bytes), and every chunk walked, none cut short (the
-    lists' walk stopped at 200,000 free chunks before: 1.8 million blocks read 44.9 MiB free of 68.1).
+    lists' walk stopped at 200,000 free chunks before: on 1.8 million blocks it counted 43.0 MiB of 65.1).
     With 12,336 bytes of the program's own sbrk() before glibc's first chunk, the chunk walk finds no
     chunk at [heap]'s start and the bins' lists are followed instead, to the same free bytes."""
     exe = tmp_path / "many_chunks"

@@ -20,6 +20,7 @@ arena's ``malloc_state`` (2200 bytes), its first chunk at the next address whose
 """
 from __future__ import annotations
 
+import mmap
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -65,13 +66,17 @@ class ChunkSums:
 
 
 class HeapWindow:
-    """One buffer, reused over every heap of a look, never larger than WINDOW nor than the heap needs:
+    """One buffer, reused over every heap of a look, no larger than WINDOW nor than the largest heap:
     the heap's bytes from a page-aligned address, resident pages read, the others zero (a header there
     reads as size 0, which the walk refuses)."""
 
-    def __init__(self, reader: WindowReader, resident: ResidentMap) -> None:
+    def __init__(self, reader: WindowReader, resident: ResidentMap, size: int) -> None:
         self.reader, self.resident = reader, resident
-        self.view = memoryview(bytearray(0))
+        size = max(PAGE_SIZE, min(WINDOW, -(-size // PAGE_SIZE) * PAGE_SIZE))
+        # mapped, not malloc'd: in this process a buffer from malloc could come from the heap walked
+        # (after a large free glibc serves blocks of up to 32 MiB from its heap) and count as in use
+        self.view = memoryview(mmap.mmap(-1, size))
+        self.zeros = memoryview(mmap.mmap(-1, size, prot=mmap.PROT_READ))  # never written: no page resident
 
     def fill(self, address: int, stop: int) -> tuple[int, memoryview, memoryview, bool]:
         """(its start, its 8-byte words, the same from its second word on, whether every page of it is
@@ -79,16 +84,14 @@ class HeapWindow:
         holds ``address`` or a resident page is unreadable. A header at word i has its size at the
         second view's i."""
         start = address - address % PAGE_SIZE
-        size = min(WINDOW, -(-(stop + 2 * FENCE - start) // PAGE_SIZE) * PAGE_SIZE)
-        if len(self.view) < size:
-            self.view = memoryview(bytearray(size))
+        size = min(len(self.view), -(-(stop + 2 * FENCE - start) // PAGE_SIZE) * PAGE_SIZE)
         runs = self.resident.runs(start, start + size)
         if not runs:
             raise ChunkWalkFailed(f"a chunk at {address:#x} outside the heap's mappings")
         for lo, hi, on in runs:
             part = self.view[lo - start:hi - start]
             if not on:
-                part[:] = bytes(hi - lo)
+                part[:] = self.zeros[:hi - lo]
             elif not self.reader.read_memory_into(lo, part):
                 raise ChunkWalkFailed(f"heap memory at {lo:#x} unreadable")
         end = runs[-1][1]
@@ -213,8 +216,8 @@ class PageCache:
         slot = page % self.SLOTS
         at = slot * PAGE_SIZE
         if self.tags[slot] != page:
-            if not self.view:
-                self.view = memoryview(bytearray(self.SLOTS * PAGE_SIZE))
+            if not self.view:  # mapped, not malloc'd: see HeapWindow
+                self.view = memoryview(mmap.mmap(-1, self.SLOTS * PAGE_SIZE))
             if not (self.resident.page_resident(address)
                     and self.reader.read_memory_into(page * PAGE_SIZE, self.view[at:at + PAGE_SIZE])):
                 return None

@@ -564,7 +564,9 @@ def find_glibc_layout(reader: glibc_chunks.HeapReader, mappings: list[Mapping], 
     for address, heaps in thread.items():
         arenas.append(ArenaLayout(address, False, sorted(heaps, key=lambda h: h.start)))
     # one window and one page cache for every arena: memgap's memory stays what one heap's walk needs
-    window, cache = glibc_chunks.HeapWindow(reader, resident), glibc_chunks.PageCache(reader, resident)
+    largest = max((max(h.size, h.mprotect_size) for a in arenas for h in a.heaps), default=0)
+    window = glibc_chunks.HeapWindow(reader, resident, largest + PAGE_SIZE)
+    cache = glibc_chunks.PageCache(reader, resident)
     for arena in arenas:
         if arena.address:
             _measure_arena(reader, arena, resident, window, cache)
