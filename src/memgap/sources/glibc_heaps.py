@@ -4,7 +4,9 @@ Works on any process memgap may read (this one included) through
 ``/proc/PID/mem`` and ``/proc/PID/pagemap``: a bad pointer read there returns
 nothing instead of crashing the target. Nothing here locks an arena, so every
 structure read is validated and walks are bounded; a walk that fails validation
-is reported as such, never guessed.
+is reported as such, never guessed. Each arena's free chunks are found by walking
+every chunk of its heaps in big reads (memgap.sources.glibc_chunks); where that
+walk breaks, by following its bins' lists from malloc_state, as before.
 
 Layout facts used (glibc 2.26 onwards, 64-bit; checked against malloc_info at
 run time before they are trusted):
