@@ -230,3 +230,20 @@ def test_a_heap_of_many_chunks_is_walked_whole(tmp_path, blocks, buffer_mib, for
     # every block is a chunk still (its freed neighbours are live: nothing coalesced), beside glibc's own
     # tcache chunk; the array of pointers is an mmapped chunk of its own
     assert blocks < arena["chunks_walked"] <= blocks + 4, arena
+
+
+def test_thread_arenas_of_several_heaps_are_walked_chunk_by_chunk(start, fragment_exe):
+    """Two threads fragment 165 MB each: their arenas grow to three 64 MiB heaps, the older two ended
+    by glibc's fenceposts. Every chunk of every heap walked (no arena falls back to its lists), the
+    free chunks' bytes glibc's own fordblks to the byte, in use its uordblks + hblkhd (equal here)."""
+    p = start(fragment_exe)
+    p.cmd("threads 2 150000 200 2000 10")
+    own = p.cmd("stats")
+    snap, before, after = p.inspect()
+    assert before == after
+    in_use, free = in_use_and_free(snap)
+    arenas = free["detail"]["arenas"]
+    assert max(a["heaps"] for a in arenas) >= 2, arenas
+    assert all(a["walk"] == "chunks" and not a["problem"] for a in arenas), arenas
+    assert sum(a["free_walked"] for a in arenas) == own["fordblks"], (arenas, own)
+    assert close_to(in_use, before, 0.01), (in_use, before)
