@@ -247,3 +247,32 @@ def test_thread_arenas_of_several_heaps_are_walked_chunk_by_chunk(start, fragmen
     assert all(a["walk"] == "chunks" and not a["problem"] for a in arenas), arenas
     assert sum(a["free_walked"] for a in arenas) == own["fordblks"], (arenas, own)
     assert close_to(in_use, before, 0.01), (in_use, before)
+
+
+def test_the_native_chunk_walk_finds_what_the_python_one_finds(tmp_path):
+    """memgap's C walker (native/chunks.c) beside its Python reference, on the same heap at rest
+    (programs/big/many_chunks.c: 200,000 blocks, fastbins, tcache and the unsorted bin; then a thread
+    arena program's): every figure of every arena the same."""
+    from memgap.sources.glibc_chunks import native_walker
+    from memgap.sources.glibc_heaps import find_glibc_layout
+    from memgap.sources.memory_map import read_memory_map
+    from memgap.sources.procfs import ProcReader
+
+    if native_walker() is None:
+        pytest.skip("memgap's native chunk walker could not be built (no C compiler)")
+    exe = tmp_path / "many_chunks"
+    subprocess.run(["gcc", "-O2", "-o", str(exe), os.path.join(PROGRAMS, "big", "many_chunks.c")], check=True)
+    proc = subprocess.Popen([str(exe), "200000", "0"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                            env=child_env())
+    try:
+        assert proc.stdout.readline().startswith("ready")
+        with ProcReader(proc.pid) as reader:
+            memmap = read_memory_map(reader)
+            walked = [find_glibc_layout(reader, memmap.plain_mappings, memmap.resident, native)
+                      for native in (True, False)]
+    finally:
+        proc.stdin.close()
+        proc.wait()
+    native, python = ([vars(a) for a in layout.arenas] for layout in walked)
+    assert native == python
+    assert native[0]["walk_method"] == "chunks" and native[0]["chunks_walked"] > 200_000, native[0]

@@ -20,9 +20,12 @@ arena's ``malloc_state`` (2200 bytes), its first chunk at the next address whose
 """
 from __future__ import annotations
 
+import ctypes
+import functools
 import mmap
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol, cast
 
 from memgap.sources.procfs import PAGE_SIZE
 from memgap.sources.resident_map import MemoryReader, ResidentMap
@@ -65,18 +68,38 @@ class ChunkSums:
     big: list[tuple[int, int]] = field(default_factory=list)  # (address, size)
 
 
+@functools.cache
+def native_walker() -> Callable[[int, Any], int] | None:
+    """memgap_walk_chunks from native/chunks.c (built at install, or now with the system compiler, once
+    per version in memgap's private folder); None where it cannot be built: the Python loop walks then."""
+    from memgap.errors import MemgapError
+    from memgap.native import library
+
+    try:
+        walk = ctypes.CDLL(library("chunks")).memgap_walk_chunks
+    except (MemgapError, OSError):
+        return None
+    walk.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    walk.restype = ctypes.c_int
+    return cast(Callable[[int, Any], int], walk)
+
+
 class HeapWindow:
     """One buffer, reused over every heap of a look, no larger than WINDOW nor than the largest heap:
     the heap's bytes from a page-aligned address, resident pages read, the others zero (a header there
     reads as size 0, which the walk refuses)."""
 
-    def __init__(self, reader: WindowReader, resident: ResidentMap, size: int) -> None:
+    def __init__(self, reader: WindowReader, resident: ResidentMap, size: int, use_native: bool = True) -> None:
         self.reader, self.resident = reader, resident
         size = max(PAGE_SIZE, min(WINDOW, -(-size // PAGE_SIZE) * PAGE_SIZE))
         # mapped, not malloc'd: in this process a buffer from malloc could come from the heap walked
         # (after a large free glibc serves blocks of up to 32 MiB from its heap) and count as in use
-        self.view = memoryview(mmap.mmap(-1, size))
+        buffer = mmap.mmap(-1, size)
+        self.view = memoryview(buffer)
         self.zeros = memoryview(mmap.mmap(-1, size, prot=mmap.PROT_READ))  # never written: no page resident
+        self.native = native_walker() if use_native else None
+        self.address = ctypes.addressof(ctypes.c_char.from_buffer(buffer)) if self.native is not None else 0
+        self.state = (ctypes.c_uint64 * 8)()
 
     def fill(self, address: int, stop: int) -> tuple[int, memoryview, memoryview, bool]:
         """(its start, its 8-byte words, the same from its second word on, whether every page of it is
@@ -107,58 +130,112 @@ def walk_chunks(window: HeapWindow, spans: list[HeapSpan]) -> ChunkSums:
     return sums
 
 
+@dataclass
+class _Run:
+    """A span's walk as it goes: the size word of the chunk before the next header, the chunks met,
+    the free ones under a page (count, bytes, and of the bytes those not on resident pages)."""
+
+    prev_raw: int = 0
+    chunks: int = 0
+    small_count: int = 0
+    small_bytes: int = 0
+    missing: int = 0
+
+
 def _walk_span(window: HeapWindow, span: HeapSpan, sums: ChunkSums) -> None:
-    """One heap's chunks. The inner loop does the least per chunk (most are in use): one word read,
-    one bit tested, a compare and three adds (a size word steps by itself: ``raw >> 3`` drops the
-    flag bits); a free chunk under a page adds its bytes; the rest happens rarely."""
+    """One heap's chunks, a window at a time: each window's headers stepped through (in C where memgap's
+    native walker is built, else in Python), the ends of heaps and windows handled here."""
     p, stop = span.first, span.stop
-    prev_raw = chunks = small_count = small_bytes = missing = 0  # prev_raw: the size word before p's
-    big = sums.big
+    run = _Run()
     last = -1
     while True:
         if p == last:
             raise ChunkWalkFailed(f"no chunk header read at {p:#x}")
         last = p
         w_start, words, sizes, whole = window.fill(p, stop)
-        i = (p - w_start) >> 3  # p's header: prev_size at words[i], size at words[i + 1] (sizes[i])
         end = min(len(sizes), ((stop - w_start) >> 3) + 1)
-        raw = MIN_CHUNK
-        while i < end:
-            raw = sizes[i]
-            if not raw & 1:  # PREV_INUSE clear: the chunk before this one is free, in a bin
-                prev_size = prev_raw & -8
-                if words[i] != prev_size or not prev_size:
-                    raise ChunkWalkFailed(f"a free chunk before {w_start + (i << 3):#x} whose size the next "
-                                          "chunk does not repeat")
-                if prev_size < PAGE_SIZE:
-                    small_count += 1
-                    small_bytes += prev_size
-                    if not whole or (i << 3) < prev_size:  # some page not resident, or it began before the window
-                        prev = w_start + (i << 3) - prev_size
-                        missing += prev_size - window.resident.resident_bytes(prev, prev + prev_size)
-                else:
-                    big.append((w_start + (i << 3) - prev_size, prev_size))
-            if raw < 32:  # MIN_CHUNK, spelled out in the loop
-                break
-            prev_raw = raw
-            chunks += 1
-            i += raw >> 3
+        step = _native_window if window.native is not None else _python_window
+        i, raw = step(window, w_start, words, (p - w_start) >> 3, end, whole, run, sums.big)
         p = w_start + (i << 3)
         if raw < MIN_CHUNK:  # a fencepost ends an older heap; anything else under MINSIZE is a break
             if not _fencepost(span, p, raw & -8):
                 raise ChunkWalkFailed(f"a chunk of {raw & -8} bytes at {p:#x}")
             if raw < FENCE:
                 break
-            p, prev_raw = p + FENCE, raw
+            p, run.prev_raw = p + FENCE, raw
         elif p > stop:  # past the top chunk's header: the walk is done if that was the top chunk's
-            if not span.ends_at_top or p - (prev_raw & -8) != stop:
-                raise ChunkWalkFailed(f"the chunks pass {stop:#x} at {p - (prev_raw & -8):#x}")
-            chunks -= 1  # the top chunk, counted apart
+            if not span.ends_at_top or p - (run.prev_raw & -8) != stop:
+                raise ChunkWalkFailed(f"the chunks pass {stop:#x} at {p - (run.prev_raw & -8):#x}")
+            run.chunks -= 1  # the top chunk, counted apart
             break
-    sums.chunks += chunks
-    sums.small_count += small_count
-    sums.small_bytes += small_bytes
-    sums.small_on_resident += small_bytes - missing
+    sums.chunks += run.chunks
+    sums.small_count += run.small_count
+    sums.small_bytes += run.small_bytes
+    sums.small_on_resident += run.small_bytes - run.missing
+
+
+def _python_window(window: HeapWindow, w_start: int, words: memoryview, i: int, end: int, whole: bool,
+                   run: _Run, big: list[tuple[int, int]]) -> tuple[int, int]:
+    """The headers of one window from word ``i`` while ``i < end``: (where it stopped, the size word
+    there, under MINSIZE where that stopped it). The loop does the least per chunk (most are in use):
+    one word read, one bit tested, a compare and three adds (``raw >> 3`` drops the flag bits)."""
+    sizes = words[1:]
+    prev_raw, chunks, small_count, small_bytes = run.prev_raw, run.chunks, run.small_count, run.small_bytes
+    raw = MIN_CHUNK
+    while i < end:
+        raw = sizes[i]
+        if not raw & 1:  # PREV_INUSE clear: the chunk before this one is free, in a bin
+            prev_size = prev_raw & -8
+            if words[i] != prev_size or not prev_size:
+                raise _footer(w_start, i)
+            if prev_size < PAGE_SIZE and whole and (i << 3) >= prev_size:
+                small_count += 1
+                small_bytes += prev_size
+            else:
+                run.small_count, run.small_bytes = small_count, small_bytes
+                _free_chunk(window, w_start, i, prev_size, run, big)
+                small_count, small_bytes = run.small_count, run.small_bytes
+        if raw < 32:  # MIN_CHUNK, spelled out in the loop
+            break
+        prev_raw = raw
+        chunks += 1
+        i += raw >> 3
+    run.prev_raw, run.chunks, run.small_count, run.small_bytes = prev_raw, chunks, small_count, small_bytes
+    return i, raw
+
+
+def _native_window(window: HeapWindow, w_start: int, words: memoryview, i: int, end: int, whole: bool,
+                   run: _Run, big: list[tuple[int, int]]) -> tuple[int, int]:
+    """_python_window's work done by memgap_walk_chunks (native/chunks.c), which hands back each free
+    chunk it leaves to Python."""
+    assert window.native is not None
+    st = window.state
+    st[:] = [i, end, run.prev_raw, run.chunks, run.small_count, run.small_bytes, int(whole), 0]
+    while (why := window.native(window.address, st)) == 2:
+        run.small_count, run.small_bytes = st[4], st[5]
+        _free_chunk(window, w_start, st[0], st[2] & -8, run, big)
+        st[4], st[5], st[7] = run.small_count, run.small_bytes, 1
+    i = st[0]
+    run.prev_raw, run.chunks, run.small_count, run.small_bytes = st[2], st[3], st[4], st[5]
+    if why == 3:
+        raise _footer(w_start, i)
+    return i, (words[i + 1] if why == 1 else MIN_CHUNK)
+
+
+def _free_chunk(window: HeapWindow, w_start: int, i: int, size: int, run: _Run, big: list[tuple[int, int]]) -> None:
+    """A free chunk ending at word ``i`` that the loop leaves aside: one of a page or more (listed, for
+    its whole pages), or one under a page on pages some of which may not be resident."""
+    start = w_start + (i << 3) - size
+    if size >= PAGE_SIZE:
+        big.append((start, size))
+        return
+    run.small_count += 1
+    run.small_bytes += size
+    run.missing += size - window.resident.resident_bytes(start, start + size)
+
+
+def _footer(w_start: int, i: int) -> ChunkWalkFailed:
+    return ChunkWalkFailed(f"a free chunk before {w_start + (i << 3):#x} whose size the next chunk does not repeat")
 
 
 def _fencepost(span: HeapSpan, p: int, size: int) -> bool:

@@ -546,8 +546,10 @@ class GlibcLayout:
         return out
 
 
-def find_glibc_layout(reader: glibc_chunks.HeapReader, mappings: list[Mapping], resident: ResidentMap) -> GlibcLayout:
-    """Find every arena, its heaps, and what of them is resident, free and releasable."""
+def find_glibc_layout(reader: glibc_chunks.HeapReader, mappings: list[Mapping], resident: ResidentMap,
+                      native: bool = True) -> GlibcLayout:
+    """Find every arena, its heaps, and what of them is resident, free and releasable (``native``: the
+    chunk headers stepped through in C where memgap's walker is built; False: in Python, its reference)."""
     problems: list[str] = []
     thread = find_thread_heaps(reader, mappings)
     arenas: list[ArenaLayout] = []
@@ -567,7 +569,7 @@ def find_glibc_layout(reader: glibc_chunks.HeapReader, mappings: list[Mapping], 
         arenas.append(ArenaLayout(address, False, sorted(heaps, key=lambda h: h.start)))
     # one window and one page cache for every arena: memgap's memory stays what one heap's walk needs
     largest = max((max(h.size, h.mprotect_size) for a in arenas for h in a.heaps), default=0)
-    window = glibc_chunks.HeapWindow(reader, resident, largest + PAGE_SIZE)
+    window = glibc_chunks.HeapWindow(reader, resident, largest + PAGE_SIZE, native)
     cache = glibc_chunks.PageCache(reader, resident)
     for arena in arenas:
         if arena.address:
