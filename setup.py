@@ -29,4 +29,7 @@ setup(cmdclass={"build_py": BuildPyWithPth}, ext_modules=[
     # loaded into Python processes with ctypes.PyDLL (memgap.inside.pymalloc_release), not imported
     Extension("memgap.native._pools", sources=["src/memgap/native/pools.c"],
               extra_compile_args=["-O2", "-Wall"], optional=True),
+    # glibc's chunk headers stepped through (memgap.sources.glibc_chunks), loaded with ctypes.CDLL
+    Extension("memgap.native._chunks", sources=["src/memgap/native/chunks.c"],
+              extra_compile_args=["-O2", "-Wall"], optional=True),
 ])

@@ -32,7 +32,7 @@ class FakeMemory:
         return [self.read_memory(a, size) for a in addresses]
 
     def resident_map(self, pools):
-        from memgap.sources.glibc_heaps import ResidentMap
+        from memgap.sources.resident_map import ResidentMap
 
         bitmap = bytearray(pools * POOL // PAGE)
         for p in self.resident_pools:

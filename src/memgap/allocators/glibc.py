@@ -110,6 +110,9 @@ def _arena_detail(m: Measurements) -> list[dict[str, Any]]:
             else arena.joins_top_resident(),
             "walk_complete": arena.walk_complete,
             "small_walk_complete": arena.small_walk_complete,
+            # how the free chunks were found: "chunks" (every chunk walked), "bins" (the lists followed)
+            "walk": arena.walk_method or None,
+            "chunks_walked": arena.chunks_walked if arena.walk_method == "chunks" else None,
             "problem": "; ".join(filter(None, [arena.walk_problem, arena.small_walk_problem])),
         })
     return rows

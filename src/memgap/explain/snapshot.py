@@ -27,7 +27,7 @@ from memgap.sources import allocator as allocator_source
 from memgap.sources.anon_objects import find_anon_objects
 from memgap.sources.cgroup import read_memory_cgroup
 from memgap.sources.glibc import Mallinfo2, MallocInfo
-from memgap.sources.glibc_heaps import GlibcLayout, ResidentMap
+from memgap.sources.glibc_heaps import GlibcLayout
 from memgap.sources.jemalloc import JemallocStats
 from memgap.sources.memory_map import MappedPages, MemoryMap, read_memory_map
 from memgap.sources.processes import ProcessIdentity
@@ -40,6 +40,7 @@ from memgap.sources.procfs import (
     status_int,
 )
 from memgap.sources.pymalloc_pools import TreeHeaders, census
+from memgap.sources.resident_map import ResidentMap
 from memgap.sources.static_data import STATIC_DATA, STATIC_LIKELY, StaticRange, read_static_ranges
 
 if TYPE_CHECKING:  # the agent's client is imported only where a process has the agent; the runtimes' readers

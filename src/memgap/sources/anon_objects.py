@@ -16,9 +16,9 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from memgap.sources.glibc_heaps import MemoryReader, ResidentMap
 from memgap.sources.procfs import PAGE_SIZE
 from memgap.sources.pymalloc_pools import read_pool_header
+from memgap.sources.resident_map import MemoryReader, ResidentMap
 
 IS_MMAPPED = 0x2
 _CHUNK = struct.Struct("<QQ")

@@ -4,7 +4,9 @@ Works on any process memgap may read (this one included) through
 ``/proc/PID/mem`` and ``/proc/PID/pagemap``: a bad pointer read there returns
 nothing instead of crashing the target. Nothing here locks an arena, so every
 structure read is validated and walks are bounded; a walk that fails validation
-is reported as such, never guessed.
+is reported as such, never guessed. Each arena's free chunks are found by walking
+every chunk of its heaps in big reads (memgap.sources.glibc_chunks); where that
+walk breaks, by following its bins' lists from malloc_state, as before.
 
 Layout facts used (glibc 2.26 onwards, 64-bit; checked against malloc_info at
 run time before they are trusted):
@@ -18,13 +20,14 @@ run time before they are trusted):
 """
 from __future__ import annotations
 
-import bisect
+import heapq
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Protocol
 
-from memgap.sources.procfs import PAGE_SIZE, Mapping, MappingPss
+from memgap.sources import glibc_chunks
+from memgap.sources.procfs import PAGE_SIZE, Mapping
+from memgap.sources.resident_map import MemoryReader, ResidentMap
 
 HEAP_MAX = 64 << 20
 OFF_FASTBINS = 16
@@ -43,125 +46,6 @@ MAX_SMALL_WALK = 1_000_000  # the small bins' bound: sub-page chunks, for their 
 # how far past the heap's end as the maps read it the main arena's top may lie, the heap grown since:
 # more than any growth between two reads; the mmap area, which libc's own pointers lead to, is far above
 HEAP_MOVED = 256 << 20
-
-
-class MemoryReader(Protocol):
-    def read_memory(self, address: int, size: int) -> bytes | None: ...
-    def pagemap(self, start: int, end: int) -> bytes: ...
-
-
-class ResidentMap:
-    """Present bits of a set of non-overlapping address ranges, read once from pagemap;
-    where pagemap gave them, exclusive bits too (pages mapped by this process alone), and
-    after ``set_shares`` what a shared page of each range counts in the process's PSS."""
-
-    def __init__(self, reader: MemoryReader) -> None:
-        self.reader = reader
-        self.ranges: list[tuple[int, int, bytes]] = []  # start, end, one byte per page; sorted by start
-        self._starts: list[int] = []
-        self._exclusive: list[bytes | None] = []  # beside each range: 1 per exclusive page
-        self._share: list[float] = []  # beside each range: PSS bytes per shared resident byte
-        self.knows_private = True  # every range came with its exclusive bits
-
-    def add(self, start: int, end: int, bitmap: bytes, exclusive: bytes | None = None) -> None:
-        at = bisect.bisect(self._starts, start)
-        self._starts.insert(at, start)
-        self.ranges.insert(at, (start, end, bitmap))
-        self._exclusive.insert(at, exclusive)
-        self._share.insert(at, 0.0)
-        self.knows_private = self.knows_private and exclusive is not None
-
-    def resident(self, start: int, end: int) -> int:
-        """Resident bytes of whole pages in [start, end) (partial pages excluded)."""
-        return self._count(start, end, None)
-
-    def resident_bytes(self, start: int, end: int) -> int:
-        """Bytes of [start, end) on resident pages, the partial pages at its ends included (a free
-        chunk's bytes on a page it shares with a live chunk are free, and held: fragmentation)."""
-        if end <= start:
-            return 0
-        first, last = -(-start // PAGE_SIZE) * PAGE_SIZE, end // PAGE_SIZE * PAGE_SIZE
-        if last < first:  # within one page
-            return end - start if self.page_resident(start) else 0
-        total = self._count(start, end, None)
-        if start < first and self.page_resident(start):
-            total += first - start
-        if last < end and self.page_resident(last):
-            total += end - last
-        return total
-
-    def page_resident(self, address: int) -> bool:
-        """Whether the page holding ``address`` is resident (False outside the ranges)."""
-        i = bisect.bisect_right(self._starts, address) - 1
-        if i < 0:
-            return False
-        r_start, r_end, bitmap = self.ranges[i]
-        return address < r_end and bitmap[(address - r_start) // PAGE_SIZE] == 1
-
-    def private(self, start: int, end: int) -> int:
-        """Resident bytes of whole pages in [start, end) that no other process maps
-        (0 where the exclusive bits were not read: see ``knows_private``)."""
-        return self._count(start, end, self._exclusive)
-
-    def pss(self, start: int, end: int) -> float:
-        """[start, end)'s share of the process's PSS: its private bytes, plus each shared
-        page at its range's share (set_shares). Exact for private pages; a shared page
-        counts what its mapping's shared pages count on average."""
-        total = 0.0
-        i, first, last = self._first(start, end)
-        while i < len(self.ranges) and self._starts[i] < last:
-            r_start, r_end, bitmap = self.ranges[i]
-            exclusive = self._exclusive[i]
-            lo, hi = (max(first, r_start) - r_start) // PAGE_SIZE, (min(last, r_end) - r_start) // PAGE_SIZE
-            if lo < hi and exclusive is not None:
-                private = exclusive.count(1, lo, hi)
-                total += (private + (bitmap.count(1, lo, hi) - private) * self._share[i]) * PAGE_SIZE
-            i += 1
-        return total
-
-    def set_shares(self, mappings: list[MappingPss]) -> None:
-        """Each range's PSS bytes per shared resident byte, from the smaps mapping that holds
-        its start (smaps read apart from pagemap may show a mapping grown or split since)."""
-        starts = [m.start for m in mappings]
-        for i, r_start in enumerate(self._starts):
-            at = bisect.bisect_right(starts, r_start) - 1
-            found = mappings[at] if at >= 0 and r_start < mappings[at].end else None
-            self._share[i] = found.shared_share if found is not None else 0.0
-
-    def share_at(self, address: int) -> float:
-        """PSS bytes per shared resident byte of the range holding ``address`` (0 outside them)."""
-        i = bisect.bisect_right(self._starts, address) - 1
-        return self._share[i] if i >= 0 and address < self.ranges[i][1] else 0.0
-
-    def _first(self, start: int, end: int) -> tuple[int, int, int]:
-        """The index of the first range that may hold [start, end)'s whole pages, and their bounds."""
-        first = -(-start // PAGE_SIZE) * PAGE_SIZE
-        last = end // PAGE_SIZE * PAGE_SIZE
-        return max(0, bisect.bisect_right(self._starts, first) - 1), first, last
-
-    def _count(self, start: int, end: int, bitmaps: list[bytes | None] | None) -> int:
-        """Pages set in the ranges' bitmaps (or in ``bitmaps``, beside them) over [start, end), in bytes."""
-        i, first, last = self._first(start, end)
-        if last <= first:
-            return 0
-        total = 0
-        while i < len(self.ranges):
-            r_start, r_end, bitmap = self.ranges[i]
-            if r_start >= last:
-                break
-            lo, hi = max(first, r_start), min(last, r_end)
-            counted = bitmap if bitmaps is None else bitmaps[i]
-            if lo < hi and counted is not None:
-                # count() with bounds: no slice, so no allocation inside the arenas being read
-                total += counted.count(1, (lo - r_start) // PAGE_SIZE, (hi - r_start) // PAGE_SIZE)
-            i += 1
-        return total * PAGE_SIZE
-
-    def range_at(self, address: int) -> tuple[int, int, bytes] | None:
-        i = bisect.bisect_right(self._starts, address) - 1
-        if i >= 0 and self.ranges[i][0] <= address < self.ranges[i][1]:
-            return self.ranges[i]
-        return None
 
 
 _U64 = struct.Struct("<Q")
@@ -202,6 +86,8 @@ class ArenaLayout:
     free_pss: float = 0.0
     walk_complete: bool = False
     walk_problem: str = ""
+    walk_method: str = ""  # "chunks": every chunk walked (glibc_chunks); "bins": the lists followed
+    chunks_walked: int = 0  # by the chunk walk: every chunk, in use or free, but the top
     # free chunks in the bins with resident whole pages: (address, size, resident)
     bin_chunks: list[tuple[int, int, int]] = field(default_factory=list)
     fastbin_chunks: dict[int, int] | None = None  # address -> size; None when the fastbins were not walked
@@ -353,22 +239,27 @@ class _WalkFailed(Exception):
     """A bin list that did not hold together (its owner changed it while read), or too long."""
 
 
+def _add_bin_chunk(arena: ArenaLayout, resident: ResidentMap, p: int, size: int) -> None:
+    """A free chunk of the unsorted or large bins (or of a page or more, found by the chunk walk): its
+    bytes, those on resident pages, its resident whole pages (what a trim releases) and their shares."""
+    arena.bins_free_bytes += size
+    arena.bins_free_count += 1
+    arena.bins_free_on_resident += resident.resident_bytes(p, p + size)
+    pages = resident.resident(p + CHUNK_HEADER, p + size)
+    arena.bins_free_resident += pages
+    if pages:
+        arena.bin_chunks.append((p, size, pages))
+        if resident.knows_private:
+            _add_shares(arena, resident, p + CHUNK_HEADER, p + size)
+
+
 def _walk_bins(reader: MemoryReader, arena: ArenaLayout, resident: ResidentMap, bins: bytes) -> None:
-    """Sum the free chunks in the unsorted and large bins (what mtrim visits): their resident whole
-    pages (what a trim releases) and their bytes on resident pages."""
+    """Sum the free chunks in the unsorted and large bins (what mtrim visits), followed list by list."""
     # No allocation between the read of the bins and the walk: an in-process caller
     # that mallocs here would move chunks between bins while we follow them.
     try:
         for p, size in _bin_chunks(reader, arena, bins, TRIM_BINS, MAX_WALK):
-            arena.bins_free_bytes += size
-            arena.bins_free_count += 1
-            arena.bins_free_on_resident += resident.resident_bytes(p, p + size)
-            pages = resident.resident(p + CHUNK_HEADER, p + size)
-            arena.bins_free_resident += pages
-            if pages:
-                arena.bin_chunks.append((p, size, pages))
-                if resident.knows_private:
-                    _add_shares(arena, resident, p + CHUNK_HEADER, p + size)
+            _add_bin_chunk(arena, resident, p, size)
     except _WalkFailed as exc:
         arena.walk_problem = str(exc)
         return
@@ -397,33 +288,55 @@ def _walk_small_bins(reader: MemoryReader, arena: ArenaLayout, resident: Residen
         return
 
 
-def _walk_fastbins(reader: MemoryReader, arena: ArenaLayout, state: bytes) -> None:
+def _walk_fastbins(reader: glibc_chunks.PageCache, arena: ArenaLayout, state: bytes) -> None:
     """The chunks in the arena's fastbins (free, though marked in use), or None when a
     list does not hold together. Their ``fd`` is read both mangled and plain: the form
     under which the list holds together is the machine's."""
     heads = struct.unpack_from(f"<{NFASTBINS}Q", state, OFF_FASTBINS)
+    # one bound per arena, over all ten lists: as many chunks as its heaps can hold
+    bound = max(MAX_WALK, sum(max(h.size, h.mprotect_size) for h in arena.heaps) // MIN_CHUNK)
     for mangled in (True, False):
-        found: dict[int, int] = {}
-        ok = True
-        steps = 0  # over all ten lists: one bound per arena
-        for index, p in enumerate(heads):
-            size_wanted = (index + 2) * 16  # fastbin_index(size) == (size >> 4) - 2 on 64-bit
-            while p and ok:
-                steps += 1
-                data = reader.read_memory(p, 24)
-                if steps > MAX_WALK or p % 16 or not arena.contains(p) or data is None or p in found:
-                    ok = False
-                    break
-                _, size_raw, fd = _u64s(data)
-                if _chunk_size(size_raw) != size_wanted:
-                    ok = False
-                    break
-                found[p] = size_wanted
-                p = ((p + 16) >> 12) ^ fd if mangled else fd
-        if ok:
+        found = _fastbin_lists(reader, arena, heads, mangled, bound)
+        if found is not None:
             arena.fastbin_chunks = found
             return
     arena.fastbin_chunks = None
+
+
+def _fastbin_lists(cache: glibc_chunks.PageCache, arena: ArenaLayout, heads: tuple[int, ...], mangled: bool,
+                   bound: int) -> dict[int, int] | None:
+    """Every fastbin's chunks (address -> size), the ten lists followed together, the highest address
+    first: chunks freed in address order lie in each list downwards, so the lists are read in one sweep
+    down the heap, a page at a time (one list after the other read every page again)."""
+    lo, hi = arena.heaps[0].start, arena.heaps[0].start + max(arena.heaps[0].size, arena.heaps[0].mprotect_size)
+    found: dict[int, int] = {}
+    # fastbin_index(size) == (size >> 4) - 2 on 64-bit
+    cursors = [(-p, (index + 2) * 16) for index, p in enumerate(heads) if p]
+    heapq.heapify(cursors)
+    page, words = -1, None  # the page the sweep is on, and its words
+    while cursors:
+        p, size_wanted = -cursors[0][0], cursors[0][1]
+        if len(found) >= bound or p % 16 or not (lo <= p < hi or arena.contains(p)) or p in found:
+            return None
+        if p // PAGE_SIZE != page:
+            page, words = p // PAGE_SIZE, cache.page(p)
+        k = p % PAGE_SIZE // 8
+        if words is not None and k < PAGE_SIZE // 8 - 2:
+            size_raw, fd = words[k + 1], words[k + 2]
+        else:  # on a page not resident, or across two
+            data = cache.read_memory(p, 24)
+            if data is None:
+                return None
+            size_raw, fd = struct.unpack_from("<2Q", data, 8)
+        if _chunk_size(size_raw) != size_wanted:
+            return None
+        found[p] = size_wanted
+        p = ((p + 16) >> 12) ^ fd if mangled else fd
+        if p:
+            heapq.heapreplace(cursors, (-p, size_wanted))
+        else:
+            heapq.heappop(cursors)
+    return found
 
 
 def _measure_top(reader: MemoryReader, arena: ArenaLayout, resident: ResidentMap) -> None:
@@ -438,26 +351,67 @@ def _measure_top(reader: MemoryReader, arena: ArenaLayout, resident: ResidentMap
     arena.top_on_resident = resident.resident_bytes(arena.top, arena.top + arena.top_size)
 
 
-def _measure_arena(reader: MemoryReader, arena: ArenaLayout, resident: ResidentMap) -> None:
+def _read_state(reader: MemoryReader, arena: ArenaLayout, resident: ResidentMap) -> bytes | None:
+    """malloc_state read, with the top chunk's figures and no bins' (each attempt starts here)."""
     state = reader.read_memory(arena.address, MALLOC_STATE_SIZE)
     if state is None:
         arena.walk_problem = "malloc_state unreadable"
-        return
+        return None
     (arena.top,) = _U64.unpack_from(state, OFF_TOP)
     (arena.system_mem,) = _U64.unpack_from(state, OFF_SYSTEM_MEM)
+    arena.free_private, arena.free_pss = 0, 0.0
     _measure_top(reader, arena, resident)
-    top_shares = (0, 0.0)
     if arena.top_resident and resident.knows_private:
         _add_shares(arena, resident, arena.top + CHUNK_HEADER, arena.top + arena.top_size)
-        top_shares = (arena.free_private, arena.free_pss)
-    for heap in arena.heaps:
-        heap.resident = resident.resident(heap.start, heap.start + max(heap.size, heap.mprotect_size))
-    arena.resident = sum(h.resident for h in arena.heaps)
+    _reset_bins(arena, (arena.free_private, arena.free_pss))
+    return state
+
+
+def _reset_bins(arena: ArenaLayout, top_shares: tuple[int, float]) -> None:
+    arena.bins_free_bytes = arena.bins_free_count = arena.bins_free_resident = arena.bins_free_on_resident = 0
+    arena.small_free_on_resident = arena.small_free_count = arena.small_free_bytes = 0
+    arena.bin_chunks = []
+    arena.free_private, arena.free_pss = top_shares
+    arena.walk_problem = arena.small_walk_problem = ""
+    arena.walk_complete = arena.small_walk_complete = False
+
+
+def _spans(arena: ArenaLayout) -> list[glibc_chunks.HeapSpan] | None:
+    """Where the arena's chunks lie: the main arena's from [heap]'s start to its top chunk."""
+    if arena.is_main:
+        heap = arena.heaps[0]
+        ok = heap.start <= arena.top < heap.start + heap.size
+        return [glibc_chunks.HeapSpan(heap.start, arena.top, True)] if ok else None
+    return glibc_chunks.thread_spans([(h.start, h.size) for h in arena.heaps], arena.address, arena.top)
+
+
+def _walk_chunks(window: glibc_chunks.HeapWindow, arena: ArenaLayout, resident: ResidentMap) -> bool:
+    """Every chunk walked in one pass (glibc_chunks): the bins' chunks found by the PREV_INUSE bit of
+    the chunk after each; False, with the problem said, where the chunks do not hold together."""
+    spans = _spans(arena)
+    if spans is None:
+        arena.walk_problem = "chunk walk: the top chunk or the first heap not found"
+        return False
+    try:
+        sums = glibc_chunks.walk_chunks(window, spans)
+    except glibc_chunks.ChunkWalkFailed as exc:
+        arena.walk_problem = f"chunk walk: {exc}"
+        return False
+    for p, size in sums.big:
+        _add_bin_chunk(arena, resident, p, size)
+    arena.small_free_count, arena.small_free_bytes = sums.small_count, sums.small_bytes
+    arena.small_free_on_resident = sums.small_on_resident
+    arena.chunks_walked = sums.chunks
+    arena.walk_complete = arena.small_walk_complete = True
+    arena.walk_method = "chunks"
+    return True
+
+
+def _walk_lists(reader: MemoryReader, arena: ArenaLayout, resident: ResidentMap) -> None:
+    """The bins followed list by list from malloc_state, where the chunk walk failed."""
+    top_shares = (arena.free_private, arena.free_pss)
     for _attempt in range(3):  # the owner may change its bins while we read: retry
-        arena.bins_free_bytes = arena.bins_free_count = arena.bins_free_resident = arena.bins_free_on_resident = 0
-        arena.bin_chunks = []
-        arena.free_private, arena.free_pss = top_shares
-        arena.walk_problem = ""
+        _reset_bins(arena, top_shares)
         bins = reader.read_memory(arena.address + OFF_BINS, (NBINS - 1) * 16)
         if bins is None:
             arena.walk_problem = "arena bins unreadable"
@@ -466,9 +420,29 @@ def _measure_arena(reader: MemoryReader, arena: ArenaLayout, resident: ResidentM
         if arena.walk_complete:
             break
     _walk_small_bins(reader, arena, resident)
-    _walk_fastbins(reader, arena, state)
+    arena.walk_method = "bins"
+
+
+def _measure_arena(reader: glibc_chunks.HeapReader, arena: ArenaLayout, resident: ResidentMap,
+                   window: glibc_chunks.HeapWindow, cache: glibc_chunks.PageCache) -> None:
+    for heap in arena.heaps:
+        heap.resident = resident.resident(heap.start, heap.start + max(heap.size, heap.mprotect_size))
+    arena.resident = sum(h.resident for h in arena.heaps)
+    state = None
+    for _attempt in range(2):  # the owner may change its heap while we read: retry, then follow the lists
+        state = _read_state(reader, arena, resident)
+        if state is None:
+            return
+        if _walk_chunks(window, arena, resident):
+            break
+    assert state is not None
+    cache.clear()
+    if not arena.walk_complete:
+        _walk_lists(cache, arena, resident)
+        cache.clear()
+    _walk_fastbins(cache, arena, state)
     if arena.fastbin_chunks is not None:
-        arena.fastbin_on_resident = sum(size for p, size in arena.fastbin_chunks.items() if resident.page_resident(p))
+        arena.fastbin_on_resident = resident.sizes_resident(arena.fastbin_chunks.items())
 
 
 def _find_main_arena(reader: MemoryReader, thread_arenas: list[int], libc_data: list[Mapping],
@@ -572,8 +546,10 @@ class GlibcLayout:
         return out
 
 
-def find_glibc_layout(reader: MemoryReader, mappings: list[Mapping], resident: ResidentMap) -> GlibcLayout:
-    """Find every arena, its heaps, and what of them is resident, free and releasable."""
+def find_glibc_layout(reader: glibc_chunks.HeapReader, mappings: list[Mapping], resident: ResidentMap,
+                      native: bool = True) -> GlibcLayout:
+    """Find every arena, its heaps, and what of them is resident, free and releasable (``native``: the
+    chunk headers stepped through in C where memgap's walker is built; False: in Python, its reference)."""
     problems: list[str] = []
     thread = find_thread_heaps(reader, mappings)
     arenas: list[ArenaLayout] = []
@@ -591,9 +567,13 @@ def find_glibc_layout(reader: MemoryReader, mappings: list[Mapping], resident: R
         arenas.append(main)
     for address, heaps in thread.items():
         arenas.append(ArenaLayout(address, False, sorted(heaps, key=lambda h: h.start)))
+    # one window and one page cache for every arena: memgap's memory stays what one heap's walk needs
+    largest = max((max(h.size, h.mprotect_size) for a in arenas for h in a.heaps), default=0)
+    window = glibc_chunks.HeapWindow(reader, resident, largest + PAGE_SIZE, native)
+    cache = glibc_chunks.PageCache(reader, resident)
     for arena in arenas:
         if arena.address:
-            _measure_arena(reader, arena, resident)
+            _measure_arena(reader, arena, resident, window, cache)
             if arena.walk_problem:
                 problems.append(f"arena at {arena.address:#x}: {arena.walk_problem}")
     return GlibcLayout(arenas, main_address is not None, problems)

@@ -12,7 +12,6 @@ import resource
 import struct
 from dataclasses import dataclass, field
 
-from memgap.sources.glibc_heaps import ResidentMap
 from memgap.sources.procfs import (
     PAGE_SIZE,
     Mapping,
@@ -22,6 +21,7 @@ from memgap.sources.procfs import (
     exclusive_bitmap,
     present_bitmap,
 )
+from memgap.sources.resident_map import ResidentMap
 
 DEFAULT_STACK = 8 << 20
 TCB_PAGES = 2  # glibc puts a thread's struct pthread at the top of its stack block (2368 bytes below here)

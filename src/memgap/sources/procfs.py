@@ -526,7 +526,7 @@ class ProcReader:
             return [d if len(d) == size else None for d in data]
         return data
 
-    def read_memory_into(self, address: int, buffer: bytearray) -> bool:
+    def read_memory_into(self, address: int, buffer: bytearray | memoryview) -> bool:
         """Fill ``buffer`` from the process's memory; False where unmapped. A buffer reused across
         reads keeps an in-process sampler from allocating one per read in the heap it measures."""
         if self._mem_fd is None:

@@ -16,8 +16,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
-from memgap.sources.glibc_heaps import MemoryReader, ResidentMap
 from memgap.sources.procfs import PAGE_SIZE
+from memgap.sources.resident_map import MemoryReader, ResidentMap
 
 ALIGNMENT = 16
 POOL_OVERHEAD = 48
