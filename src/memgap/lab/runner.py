@@ -19,7 +19,7 @@ from memgap.errors import Unsupported
 from memgap.lab.adaptive import cannot_win, needs_every_rep
 from memgap.lab.cgroup_limit import CgroupParent, find_parent, make_run_cgroup
 from memgap.lab.choose import add_choices, choose, run_evidence, run_runtimes
-from memgap.lab.document import cell_verdict, lab_document
+from memgap.lab.document import cell_objective, cell_verdict, lab_document
 from memgap.lab.figures import run_figures
 from memgap.lab.fork_probe import ForkProbe
 from memgap.lab.journal import Journal, worth_running
@@ -141,7 +141,9 @@ def _dropped(options: LabOptions, state: LabState, variant: Variant, baseline: V
     label = variant.spec + "".join(f" {k}={v}" for k, v in cell.items())
     if label in state.dropped:
         return True
-    why = cannot_win(variant, baseline, [r for r in state.results if r.params == cell], options.max_slowdown)
+    runs = [r for r in state.results if r.params == cell]
+    objective, _ = cell_objective(options, state.variants, runs)
+    why = cannot_win(variant, baseline, runs, options.max_slowdown, objective)
     if why:
         state.dropped[label] = why
         progress(f"dropped {label}: {why}")
