@@ -7,7 +7,7 @@ from memgap.allocators import variants as V  # noqa: N812 - a short alias, as in
 from memgap.documents.records import LabDocument, RunFigures
 from memgap.lab.objective import decide_objective, quiet_warnings
 from memgap.lab.verdict import decide, summarize
-from memgap.lab.work import MIN_REST, busy_intervals, rounds_of, rests_within, time_weighted_mean, work_of
+from memgap.lab.work import MIN_REST, intervals_of, rests_within, rounds_of, stretches, time_weighted_mean, work_of
 
 MiB = 1 << 20
 
@@ -24,40 +24,49 @@ def _timeline(pattern, step=0.1):
     return out
 
 
-BURST = [(100, 0.09)] * 3   # 0.3 s of work at 100 MiB
+BURST = [(100, 0.03)] * 3   # 0.3 s of work at 100 MiB: an I/O-bound service's burst (0.09 s of CPU)
 REST = [(100, 0.0)] * 10    # 1 s at rest: glibc keeps the pages
 SERVICE = [(30, 0.05)] + BURST + REST + BURST + REST + BURST + REST
 
 
-def test_a_bursty_service_has_two_rests_in_its_work_and_its_mean_is_time_weighted():
+def test_a_bursty_service_has_two_rests_in_its_work_and_its_mean_is_its_steady_state():
     rounds = rounds_of(_timeline(SERVICE))
     assert [r.rss for r in rounds[:2]] == [50 * MiB, 120 * MiB]  # the tree: the driver's and the server's summed
-    intervals = busy_intervals(rounds)
-    work = work_of(rounds, 0.0, idle_at=rounds[-1].t, rest_began=None, duration=rounds[-1].t)
+    work = work_of(rounds, 0.0, idle_at=rounds[-1].t, duration=rounds[-1].t)
     # the work ends where the final rest began: the end of the third burst's last interval (round 29)
     assert work.end == rounds[29].t, work
     assert work.rests == [1.0, 1.0] and all(r >= MIN_REST for r in work.rests)
-    # the first 0.1 s at 50 MiB, the rest of the span at 120: weighted by time, not by samples
-    assert work.mean == round((50 * 0.1 + 120 * (work.end - 0.1)) / work.end * MiB)
-    assert rests_within(intervals, 0.0, work.end) == work.rests
+    # from the first rest (the first burst holds the start-up): 120 MiB held throughout
+    assert work.start == rounds[3].t and work.mean == 120 * MiB
+    assert rests_within(stretches(intervals_of(rounds)), 0.0, work.end) == work.rests
+    # the mean is time-weighted: a round that lasted longer weighs more
+    assert time_weighted_mean(rounds, 0.0, 0.2) == round((50 * 0.1 + 120 * 0.1) / 0.2 * MiB)
+
+
+def test_a_tick_of_a_timer_between_rests_is_no_burst():
+    blip = [(100, 0.01)]  # one tick: a timer, a runtime's housekeeping
+    rounds = rounds_of(_timeline([(30, 0.05)] + BURST + REST + blip + REST + BURST + REST))
+    assert intervals_of(rounds) is not None
+    assert work_of(rounds, 0.0, idle_at=rounds[-1].t, duration=rounds[-1].t).rests == [2.1]
 
 
 def test_a_job_that_works_then_rests_has_no_rest_in_its_work():
     rounds = rounds_of(_timeline([(30, 0.05)] + BURST * 4 + REST))
-    work = work_of(rounds, 0.0, idle_at=rounds[-1].t, rest_began=None, duration=rounds[-1].t)
-    assert work.rests == [] and work.end == rounds[12].t
+    work = work_of(rounds, 0.0, idle_at=rounds[-1].t, duration=rounds[-1].t)
+    assert work.rests == [] and work.end == rounds[12].t and work.start == 0.0
 
 
 def test_samples_without_cpu_time_give_no_rests_and_the_span_of_the_idle():
     old = [{k: v for k, v in s.items() if k != "cpu"} for s in _timeline(SERVICE)]
     rounds = rounds_of(old)
-    work = work_of(rounds, 0.0, idle_at=3.0, rest_began=None, duration=4.0)
-    assert work.rests is None and work.end == 3.0 and work.mean is not None
+    work = work_of(rounds, 0.0, idle_at=3.0, duration=4.0, rested=2.5)
+    assert work.rests is None and work.end == 2.5 and work.mean is not None
+    assert work_of(rounds, 0.0, idle_at=3.0, duration=4.0).end == 3.0
 
 
 def test_a_load_or_a_quiet_spell_bounds_the_work():
     rounds = rounds_of(_timeline(SERVICE), pids={2})  # --process: the server alone
-    work = work_of(rounds, 0.5, idle_at=None, rest_began=1.5, duration=5.0)
+    work = work_of(rounds, 0.5, idle_at=None, duration=5.0, load_end=1.5)
     assert (work.start, work.end) == (0.5, 1.5)
     assert work.mean == 100 * MiB
     assert time_weighted_mean(rounds, 2.0, 2.0) is None  # an empty span has no mean

@@ -6,8 +6,8 @@ the lab is adaptive: after one round, variants that cannot win are dropped and
 the rest run on (up to 3 times) until two rounds agree; --reps N runs the full
 grid. The figure that decides is --objective's: for a driven service (--load,
 or a workload whose baseline rested between bursts during its work) the mean
-RSS over the work, time-weighted, else the idle. Idle is the program's phase named idle (memgap.phase("idle") or a
---phase-regex line), else found: its last quiet spell (under 10% of a CPU, RSS
+RSS over the work, time-weighted, else the idle. Idle is the program's phase
+named idle (memgap.phase("idle") or a --phase-regex line), else found: its last quiet spell (under 10% of a CPU, RSS
 steady, 1 s), else the moment before it exits; the output says which. The
 figures are those of the tree: where several of its processes live at idle, idle
 is their sum by PSS (shared pages split among their sharers, not counted once per

@@ -258,13 +258,13 @@ def _over_the_work(m: RunFigures, run: RunDocument, proc: ProcessRecord, found: 
     rounds = rounds_of(run.timeline, {proc.pid} if one_process else None)
     if not rounds:
         return
-    start, rest_began = 0.0, None
+    start, load_end, rested = 0.0, None, None
     if run.load_started is not None and run.load_seconds:  # a service under --load: the work is the load
-        start, rest_began = run.load_started, run.load_started + run.load_seconds
-    elif found is not None and found.rule == "quiet" and found.work_ended and run.start:
-        rest_began = found.work_ended - run.start  # the quiet spell's rest began there
+        start, load_end = run.load_started, run.load_started + run.load_seconds
+    if found is not None and found.rule == "quiet" and found.work_ended and run.start:
+        rested = found.work_ended - run.start  # the quiet spell's rest began there
     idle_at = found.time - run.start if found is not None and found.time and run.start else None
-    work = work_of(rounds, start, idle_at, rest_began, m.duration)
+    work = work_of(rounds, start, idle_at, m.duration, load_end, rested)
     m.work_mean, m.work_span, m.rests = work.mean, [work.start, work.end], work.rests
 
 
