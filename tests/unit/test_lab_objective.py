@@ -43,6 +43,14 @@ def test_a_bursty_service_has_two_rests_in_its_work_and_its_mean_is_its_steady_s
     assert time_weighted_mean(rounds, 0.0, 0.2) == round((50 * 0.1 + 120 * 0.1) / 0.2 * MiB)
 
 
+def test_a_quiet_spell_read_inside_a_light_burst_ends_the_work_at_the_next_rest():
+    """The quiet-spell rule (10% of a CPU) took the third burst for rest and read the idle in it:
+    the work still ends where the final rest began, not at the rest before."""
+    rounds = rounds_of(_timeline(SERVICE))
+    work = work_of(rounds, 0.0, idle_at=rounds[28].t, duration=rounds[-1].t, rested=rounds[17].t)
+    assert work.end == rounds[29].t and work.rests == [1.0, 1.0], work
+
+
 def test_a_tick_of_a_timer_between_rests_is_no_burst():
     blip = [(100, 0.01)]  # one tick: a timer, a runtime's housekeeping
     rounds = rounds_of(_timeline([(30, 0.05)] + BURST + REST + blip + REST + BURST + REST))

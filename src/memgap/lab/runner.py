@@ -223,6 +223,8 @@ def _run_one(options: LabOptions, cgroup_parent: CgroupParent | None, variant: V
 
 def _progress_line(order: int, total: str, r: RunFigures) -> str:
     idle = f"idle {r.idle / 2**20:.0f} MiB" if r.idle is not None else "no idle"
+    if r.work_mean is not None:
+        idle += f", work mean {r.work_mean / 2**20:.0f} MiB"
     status = "" if r.status == RunStatus.OK else f" [{r.status}{': ' + r.note if r.note else ''}]"
     cell = " ".join(f"{k}={v}" for k, v in r.params.items())
     return f"[{order}/{total}] {r.variant}{' ' + cell if cell else ''} (rep {r.rep}): {idle}, {r.wall:.1f} s{status}"

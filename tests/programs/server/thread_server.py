@@ -1,19 +1,21 @@
 """A plain threaded HTTP service (standard library only, no memgap): each request runs in a
-thread of its own (ThreadingHTTPServer), decodes a burst of 3000-byte buffers (glibc's malloc,
-in that thread's arena), holds them across a short wait, so that a burst of concurrent
+thread of its own (ThreadingHTTPServer), decodes a JSON payload of 2000 strings of 3000
+characters (each one glibc's malloc, in that thread's arena), holds them across a short wait, so that a burst of concurrent
 requests holds them all at once, keeps one in 32 in a bounded cache, as a streaming service
 keeps per-stream state, and frees the rest. SIGTERM shuts it down cleanly, as uvicorn does.
 
     python thread_server.py PORT
 """
+import json
 import signal
 import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-BUFFERS = 2000   # per request: 6 MB of 3000-byte buffers
-KEEP_EVERY = 32  # one buffer in 32 stays, in a cache of the last 32 requests' (about 6 MB at most)
+BUFFERS = 2000   # per request: 6 MB of 3000-character strings
+KEEP_EVERY = 32  # one string in 32 stays, in a cache of the last 32 requests' (about 6 MB at most)
+PAYLOAD = json.dumps([f"{k:05d}" + "x" * 2995 for k in range(BUFFERS)])  # what each request decodes
 KEEP: dict[int, list[bytes]] = {}
 lock = threading.Lock()
 served = 0
@@ -22,7 +24,7 @@ served = 0
 class Handler(BaseHTTPRequestHandler):
     def do_GET(self):
         global served
-        chunks = [bytes(3000) for _ in range(BUFFERS)]
+        chunks = json.loads(PAYLOAD)
         time.sleep(0.05)
         with lock:
             served += 1
