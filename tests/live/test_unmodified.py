@@ -193,7 +193,8 @@ def test_lab_drives_a_service_that_never_exits_with_the_users_load_tool(tmp_path
     # default: the trimmer acts in the rest, not while the load runs)
     proc = memgap("lab", "--reps", "1", "--max-slowdown", "1", "--variant", "glibc", "--variant", "glibc:trim=quiet",
                   "--objective", "idle", "--load", load, "--rest", "3.5", "--metric", "req/s",
-                  "--metric-regex", r"([\d.]+) req/s", "--timeout", "60", "--json", str(out), "--dir", str(tmp_path / "runs"),
+                  "--metric-regex", r"([\d.]+) req/s", "--timeout", "60", "--json", str(out),
+                  "--dir", str(tmp_path / "runs"),
                   "--", sys.executable, os.path.join(SERVICE, "http_service.py"), str(port), timeout=180)
     assert proc.returncode == 0, proc.stderr[-2000:]
     lab = json.loads(out.read_text())

@@ -2,7 +2,8 @@
 thread of its own (ThreadingHTTPServer), decodes a JSON payload of 2000 strings of 3000
 characters (each one glibc's malloc, in that thread's arena), holds them across a short
 wait, so that a burst of concurrent requests holds them all at once, keeps one in 32 in a
-bounded cache, as a streaming service keeps per-stream state, and frees the rest. SIGTERM shuts it down cleanly, as uvicorn does.
+bounded cache, as a streaming service keeps per-stream state, and frees the rest. SIGTERM
+shuts it down cleanly, as uvicorn does.
 
     python thread_server.py PORT
 """
