@@ -43,12 +43,13 @@ def test_a_bursty_service_has_two_rests_in_its_work_and_its_mean_is_its_steady_s
     assert time_weighted_mean(rounds, 0.0, 0.2) == round((50 * 0.1 + 120 * 0.1) / 0.2 * MiB)
 
 
-def test_a_quiet_spell_read_inside_a_light_burst_ends_the_work_at_the_next_rest():
-    """The quiet-spell rule (10% of a CPU) took the third burst for rest and read the idle in it:
-    the work still ends where the final rest began, not at the rest before."""
+def test_a_quiet_spell_read_a_burst_early_ends_the_work_at_the_final_rest():
+    """The quiet-spell rule (10% of a CPU) took the light bursts for rest and read the idle in the
+    second rest, or inside the third burst: the work still ends where the final rest began."""
     rounds = rounds_of(_timeline(SERVICE))
-    work = work_of(rounds, 0.0, idle_at=rounds[28].t, duration=rounds[-1].t, rested=rounds[17].t)
-    assert work.end == rounds[29].t and work.rests == [1.0, 1.0], work
+    for moment in (rounds[22].t, rounds[28].t):
+        work = work_of(rounds, 0.0, idle_at=moment, duration=rounds[-1].t, rested=rounds[17].t)
+        assert work.end == rounds[29].t and work.rests == [1.0, 1.0], (moment, work)
 
 
 def test_a_tick_of_a_timer_between_rests_is_no_burst():

@@ -9,7 +9,7 @@ import statistics
 from memgap.allocators.variants import Variant, parse_variant
 from memgap.documents.recorded import CgroupCharge, RecordedSnapshot
 from memgap.documents.records import ProcessIdle, ProcessRecord, RunDocument, RunFigures, RunStatus, TrimMode
-from memgap.lab.work import rounds_of, work_of
+from memgap.lab.work import BURSTY_RESTS, rounds_of, work_of
 from memgap.record.idle import BEFORE_EXIT_PHASE, QUIET_PHASE, idle_of_process
 from memgap.record.tree_idle import peak_of_tree, tree_at_idle
 
@@ -266,6 +266,8 @@ def _over_the_work(m: RunFigures, run: RunDocument, proc: ProcessRecord, found: 
     idle_at = found.time - run.start if found is not None and found.time and run.start else None
     work = work_of(rounds, start, idle_at, m.duration, load_end, rested)
     m.work_mean, m.work_span, m.rests = work.mean, [work.start, work.end], work.rests
+    if load_end is None and work.rests is not None and len(work.rests) >= BURSTY_RESTS:
+        m.wall = work.end  # a bursty run's work, to the final rest its CPU shows (a quiet spell misses light bursts)
 
 
 def _idle_after_the_trimmer(m: RunFigures, proc: ProcessRecord) -> None:

@@ -71,7 +71,7 @@ def quiet_warnings(variants: list[Variant], runs: list[RunFigures], objective: s
     for v in variants:
         delay = v.quiet_delay
         mine = [r for r in runs if r.rests is not None and r.status == RunStatus.OK
-                and (r.variant == v.spec or parse_is_baseline(r.variant, variants))]
+                and (r.variant == v.spec or _is_baseline(r.variant, variants))]
         if not delay or not mine:
             continue
         rests = [x for r in mine for x in r.rests or []]
@@ -85,6 +85,6 @@ def quiet_warnings(variants: list[Variant], runs: list[RunFigures], objective: s
     return out
 
 
-def parse_is_baseline(spec: str, variants: list[Variant]) -> bool:
+def _is_baseline(spec: str, variants: list[Variant]) -> bool:
     """Whether ``spec`` is the lab's baseline among ``variants``."""
     return any(v.spec == spec and v.is_baseline for v in variants)

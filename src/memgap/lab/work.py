@@ -4,11 +4,12 @@ The work span: with ``--load``, the load's own time (from its start to its end);
 the run's start (memgap starts the command at t = 0), or, for a run that rested during its work,
 from its first rest (its first burst holds its start-up: an interpreter's imports, a driver's
 server starting, whose length swings with the machine's load and would weigh on a short run's
-mean), to the start of the final rest, the rest
-that ends in the idle figure: for an idle read in a quiet spell, the start of the rest (below)
-that holds that reading or follows it (the spell's own rule, 10% of a CPU, misses a burst of a
-few ticks); for any other idle (marked, before exit), the end of the last burst at or before its
-moment; where the samples hold no CPU time, the moment the quiet spell's rest began, else the idle's.
+mean), to the start of the final rest, the rest that ends in the idle figure: for an idle read
+in a quiet spell, the start of the last rest (below) that ended after that reading (the spell's
+own rule, 10% of a CPU, misses bursts of a few ticks, and may have read it a burst or two
+early); for any other idle (marked, before exit), the end of the last burst at or before its
+moment; where the samples hold no CPU time, the moment the quiet spell's rest began, else the
+idle's.
 
 The mean over the work is time-weighted: each sampling round's figure (the RSS of the tree's
 processes summed, or of the one process ``--process`` names) holds until the next round. The
@@ -152,10 +153,10 @@ def work_of(rounds: list[Round], start: float, idle_at: float | None, duration: 
     if load_end is not None:
         end = load_end
     elif parts is not None and rested is not None:
-        # a quiet spell's reading lies in the final rest, or in a burst that used too little CPU for the
-        # spell's rule to see (a tick or three): the work ends where the rest that holds it, or the next one, began
-        end = next((a for a, to, rest in parts if rest and to > moment), None) or last_burst_before(parts, moment) \
-            or moment
+        # a quiet spell lasts from its reading to the end: the final rest is the last rest after the reading
+        # (the spell's own rule, 10% of a CPU, misses bursts of a few ticks, and may have read it a burst early)
+        end = max((a for a, to, rest in parts if rest and to > moment), default=None) \
+            or last_burst_before(parts, moment) or moment
     elif parts is not None:
         end = last_burst_before(parts, moment) or moment
     else:
