@@ -48,7 +48,8 @@ def cannot_win(variant: Variant, baseline: Variant, runs: list[RunFigures], max_
         return f"far too slow (x{slowdown:.2f} against a budget of x{1 + max_slowdown:.2f})"
     for other in sorted({r.variant for r in runs} - {variant.spec, baseline.spec}):
         if _dominates(other, usable, runs, baseline, max_slowdown, objective):
-            return f"{other} idled far below it in every run, within the budget"
+            below = "idled" if objective == IDLE else f"had its {words(objective)}"
+            return f"{other} {below} far below it in every run, within the budget"
     return ""
 
 
