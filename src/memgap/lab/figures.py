@@ -267,9 +267,7 @@ def _over_the_work(m: RunFigures, run: RunDocument, proc: ProcessRecord, found: 
     work = work_of(rounds, start, idle_at, m.duration, load_end, rested)
     m.work_mean, m.work_span, m.rests = work.mean, [work.start, work.end], work.rests
     if load_end is None and work.rests is not None and len(work.rests) >= BURSTY_RESTS:
-        # a bursty run's time is its bursts': from its start to its final rest, less the rests between (a
-        # driver's sleeps would dilute a slower burst: x1.09 by that wall time where the bursts took x1.29)
-        m.wall = work.end - sum(work.rests)
+        m.wall = work.end  # a bursty run's work, to the final rest its CPU shows (a quiet spell misses light bursts)
 
 
 def _idle_after_the_trimmer(m: RunFigures, proc: ProcessRecord) -> None:
