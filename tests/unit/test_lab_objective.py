@@ -157,3 +157,19 @@ def test_the_document_carries_the_objective_and_an_earlier_lab_keeps_its_bytes()
     old = lab_document(options, state, 1.0).to_dict()
     assert "objective" not in old and all("mean" not in v for v in old["variants"])
     assert all("work_mean" not in r and "rests" not in r for r in old["runs"])
+
+
+def test_a_bursty_runs_figures_come_from_its_samples():
+    """run_figures on a run document made by hand: a driver (pid 1) and its server (pid 2) whose
+    samples hold their CPU time; the server's idle read before its exit (3.9 s)."""
+    from memgap.documents.records import RunDocument
+    from memgap.lab.figures import run_figures
+
+    snap = {"phase": "before-exit", "rss": 100 * MiB, "layers": {}, "status": {}, "allocator": {"name": "glibc"},
+            "pid": 2, "unexplained": 0, "route": "in-process", "time": 1000.0 + 3.9}
+    run = RunDocument.from_dict({"schema": "memgap.run/1", "start": 1000.0, "exit_code": 0, "duration": 4.0,
+                                 "timeline": _timeline(SERVICE), "processes": [{"pid": 2, "snapshots": [snap]}]})
+    m = run_figures(run, "glibc", 1, 1, 0.0)
+    assert m.rests == [1.0, 1.0] and m.work_span == [0.3, 2.9], (m.rests, m.work_span)
+    assert m.work_mean == 120 * MiB  # the tree: the driver's 20 and the server's 100, from the first rest on
+    assert m.wall == 2.9  # the work's time: from the start to its final rest (a quiet spell may misplace it)
