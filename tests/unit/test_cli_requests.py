@@ -38,7 +38,8 @@ ARGV = {
     "lab": ["lab", "--variant", "glibc:arena_max=2", "--variant", "jemalloc", "--reps", "2", "--timeout", "60",
             "--max-slowdown", "0.1", "--param", "WORKERS=1,2", "--param", "N=8", "--phase-regex", r"phase: (\S+)",
             "--idle-after", "1", "--load", "wrk -d1s http://127.0.0.1:8000/", "--rest", "2", "--process", "worker",
-            "--no-agent", "--metric", "rps", "--metric-regex", r"rps=(\d+)", "--memory-limit", "512M",
+            "--objective", "peak", "--no-agent", "--metric", "rps", "--metric-regex", r"rps=(\d+)",
+            "--memory-limit", "512M",
             "--json", "lab.json", "--markdown", "lab.md", "--html", "lab.html", "--dir", "lab.d", "--show-output",
             "--", "python", "w.py"],
     "report": ["report", "run.json.d", "--json", "out.json", "--html", "lab.html", "--markdown", "lab.md"],
@@ -69,7 +70,8 @@ def _expected(name: str) -> object:
             variants=tuple(parse_variant(s) for s in ("glibc", "glibc:arena_max=2", "jemalloc")),  # baseline first
             reps=2, timeout=60.0, max_slowdown=0.1, params=(("WORKERS", ("1", "2")), ("N", ("8",))),
             phase_regex=r"phase: (\S+)", idle_after=1.0, load=("wrk", "-d1s", "http://127.0.0.1:8000/"), rest=2.0,
-            process="worker", agent=False, metric="rps", metric_regex=r"rps=(\d+)", memory_limit=512 << 20,
+            objective="peak", process="worker", agent=False, metric="rps", metric_regex=r"rps=(\d+)",
+            memory_limit=512 << 20,
             json="lab.json", markdown="lab.md", html="lab.html", lab_dir="lab.d", show_output=True)
     if name == "report":
         return module.ReportRequest(path="run.json.d", json="out.json", html="lab.html", markdown="lab.md")

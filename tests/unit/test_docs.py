@@ -199,7 +199,8 @@ def test_the_run_fields_are_a_runs_keys(tmp_path):
 
     doc = load_run(str(tmp_path)).to_dict()  # an empty recording: every field, as a run cut short at once has them
     (top,) = json_tables("Run: `memgap.run/1`")
-    written = set(doc) | {"tree", "stopped"}  # written where two processes or more were alive at idle; where stopped
+    # written where two processes or more were alive at idle; where stopped; with --load
+    written = set(doc) | {"tree", "stopped", "load_started"}
     assert doc["schema"] == "memgap.run/1" and top == written, (top - written, written - top)
 
 
@@ -209,7 +210,9 @@ def test_the_lab_fields_are_a_labs_keys(tmp_path):
     from memgap.lab.document import lab_document
     from memgap.lab.state import LabOptions, LabState
 
-    runs = [RunFigures(spec, rep, 0, "ok", wall=1.0, idle=idle * MiB, baseline=30 * MiB)
+    # with the figures over the work that a lab since issue 32 writes (and its objective with them)
+    runs = [RunFigures(spec, rep, 0, "ok", wall=1.0, idle=idle * MiB, baseline=30 * MiB, work_mean=idle * MiB,
+                       work_span=[0.0, 1.0], rests=[])
             for rep in (1, 2) for spec, idle in (("glibc", 60), ("glibc:arena_max=2", 40))]
     options = LabOptions(cmd=["work"], variants=[parse_variant(s) for s in ("glibc", "glibc:arena_max=2")],
                          reps=2, lab_dir=str(tmp_path))

@@ -61,6 +61,9 @@ from memgap.record.envnames import (
 
 # What a remedy costs to apply, cheapest first: the lab prefers the cheapest that works.
 COST_ENV, COST_TRIMMER, COST_PRELOAD = 0, 1, 2
+# seconds without a change in glibc's bytes in use before memgap's idle trimmer trims (memgap.remedies.Trimmer
+# and the agent's trimmer in src/memgap/agent/agent.c): how long a quiet spell MEMGAP_TRIMMER=1 waits for
+TRIMMER_QUIET = 2.0
 COST_WORDS = {COST_ENV: "environment only",
               COST_TRIMMER: "memgap in the process (a trimmer, or the collector frozen at fork)",
               COST_PRELOAD: "another allocator preloaded"}
@@ -128,6 +131,18 @@ class Variant:
     def python_only(self) -> bool:
         """It sets something only a Python interpreter reads (pymalloc, the collector)."""
         return self.pymalloc_off or self.pymalloc_release or self.gc_freeze
+
+    @property
+    def quiet_delay(self) -> float:
+        """Seconds of quiet the variant waits for before it acts, as deployed (0: it does not wait):
+        memgap's idle trimmer, which trim=quiet measures and trim=idle's lines deploy."""
+        return TRIMMER_QUIET if self.trim in ("quiet", "idle") else 0.0
+
+    @property
+    def quiet_what(self) -> str:
+        """What waits, in words (for a variant with a ``quiet_delay``)."""
+        return ("memgap's idle trimmer, MEMGAP_TRIMMER=1" if self.trim == "quiet" else
+                "measured as one trim at idle; its lines deploy memgap's idle trimmer, MEMGAP_TRIMMER=1")
 
     @property
     def arena_max(self) -> int:

@@ -4,8 +4,10 @@ Each variant runs, interleaved (A B C A B C), each run recorded like `memgap
 run` (the tree over time; phase snapshots of Python processes). Without --reps
 the lab is adaptive: after one round, variants that cannot win are dropped and
 the rest run on (up to 3 times) until two rounds agree; --reps N runs the full
-grid. Idle is the program's phase named idle (memgap.phase("idle") or a
---phase-regex line), else found: its last quiet spell (under 10% of a CPU, RSS
+grid. The figure that decides is --objective's: for a driven service (--load,
+or a workload whose baseline rested between bursts during its work) the mean
+RSS over the work, time-weighted, else the idle. Idle is the program's phase
+named idle (memgap.phase("idle") or a --phase-regex line), else found: its last quiet spell (under 10% of a CPU, RSS
 steady, 1 s), else the moment before it exits; the output says which. The
 figures are those of the tree: where several of its processes live at idle, idle
 is their sum by PSS (shared pages split among their sharers, not counted once per
@@ -58,6 +60,7 @@ from memgap.cli import _common
 from memgap.cli._common import write_lab
 from memgap.errors import UsageError
 from memgap.lab.journal import take_folder
+from memgap.lab.objective import OBJECTIVES
 from memgap.lab.runner import LabInterrupted, run_lab
 from memgap.lab.state import LabOptions
 
@@ -96,6 +99,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rest", type=_common.seconds, default=3.0, metavar="S",
                    help="with --load: seconds the service must rest after the load before it is measured and "
                         "stopped (3: time for the idle trimmer of trim=quiet variants to act)")
+    p.add_argument("--objective", choices=OBJECTIVES, default="",
+                   help="the figure that decides: mean (the time-weighted mean RSS of the tree over the work: "
+                        "from the start, or the load's, to the final rest), idle (at the end, after the final "
+                        "rest) or peak; default: mean for a driven service (--load, or a workload whose "
+                        "baseline rested between bursts during its work), else idle")
     p.add_argument("--process", metavar="REGEX", default="",
                    help="rank on one process of the workload's tree, by its command line (default: the tree's "
                         "PSS total at idle where several processes live then, and the largest process's figures)")
@@ -169,6 +177,7 @@ class LabRequest:
     idle_after: float = 0.0
     load: tuple[str, ...] = ()
     rest: float = 3.0
+    objective: str = ""            # "": by the workload (memgap.lab.objective)
     process: str = ""
     agent: bool = True
     metric: str = ""
@@ -203,7 +212,8 @@ class LabRequest:
         return cls(cmd=tuple(cmd), variants=_variants(args.variant or DEFAULT_SPECS), reps=args.reps,
                    timeout=args.timeout, max_slowdown=args.max_slowdown,
                    params=tuple(_parse_param(p) for p in args.param), phase_regex=args.phase_regex,
-                   idle_after=args.idle_after, load=tuple(args.load), rest=args.rest, process=args.process,
+                   idle_after=args.idle_after, load=tuple(args.load), rest=args.rest, objective=args.objective,
+                   process=args.process,
                    agent=not args.no_agent, metric=args.metric, metric_regex=args.metric_regex,
                    memory_limit=args.memory_limit, json=args.json, markdown=args.markdown, html=args.html,
                    lab_dir=args.dir, show_output=args.show_output)
@@ -216,7 +226,7 @@ class LabRequest:
                           phase_regex=self.phase_regex, idle_after=self.idle_after,
                           metric_regex=self.metric_regex, agent=self.agent, process=self.process,
                           load=self.load, rest=self.rest, memory_limit=self.memory_limit,
-                          choose=self.default_set)
+                          choose=self.default_set, objective=self.objective)
 
 
 def _variants(specs: Sequence[str]) -> tuple[Variant, ...]:

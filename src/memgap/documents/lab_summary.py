@@ -69,6 +69,13 @@ class VariantSummary(_Summary):
     better: bool = False
     within_budget: bool = True
     reason: str = ""
+    mean: Spread | None = None      # the time-weighted mean RSS over the work (since issue 32: where known)
+
+    def to_dict(self) -> JsonObject:
+        out = super().to_dict()
+        if out["mean"] is None:  # a lab saved before it is written back as it was
+            del out["mean"]
+        return out
 
     def word(self, recommended: str | None, baseline: str | None) -> str:
         """Its word in a lab's table (and in a sweep's cells)."""
@@ -126,11 +133,16 @@ class Cell(_Summary):
     recommendation: Recommendation | None
     baseline_idle: float  # the baseline's idle median; 0 where it has none
     time_spread: float = 0.0  # the baseline's run-to-run spread (verdict.run_to_run_spread)
+    objective: str = ""  # the figure that decided its verdict (memgap.lab.objective); "" in a lab before it
 
     def to_dict(self) -> JsonObject:
-        return {"params": self.params, "variants": [v.to_dict() for v in self.variants], "verdict": self.verdict,
-                "recommendation": self.recommendation.to_dict() if self.recommendation else None,
-                "baseline_idle": self.baseline_idle, "time_spread": self.time_spread}
+        out: JsonObject = {"params": self.params, "variants": [v.to_dict() for v in self.variants],
+                           "verdict": self.verdict,
+                           "recommendation": self.recommendation.to_dict() if self.recommendation else None,
+                           "baseline_idle": self.baseline_idle, "time_spread": self.time_spread}
+        if self.objective:
+            out["objective"] = self.objective
+        return out
 
 
 

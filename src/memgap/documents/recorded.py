@@ -73,6 +73,7 @@ class RecordedSample(_Sampled, total=False):
     anon: int
     file: int
     threads: int
+    cpu: float  # user + system seconds the process has run so far (since issue 32: the lab's rests)
 
 
 class AgentTrimmer(TypedDict, total=False):

@@ -169,6 +169,7 @@ class RunDocument:
     timed_out: bool = False
     stopped_at_idle: bool = False
     load_seconds: float | None = None
+    load_started: float | None = None  # with --load: when the load began, seconds after the start
     oom_kills: int | None = None
     cgroup: CgroupCharge | None = None
     env: dict[str, str] = field(default_factory=dict)
@@ -204,9 +205,10 @@ def finding_of(data: RecordedFinding) -> Finding:
 
 # The run document's fields in the order load_run has always written them.
 _RUN_ORDER = ("schema", "cmd", "start", "machine", "interval", "exit_code", "complete", "timed_out",
-              "stopped_at_idle", "load_seconds", "oom_kills", "cgroup", "env", "agent", "duration", "processes",
-              "timeline", "findings", "errors", "metrics", "record_dir", "tree", "stopped")
-_RUN_OPTIONAL = ("tree", "stopped")  # added since 8a6ec88 (tree), issue 23 (stopped): written where there is one
+              "stopped_at_idle", "load_seconds", "load_started", "oom_kills", "cgroup", "env", "agent", "duration",
+              "processes", "timeline", "findings", "errors", "metrics", "record_dir", "tree", "stopped")
+# added since 8a6ec88 (tree), issue 23 (stopped), issue 32 (load_started): written where there is one
+_RUN_OPTIONAL = ("tree", "stopped", "load_started")
 
 
 @dataclass
@@ -249,6 +251,11 @@ class RunFigures:
     process_peak: int | None = None  # the measured process's own peak, where peak is the tree's
     cgroup_peak: int | None = None   # the run's own memory cgroup's highest charge (its tree's, page cache included)
     cgroup_limit: int | None = None  # that cgroup's limit (memgap lab --memory-limit)
+    # added since issue 32, written where known (memgap.lab.work): the time-weighted mean RSS over the
+    # work, the work's span (seconds after the start) and the rests within it (None: no CPU time sampled)
+    work_mean: int | None = None
+    work_span: list[float] | None = None
+    rests: list[float] | None = None
 
     def __post_init__(self) -> None:
         self.status = RunStatus(self.status)  # a status given as its word is the same status
@@ -256,8 +263,9 @@ class RunFigures:
     def to_dict(self) -> JsonObject:
         out = dataclasses.asdict(self)
         out["status"] = self.status.value
-        if self.process_peak is None:  # added since 8a6ec88: written where the peak is the tree's
-            del out["process_peak"]
+        for name in ("process_peak", "work_mean", "work_span", "rests"):  # added since 8a6ec88, issue 32
+            if out[name] is None:
+                del out[name]
         return out
 
     @classmethod
@@ -300,6 +308,10 @@ class LabDocument:
     cell: dict[str, str] = field(default_factory=dict)
     variants: list[VariantSummary] = field(default_factory=list)  # the worst cell's (``cell``), ranked
     verdict: str = ""
+    # added since issue 32, written where there is one: the figure that decided the verdict (idle, mean,
+    # peak: memgap.lab.objective) and why that one ("" where an earlier memgap's runs cannot say)
+    objective: str = ""
+    objective_why: str = ""
     stopped: str = ""
     recommendation: Recommendation | None = None
     time_spread: float = 0.0
@@ -382,10 +394,12 @@ class TreeMember(TypedDict):
 
 # The lab document's fields in the order lab_document has always written them.
 _LAB_ORDER = ("schema", "cmd", "machine", "python", "reps", "max_slowdown", "material", "metric", "params", "order",
-              "runs", "baseline", "cell", "variants", "verdict", "stopped", "recommendation", "time_spread", "cells",
+              "runs", "baseline", "cell", "variants", "verdict", "objective", "objective_why", "stopped",
+              "recommendation", "time_spread", "cells",
               "sweep", "across_cells", "skipped", "chosen", "adaptive", "dropped", "warnings", "lab_seconds",
               "workload_seconds", "complete", "lab_dir", "cgroup")
-_LAB_OPTIONAL = ("chosen",)  # written where there is one: a lab saved before it is written back as it was
+# written where there is one: a lab saved before it is written back as it was
+_LAB_OPTIONAL = ("chosen", "objective", "objective_why")
 
 
 def load_document(data: Any, what: str = "document") -> RunDocument | LabDocument:

@@ -18,14 +18,16 @@ from __future__ import annotations
 
 from memgap.allocators.variants import Variant, parse_variant
 from memgap.documents.records import RunFigures
+from memgap.lab.objective import IDLE, run_figure, words
 from memgap.lab.verdict import MATERIAL_BYTES, MATERIAL_SHARE, Verdict, summarize
 
 FAR_TOO_SLOW = 1.5  # x the slowest a variant may be (1 + budget): no later run brings it back
 
 
-def cannot_win(variant: Variant, baseline: Variant, runs: list[RunFigures], max_slowdown: float) -> str:
+def cannot_win(variant: Variant, baseline: Variant, runs: list[RunFigures], max_slowdown: float,
+               objective: str = IDLE) -> str:
     """Why ``variant`` cannot be recommended, from its runs and the baseline's so far
-    (one cell of the lab); "" while it still can."""
+    (one cell of the lab), judged by ``objective`` (memgap.lab.objective); "" while it still can."""
     if variant.is_baseline:
         return ""
     mine = [r for r in runs if r.variant == variant.spec]
@@ -34,17 +36,20 @@ def cannot_win(variant: Variant, baseline: Variant, runs: list[RunFigures], max_
     if mine and not usable:
         statuses = sorted({r.status for r in mine})
         return f"no usable run ({', '.join(statuses)})"
-    if not usable or not base:
+    theirs = [f for r in base if (f := run_figure(r, objective)) is not None]
+    ours = [f for r in usable if (f := run_figure(r, objective)) is not None]
+    if not ours or not theirs:
         return ""
-    highest = max(r.idle for r in base if r.idle is not None)
-    if min(r.idle for r in usable if r.idle is not None) > highest - max(MATERIAL_SHARE * highest, MATERIAL_BYTES):
-        return "its idle was not materially below the baseline's in any run"
+    highest = max(theirs)
+    if min(ours) > highest - max(MATERIAL_SHARE * highest, MATERIAL_BYTES):
+        return f"its {words(objective)} was not materially below the baseline's in any run"
     slowdown = _slowdown(variant, runs, baseline)
     if slowdown is not None and slowdown > FAR_TOO_SLOW * (1 + max_slowdown):
         return f"far too slow (x{slowdown:.2f} against a budget of x{1 + max_slowdown:.2f})"
     for other in sorted({r.variant for r in runs} - {variant.spec, baseline.spec}):
-        if _dominates(other, usable, runs, baseline, max_slowdown):
-            return f"{other} idled far below it in every run, within the budget"
+        if _dominates(other, usable, runs, baseline, max_slowdown, objective):
+            below = "idled" if objective == IDLE else f"had its {words(objective)}"
+            return f"{other} {below} far below it in every run, within the budget"
     return ""
 
 
@@ -54,17 +59,20 @@ def _slowdown(variant: Variant, runs: list[RunFigures], baseline: Variant) -> fl
 
 
 def _dominates(spec: str, usable: list[RunFigures], runs: list[RunFigures], baseline: Variant,
-               max_slowdown: float) -> bool:
-    """Whether variant ``spec`` idled below every one of these runs by twice the material
-    margin in all its own runs, within the time budget: the verdict would never pick the
-    dominated one (the other one's range lies clearly below it), whatever the costs."""
+               max_slowdown: float, objective: str = IDLE) -> bool:
+    """Whether variant ``spec`` idled (by ``objective``'s figure) below every one of these runs by
+    twice the material margin in all its own runs, within the time budget: the verdict would never
+    pick the dominated one (the other one's range lies clearly below it), whatever the costs."""
     theirs = [r for r in runs if r.variant == spec]
-    if not theirs or any(r.status != "ok" or r.idle is None for r in theirs):
+    if not theirs or any(r.status != "ok" or r.idle is None or run_figure(r, objective) is None for r in theirs):
         return False
-    lowest = min(r.idle for r in usable if r.idle is not None)
+    ours = [f for r in usable if (f := run_figure(r, objective)) is not None]
+    if not ours:
+        return False
+    lowest = min(ours)
     gap = max(2 * MATERIAL_SHARE * lowest, 2 * MATERIAL_BYTES)
     slowdown = _slowdown(parse_variant(spec), runs, baseline)
-    highest = max(r.idle for r in theirs if r.idle is not None)
+    highest = max(f for r in theirs if (f := run_figure(r, objective)) is not None)
     return highest < lowest - gap and (slowdown or 1.0) <= 1 + max_slowdown
 
 

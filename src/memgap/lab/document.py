@@ -11,6 +11,7 @@ import sys
 from memgap.allocators.variants import Variant
 from memgap.documents.lab_summary import AcrossCell, Cell, Recommendation, SweepRow
 from memgap.documents.records import LabDocument, RunFigures, RunStatus, TrimMode
+from memgap.lab.objective import IDLE, decide_objective, quiet_warnings
 from memgap.lab.remedy_lines import recommendation_lines
 from memgap.lab.state import LabOptions, LabState
 from memgap.lab.verdict import Verdict, decide, material, run_to_run_spread, summarize
@@ -18,6 +19,13 @@ from memgap.record.recorder import machine_info
 
 TRIM_HINT = 0.8  # a trim at idle that leaves less than this share of the baseline's idle is worth trying
 SHORT_WORKLOAD = 1.0  # seconds: shorter runs' wall times swing by tens of percent on a busy machine
+
+
+def cell_objective(options: LabOptions, variants: list[Variant], runs: list[RunFigures]) -> tuple[str, str]:
+    """The figure that decides one cell's verdict, and why (memgap.lab.objective)."""
+    baseline = next((v for v in variants if v.is_baseline), None)
+    base_runs = [r for r in runs if baseline is not None and r.variant == baseline.spec]
+    return decide_objective(options.objective, bool(options.load), base_runs)
 
 
 def cell_verdict(options: LabOptions, variants: list[Variant],
@@ -28,9 +36,10 @@ def cell_verdict(options: LabOptions, variants: list[Variant],
     baseline = next((v for v in variants if v.is_baseline), None)
     base_runs = by_spec.get(baseline.spec, []) if baseline else []
     summaries = [summarize(v, by_spec[v.spec], base_runs) for v in variants if by_spec[v.spec]]
-    verdict = decide(summaries, baseline.spec if baseline else "", options.max_slowdown)
+    objective, _ = cell_objective(options, variants, runs)
+    verdict = decide(summaries, baseline.spec if baseline else "", options.max_slowdown, objective)
     base = verdict.baseline
-    if (base is not None and base.idle and base.after_trim and not any(v.trim for v in variants)
+    if (objective == IDLE and base is not None and base.idle and base.after_trim and not any(v.trim for v in variants)
             and base.after_trim[2] < TRIM_HINT * base.idle[1]):
         # Every run measures one trim at idle: say so when it did what no variant here did.
         verdict.reason += (f"; note: one malloc_trim(0) at idle took the baseline from {base.idle[0] / 2**20:.0f} "
@@ -45,6 +54,9 @@ def cell_verdict(options: LabOptions, variants: list[Variant],
     quiet_specs = {v.spec for v in variants if TrimMode.of(v.trim) is TrimMode.QUIET}
     trimmer_runs = [r for r in runs if r.variant in quiet_specs and r.status == RunStatus.OK]
     never_trimmed = trimmer_runs and all("did not trim" in r.note for r in trimmer_runs)
+    waits = quiet_warnings([chosen, *(v for v in variants if v.is_baseline)], runs, objective).get(chosen.spec)
+    if waits:
+        recommendation.notes.append(waits)
     if TrimMode.of(chosen.trim) is TrimMode.IDLE and never_trimmed:
         recommendation.notes.append(
             "in this lab the idle trimmer never trimmed (the trim=quiet runs): the program ended within 2 s "
@@ -99,6 +111,24 @@ def _throughput_warnings(options: LabOptions, results: list[RunFigures], baselin
             "figure (--metric)"]
 
 
+def _cells(options: LabOptions, state: LabState) -> tuple[list[Cell], list[str]]:
+    """Each cell that ran, with its verdict, and why its objective decided there ("" where an earlier
+    memgap's runs cannot say: then the cell states none)."""
+    cells: list[Cell] = []
+    whys: list[str] = []
+    for cell in options.cells():
+        runs = [r for r in state.results if r.params == cell]
+        if not runs:
+            continue
+        verdict, recommendation = cell_verdict(options, state.variants, runs)
+        objective, why = cell_objective(options, state.variants, runs)
+        cells.append(Cell(cell, verdict.summaries, verdict.reason, recommendation,
+                          verdict.baseline.idle[0] if verdict.baseline and verdict.baseline.idle else 0,
+                          round(run_to_run_spread(verdict.baseline), 4), objective if why else ""))
+        whys.append(why)
+    return cells, whys
+
+
 def lab_document(options: LabOptions, state: LabState, seconds: float,
                  interrupted: bool = False, stopped: str = "") -> LabDocument:
     """The lab's results: its runs (``state.results``) among its variants. With swept parameters the
@@ -106,15 +136,7 @@ def lab_document(options: LabOptions, state: LabState, seconds: float,
     cell has its own."""
     results = state.results
     baseline = state.baseline()
-    cells: list[Cell] = []
-    for cell in options.cells():
-        runs = [r for r in results if r.params == cell]
-        if not runs:
-            continue
-        verdict, recommendation = cell_verdict(options, state.variants, runs)
-        cells.append(Cell(cell, verdict.summaries, verdict.reason, recommendation,
-                          verdict.baseline.idle[0] if verdict.baseline and verdict.baseline.idle else 0,
-                          round(run_to_run_spread(verdict.baseline), 4)))
+    cells, whys = _cells(options, state)
     worst = max(cells, key=lambda c: c.baseline_idle) if cells else None
     workload_seconds = sum(r.duration for r in results)
 
@@ -136,6 +158,8 @@ def lab_document(options: LabOptions, state: LabState, seconds: float,
         cell=worst.params if worst else {},
         variants=worst.variants if worst else [],
         verdict=stopped or (worst.verdict if worst else "no run finished"),
+        objective=worst.objective if worst else "",
+        objective_why=whys[cells.index(worst)] if worst else "",
         stopped=stopped,
         recommendation=worst.recommendation if worst else None,
         time_spread=worst.time_spread if worst else 0.0,
@@ -148,7 +172,8 @@ def lab_document(options: LabOptions, state: LabState, seconds: float,
         chosen={v.spec: state.chosen[v.spec] for v in state.variants if v.spec in state.chosen},
         adaptive=options.adaptive,
         dropped=[f"{label}: {why}" for label, why in state.dropped.items()],
-        warnings=_throughput_warnings(options, results, baseline),
+        warnings=[*_throughput_warnings(options, results, baseline),
+                  *quiet_warnings(state.variants, results, worst.objective if worst else IDLE).values()],
         lab_seconds=round(seconds, 3),
         workload_seconds=round(workload_seconds, 3),
         complete=not interrupted and not stopped,  # every run made, or skipped with its reason in "skipped"

@@ -8,7 +8,8 @@ import statistics
 
 from memgap.allocators.variants import Variant, parse_variant
 from memgap.documents.recorded import CgroupCharge, RecordedSnapshot
-from memgap.documents.records import ProcessRecord, RunDocument, RunFigures, RunStatus, TrimMode
+from memgap.documents.records import ProcessIdle, ProcessRecord, RunDocument, RunFigures, RunStatus, TrimMode
+from memgap.lab.work import BURSTY_RESTS, rounds_of, work_of
 from memgap.record.idle import BEFORE_EXIT_PHASE, QUIET_PHASE, idle_of_process
 from memgap.record.tree_idle import peak_of_tree, tree_at_idle
 
@@ -124,7 +125,8 @@ def run_figures(run: RunDocument, variant: Variant | str, rep: int, order: int, 
     _process_figures(m, run, proc)
     if proc.snapshots:
         _check_applied(m, variant, proc)
-    _idle_and_work(m, run, proc)
+    found = _idle_and_work(m, run, proc)
+    _over_the_work(m, run, proc, found, bool(process))
     mode = TrimMode.of(variant.trim)
     if mode is TrimMode.IDLE and m.after_trim is not None:
         m.idle = m.after_trim
@@ -227,8 +229,9 @@ def _check_applied(m: RunFigures, variant: Variant, proc: ProcessRecord) -> None
     m.status = RunStatus.NOT_APPLIED
 
 
-def _idle_and_work(m: RunFigures, run: RunDocument, proc: ProcessRecord) -> None:
-    """The idle figure (marked or found, see memgap.record.idle) and how long the work itself took."""
+def _idle_and_work(m: RunFigures, run: RunDocument, proc: ProcessRecord) -> ProcessIdle | None:
+    """The idle figure (marked or found, see memgap.record.idle) and how long the work itself took;
+    returns the idle found."""
     # load_run finds each process's idle; a document made otherwise may not say
     found = proc.idle if proc.idle is not None else idle_of_process(proc.to_dict(), run.timeline, run.start)
     if found:
@@ -245,6 +248,26 @@ def _idle_and_work(m: RunFigures, run: RunDocument, proc: ProcessRecord) -> None
         before_idle = [s["time"] for s in proc.snapshots if s["phase"] not in ("idle", *UNMARKED)]
         if before_idle:
             m.wall = max(before_idle) - run.start
+    return found
+
+
+def _over_the_work(m: RunFigures, run: RunDocument, proc: ProcessRecord, found: ProcessIdle | None,
+                   one_process: bool) -> None:
+    """The work span, the mean RSS over it (the tree's, summed per sampling round, or the one process
+    --process names) and the rests within it (memgap.lab.work says how each is found)."""
+    rounds = rounds_of(run.timeline, {proc.pid} if one_process else None)
+    if not rounds:
+        return
+    start, load_end, rested = 0.0, None, None
+    if run.load_started is not None and run.load_seconds:  # a service under --load: the work is the load
+        start, load_end = run.load_started, run.load_started + run.load_seconds
+    if found is not None and found.rule == "quiet" and found.work_ended and run.start:
+        rested = found.work_ended - run.start  # the quiet spell's rest began there
+    idle_at = found.time - run.start if found is not None and found.time and run.start else None
+    work = work_of(rounds, start, idle_at, m.duration, load_end, rested)
+    m.work_mean, m.work_span, m.rests = work.mean, [work.start, work.end], work.rests
+    if load_end is None and work.rests is not None and len(work.rests) >= BURSTY_RESTS:
+        m.wall = work.end  # a bursty run's work, to the final rest its CPU shows (a quiet spell misses light bursts)
 
 
 def _idle_after_the_trimmer(m: RunFigures, proc: ProcessRecord) -> None:

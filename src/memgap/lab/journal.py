@@ -42,6 +42,8 @@ class LabEvent(TypedDict, total=False):
     chosen: dict[str, str]
     added: list[str]
     reason: str
+    objective: str  # --objective ("" or absent: by the workload); since issue 32
+    load: list[str]  # --load's command, whose service is judged by its mean by default; since issue 32
 
 
 def journal_path(lab_dir: str) -> str:
@@ -88,7 +90,7 @@ class Journal:
         self._writer.write({"type": "header", "schema": LAB_SCHEMA, "cmd": options.cmd, "reps": options.reps,
                             "variants": [v.spec for v in options.variants], "skipped": options.skipped,
                             "machine": shaped(machine_info()), "memory_limit": options.memory_limit,
-                            "chosen": state.chosen})
+                            "chosen": state.chosen, "objective": options.objective, "load": list(options.load)})
 
     def run(self, result: RunFigures) -> None:
         self._writer.write({"type": "run", **result.to_dict()})
@@ -140,7 +142,8 @@ def _replay(header: LabEvent, events: list[LabEvent], runs: list[RunFigures],
     variants = [parse_variant(spec) for spec in header["variants"]]
     options = LabOptions(tuple(header["cmd"]), tuple(variants), int(header["reps"]), lab_dir=path,
                          skipped=tuple(header.get("skipped", [])), params=_swept(runs),
-                         memory_limit=header.get("memory_limit"))
+                         memory_limit=header.get("memory_limit"), objective=header.get("objective", ""),
+                         load=tuple(header.get("load") or ()))
     chosen = dict(header.get("chosen") or {})  # as the lab said (a lab of an earlier memgap said nothing)
     for event in (e for e in events if e.get("type") == "chosen"):  # what the baseline's findings added
         chosen.update(event["chosen"])

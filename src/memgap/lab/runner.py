@@ -19,7 +19,7 @@ from memgap.errors import Unsupported
 from memgap.lab.adaptive import cannot_win, needs_every_rep
 from memgap.lab.cgroup_limit import CgroupParent, find_parent, make_run_cgroup
 from memgap.lab.choose import add_choices, choose, run_evidence, run_runtimes
-from memgap.lab.document import cell_verdict, lab_document
+from memgap.lab.document import cell_objective, cell_verdict, lab_document
 from memgap.lab.figures import run_figures
 from memgap.lab.fork_probe import ForkProbe
 from memgap.lab.journal import Journal, worth_running
@@ -141,7 +141,9 @@ def _dropped(options: LabOptions, state: LabState, variant: Variant, baseline: V
     label = variant.spec + "".join(f" {k}={v}" for k, v in cell.items())
     if label in state.dropped:
         return True
-    why = cannot_win(variant, baseline, [r for r in state.results if r.params == cell], options.max_slowdown)
+    runs = [r for r in state.results if r.params == cell]
+    objective, _ = cell_objective(options, state.variants, runs)
+    why = cannot_win(variant, baseline, runs, options.max_slowdown, objective)
     if why:
         state.dropped[label] = why
         progress(f"dropped {label}: {why}")
@@ -221,6 +223,8 @@ def _run_one(options: LabOptions, cgroup_parent: CgroupParent | None, variant: V
 
 def _progress_line(order: int, total: str, r: RunFigures) -> str:
     idle = f"idle {r.idle / 2**20:.0f} MiB" if r.idle is not None else "no idle"
+    if r.work_mean is not None:
+        idle += f", work mean {r.work_mean / 2**20:.0f} MiB"
     status = "" if r.status == RunStatus.OK else f" [{r.status}{': ' + r.note if r.note else ''}]"
     cell = " ".join(f"{k}={v}" for k, v in r.params.items())
     return f"[{order}/{total}] {r.variant}{' ' + cell if cell else ''} (rep {r.rep}): {idle}, {r.wall:.1f} s{status}"

@@ -40,6 +40,7 @@ class LabOptions:
     rest: float = 3.0        # with a load: the service's quiet after it, before it is measured and stopped
     memory_limit: int | None = None  # bytes: each run in a memory cgroup of its own capped there
     choose: bool = False     # the default set: the baseline's first runs' findings add variants (lab.choose)
+    objective: str = ""      # the figure that decides (mean, idle, peak); "": by the workload (lab.objective)
 
     def cells(self) -> list[dict[str, str]]:
         """Every combination of the swept parameters (one empty cell without any)."""

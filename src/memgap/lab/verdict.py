@@ -1,5 +1,7 @@
 """Rank the variants and choose the cheapest one that works (pure).
 
+The figure that decides is the lab's objective (memgap.lab.objective): the idle at the end (the
+default, and what "idle" says below), the mean over the work, or the peak.
 A variant counts as better than the baseline only when its whole idle range
 (min-max over repetitions) lies below the baseline's and its idle median is
 lower by a material margin: at least MATERIAL_SHARE of the baseline's median
@@ -25,6 +27,7 @@ from typing import Any
 from memgap.allocators.variants import COST_WORDS, Variant
 from memgap.documents.lab_summary import Spread, VariantSummary
 from memgap.documents.records import LabMaterial, RunFigures
+from memgap.lab.objective import IDLE, summary_figure, words
 
 # The share is the default slowdown budget (5% of time), asked of memory in turn. The bytes
 # are one transparent huge page: where THP is on, one touched byte can move RSS by 2 MiB.
@@ -37,8 +40,8 @@ def material() -> LabMaterial:
     return {"share": MATERIAL_SHARE, "bytes": MATERIAL_BYTES}
 
 
-def material_words() -> str:
-    return (f"its whole idle range below the baseline's, and its median at least {MATERIAL_SHARE:.0%} "
+def material_words(objective: str = IDLE) -> str:
+    return (f"its whole {words(objective)} range below the baseline's, and its median at least {MATERIAL_SHARE:.0%} "
             f"and {MATERIAL_BYTES / 2**20:g} MiB lower")
 
 
@@ -55,6 +58,7 @@ def summarize(variant: Variant, runs: list[RunFigures], baseline_runs: list[RunF
     s.idle = _spread([r.idle for r in ok if r.idle is not None])
     s.after_trim = _spread([r.after_trim for r in ok if r.after_trim is not None])
     s.peak = _spread([r.peak for r in ok if r.peak is not None])
+    s.mean = _spread([r.work_mean for r in ok if r.work_mean is not None])
     s.cgroup_peak = _spread([r.cgroup_peak for r in runs if r.cgroup_peak is not None
                              and r.status in ("ok", "oom-killed")])
     s.baseline = _spread([r.baseline for r in ok if r.baseline is not None])
@@ -77,10 +81,11 @@ def summarize(variant: Variant, runs: list[RunFigures], baseline_runs: list[RunF
 
 @dataclass
 class Verdict:
-    summaries: list[VariantSummary]        # ranked: eligible by idle median, then the rest
+    summaries: list[VariantSummary]        # ranked: eligible by the objective's median, then the rest
     baseline: VariantSummary | None
     recommended: VariantSummary | None
     reason: str
+    objective: str = IDLE                  # the figure that decided (memgap.lab.objective)
 
 
 def run_to_run_spread(summary: VariantSummary | None) -> float:
@@ -91,14 +96,32 @@ def run_to_run_spread(summary: VariantSummary | None) -> float:
     return (figures[2] - figures[1]) / figures[0]
 
 
-def _idle(s: VariantSummary) -> Spread:
-    """The idle (median, min, max) of a variant found better, or that ran within the limit: it has one."""
-    if s.idle is None:
-        raise ValueError(f"{s.spec} has no idle figures")
-    return s.idle
+def _idle(s: VariantSummary, objective: str = IDLE) -> Spread:
+    """The idle (or the objective's figure: median, min, max) of a variant found better, or that ran
+    within the limit: it has one."""
+    figure = summary_figure(s, objective)
+    if figure is None:
+        raise ValueError(f"{s.spec} has no {words(objective)} figures")
+    return figure
 
 
-def decide(summaries: list[VariantSummary], baseline_spec: str, max_slowdown: float) -> Verdict:
+def _rank(s: VariantSummary, objective: str) -> tuple[bool, float]:
+    """Where a variant that is not eligible stands: by its figure's median, those without one last."""
+    figure = summary_figure(s, objective)
+    return figure is None, figure[0] if figure else 0.0
+
+
+def _figure_words(objective: str, tree: bool) -> str:
+    """What the verdict's figure is, in words: the idle's as it always said it."""
+    if objective == IDLE:
+        return f"idle {'PSS summed over the tree' if tree else 'RSS'}"
+    if objective == "mean":
+        return f"mean {'RSS of the tree' if tree else 'RSS'} over the work"
+    return f"peak {'RSS of the tree' if tree else 'RSS'}"
+
+
+def decide(summaries: list[VariantSummary], baseline_spec: str, max_slowdown: float,
+           objective: str = IDLE) -> Verdict:
     base = next((s for s in summaries if s.spec == baseline_spec), None)
     noise = run_to_run_spread(base)
     for s in summaries:
@@ -106,32 +129,37 @@ def decide(summaries: list[VariantSummary], baseline_spec: str, max_slowdown: fl
             s.reason = ", ".join(f"{n} {k}" for k, n in sorted(s.statuses.items()) if k != "ok")
         if s.slowdown is not None and s.slowdown > 1 + max_slowdown + noise:
             s.within_budget = False
-        if base is not None and base.idle and s.idle and s is not base and s.ok == s.runs:
-            s.better = materially_lower(s.idle, base.idle)
-    eligible = sorted((s for s in summaries if s.better and s.within_budget), key=lambda s: _idle(s)[0])
-    ranked = eligible + sorted(
-        [s for s in summaries if s not in eligible], key=lambda s: (s.idle is None, s.idle[0] if s.idle else 0))
+        mine, theirs = summary_figure(s, objective), base and summary_figure(base, objective)
+        if base is not None and theirs and mine and s is not base and s.ok == s.runs:
+            s.better = materially_lower(mine, theirs)
+    eligible = sorted((s for s in summaries if s.better and s.within_budget), key=lambda s: _idle(s, objective)[0])
+    ranked = eligible + sorted([s for s in summaries if s not in eligible], key=lambda s: _rank(s, objective))
     if base is not None and base.statuses.get("oom-killed"):
         return _within_the_limit(summaries, base)
     if base is None or not base.idle:
-        return Verdict(ranked, base, None, "the baseline variant (glibc) did not reach idle: nothing to compare")
+        return Verdict(ranked, base, None, "the baseline variant (glibc) did not reach idle: nothing to compare",
+                       objective)
+    if not summary_figure(base, objective):
+        return Verdict(ranked, base, None, f"the baseline variant (glibc) has no {words(objective)}: nothing to "
+                                           "compare", objective)
     if not eligible:
+        below = "idled" if objective == IDLE else f"had its {words(objective)}"
         return Verdict(ranked, base, None,
-                       f"no variant idled materially below the baseline ({material_words()}) within the "
-                       "slowdown budget: keep the defaults")
+                       f"no variant {below} materially below the baseline ({material_words(objective)}) within the "
+                       "slowdown budget: keep the defaults", objective)
     # The best median is never undercut (the whole range of anything clearly lower would lie below it).
-    standing = [s for s in eligible if not any(clearly_lower(t, s) for t in eligible)]
-    choice = min(standing, key=lambda s: (s.cost, s.settings, _idle(s)[0]))
-    idle, base_idle = _idle(choice), _idle(base)
-    reason = (f"idle {'PSS summed over the tree' if choice.tree else 'RSS'} {idle[0] / 2**20:.0f} MiB "
+    standing = [s for s in eligible if not any(clearly_lower(t, s, objective) for t in eligible)]
+    choice = min(standing, key=lambda s: (s.cost, s.settings, _idle(s, objective)[0]))
+    idle, base_idle = _idle(choice, objective), _idle(base, objective)
+    reason = (f"{_figure_words(objective, choice.tree)} {idle[0] / 2**20:.0f} MiB "
               f"(range {idle[1] / 2**20:.0f}-{idle[2] / 2**20:.0f}) against the baseline's "
               f"{base_idle[0] / 2**20:.0f} ({base_idle[1] / 2**20:.0f}-{base_idle[2] / 2**20:.0f}), "
               f"slowdown x{choice.slowdown or 1:.2f} (by {'its throughput' if choice.throughput else 'wall time'}); "
               f"{COST_WORDS[choice.cost]}")
     if choice is not eligible[0]:
-        reason += (f"; chosen over {eligible[0].spec} ({_idle(eligible[0])[0] / 2**20:.0f} MiB) "
+        reason += (f"; chosen over {eligible[0].spec} ({_idle(eligible[0], objective)[0] / 2**20:.0f} MiB) "
                    f"as the simpler remedy: that one's range does not clear it by {MATERIAL_SHARE:.0%}")
-    return Verdict(ranked, base, choice, reason)
+    return Verdict(ranked, base, choice, reason, objective)
 
 
 def _within_the_limit(summaries: list[VariantSummary], base: VariantSummary) -> Verdict:
@@ -161,11 +189,12 @@ def materially_lower(idle: Spread, base: Spread) -> bool:
     return idle[2] < base[1] and margin >= MATERIAL_SHARE * base[0] and margin >= MATERIAL_BYTES
 
 
-def clearly_lower(other: VariantSummary, this: VariantSummary) -> bool:
-    """Whether ``other`` idles clearly below ``this``: its whole range below this
-    one's, and its median more than MATERIAL_SHARE lower. No byte floor here: it guards
-    the step from the defaults to a remedy; between two remedies that both took that
+def clearly_lower(other: VariantSummary, this: VariantSummary, objective: str = IDLE) -> bool:
+    """Whether ``other`` idles (or has its objective's figure) clearly below ``this``: its whole
+    range below this one's, and its median more than MATERIAL_SHARE lower. No byte floor here: it
+    guards the step from the defaults to a remedy; between two remedies that both took that
     step, a range wholly below by the share is the better one to pick."""
-    if other.idle is None or this.idle is None:
+    theirs, mine = summary_figure(other, objective), summary_figure(this, objective)
+    if theirs is None or mine is None:
         return False
-    return other.idle[2] < this.idle[1] and other.idle[0] < this.idle[0] * (1 - MATERIAL_SHARE)
+    return theirs[2] < mine[1] and theirs[0] < mine[0] * (1 - MATERIAL_SHARE)

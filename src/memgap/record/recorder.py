@@ -438,7 +438,7 @@ def load_run(record_dir: str) -> RunDocument:
     """Assemble a recording folder (complete or cut short) into the run document (a recording
     whose events do not make one: MalformedInput)."""
     header: RecordedEvent = {}
-    end: RecordedEvent = {}
+    ends: dict[str, RecordedEvent] = {}  # the run's end, and its load's start (--load: the lab's work starts there)
     processes: dict[int, ProcessEntry] = {}
     timeline: list[RecordedSample] = []
     errors: list[RecordedError] = []
@@ -456,18 +456,15 @@ def load_run(record_dir: str) -> RunDocument:
         elif kind == "sample":
             del event["type"]
             timeline.append(cast(RecordedSample, event))  # a sample's keys, once its type is gone
-        elif kind == "end":
-            end = event
+        elif kind in ("end", "load-start"):
+            ends[kind] = event
         elif kind == "cgroup":
             cgroup = cast(CgroupCharge, {k: v for k, v in event.items() if k != "type"})  # its keys, less its type
         else:  # snapshots read from outside, errors, metrics, quiet spells' ends
             _add_event(processes, errors, metrics, event)
     _read_process_files(record_dir, processes, errors, metrics)
-    by_pid: dict[int, list[RecordedSample]] = {}  # each process's samples: its idle looks at its own only
-    for sample in timeline:
-        by_pid.setdefault(sample["pid"], []).append(sample)
-    for entry in processes.values():
-        _finish_entry(entry, by_pid.get(entry["pid"], []), header.get("start"))
+    end = ends.get("end", {})
+    _finish_entries(processes, timeline, header.get("start"))
     run = RunDocument.from_dict({
         "schema": RUN_SCHEMA,
         "cmd": header.get("cmd", []),
@@ -480,6 +477,7 @@ def load_run(record_dir: str) -> RunDocument:
         "timed_out": bool(end.get("timed_out")),
         "stopped_at_idle": bool(end.get("stopped_at_idle")),
         "load_seconds": end.get("load_seconds"),  # with --load: how long the load ran (the work)
+        "load_started": _after_start(ends.get("load-start", {}).get("time"), header.get("start")),
         "oom_kills": end.get("oom_kills"),  # the kernel's OOM kills, machine-wide, while it ran
         "cgroup": cgroup,  # limit, peak, oom_kills, limit_hits of the run's own memory cgroup
         "env": header.get("env", {}),
@@ -494,6 +492,20 @@ def load_run(record_dir: str) -> RunDocument:
     run.findings = _series_findings(run.processes)
     run.tree = tree.to_dict() if (tree := tree_at_idle(run)) is not None else None  # summed by PSS
     return run
+
+
+def _finish_entries(processes: dict[int, ProcessEntry], timeline: list[RecordedSample], start: float | None) -> None:
+    """Each process's entry finished from its own samples (its idle looks at its own only)."""
+    by_pid: dict[int, list[RecordedSample]] = {}
+    for sample in timeline:
+        by_pid.setdefault(sample["pid"], []).append(sample)
+    for entry in processes.values():
+        _finish_entry(entry, by_pid.get(entry["pid"], []), start)
+
+
+def _after_start(when: float | None, start: float | None) -> float | None:
+    """A moment of the clock as seconds after the run's start (as the samples' ``t``)."""
+    return round(when - start, 4) if when is not None and start else None
 
 
 def _series_findings(processes: list[ProcessRecord]) -> list[RecordedFinding]:

@@ -23,6 +23,7 @@ from memgap.report.lab import (
     apply_lines,
     cgroup_lines,
     chosen_lines,
+    objective_lines,
     pattern_evidence,
     recommended,
     table_rows,
@@ -50,7 +51,8 @@ def _chart_data(lab: LabDocument) -> JsonObject:
                               "timeline": r.timeline, "layers": shaped(r.layers)} for r in lab.runs]
     return {"cmd": lab.cmd, "machine": shaped(lab.machine), "reps": lab.reps, "verdict": lab.verdict,
             "columns": [c.header for c in variant_columns(lab)], "rows": table_rows(lab),
-            "too_slow": too_slow_line(lab), "warnings": chosen_lines(lab) + cgroup_lines(lab) + lab.warnings,
+            "too_slow": too_slow_line(lab), "warnings": chosen_lines(lab) + cgroup_lines(lab) + objective_lines(lab)
+                                                           + lab.warnings,
             "apply": apply_lines(lab.recommendation) if lab.recommendation else [],
             "across": across_line(lab),
             "evidence": {v.spec: pattern_evidence(lab, v.spec) for v in lab.variants},
@@ -279,7 +281,8 @@ def lab_fragment(lab: LabDocument) -> str:
     network), for notebooks: the workload, the verdict, the variants table and the lines that
     apply the recommendation, in the words of the terminal's report."""
     rec = lab.recommendation
-    notes = [too_slow_line(lab), across_line(lab), *chosen_lines(lab), *cgroup_lines(lab), *lab.warnings]
+    notes = [too_slow_line(lab), across_line(lab), *chosen_lines(lab), *cgroup_lines(lab), *objective_lines(lab),
+             *lab.warnings]
     return ('<div class="memgap-lab">' + _FRAGMENT_STYLE
             + f"<p>memgap lab of <code>{escape(' '.join(lab.cmd))}</code>, {lab.reps} repetitions</p>"
             + f'<p>Verdict: <b class="verdict">{escape(lab.verdict)}</b></p>'

@@ -37,11 +37,12 @@ def table_rows(lab: LabDocument) -> list[list[str]]:
     """The variants table's cells, as text (the terminal, Markdown and HTML reports share them),
     in the order of ``variant_columns(lab)``."""
     rows = []
-    cgroup = _cgroup_peaks(lab)
+    cgroup, means = _cgroup_peaks(lab), _means(lab)
     for v in lab.variants:
         wall = f"{v.wall[0]:.2f}" if v.wall else "-"
         slow = f"x{v.slowdown:.2f}" if v.slowdown else "-"
-        peaks = [_spread(v.peak)] + ([_spread(v.cgroup_peak)] if cgroup else [])
+        peaks = ([_spread(v.peak)] + ([_spread(v.cgroup_peak)] if cgroup else [])
+                 + ([_spread(v.mean)] if means else []))
         rate = [_rates(v.throughput)] if _metric(lab) else []
         rows.append([v.spec, _spread(v.baseline), *peaks, _spread(v.idle), *rate, _spread(v.after_trim), wall,
                      slow, _pattern(v), v.word(recommended(lab), lab.baseline)])
@@ -65,6 +66,11 @@ def _rates(value: Spread | None) -> str:
     return f"{_rate(med)} ({_rate(lo)}-{_rate(hi)})"
 
 
+def _means(lab: LabDocument) -> bool:
+    """Whether the lab measured the mean over the work (a lab saved before issue 32 did not)."""
+    return any(v.mean is not None for v in lab.variants)
+
+
 def _cgroup_peaks(lab: LabDocument) -> bool:
     """Whether any run had a memory cgroup of its own, whose peak the table then shows."""
     return any(r.cgroup_peak is not None for r in lab.runs)
@@ -86,10 +92,24 @@ def variant_columns(lab: LabDocument) -> tuple[Col, ...]:
     cols = list(VARIANT_COLUMNS)
     if _metric(lab):
         cols.insert(4, Col(_metric(lab), optional=1))
+    if _means(lab):  # essential where it decides
+        cols.insert(3, Col("work mean", optional=0 if lab.objective == "mean" else 2))
     if _cgroup_peaks(lab):
         limited = bool(lab.cgroup.get("limit"))
         cols.insert(3, Col("cgroup peak", optional=0 if limited else 6))
     return tuple(cols)
+
+
+OBJECTIVE_WORDS = {"mean": "the mean RSS over the work (time-weighted; a tree's processes summed per sampling "
+                           "round), the \"work mean\" column", "idle": "the idle", "peak": "the peak"}
+
+
+def objective_lines(lab: LabDocument) -> list[str]:
+    """Which figure decided the verdict and why (none for a lab saved before issue 32)."""
+    if not lab.objective or not lab.objective_why:
+        return []
+    return [f"Judged by {OBJECTIVE_WORDS.get(lab.objective, lab.objective)}: {lab.objective_why} "
+            "(--objective mean, idle or peak chooses)"]
 
 
 def cgroup_lines(lab: LabDocument) -> list[str]:
@@ -146,7 +166,8 @@ def better_line(lab: LabDocument) -> str:
     floor = lab.material
     if not floor:
         return ""
-    return (f"Better: its whole idle range below the baseline's, and its median at least {floor['share']:.0%} "
+    what = {"mean": "work mean", "peak": "peak"}.get(lab.objective, "idle")
+    return (f"Better: its whole {what} range below the baseline's, and its median at least {floor['share']:.0%} "
             f"and {floor['bytes'] / 2**20:g} MiB lower")
 
 
@@ -325,6 +346,8 @@ def render_lab(lab: LabDocument, stream: TextIO, width: int | None = None) -> No
         console.print(idle_rules_line(lab))
     if measured_line(lab):
         console.print(measured_line(lab), highlight=False, markup=False)
+    for line in objective_lines(lab):
+        console.print(line, highlight=False, markup=False)
     console.print(f"Verdict: {lab.verdict}")
     if across_line(lab):
         console.print(across_line(lab))

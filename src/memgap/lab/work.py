@@ -1,0 +1,167 @@
+"""The memory a run held over its work, and the rests in it (pure: a run's samples in, figures out).
+
+The work span: with ``--load``, the load's own time (from its start to its end); otherwise from
+the run's start (memgap starts the command at t = 0), or, for a run that rested during its work,
+from its first rest (its first burst holds its start-up: an interpreter's imports, a driver's
+server starting, whose length swings with the machine's load and would weigh on a short run's
+mean), to the start of the final rest, the rest that ends in the idle figure: for an idle read
+in a quiet spell, the start of the last rest (below) that ended after that reading (the spell's
+own rule, 10% of a CPU, misses bursts of a few ticks, and may have read it a burst or two
+early); for any other idle (marked, before exit), the end of the last burst at or before its
+moment; where the samples hold no CPU time, the moment the quiet spell's rest began, else the
+idle's.
+
+The mean over the work is time-weighted: each sampling round's figure (the RSS of the tree's
+processes summed, or of the one process ``--process`` names) holds until the next round. The
+samples hold RSS only (reading smaps_rollup at the sampling rate would cost the sampling its
+rate), so a page two processes share counts twice, as in the tree's peak.
+
+A rest within the work is a stretch of at least MIN_REST seconds in which the tree used no CPU
+tick (USER_HZ), between two bursts, each of MIN_BURST_CPU or more (a blip of a timer between two
+rests is part of the rest); a workload that rested at least BURSTY_RESTS times in its
+work works in bursts (a service driven by its load, a job that pauses between batches), and the
+lab judges it by the mean over its work by default (memgap.lab.objective).
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from memgap.documents.recorded import RecordedSample
+
+TICK = 0.005          # CPU seconds: less than this in an interval is no clock tick (USER_HZ is 100)
+MIN_BURST_CPU = 0.02  # CPU seconds: a stretch between rests that used less is a blip, not a burst
+MIN_REST = 0.5        # seconds: a shorter stretch without work is a pause within a burst
+BURSTY_RESTS = 2      # rests within the work that make a workload bursty (three bursts or more)
+
+
+@dataclass(frozen=True)
+class Round:
+    """One sampling round of the tree: its time (seconds after the start), the summed RSS of
+    the processes counted, and their CPU seconds (None where the samples hold none)."""
+
+    t: float
+    rss: int
+    cpu: dict[int, float] | None
+
+
+@dataclass(frozen=True)
+class Work:
+    """A run's work span (seconds after its start), its time-weighted mean over it, and its rests."""
+
+    start: float
+    end: float
+    mean: int | None
+    rests: list[float] | None  # each rest's length, in order; None where the samples hold no CPU time
+
+
+def rounds_of(timeline: list[RecordedSample], pids: set[int] | None = None) -> list[Round]:
+    """The timeline's samples grouped by round (the sampler stamps one time per round); ``pids``:
+    the processes counted (default: every one). CPU is kept only where every sample has it."""
+    by_t: dict[float, list[RecordedSample]] = {}
+    for s in timeline:
+        if pids is None or s["pid"] in pids:
+            by_t.setdefault(s["t"], []).append(s)
+    rounds = []
+    for t in sorted(by_t):
+        samples = by_t[t]
+        cpu = {s["pid"]: float(s["cpu"]) for s in samples if "cpu" in s}
+        rounds.append(Round(t, sum(s["rss"] for s in samples), cpu if len(cpu) == len(samples) else None))
+    return rounds
+
+
+def intervals_of(rounds: list[Round]) -> list[tuple[float, float, float]] | None:
+    """(from, to, CPU seconds the tree used) for each pair of consecutive rounds (a process first
+    seen in the later round counts with all its CPU time). None where a round has no CPU time."""
+    if any(r.cpu is None for r in rounds):
+        return None
+    out = []
+    for a, b in itertools.pairwise(rounds):
+        assert a.cpu is not None and b.cpu is not None
+        out.append((a.t, b.t, sum(cpu - a.cpu.get(pid, 0.0) for pid, cpu in b.cpu.items())))
+    return out
+
+
+def stretches(intervals: list[tuple[float, float, float]]) -> list[tuple[float, float, bool]]:
+    """The run cut into (from, to, rest) stretches: a rest is MIN_REST seconds or more in which the
+    tree used no CPU tick; what lies between two rests is a burst, unless it used less than
+    MIN_BURST_CPU (a tick or two of a timer, a runtime's housekeeping): then the rest goes on
+    through it. The stretch before the first burst is no rest (the run had not worked yet)."""
+    runs: list[list[float]] = []  # [from, to, quiet, cpu]: intervals with and without a tick
+    for a, b, used in intervals:
+        _extend(runs, a, b, float(used < TICK), used)
+    parts: list[list[float]] = []  # [from, to, rest, cpu]: a short quiet run belongs to the work around it
+    for a, b, quiet, used in runs:
+        _extend(parts, a, b, float(bool(quiet) and b - a >= MIN_REST), used)
+    out: list[list[float]] = []
+    for a, b, rest, used in parts:
+        if not rest and used < MIN_BURST_CPU and out and out[-1][2]:
+            out[-1][1] = b  # a blip after a rest: the rest goes on
+        else:
+            _extend(out, a, b, rest, used)
+    if out:
+        out[0][2] = 0.0
+    return [(a, b, bool(rest)) for a, b, rest, _ in out]
+
+
+def _extend(parts: list[list[float]], a: float, b: float, kind: float, used: float) -> None:
+    """Add [a, b) of ``kind`` to ``parts``: onto the last one where it is of the same kind."""
+    if parts and parts[-1][2] == kind:
+        parts[-1][1] = b
+        parts[-1][3] += used
+    else:
+        parts.append([a, b, kind, used])
+
+
+def last_burst_before(parts: list[tuple[float, float, bool]], moment: float) -> float | None:
+    """The end of the last burst that ended at or before ``moment``."""
+    ends = [to for _, to, rest in parts if not rest and to <= moment]
+    return max(ends) if ends else None
+
+
+def rests_within(parts: list[tuple[float, float, bool]], start: float, end: float) -> list[float]:
+    """The rests between start and end with a burst before and after them (the final rest is not
+    one: it follows the work)."""
+    inside = [p for p in parts if p[0] >= start and p[1] <= end]
+    return [round(to - a, 2) for k, (a, to, rest) in enumerate(inside) if rest and 0 < k < len(inside) - 1]
+
+
+def time_weighted_mean(rounds: list[Round], start: float, end: float) -> int | None:
+    """The mean of the rounds' RSS over [start, end], each round's figure holding until the next."""
+    if end <= start:
+        return None
+    total = 0.0
+    covered = 0.0
+    for k, r in enumerate(rounds):
+        until = rounds[k + 1].t if k + 1 < len(rounds) else end
+        a, b = max(r.t, start), min(until, end)
+        if b > a:
+            total += r.rss * (b - a)
+            covered += b - a
+    return round(total / covered) if covered > 0 else None
+
+
+def work_of(rounds: list[Round], start: float, idle_at: float | None, duration: float,
+            load_end: float | None = None, rested: float | None = None) -> Work:
+    """The work span and its figures. ``start``: where the work begins (0, or the load's start);
+    ``load_end``: where the load ended (the work ends there); ``idle_at``: the moment of the idle
+    figure (None: the run's end, ``duration``); ``rested``: where its quiet spell says the rest
+    began, for an idle found in a quiet spell (the end itself where the samples hold no CPU time)."""
+    intervals = intervals_of(rounds)
+    parts = stretches(intervals) if intervals is not None else None
+    moment = idle_at if idle_at is not None else duration
+    if load_end is not None:
+        end = load_end
+    elif parts is not None and rested is not None:
+        # a quiet spell lasts from its reading to the end: the final rest is the last rest after the reading
+        # (the spell's own rule, 10% of a CPU, misses bursts of a few ticks, and may have read it a burst early)
+        end = max((a for a, to, rest in parts if rest and to > moment), default=None) \
+            or last_burst_before(parts, moment) or moment
+    elif parts is not None:
+        end = last_burst_before(parts, moment) or moment
+    else:
+        end = rested or moment
+    rests = rests_within(parts, start, end) if parts is not None else None
+    if rests and load_end is None and parts is not None:  # a bursty run: its steady state, from its first rest
+        start = next(a for a, _, rest in parts if rest and a >= start)
+    return Work(round(start, 4), round(end, 4), time_weighted_mean(rounds, start, end), rests)

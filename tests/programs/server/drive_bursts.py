@@ -1,0 +1,69 @@
+"""A load driver for thread_server.py, as users write them (standard library only, no memgap):
+start the server as a child, wait until it answers, send BURSTS bursts of CONCURRENCY concurrent
+requests, each followed by a rest of REST seconds, and read the server's RSS from
+/proc/PID/status after each rest; then stop the server. It appends to READINGS a line
+"rest BYTES" per rest and one "work SECONDS" (the bursts' time, without the rests).
+
+    python drive_bursts.py READINGS [BURSTS [REST [CONCURRENCY]]]
+"""
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rss(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as fh:
+        return next(int(line.split()[1]) * 1024 for line in fh if line.startswith("VmRSS:"))
+
+
+def burst(port: int, n: int) -> None:
+    def one() -> None:
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=30).read()
+    threads = [threading.Thread(target=one) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+readings = sys.argv[1]
+bursts = int(sys.argv[2]) if len(sys.argv) > 2 else 3
+rest = float(sys.argv[3]) if len(sys.argv) > 3 else 1.0
+concurrency = int(sys.argv[4]) if len(sys.argv) > 4 else 8
+port = free_port()
+server = subprocess.Popen([sys.executable, os.path.join(HERE, "thread_server.py"), str(port)])
+deadline = time.time() + 30
+while time.time() < deadline:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        break
+    except OSError:
+        time.sleep(0.05)
+lines = []
+work = 0.0
+for _ in range(bursts):
+    began = time.perf_counter()
+    burst(port, concurrency)
+    work += time.perf_counter() - began
+    time.sleep(rest)
+    lines.append(f"rest {rss(server.pid)}")
+with open(readings, "a") as out:
+    out.write("\n".join([*lines, f"work {work:.4f}"]) + "\n")
+server.send_signal(signal.SIGTERM)
+code = server.wait(timeout=30)
+if code != 0:
+    print(f"drive_bursts.py: the server exited with {code}", file=sys.stderr)
+    sys.exit(1)

@@ -1,0 +1,175 @@
+"""The lab's objective (issue 32): the work's span, its time-weighted mean and its rests from a run's
+samples; which figure decides by default; the verdict by it; a remedy that waits for a quiet spell
+the workload never has; and the documents that carry them (a lab saved before keeps its bytes)."""
+import io
+
+from memgap.allocators import variants as V  # noqa: N812 - a short alias, as in test_lab_units
+from memgap.documents.records import LabDocument, RunFigures
+from memgap.lab.objective import decide_objective, quiet_warnings
+from memgap.lab.verdict import decide, summarize
+from memgap.lab.work import MIN_REST, intervals_of, rests_within, rounds_of, stretches, time_weighted_mean, work_of
+
+MiB = 1 << 20
+
+
+def _timeline(pattern, step=0.1):
+    """Samples of a driver (pid 1, flat 20 MiB, idle) and a server (pid 2): ``pattern`` is one
+    (rss MiB, CPU seconds used in the interval) per round for the server."""
+    out, cpu = [], 0.0
+    for k, (rss, used) in enumerate(pattern):
+        cpu += used
+        t = round(k * step, 4)
+        out.append({"t": t, "pid": 1, "rss": 20 * MiB, "cpu": 0.5})
+        out.append({"t": t, "pid": 2, "rss": rss * MiB, "cpu": round(cpu, 2)})
+    return out
+
+
+BURST = [(100, 0.03)] * 3   # 0.3 s of work at 100 MiB: an I/O-bound service's burst (0.09 s of CPU)
+REST = [(100, 0.0)] * 10    # 1 s at rest: glibc keeps the pages
+SERVICE = [(30, 0.05)] + BURST + REST + BURST + REST + BURST + REST
+
+
+def test_a_bursty_service_has_two_rests_in_its_work_and_its_mean_is_its_steady_state():
+    rounds = rounds_of(_timeline(SERVICE))
+    assert [r.rss for r in rounds[:2]] == [50 * MiB, 120 * MiB]  # the tree: the driver's and the server's summed
+    work = work_of(rounds, 0.0, idle_at=rounds[-1].t, duration=rounds[-1].t)
+    # the work ends where the final rest began: the end of the third burst's last interval (round 29)
+    assert work.end == rounds[29].t, work
+    assert work.rests == [1.0, 1.0] and all(r >= MIN_REST for r in work.rests)
+    # from the first rest (the first burst holds the start-up): 120 MiB held throughout
+    assert work.start == rounds[3].t and work.mean == 120 * MiB
+    assert rests_within(stretches(intervals_of(rounds)), 0.0, work.end) == work.rests
+    # the mean is time-weighted: a round that lasted longer weighs more
+    assert time_weighted_mean(rounds, 0.0, 0.2) == round((50 * 0.1 + 120 * 0.1) / 0.2 * MiB)
+
+
+def test_a_quiet_spell_read_a_burst_early_ends_the_work_at_the_final_rest():
+    """The quiet-spell rule (10% of a CPU) took the light bursts for rest and read the idle in the
+    second rest, or inside the third burst: the work still ends where the final rest began."""
+    rounds = rounds_of(_timeline(SERVICE))
+    for moment in (rounds[22].t, rounds[28].t):
+        work = work_of(rounds, 0.0, idle_at=moment, duration=rounds[-1].t, rested=rounds[17].t)
+        assert work.end == rounds[29].t and work.rests == [1.0, 1.0], (moment, work)
+
+
+def test_a_tick_of_a_timer_between_rests_is_no_burst():
+    blip = [(100, 0.01)]  # one tick: a timer, a runtime's housekeeping
+    rounds = rounds_of(_timeline([(30, 0.05)] + BURST + REST + blip + REST + BURST + REST))
+    assert intervals_of(rounds) is not None
+    assert work_of(rounds, 0.0, idle_at=rounds[-1].t, duration=rounds[-1].t).rests == [2.1]
+
+
+def test_a_job_that_works_then_rests_has_no_rest_in_its_work():
+    rounds = rounds_of(_timeline([(30, 0.05)] + BURST * 4 + REST))
+    work = work_of(rounds, 0.0, idle_at=rounds[-1].t, duration=rounds[-1].t)
+    assert work.rests == [] and work.end == rounds[12].t and work.start == 0.0
+
+
+def test_samples_without_cpu_time_give_no_rests_and_the_span_of_the_idle():
+    old = [{k: v for k, v in s.items() if k != "cpu"} for s in _timeline(SERVICE)]
+    rounds = rounds_of(old)
+    work = work_of(rounds, 0.0, idle_at=3.0, duration=4.0, rested=2.5)
+    assert work.rests is None and work.end == 2.5 and work.mean is not None
+    assert work_of(rounds, 0.0, idle_at=3.0, duration=4.0).end == 3.0
+
+
+def test_a_load_or_a_quiet_spell_bounds_the_work():
+    rounds = rounds_of(_timeline(SERVICE), pids={2})  # --process: the server alone
+    work = work_of(rounds, 0.5, idle_at=None, duration=5.0, load_end=1.5)
+    assert (work.start, work.end) == (0.5, 1.5)
+    assert work.mean == 100 * MiB
+    assert time_weighted_mean(rounds, 2.0, 2.0) is None  # an empty span has no mean
+
+
+def _run(spec, rep, idle, mean, rests=(1.0, 1.0), wall=3.0):
+    return RunFigures(spec, rep, 0, "ok", wall=wall, idle=idle * MiB, work_mean=mean * MiB,
+                      rests=list(rests) if rests is not None else None, peak=200 * MiB)
+
+
+def test_the_default_objective_follows_the_workload():
+    bursty = [_run("glibc", 1, 100, 120), _run("glibc", 2, 100, 120)]
+    assert decide_objective("", False, bursty)[0] == "mean"
+    assert "bursts" in decide_objective("", False, bursty)[1]
+    assert decide_objective("", False, [_run("glibc", 1, 100, 120, rests=[])])[0] == "idle"
+    assert decide_objective("", True, [])[0] == "mean"  # --load
+    assert decide_objective("peak", True, bursty) == ("peak", "chosen with --objective")
+    # an earlier memgap's runs sampled no CPU time: idle, as it always was, and nothing said
+    assert decide_objective("", False, [_run("glibc", 1, 100, 120, rests=None)]) == ("idle", "")
+
+
+def test_the_mean_over_the_work_decides_where_the_idle_would_mislead():
+    """The field report's service: a trim at the final rest takes the idle far down, the memory
+    held between the bursts does not move; two arenas lower what it holds while it works."""
+    table = {"glibc": [(150, 150), (148, 151)],
+             "glibc:arena_max=2,trim=idle": [(46, 140), (60, 141)],
+             "glibc:arena_max=2": [(100, 100), (101, 102)]}
+    base = [_run("glibc", k + 1, i, m) for k, (i, m) in enumerate(table["glibc"])]
+    summaries = [summarize(V.parse_variant(spec), [_run(spec, k + 1, i, m) for k, (i, m) in enumerate(rows)], base)
+                 for spec, rows in table.items()]
+    by_idle = decide(summaries, "glibc", 0.05)
+    assert by_idle.recommended.spec == "glibc:arena_max=2,trim=idle" and by_idle.reason.startswith("idle RSS")
+    summaries = [summarize(V.parse_variant(spec), [_run(spec, k + 1, i, m) for k, (i, m) in enumerate(rows)], base)
+                 for spec, rows in table.items()]
+    by_mean = decide(summaries, "glibc", 0.05, "mean")
+    assert by_mean.recommended.spec == "glibc:arena_max=2", by_mean.reason
+    assert by_mean.reason.startswith("mean RSS over the work 101 MiB (range 100-102)") and by_mean.objective == "mean"
+
+
+def test_a_remedy_that_waits_for_a_quiet_spell_the_workload_never_has_is_said_so():
+    variants = [V.parse_variant(s) for s in ("glibc", "glibc:arena_max=2,trim=quiet", "glibc:trim=every:1")]
+    runs = [_run("glibc", 1, 100, 120, rests=[1.0, 0.9]), _run("glibc:arena_max=2,trim=quiet", 1, 40, 110)]
+    said = quiet_warnings(variants, runs, "mean")
+    assert list(said) == ["glibc:arena_max=2,trim=quiet"]  # a trim every second waits for nothing
+    assert "after 2 s of quiet" in said["glibc:arena_max=2,trim=quiet"]
+    assert "longest rest during the work was 1.0 s" in said["glibc:arena_max=2,trim=quiet"]
+    # rests long enough for it: nothing to say; a job with no rest in its work, judged at its idle: nothing
+    assert quiet_warnings(variants, [_run("glibc", 1, 100, 120, rests=[2.5])], "mean") == {}
+    assert quiet_warnings(variants, [_run("glibc", 1, 100, 120, rests=[])], "idle") == {}
+
+
+def test_the_document_carries_the_objective_and_an_earlier_lab_keeps_its_bytes():
+    from memgap.lab.document import lab_document
+    from memgap.lab.state import LabOptions, LabState
+    from memgap.report.lab import render_lab
+
+    specs = ("glibc", "glibc:arena_max=2")
+    runs = [_run(spec, rep, idle, mean) for rep in (1, 2)
+            for spec, idle, mean in (("glibc", 100, 150), ("glibc:arena_max=2", 100, 100))]
+    options = LabOptions(cmd=("work",), variants=tuple(V.parse_variant(s) for s in specs), reps=2, lab_dir="/x")
+    state = LabState.start(options)
+    state.results = runs
+    doc = lab_document(options, state, 1.0)
+    data = doc.to_dict()
+    assert data["objective"] == "mean" and "bursts" in data["objective_why"]
+    assert data["recommendation"]["variant"] == "glibc:arena_max=2"
+    assert all("mean" in v for v in data["variants"]) and all("work_mean" in r for r in data["runs"])
+    again = LabDocument.from_dict(data)
+    assert again.to_dict() == data
+    out = io.StringIO()
+    render_lab(again, out)
+    text = " ".join(out.getvalue().split())
+    assert "work mean" in text and "Judged by the mean RSS over the work" in text
+    assert "Better: its whole work mean range below the baseline's" in text
+    # without the new figures (a lab of an earlier memgap) nothing of them is written
+    for r in runs:
+        r.work_mean = r.rests = None
+    state.results = runs
+    old = lab_document(options, state, 1.0).to_dict()
+    assert "objective" not in old and all("mean" not in v for v in old["variants"])
+    assert all("work_mean" not in r and "rests" not in r for r in old["runs"])
+
+
+def test_a_bursty_runs_figures_come_from_its_samples():
+    """run_figures on a run document made by hand: a driver (pid 1) and its server (pid 2) whose
+    samples hold their CPU time; the server's idle read before its exit (3.9 s)."""
+    from memgap.documents.records import RunDocument
+    from memgap.lab.figures import run_figures
+
+    snap = {"phase": "before-exit", "rss": 100 * MiB, "layers": {}, "status": {}, "allocator": {"name": "glibc"},
+            "pid": 2, "unexplained": 0, "route": "in-process", "time": 1000.0 + 3.9}
+    run = RunDocument.from_dict({"schema": "memgap.run/1", "start": 1000.0, "exit_code": 0, "duration": 4.0,
+                                 "timeline": _timeline(SERVICE), "processes": [{"pid": 2, "snapshots": [snap]}]})
+    m = run_figures(run, "glibc", 1, 1, 0.0)
+    assert m.rests == [1.0, 1.0] and m.work_span == [0.3, 2.9], (m.rests, m.work_span)
+    assert m.work_mean == 120 * MiB  # the tree: the driver's 20 and the server's 100, from the first rest on
+    assert m.wall == 2.9  # the work's time: from the start to its final rest (a quiet spell may misplace it)
