@@ -36,6 +36,7 @@ from memgap.record.envnames import EXIT_SOCKET_ENV, RECORD_DIR_ENV, TRIM_AFTER_E
 from memgap.record.idle import BEFORE_EXIT_PHASE, idle_of_process
 from memgap.record.load import LoadDriver
 from memgap.record.marks import CpuActivity, PhaseClock, StdoutMarks
+from memgap.record.outside import OutsideReads, ReadAsked, outside_snapshot
 from memgap.record.recording import RecordingWriter, open_recorded, private_folder, read_events
 from memgap.record.tree_end import (
     GRACE,
@@ -51,14 +52,7 @@ from memgap.record.tree_end import (
     subreaper,
 )
 from memgap.record.tree_idle import tree_at_idle
-from memgap.record.tree_watch import (
-    ExitHold,
-    OutsideQuiet,
-    TreeSampler,
-    best_peak,
-    exit_of,
-    outside_snapshot,
-)
+from memgap.record.tree_watch import TOO_MANY, ExitHold, OutsideQuiet, TreeSampler, best_peak, exit_of
 from memgap.sources.processes import tree_pids
 from memgap.sources.procfs import oom_kills
 
@@ -170,6 +164,7 @@ class _Recording:
         private_folder(options.record_dir)  # made 0700; one there already: the user's own, no one else writes in it
         self.writer = RecordingWriter(os.path.join(options.record_dir, SAMPLES_FILE))
         from memgap.explain import snapshot as collect  # noqa: F401 - loaded now, not at the first read (0.15 s beside the command)
+        self.reads = OutsideReads(self.writer)  # beside the sampler (forked now, loaded, before any other thread)
 
         self.start = time.time()
         env = child_env(options.record_dir)
@@ -198,6 +193,7 @@ class _Recording:
             self.watchdog.done()
             subreaper(self.was_subreaper)
             self._close_hold()
+            self.reads.close()
             self.writer.close()
             raise MemgapError(f"cannot run {options.cmd[0]!r}: {exc.strerror or exc}") from None
         self.watchdog.watch(self.proc.pid)
@@ -209,11 +205,12 @@ class _Recording:
         self.load = (LoadDriver(options.load, options.record_dir, options.rest, self.writer.write)
                      if options.load else None)
         self.quiet = None if options.idle_after else OutsideQuiet(options.record_dir)  # else its own rule
-        self.sampler = TreeSampler(self.writer, self.start, self.quiet, self.watchdog)
+        self.sampler = TreeSampler(self.reads, self.start, self.quiet, self.watchdog)
         self.tree = TreeEnd(self.proc, self.own_group, self._helpers)
         self.clock = PhaseClock(options.record_dir)
         self.activity = CpuActivity()
         self.timed_out = self.stopped_at_idle = self.marked_idle = False
+        self.due = 0.0  # monotonic time of the next round of samples
         self.oom_before = oom_kills()  # the kernel's count: did its OOM killer act while this ran?
 
     def watch(self) -> None:
@@ -229,24 +226,41 @@ class _Recording:
             busy = self.activity.busy(tree_pids(proc.pid)) if options.idle_after or self.load else False
             if (options.idle_after and self._quiet_long_enough(busy)) or (self.load and self.load.step(busy)):
                 self.stopped_at_idle = True  # measured at its idle (or after the load and its rest): stopped
-                end_tree(self.tree, None)
+                self._stop_tree()
                 return
-            if _exited_within(proc, self.marks, options.interval):
+            if _exited_within(proc, self.marks, self._next_sample()):
                 return
             if deadline is not None and time.monotonic() > deadline:
                 self.timed_out = True
-                end_tree(self.tree, None)
+                self._stop_tree()
                 return
+
+    def _next_sample(self) -> float:
+        """Seconds to the next round of samples: rounds keep to a schedule of one per interval from the
+        first, whatever a round cost (one running late is not made up for: the next is an interval on)."""
+        now, interval = time.monotonic(), self.options.interval
+        self.due = max(self.due + interval, now) if self.due else now + interval
+        return self.due - now
+
+    def _stop_tree(self) -> None:
+        """The reads asked are made while the tree still runs (they are of it at its idle), then it is stopped."""
+        self.reads.settle()
+        end_tree(self.tree, None)
 
     def _read_marks(self) -> None:
         for name, rss, at in self.marks.pending_marks() if self.marks else []:
             if self.quiet is not None:
                 self.quiet.marked.add(self.proc.pid)
-            outside_snapshot(self.writer, self.proc.pid, name, self.start, self.trim_after, at_mark=(rss, at))
+            self._read_mark(name, rss, at)
             self.marked_idle = self.marked_idle or name == "idle"
             self.clock.mark()
         for value in self.marks.pending_values() if self.marks else []:
             self._metric(value, self.proc.pid)
+
+    def _read_mark(self, name: str, rss: int | None, at: float) -> None:
+        read = ReadAsked(self.proc.pid, name, self.start, at, trim_after=self.trim_after, at_mark=(rss, at))
+        if not self.reads.ask(read):
+            self.writer.write({"type": "error", "pid": self.proc.pid, "phase": name, "error": TOO_MANY})
 
     def _quiet_long_enough(self, busy: bool) -> bool:
         """--idle-after: quiet that long (no new phase, little CPU): its idle, read from outside
@@ -257,6 +271,7 @@ class _Recording:
         if self.clock.quiet_for() < self.options.idle_after:
             return False
         if not self.marked_idle:
+            self.reads.settle()  # the marks and peaks asked before it come first
             outside_snapshot(self.writer, self.proc.pid, "idle", self.start, self.trim_after,
                               quiet_since=time.time() - self.clock.quiet_for())
         return True
@@ -272,8 +287,9 @@ class _Recording:
 
     def _helpers(self) -> set[int]:
         """memgap's own children that are not the tree's: the watchdog, the load command."""
-        return {pid for pid in (self.watchdog.pid, self.load.proc.pid if self.load and self.load.proc else None)
-                if pid is not None}
+        reader = self.reads.process
+        return {pid for pid in (self.watchdog.pid, self.load.proc.pid if self.load and self.load.proc else None,
+                                reader.pid if reader is not None else None) if pid is not None}
 
     def interrupted(self, received: int, again: Callable[[], bool]) -> Ending:
         """A stop signal: the tree ended (memgap.record.tree_end), the end event says how."""
@@ -281,6 +297,10 @@ class _Recording:
         self.watchdog.done()
         subreaper(self.was_subreaper)
         self._close_hold()
+        dropped = self.reads.close(drop=True, timeout=GRACE)  # the one under way ends; those waiting are not made
+        if dropped:
+            self.writer.write({"type": "error", "pid": None, "phase": "read from outside",
+                               "error": f"{dropped} read(s) asked were not made: memgap was stopped"})
         if self.load is not None:
             self.load.stop()
         self.writer.write({"type": "end", "t": round(time.time() - self.start, 4),
@@ -292,6 +312,7 @@ class _Recording:
         """The command's end: late marks and metrics, what it left running, the end event."""
         code = self.proc.wait()
         self._close_hold()  # the exits it held are read: their snapshots are in
+        self.reads.close()  # ...and every read asked (one of a process gone meanwhile finds it gone)
         self.watchdog.done()
         self.sampler.finish()
         oom_after = oom_kills()

@@ -14,6 +14,7 @@ from memgap.report.terminal import console_on, layer_columns, print_findings, re
 from memgap.report.units import mib
 
 SPARK = " ▁▂▃▄▅▆▇█"
+SLOW_READ = 1.0  # seconds: a read from outside this long is said beside its breakdown
 
 
 def sparkline(values: list[int], width: int = 40) -> str:
@@ -154,15 +155,31 @@ def process_line(process: ProcessRecord, highest: int | None) -> str:
     return " ".join(parts[:1]) + " " + "; ".join(p for p in parts[1:] if p)
 
 
-def _render_peak(console: Any, process: ProcessRecord, highest: int | None, why: str,
+def slow_read(snap: RecordedSnapshot, start: float | None) -> str:
+    """How long a read from outside took, where it took SLOW_READ seconds or more (a recording of a
+    memgap that did not time its reads has no such figure: nothing is said), with when it began, how long it
+    waited for the reads asked before it; the RSS samples went on meanwhile."""
+    seconds, started = snap.get("read_seconds"), snap.get("read_started")
+    if seconds is None or started is None or seconds < SLOW_READ:
+        return ""
+    began = f", from t={started - start:.1f} s" if start is not None else ""
+    asked = snap.get("asked")
+    waited = started - asked if asked is not None else 0.0
+    queue = f", after {waited:.1f} s waiting for the reads before it" if waited >= SLOW_READ else ""
+    return f"{snap.get('phase')} breakdown read in {seconds:.1f} s{began}{queue} (sampled meanwhile)"
+
+
+def _render_peak(console: Any, run: RunDocument, process: ProcessRecord, highest: int | None, why: str,
                  stream: TextIO, width: int | None) -> None:
     peak = process.peak or {}
     hwm = (peak.get("status") or {}).get("VmHWM")
+    slow = slow_read(peak, run.start)
     console.print(f"Breakdown of PID {process.pid} {command_text(process.cmd, 50)} at its peak: RSS "
                   f"{mib(peak['rss'])} MiB as read (highest sample {mib(highest)} MiB, VmHWM {mib(hwm)} MiB then; "
                   "read again whenever its RSS passed the last read by 10% or 8 MiB)"
                   + (f"; its RSS moved from {mib(peak.get('rss_at_mark'))} MiB while it was read, so its layers "
-                     "add up less well" if peak.get("moving") else "") + (f". {why}:" if why else ":"))
+                     "add up less well" if peak.get("moving") else "") + (f"; {slow}" if slow else "")
+                  + (f". {why}:" if why else ":"))
     render_snapshot(Snapshot.from_dict(peak), stream, width)
 
 
@@ -172,7 +189,7 @@ def _render_main(console: Any, run: RunDocument, process: ProcessRecord, stream:
     highest = highest_samples(run).get(process.pid)
     why = "The process that matters: the highest peak of the tree" if len(run.processes) > 1 else ""
     if process.peak:
-        _render_peak(console, process, highest, why, stream, width)
+        _render_peak(console, run, process, highest, why, stream, width)
     if not process.snapshots:
         return
     console.print(phase_table(process, console.width))
@@ -182,8 +199,9 @@ def _render_main(console: Any, run: RunDocument, process: ProcessRecord, stream:
         console.print(f"PID {snap['pid']} at {moment}: its peak, above (idle is the phase it marked, else its "
                       "last quiet spell, else the moment before exit)")
     else:
+        slow = slow_read(snap, run.start)
         console.print(f"Breakdown of PID {snap['pid']} at {moment} ({lead}idle is the phase it marked, "
-                      "else its last quiet spell, else the moment before exit):")
+                      "else its last quiet spell, else the moment before exit" + (f"; {slow}" if slow else "") + "):")
         render_snapshot(Snapshot.from_dict(snap), stream, width)
     at_exit = [s for s in process.snapshots if s.get("phase") == "exit"]
     if at_exit and at_exit[-1] is not snap:
