@@ -319,6 +319,9 @@ def _reader_main(writer: RecordingWriter, requests: int, answers: int) -> NoRetu
         die_with_parent(signal.SIGKILL)
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
             signal.signal(sig, signal.SIG_IGN)
+        quiet = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):  # it prints nothing, and holds no terminal nor pipe of memgap's caller open
+            os.dup2(quiet, fd)
         with os.fdopen(requests, "rb") as inbox, os.fdopen(answers, "wb") as outbox:
             for line in inbox:
                 fields = json.loads(line)
