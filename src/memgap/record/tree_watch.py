@@ -7,8 +7,9 @@ from outside (the snapshot ``memgap inspect PID`` takes: ``collect.snapshot_pid`
   larger. So the cost stays bounded: a process that grows to R MiB is read at most
   11 + log1.1(R / 80 MiB) times on the way (about 21 for 200 MiB, fewer where it grows faster
   than the samples), and a read that took d seconds is followed by none of the same process for
-  4 d more (PEAK_DUTY: its peak reads take a fifth of the reads' time at most: a Python
-  heap's pool census can take 0.1-0.4 s on a loaded machine). A read during which its RSS moved
+  4 d more, 2 s at most (PEAK_DUTY: its peak reads take a fifth of the reads' time at most: a Python
+  heap's pool census can take 0.1-0.4 s on a loaded machine; PEAK_WAIT_MOST: a first look at large
+  C++ libraries takes seconds, the next far less). A read during which its RSS moved
   (``moving``) is read again once the process is still at that high. The run's document keeps
   the highest steady read (``best_peak``);
 - its exit: memgap's agent, preloaded in it, says so on ``ExitHold``'s socket as the process
@@ -49,7 +50,9 @@ if TYPE_CHECKING:
 PEAK_PHASE = "peak"
 PEAK_STEP = 0.10         # of the last peak snapshot's RSS: a new high this much above it is read again
 PEAK_STEP_MIN = 8 * MiB  # ...and at least this much
-PEAK_DUTY = 0.2          # a process's peak reads take at most this share of the recorder's time
+PEAK_DUTY = 0.2          # a process's peak reads take at most this share of the reads' time...
+PEAK_WAIT_MOST = 2.0     # ...but the next waits this long at most (s): a first look at large libraries takes
+                         # seconds, the reader's next ones far less (what it parsed, it keeps: its caches)
 HOLD_SECONDS = 1.0       # the agent waits this long at most (EXIT_HOLD_MS in agent.c)
 SUN_PATH_MAX = 108       # sizeof(sockaddr_un.sun_path), the terminating zero included
 TOO_MANY = "not read: too many reads from outside were waiting (memgap.record.outside.MAX_PENDING)"
@@ -146,7 +149,8 @@ class TreeSampler:
                 self.unsteady[pid] = rss
             else:
                 self.unsteady.pop(pid, None)
-            self.next_peak[pid] = made.began + (made.ended - made.began) / PEAK_DUTY
+            spent = made.ended - made.began
+            self.next_peak[pid] = made.ended + min(spent * (1 / PEAK_DUTY - 1), PEAK_WAIT_MOST)
 
     def _settled(self, pid: int, rss: int, prev: int | None) -> bool:
         """Whether a process whose last peak read moved (its RSS grew or fell while it was read) has
