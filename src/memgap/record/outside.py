@@ -135,26 +135,32 @@ class ReadAsked:
     rested_since: float | None = None
     at_mark: tuple[int | None, float] | None = None
     then_pss: tuple[int, ...] = ()
+    held_exit: bool = False
 
 
 @dataclass(frozen=True)
 class ReadMade:
     """What a read found, for the sampler: whether it was read, whether its RSS moved meanwhile, when
-    it began and ended (monotonic: one clock for every process of the machine)."""
+    it began and ended (monotonic: one clock for every process of the machine), the RSS it read (a
+    read that moved is made again once the process is still at that level: the RSS sampled as it
+    was asked is older, by the reads it waited for)."""
 
     read: bool
     moving: bool
     began: float
     ended: float
+    rss: int | None = None
 
 
 def make_read(writer: RecordingWriter, asked: ReadAsked) -> ReadMade:
     """Make one read asked: the snapshot's event (or its error) written into the recording."""
     began = time.monotonic()
     record = outside_snapshot(writer, asked.pid, asked.phase, asked.start, asked.trim_after, asked.quiet_since,
-                              asked.rested_since, asked.event, at_mark=asked.at_mark, asked=asked.asked)
+                              asked.rested_since, asked.event, asked.held_exit, asked.at_mark, asked.asked)
     pss_reads(writer, list(asked.then_pss))
-    return ReadMade(record is not None, record is not None and bool(record.get("moving")), began, time.monotonic())
+    if record is None:
+        return ReadMade(False, False, began, time.monotonic())
+    return ReadMade(True, bool(record.get("moving")), began, time.monotonic(), record["rss"])
 
 
 Done = Callable[[ReadMade], None]
@@ -194,6 +200,17 @@ class OutsideReads:
             self._pending[key] = (read, done)
             self._cond.notify_all()
             return True
+
+    def now(self, read: ReadAsked) -> ReadMade:
+        """``read`` made at once, beside the reads asked (an exit held for it cannot wait behind them):
+        by the reader's process still (what it parsed, it keeps: a first look at a process's libraries
+        in this one took a second under load, past the hold), in its second thread."""
+        process = self.process
+        if process is not None:
+            made = process.make(read, now=True)
+            if made is not None:
+                return made
+        return make_read(self.writer, read)
 
     def under_way(self, key: Hashable) -> bool:
         """Whether the read asked under ``key`` is being made now (one waiting may still be replaced)."""
@@ -263,56 +280,63 @@ class ReaderProcess:
     """memgap's own process that makes the reads from outside: forked from the recorder (it has
     memgap's modules loaded already), it writes each read's events into the recording itself (a
     whole line per write, appended: memgap.record.recording) and answers the recorder with what
-    it found. It ends when the recorder closes its requests, or dies (PR_SET_PDEATHSIG), and
-    ignores the stop signals a terminal sends its process group: the recorder ends it."""
+    it found. Two channels: the reads asked, one after the other, and the reads made at once (a
+    held exit's), in a second thread beside them. It ends when the recorder closes its requests,
+    or dies (PR_SET_PDEATHSIG), and ignores the stop signals a terminal sends its process group:
+    the recorder ends it."""
 
-    def __init__(self, pid: int, requests: int, answers: int) -> None:
+    def __init__(self, pid: int, channels: list[tuple[int, int]]) -> None:
         self.pid = pid
-        self._requests = os.fdopen(requests, "wb")
-        self._answers = os.fdopen(answers, "rb")
+        self._channels = [(os.fdopen(requests, "wb"), os.fdopen(answers, "rb")) for requests, answers in channels]
+        self._now_lock = threading.Lock()  # one read at once at a time (exits held together take turns)
 
     @classmethod
     def start(cls, writer: RecordingWriter) -> ReaderProcess | None:
         """The reader forked; None where it cannot be (its reads are then made in a thread)."""
-        to_child, from_parent = os.pipe()
-        to_parent, from_child = os.pipe()
+        pipes = [os.pipe() for _ in range(4)]  # per channel: requests to it, answers from it
         try:
             pid = os.fork()
         except OSError:
-            for fd in (to_child, from_parent, to_parent, from_child):
+            for fd in itertools.chain(*pipes):
                 os.close(fd)
             return None
+        ours, its = [(pipes[0][1], pipes[1][0]), (pipes[2][1], pipes[3][0])], \
+            [(pipes[0][0], pipes[1][1]), (pipes[2][0], pipes[3][1])]
+        for fd in itertools.chain(*(its if pid else ours)):
+            os.close(fd)
         if pid == 0:  # the reader: never returns
-            os.close(from_parent)
-            os.close(to_parent)
-            _reader_main(writer.beside(), to_child, from_child)
-        os.close(to_child)
-        os.close(from_child)
-        return cls(pid, from_parent, to_parent)
+            _reader_main(writer.beside(), its)
+        return cls(pid, ours)
 
-    def make(self, read: ReadAsked) -> ReadMade | None:
-        """One read made by the reader; None where it has died."""
-        try:
-            self._requests.write(json.dumps(asdict(read)).encode() + b"\n")
-            self._requests.flush()
-            line = self._answers.readline()  # waits without the GIL
-        except OSError:
-            return None
+    def make(self, read: ReadAsked, now: bool = False) -> ReadMade | None:
+        """One read made by the reader (``now``: on its second channel, beside the reads asked); None
+        where it has died."""
+        with self._now_lock if now else contextlib.nullcontext():
+            requests, answers = self._channels[1 if now else 0]
+            try:
+                requests.write(json.dumps(asdict(read)).encode() + b"\n")
+                requests.flush()
+                line = answers.readline()  # waits without the GIL
+            except (OSError, ValueError):  # ValueError: closed, the recording is ending
+                return None
         return ReadMade(**json.loads(line)) if line else None
 
     def end(self, kill: bool = False) -> None:
-        """Its requests closed (it ends once its read is made), or it is killed; then waited for."""
+        """Its requests closed (it ends once its reads are made), or it is killed; then waited for."""
         with contextlib.suppress(OSError):
             if kill:
                 os.kill(self.pid, signal.SIGKILL)
-            self._requests.close()
+        for requests, _ in self._channels:
+            with contextlib.suppress(OSError):
+                requests.close()
         with contextlib.suppress(ChildProcessError):  # reaped already, by the tree's end (memgap the subreaper)
             os.waitpid(self.pid, 0)
-        with contextlib.suppress(OSError):
-            self._answers.close()
+        for _, answers in self._channels:
+            with contextlib.suppress(OSError):
+                answers.close()
 
 
-def _reader_main(writer: RecordingWriter, requests: int, answers: int) -> NoReturn:
+def _reader_main(writer: RecordingWriter, channels: list[tuple[int, int]]) -> NoReturn:
     """The reader's process: each read asked, made; then exits, never running the recorder's cleanup."""
     code = 0
     try:
@@ -322,18 +346,26 @@ def _reader_main(writer: RecordingWriter, requests: int, answers: int) -> NoRetu
         quiet = os.open(os.devnull, os.O_RDWR)
         for fd in (0, 1, 2):  # it prints nothing, and holds no terminal nor pipe of memgap's caller open
             os.dup2(quiet, fd)
-        with os.fdopen(requests, "rb") as inbox, os.fdopen(answers, "wb") as outbox:
-            for line in inbox:
-                fields = json.loads(line)
-                at_mark = fields.pop("at_mark")
-                read = ReadAsked(**fields, at_mark=tuple(at_mark) if at_mark else None)
-                try:
-                    made = make_read(writer, read)
-                except Exception as exc:  # noqa: BLE001 - recorded; the next read goes on
-                    _failed(writer, read, exc)
-                    made = ReadMade(False, False, time.monotonic(), time.monotonic())
-                outbox.write(json.dumps(asdict(made)).encode() + b"\n")
-                outbox.flush()
+        beside = threading.Thread(target=_serve_channel, args=(writer, *channels[1]), name="memgap-reads-now")
+        beside.start()
+        _serve_channel(writer, *channels[0])
+        beside.join()
     except BaseException:  # noqa: BLE001 - the recorder sees it gone and goes on without it
         code = 1
     os._exit(code)
+
+
+def _serve_channel(writer: RecordingWriter, requests: int, answers: int) -> None:
+    """One channel of the reader's: each read asked on it made, answered, until it is closed."""
+    with os.fdopen(requests, "rb") as inbox, os.fdopen(answers, "wb") as outbox:
+        for line in inbox:
+            fields = json.loads(line)
+            at_mark = fields.pop("at_mark")
+            read = ReadAsked(**fields, at_mark=tuple(at_mark) if at_mark else None)
+            try:
+                made = make_read(writer, read)
+            except Exception as exc:  # noqa: BLE001 - recorded; the next read goes on
+                _failed(writer, read, exc)
+                made = ReadMade(False, False, time.monotonic(), time.monotonic())
+            outbox.write(json.dumps(asdict(made)).encode() + b"\n")
+            outbox.flush()

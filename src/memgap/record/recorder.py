@@ -36,7 +36,7 @@ from memgap.record.envnames import EXIT_SOCKET_ENV, RECORD_DIR_ENV, TRIM_AFTER_E
 from memgap.record.idle import BEFORE_EXIT_PHASE, idle_of_process
 from memgap.record.load import LoadDriver
 from memgap.record.marks import CpuActivity, PhaseClock, StdoutMarks
-from memgap.record.outside import OutsideReads, ReadAsked, outside_snapshot
+from memgap.record.outside import OutsideReads, ReadAsked
 from memgap.record.recording import RecordingWriter, open_recorded, private_folder, read_events
 from memgap.record.tree_end import (
     GRACE,
@@ -101,6 +101,8 @@ class RunOptions:
     load: list[str] = field(default_factory=list)  # a load command to run against the service (memgap.record.load)
     rest: float = 3.0        # with a load: seconds of the service's quiet after it, before it is stopped
     cgroup: RunCgroup | None = None  # a memory cgroup the command enters before it execs (the lab's)
+    forked: Callable[[], None] | None = None  # called once memgap's reader is forked: a caller's thread started
+                                              # then is not running as it is copied (nor a lock it holds)
 
 
 def _with_agent(env: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
@@ -113,12 +115,14 @@ def _with_agent(env: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
         return env, {"problem": str(exc)}
 
 
-def _exit_hold(record_dir: str, writer: RecordingWriter, start: float, env: dict[str, str]) -> ExitHold | None:
+def _exit_hold(record_dir: str, reads: OutsideReads, start: float, env: dict[str, str]) -> ExitHold | None:
     """The socket where the agents of the tree say they exit (``env`` names it for them); each such
-    process is read from outside as its exit waits, its ``before-exit`` snapshot. None where it
-    cannot be made: the run goes on, its exits unheld."""
+    process is read from outside as its exit waits, its ``before-exit`` snapshot (by memgap's reader,
+    at once, beside the reads asked). None where it cannot be made: the run goes on, its exits unheld."""
+    writer = reads.writer
+
     def read(pid: int) -> None:
-        outside_snapshot(writer, pid, BEFORE_EXIT_PHASE, start, held_exit=True)
+        reads.now(ReadAsked(pid, BEFORE_EXIT_PHASE, start, time.time(), held_exit=True))
 
     try:
         hold = ExitHold(record_dir, read)
@@ -165,6 +169,8 @@ class _Recording:
         self.writer = RecordingWriter(os.path.join(options.record_dir, SAMPLES_FILE))
         from memgap.explain import snapshot as collect  # noqa: F401 - loaded now, not at the first read (0.15 s beside the command)
         self.reads = OutsideReads(self.writer)  # beside the sampler (forked now, loaded, before any other thread)
+        if options.forked is not None:
+            options.forked()
 
         self.start = time.time()
         env = child_env(options.record_dir)
@@ -175,7 +181,7 @@ class _Recording:
         self.hold: ExitHold | None = None
         if options.agent:
             env, agent_info = _with_agent(env)
-            self.hold = _exit_hold(options.record_dir, self.writer, self.start, env)
+            self.hold = _exit_hold(options.record_dir, self.reads, self.start, env)
         self.writer.write({"type": "header", "schema": RUN_SCHEMA, "cmd": options.cmd, "start": self.start,
                            "interval": options.interval, "machine": shaped(machine_info()), "env": options.env,
                            "agent": agent_info})
@@ -271,9 +277,12 @@ class _Recording:
         if self.clock.quiet_for() < self.options.idle_after:
             return False
         if not self.marked_idle:
-            self.reads.settle()  # the marks and peaks asked before it come first
-            outside_snapshot(self.writer, self.proc.pid, "idle", self.start, self.trim_after,
-                              quiet_since=time.time() - self.clock.quiet_for())
+            # by the reader, after the marks and peaks asked before it (it keeps what it parsed)
+            read = ReadAsked(self.proc.pid, "idle", self.start, time.time(), trim_after=self.trim_after,
+                             quiet_since=time.time() - self.clock.quiet_for())
+            if not self.reads.ask(read):
+                self.writer.write({"type": "error", "pid": self.proc.pid, "phase": "idle", "error": TOO_MANY})
+            self.reads.settle()
         return True
 
     def _metric(self, value: float, pid: int | None) -> None:

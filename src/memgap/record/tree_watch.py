@@ -100,7 +100,7 @@ class TreeSampler:
         self.unsteady: dict[int, int] = {}  # pid -> RSS of a peak read while it moved: read again once still
         self.next_peak: dict[int, float] = {}  # pid -> monotonic time before which it is not read for a peak
         self.alive: set[int] = set()
-        self._read: queue.SimpleQueue[tuple[int, int, ReadMade]] = queue.SimpleQueue()  # peak reads made
+        self._read: queue.SimpleQueue[tuple[int, ReadMade]] = queue.SimpleQueue()  # peak reads made
 
     def sample(self, root: int) -> None:
         self._peaks_read()
@@ -134,7 +134,7 @@ class TreeSampler:
         """A peak read of ``pid`` asked of the reads (replacing one of its asked before and not begun: the
         newest high wins); what it found comes back to ``_peaks_read``."""
         def done(made: ReadMade) -> None:
-            self._read.put((pid, rss, made))
+            self._read.put((pid, made))
 
         read = ReadAsked(pid, PEAK_PHASE, self.start, time.time(), event="peak")
         if self.reads.ask(read, (PEAK_PHASE, pid), done):
@@ -144,9 +144,9 @@ class TreeSampler:
         """The peak reads made since the last round: a moving one is read again once still, and each
         process's next peak read waits (PEAK_DUTY of the reads' time at most)."""
         while not self._read.empty():
-            pid, rss, made = self._read.get()
-            if made.moving:
-                self.unsteady[pid] = rss
+            pid, made = self._read.get()
+            if made.moving and made.rss is not None:
+                self.unsteady[pid] = made.rss  # the level the read found, not the older one it was asked at
             else:
                 self.unsteady.pop(pid, None)
             spent = made.ended - made.began
