@@ -13,11 +13,14 @@ In-process API::
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
 
 from memgap.documents.display import register_html as _register_html
 
+TYPE_CHECKING = False  # typing's own, without importing typing: `memgap --help` needs none of it (5-9 ms)
+
 if TYPE_CHECKING:
+    from typing import Any
+
     from memgap.api import TrimResult, explain, metric, phase, phases, snapshot, trim
     from memgap.documents.records import LabDocument
     from memgap.documents.snapshot import Finding, Layer, Snapshot

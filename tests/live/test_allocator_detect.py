@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from conftest import HERE
+from conftest import HERE, child_env
 from helpers import JEMALLOC, MiB, memgap
 
 LIB = "/usr/lib/x86_64-linux-gnu"
@@ -214,6 +214,45 @@ def test_a_prefixed_jemalloc_beside_glibc(build, rust_build, tmp_path, shape, st
     if not stripped:
         assert done["parts"]["jemalloc"]["call"] == '_rjem_mallctl("arena.4096.purge")', done["parts"]
         assert done["parts"]["jemalloc"]["returned"] == 0 and done["parts"]["jemalloc"]["estimate"] is not None
+
+
+def test_a_second_look_reads_the_libraries_from_memgaps_cache(build, tmp_path):
+    """What a look read of a library is kept in memgap's private folder (under TMPDIR, empty at first):
+    another memgap process's look takes it from there, and reads the library again once it changes.
+    Shown with a library of the test's own that a Python program loads: its kept facts are rewritten
+    (as if it defined jemalloc's API under je_), the second look names that jemalloc, which the file
+    cannot have told it; once the file's mtime moves, the third look reads the file and names none."""
+    import sys
+
+    lib = tmp_path / "libprobe.so"
+    (tmp_path / "probe.c").write_text("int probe(void) { return 1; }\n")
+    subprocess.run([CC, "-shared", "-fPIC", "-o", str(lib), str(tmp_path / "probe.c")], check=True)
+    fresh = tmp_path / "tmp"
+    fresh.mkdir()
+    env = child_env(TMPDIR=str(fresh))
+    held = Held([sys.executable, "-c", "import ctypes, sys; ctypes.CDLL(sys.argv[1]); print('ready', flush=True); "
+                 "sys.stdin.read()", str(lib)])
+
+    def look():
+        out = memgap("inspect", str(held.proc.pid), "--json", "-", env=env)
+        assert out.returncode == 0, out.stderr[-2000:]
+        return [(f["name"], f["library"], f["prefix"]) for f in json.loads(out.stdout)["allocator"]["found"]]
+
+    try:
+        first = look()
+        st = os.stat(lib)
+        (entry,) = (fresh / f"memgap-elf-{os.getuid()}").glob(f"{st.st_dev:x}-{st.st_ino:x}-*.json")
+        kept = json.loads(entry.read_text())
+        assert kept["file"] == [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+        assert kept["facts"]["defined"] == [] and (str(lib), "") not in [f[1:] for f in first]
+        kept["facts"]["defined"] = kept["facts"]["exported"] = ["je_mallctl", "je_mallocx"]
+        entry.write_text(json.dumps(kept))
+        assert ("jemalloc", str(lib), "je_") in look()   # from the kept facts: the file defines no je_*
+        os.utime(lib, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))   # the same file, changed: read again
+        assert look() == first
+        assert json.loads(entry.read_text())["facts"]["defined"] == []
+    finally:
+        held.close()
 
 
 def test_in_process_detection_asks_dladdr():

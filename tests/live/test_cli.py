@@ -263,3 +263,34 @@ def test_a_command_imports_only_its_own_module():
             "print(sorted(m for m in sys.modules if m.startswith('memgap.cli.') and not m.startswith('memgap.cli._')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=child_env())
     assert out.stdout.strip() == "['memgap.cli.inspect']", out.stdout + out.stderr
+
+
+QUICK_START = (  # main() in a fresh interpreter: its exit code and what it loaded beyond the interpreter's start
+    "import contextlib, io, sys\nbefore = set(sys.modules)\nfrom memgap.cli import main\n"
+    "with contextlib.redirect_stdout(io.StringIO()):\n"
+    "    try:\n        code = main(sys.argv[1:])\n    except SystemExit as exc:\n        code = exc.code\n"
+    "print(code, ' '.join(sorted(set(sys.modules) - before)))"
+)
+
+
+def _started(*argv):
+    out = subprocess.run([sys.executable, "-c", QUICK_START, *argv], capture_output=True, text=True, env=child_env())
+    code, _, loaded = out.stdout.strip().partition(" ")
+    return int(code), set(loaded.split()), out.stderr
+
+
+def test_memgap_help_and_a_look_load_what_they_use(target):
+    """Issue 30's quick start: `memgap --help` loads no command, nor rich or typing; a look at a small
+    Python process loads neither the run's nor the lab's code, nor a Go or JVM reader's parsers
+    (tests/unit/test_start_imports.py holds what each module loads at its top)."""
+    code, loaded, err = _started("--help")
+    assert code == 0, err
+    assert not {m for m in loaded if m.startswith("memgap.cli.") or m.split(".")[0] in ("rich", "typing")}, loaded
+    code, loaded, err = _started("inspect", str(target.pid))
+    assert code == 0, err
+    assert {"memgap.explain.snapshot", "memgap.runtimes.go", "memgap.runtimes.jvm", "memgap.agent.client"} <= loaded
+    heavy = {"memgap.documents.records", "memgap.documents.lab_summary", "memgap.explain.tree", "memgap.native.build",
+             "memgap.allocators.catalog", "memgap.runtimes.go_state", "memgap.runtimes.go_dwarf",
+             "memgap.runtimes.jvm_parse", "memgap.sources.hsperfdata", "memgap.inside.gdb", "memgap.report.html"}
+    assert not loaded & heavy and not {m for m in loaded if m.startswith(("memgap.lab", "memgap.record"))}, (
+        sorted(loaded & heavy))

@@ -28,28 +28,30 @@ def test_elf_reader_reads_32_bit_files(tmp_path):
     """ELFCLASS32: an i386 object file compiled here (its .symtab), with a prefixed jemalloc API."""
     import subprocess
 
-    from memgap.allocators.detect import families
-    from memgap.sources.elf import read_elf
+    from memgap.allocators.detect import families, signs
+    from memgap.sources.elf import SymbolQuery, read_elf
 
     src, obj = tmp_path / "m32.c", tmp_path / "m32.o"
     src.write_text("int je_mallctl(void) { return 0; }\nint je_mallocx(void) { return 1; }\n"
                    "extern int elsewhere(void);\nint use(void) { return elsewhere(); }\n")
     if subprocess.run(["gcc", "-m32", "-c", "-o", str(obj), str(src)], capture_output=True).returncode:
         pytest.skip("gcc cannot compile for i386 here")
-    info = read_elf(str(obj))
-    assert {"je_mallctl", "je_mallocx", "use"} <= info.defined and info.has_symtab and not info.dynamic
+    info = read_elf(str(obj), signs().query)
+    assert info.defined == {"je_mallctl", "je_mallocx"} and info.has_symtab and not info.dynamic  # only those asked
     assert families(info) == [("jemalloc", "je_", ["je_mallctl", "je_mallocx"])]
+    other = read_elf(str(obj), SymbolQuery(names=frozenset({"use", "elsewhere"})))
+    assert other.defined == {"use"} and not other.imported  # elsewhere: undefined, but in .symtab, not .dynsym
 
 
 def test_elf_reader_on_the_allocators_libraries():
     """Each allocator's library read for its symbols: the API families and prefixes memgap tells them by."""
-    from memgap.allocators.detect import families
+    from memgap.allocators.detect import families, signs
     from memgap.sources.elf import read_elf
 
     for path, name in (("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2", "jemalloc"),
                        ("/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4", "tcmalloc"),
                        ("/usr/lib/x86_64-linux-gnu/libmimalloc.so.2", "mimalloc")):
         if os.path.exists(path):
-            info = read_elf(path)
+            info = read_elf(path, signs().query)
             assert "malloc" in info.exported and "libc.so.6" in info.needed
             assert [f[:2] for f in families(info)] == [(name, "")], families(info)

@@ -1,13 +1,16 @@
 """A runtime's own settings as lab variants (Go's GOGC and GOMEMLIMIT, the JVM's options through
 JAVA_TOOL_OPTIONS, Node's through NODE_OPTIONS), live: the lab refusing a bad one before any run, the
 JVM and Node taking what the specs take, and the lab on unmodified Go and Java programs
-(tests/programs/rtlab: they know nothing of memgap, and say their own VmRSS at the end of their rest).
+(tests/programs/rtlab: they know nothing of memgap, and say their own VmRSS at the end of their rest, which
+lasts until the lab has read them at rest: ``_told_when_read``).
 The specs, the environment they make and what the default set adds, where nothing is started:
 tests/unit/test_lab_runtime_settings.py."""
+import contextlib
 import json
 import os
 import shutil
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
@@ -86,14 +89,47 @@ def java_classes(tmp_path_factory):
     return str(out)
 
 
+@contextlib.contextmanager
+def _told_when_read(runs, told):
+    """While the lab runs: once a run's recording holds its quiet snapshot of a process (the lab has read
+    it at rest), ``told``/read-PID is made, and the program, resting "until:``told``", ends its rest. A
+    rest of fixed length was the wrong moment: the lab's first read of a new program parses its ELF
+    symbols (a JVM's libraries: 5 s at load 16) or its DWARF (Go: 2.3 s at load 8), and sampled nothing
+    meanwhile; a 2 s rest passed unseen (its idle "last sample before exit", 14 MiB at the JVM's start)."""
+    stop, read = threading.Event(), {}
+
+    def watch():
+        while not stop.wait(0.05):
+            for path in runs.glob("run-*/samples.jsonl"):
+                with open(path, "rb") as fh:
+                    fh.seek(read.get(path, 0))
+                    data = fh.read()
+                whole = data[:data.rfind(b"\n") + 1]  # whole lines only: the last may be half written
+                read[path] = read.get(path, 0) + len(whole)
+                for line in whole.splitlines():
+                    event = json.loads(line)
+                    if event.get("type") == "snapshot" and event["snapshot"].get("phase") == "quiet":
+                        (told / f"read-{event['pid']}").touch()
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
 def _lab(tmp_path, variants, cmd):
-    """``memgap lab --reps 2`` of ``cmd`` (which appends its own VmRSS to the witness file at the end of its
-    rest); returns the lab document, each run's witness (bytes, in run order) and the run folders."""
+    """``memgap lab --reps 2`` of ``cmd`` (which rests until the lab has read it at rest, then appends its own
+    VmRSS to the witness file); returns the lab document, each run's witness (bytes, in run order) and the
+    run folders."""
     out, runs = tmp_path / "lab.json", tmp_path / "runs"
     args = ["lab", "--reps", "2", "--max-slowdown", "3", "--json", str(out), "--dir", str(runs)]
     for v in variants:
         args += ["--variant", v]
-    proc = memgap(*args, "--", *cmd, timeout=180)
+    with _told_when_read(runs, tmp_path):
+        proc = memgap(*args, "--", *cmd, timeout=180)
     assert proc.returncode == 0, proc.stderr[-2000:]
     lab = json.loads(out.read_text())
     witness = [int(line.split("=")[1]) * 1024 for line in (tmp_path / "own.txt").read_text().split()]
@@ -130,7 +166,8 @@ def test_the_lab_ranks_gos_own_settings_on_an_unmodified_go_program(tmp_path, go
     scavenger leaves pages alone for a cycle after they were dense). Measured (2 cores): idle 333 MiB
     under the defaults, 234 with GOGC=25, 29 with GOMEMLIMIT=100MiB (x2.4 the time)."""
     variants = ["glibc", "go:gogc=25", "go:memlimit=100MiB"]
-    lab, witness, runs = _lab(tmp_path, variants, [go_program, "200", "2", "gc", str(tmp_path / "own.txt")])
+    lab, witness, runs = _lab(tmp_path, variants, [go_program, "200", f"until:{tmp_path}", "gc",
+                                                  str(tmp_path / "own.txt")])
     idle = _check_runs(lab, witness, variants, gives_back_at_rest=True)
     assert idle["glibc"] > 200 * MiB  # the retention the settings are for
     # GOGC=25 holds less at rest than the defaults; by how much depends on how far Go's background scavenger
@@ -149,8 +186,8 @@ def test_the_lab_ranks_the_jvms_own_settings_on_an_unmodified_java_program(tmp_p
     asks) shrinks it further; -Xmx256m, added by the variant and not the baseline, caps what it grew to.
     Measured (OpenJDK 17, 2 cores): idle 143 MiB under the defaults, 80 and 115."""
     variants = ["glibc", "jvm:maxheapfreeratio=30,minheapfreeratio=10", "jvm:xmx=256m"]
-    lab, witness, runs = _lab(tmp_path, variants, ["java", "-cp", java_classes, "GrowDrop", "200", "2", "gc",
-                                                   str(tmp_path / "own.txt")])
+    lab, witness, runs = _lab(tmp_path, variants, ["java", "-cp", java_classes, "GrowDrop", "200",
+                                                   f"until:{tmp_path}", "gc", str(tmp_path / "own.txt")])
     idle = _check_runs(lab, witness, variants)
     assert idle["jvm:maxheapfreeratio=30,minheapfreeratio=10"] < 0.75 * idle["glibc"]
     assert idle["jvm:xmx=256m"] < 0.9 * idle["glibc"]

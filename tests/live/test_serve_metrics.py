@@ -25,7 +25,7 @@ from helpers import MiB, memgap, parse_exposition as parse, vmrss
 KiB = 1 << 10
 TARGETS_PY = os.path.join(HERE, "programs", "metrics_targets.py")
 LAYERS = {"files", "shared_memory", "python_objects", "pymalloc_free", "allocator_in_use", "allocator_free", "stacks",
-          "other_anon"}
+          "static_data", "other_anon"}
 PROCESS_LABELS = {"role", "index", "allocator"}
 
 

@@ -41,7 +41,8 @@ def layers():
     snap = memgap.snapshot(regions=False)
     after = glibc_in_use()
     out = {name: layer.resident for name, layer in snap.layers.items()}
-    out.update(rss=snap.rss, glibc_in_use=(before, after))
+    out.update(rss=snap.rss, glibc_in_use=(before, after),
+               glibc_problems=snap.layers["allocator_free"].detail["problems"])
     return out
 
 

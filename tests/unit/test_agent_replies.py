@@ -87,9 +87,11 @@ def test_no_compiler_is_a_clear_error(monkeypatch, tmp_path):
 
 
 def test_a_cache_folder_someone_else_can_write_is_refused(monkeypatch, tmp_path):
+    import tempfile
+
     from memgap.native import build as native_build
 
-    monkeypatch.setattr(native_build.tempfile, "gettempdir", lambda: str(tmp_path))
+    monkeypatch.setattr(tempfile, "gettempdir", lambda: str(tmp_path))
     folder = tmp_path / f"memgap-native-{os.getuid()}"
     folder.mkdir(mode=0o777)
     os.chmod(folder, 0o777)

@@ -76,6 +76,7 @@ def test_glibc_with_python_objects_found_by_a_gc_walk():
         "allocator_in_use": 24 * MiB,    # heaps 40 - free 15 + mmapped chunks 6 - large buffers 7
         "allocator_free": 15 * MiB,      # tops 1 + 8, bins 4 + 2
         "stacks": 192 * KiB,             # 128 + 64
+        "static_data": 0,                # no object's static data among the regions
         "other_anon": 3 * MiB + 256 * KiB,  # unclaimed anon 3 + private copies of file pages
     }
     # 66 MiB - (10 + 1 + 11 + 1 + 24 + 15 + 3) MiB - (192 + 256) KiB
@@ -180,6 +181,7 @@ def test_jemalloc():
         "allocator_in_use": 20 * MiB,    # stats.allocated, within the 26 resident
         "allocator_free": 6 * MiB,       # mappings' resident 26 - in use 20 (below the counter's 30 - 20)
         "stacks": 128 * KiB,
+        "static_data": 0,
         "other_anon": 4 * MiB + 256 * KiB,  # anonymous outside jemalloc's mappings, plus private copies
     }
     assert unexplained == JE_UNEXPLAINED
@@ -286,6 +288,7 @@ def test_unknown_allocator_leaves_its_memory_in_other_anon():
         "python_objects": None, "pymalloc_free": None,   # not a Python process: not measured
         "allocator_in_use": None, "allocator_free": None,
         "stacks": 64 * KiB,
+        "static_data": 0,
         "other_anon": 13 * MiB,                           # anon 7 + heap 4 + mmapped chunks 2
     }
     assert unexplained == 20 * MiB - 18 * MiB - 64 * KiB
@@ -382,6 +385,35 @@ def test_shared_memory_is_its_own_layer_by_kind():
     # private 0 + 8 + 4 + 1; PSS 16 + 8 + 4 + 1.5
     assert (layer.private, layer.shared, layer.pss) == (13 * MiB, 65 * MiB, 29 * MiB + MiB // 2)
     assert (files.private, files.pss) == (0, 5 * MiB) and files.detail["shmem"] == 78 * MiB
+
+
+# --- libraries' static data (issue 31) ---------------------------------------------------------
+
+def test_static_data_is_its_own_layer_per_object():
+    # as label_regions names them: libbig.so's .bss read from its program headers, 6 MiB resident in two
+    # pieces (its range in a mapping the kernel merged with a neighbour, and a second segment's); libc's
+    # 64 KiB; a container's libhidden.so whose file was not read: 1 MiB likely, from the maps; beside
+    # 3 MiB unclaimed anonymous and a glibc heap of 8 MiB with 2 MiB free in its top chunk
+    rs = [Region(0x10000000, 0x10400000, "static-data", 4 * MiB, "rw-p", "/lib/libbig.so", 4 * MiB, 4 * MiB),
+          Region(0x10400000, 0x10800000, "anon", 3 * MiB, "rw-p", "[anon]", 3 * MiB, 3 * MiB),
+          Region(0x11000000, 0x11400000, "static-data", 2 * MiB, "rw-p", "/lib/libbig.so", 2 * MiB, 2 * MiB),
+          Region(0x12000000, 0x12010000, "static-data", 64 * KiB, "rw-p", "/lib/libc.so.6", 0, 32 * KiB),
+          Region(0x13000000, 0x13200000, "static-likely", 1 * MiB, "rw-p", "/lib/libhidden.so", MiB, MiB),
+          Region(0x14000000, 0x14800000, "glibc-heap", 8 * MiB, "rw-p", "[heap]", 8 * MiB, 8 * MiB)]
+    main = ArenaLayout(0x7000, True, top_resident=2 * MiB, bins_free_resident=0, walk_complete=True,
+                       top_on_resident=2 * MiB, bins_free_on_resident=0, small_walk_complete=True, fastbin_chunks={})
+    layers, unexplained = attribute(Measurements(18 * MiB + 64 * KiB, rs, "glibc", GlibcLayout([main], True)))
+    static, other = layers["static_data"], layers["other_anon"]
+    assert list(layers)[-2:] == ["static_data", "other_anon"]
+    assert static.resident == 7 * MiB + 64 * KiB  # 4 + 2 + 64 KiB read, 1 likely
+    assert static.virtual == 0x400000 + 0x400000 + 0x10000 + 0x200000
+    assert other.resident == 3 * MiB and unexplained == 0  # only the unclaimed anonymous pages
+    assert (static.private, static.pss) == (7 * MiB, 7 * MiB + 32 * KiB)
+    assert static.detail == {"objects": 3, "likely": MiB, "largest": [
+        {"path": "/lib/libbig.so", "bytes": 6 * MiB, "likely": 0},
+        {"path": "/lib/libhidden.so", "bytes": MiB, "likely": MiB},
+        {"path": "/lib/libc.so.6", "bytes": 64 * KiB, "likely": 0}]}
+    assert "not read" in static.derivation and "maps" in static.source
 
 
 # --- jemalloc's counters read through gdb (inspect --deep) ------------------------------------

@@ -74,11 +74,13 @@ def test_elf_reader_never_raises(junk, cut):
         assert parse_defines(data, b"malloc") in (True, False, None)
 
 
-@settings(max_examples=150, deadline=None)  # each parses all of libc's symbols: 4 s at 300 examples
+@settings(max_examples=150, deadline=None)
 @given(st.binary(max_size=600), st.integers(0, 8192), st.integers(0, 4095))
 def test_elf_symbol_reader_fails_only_with_malformed_input(junk, cut, at):
     """Garbage, a cut libc, or libc with bytes overwritten inside its headers: an ElfInfo or
-    MalformedInput, never struct.error, IndexError, a hang or a huge allocation."""
+    MalformedInput, never struct.error, IndexError, a hang or a huge allocation (ELF files built
+    by hand, 32-bit and big-endian ones too: test_elf_symbols.py)."""
+    from memgap.allocators.detect import signs
     from memgap.sources.elf import ElfInfo, parse_elf_bytes
 
     with open("/lib/x86_64-linux-gnu/libc.so.6", "rb") as fh:
@@ -89,9 +91,30 @@ def test_elf_symbol_reader_fails_only_with_malformed_input(junk, cut, at):
     for data in (junk, b"\x7fELF\x02\x01" + junk, b"\x7fELF\x01\x02" + junk, whole[:cut] + junk,
                  whole[:64] + junk, bytes(overwritten[:len(whole)])):
         try:
-            assert isinstance(parse_elf_bytes(data), ElfInfo)
+            assert isinstance(parse_elf_bytes(data, signs().query), ElfInfo)
         except MalformedInput as exc:
             assert str(exc).startswith("malformed ELF file: ")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=300), st.integers(0, 4096), st.integers(0, 1024))
+def test_program_header_reader_fails_only_with_malformed_input(junk, cut, at):
+    """Garbage, a cut libc, or libc with bytes overwritten in its ELF and program headers: a tuple of
+    PT_LOAD segments or MalformedInput, never struct.error, IndexError, a hang or a huge allocation."""
+    from memgap.sources.elf_segments import LoadSegment, parse_segments_bytes
+
+    with open("/lib/x86_64-linux-gnu/libc.so.6", "rb") as fh:
+        head = fh.read(8192)
+    overwritten = bytearray(head)
+    overwritten[at:at + len(junk)] = junk[:len(head) - at]
+    for data in (junk, b"\x7fELF\x02\x01" + junk, b"\x7fELF\x01\x02" + junk, head[:cut] + junk,
+                 bytes(overwritten[:len(head)])):
+        try:
+            segments = parse_segments_bytes(data)
+        except MalformedInput as exc:
+            assert str(exc).startswith("malformed ELF file: ")
+        else:
+            assert all(isinstance(s, LoadSegment) and 0 <= s.filesz <= s.memsz for s in segments)
 
 
 def test_unicode_digits_are_not_counts():

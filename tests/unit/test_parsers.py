@@ -225,22 +225,24 @@ def test_vmstat_counts():
 def test_elf_reader_on_this_libc():
     """glibc's library read for its symbols: the API family memgap tells it by (the other allocators'
     libraries, installed by apt: tests/live/test_elf_built_here.py)."""
-    from memgap.allocators.detect import families
+    from memgap.allocators.detect import families, signs
     from memgap.sources.elf import read_elf
 
-    libc = read_elf("/lib/x86_64-linux-gnu/libc.so.6")
+    libc = read_elf("/lib/x86_64-linux-gnu/libc.so.6", signs().query)
     assert libc.soname == "libc.so.6" and libc.dynamic and "malloc" in libc.exported
     assert [f[:2] for f in families(libc)] == [("glibc", "")]
 
 
 def test_elf_reader_damaged_files_and_cache(tmp_path):
     """A cut, empty or foreign file gives a clear MalformedInput naming it; a file read once is not read
-    again until it changes (inode and mtime)."""
+    again until it changes (inode, size, mtime, ctime)."""
     import shutil
 
+    from memgap.allocators.detect import signs
     from memgap.errors import MalformedInput
     from memgap.sources.elf import read_elf
 
+    query = signs().query
     libc = "/lib/x86_64-linux-gnu/libc.so.6"
     data = pathlib.Path(libc).read_bytes()
     for name, content in (("empty", b""), ("text", b"#!/bin/sh\necho hi\n"), ("head", data[:64]),
@@ -248,31 +250,31 @@ def test_elf_reader_damaged_files_and_cache(tmp_path):
         path = tmp_path / name
         path.write_bytes(content)
         with pytest.raises(MalformedInput, match=f"malformed ELF file: {path}: "):
-            read_elf(str(path))
+            read_elf(str(path), query)
     copy = tmp_path / "libc.so.6"
     shutil.copy(libc, copy)
-    first = read_elf(str(copy))
-    assert read_elf(str(copy)) is first
+    first = read_elf(str(copy), query)
+    assert read_elf(str(copy), query) is first
     copy.write_bytes(data[:64])  # the same path, another file: read again, and found damaged
     with pytest.raises(MalformedInput):
-        read_elf(str(copy))
+        read_elf(str(copy), query)
     with pytest.raises(OSError):
-        read_elf(str(tmp_path / "missing"))
+        read_elf(str(tmp_path / "missing"), query)
 
 
 def test_classify_a_program_with_redis_bundled_jemalloc():
     """Redis as upstream builds it: jemalloc linked in under je_ (its dynamic symbols export je_mallctl,
     je_mallctlnametomib, je_malloc_stats_print, as reported in issue 12), malloc left to glibc.
     The program's symbols are hand-built from that report; libc is this machine's."""
-    from memgap.allocators.detect import classify
+    from memgap.allocators.detect import classify, signs
     from memgap.allocators.registry import reader_for
     from memgap.sources.elf import ElfInfo, read_elf
 
     libc_path = "/usr/lib/x86_64-linux-gnu/libc.so.6"
     api = frozenset({"je_mallctl", "je_mallctlnametomib", "je_malloc_stats_print", "main"})
     redis = ElfInfo(api, frozenset({"malloc", "free"}), api, ("libm.so.6", "libc.so.6"), "", True, False, {})
-    d = classify("/usr/local/bin/redis-server", {"/usr/local/bin/redis-server": redis, libc_path: read_elf(libc_path)},
-                 [], {})
+    objects = {"/usr/local/bin/redis-server": redis, libc_path: read_elf(libc_path, signs().query)}
+    d = classify("/usr/local/bin/redis-server", objects, [], {})
     assert (d.name, d.library, reader_for(d.name).libc_calls, d.others) == ("glibc", libc_path, True, ["jemalloc"])
     assert [(f.name, f.library, f.prefix, f.serves_malloc, f.exported) for f in d.found] == [
         ("glibc", libc_path, "", True, True), ("jemalloc", "/usr/local/bin/redis-server", "je_", False, True)]

@@ -15,8 +15,6 @@ import os
 
 from memgap.agent.client import query, socket_path, trim
 from memgap.agent.reply import AgentReport, parse_report
-from memgap.allocators.catalog import preloaded
-from memgap.native.build import shared_library
 
 __all__ = ["AgentReport", "agent_env", "library_path", "parse_report", "query", "socket_path",
            "trim", "AGENT_ENV"]
@@ -34,6 +32,10 @@ def library_path() -> str:
     changed since). Raises ToolMissing when it has to be built and there is no
     C compiler.
     """
+    # the build (hashlib, shutil, the compiler's search) only here: every outside look imports this
+    # package to ask a process's agent, and most have none
+    from memgap.native.build import shared_library
+
     return shared_library(SOURCE, os.path.join(HERE, "_memgap_agent*.so"), "memgap-agent.so", FLAGS)
 
 
@@ -44,6 +46,8 @@ def agent_env(base: dict[str, str] | None = None, mode: str = "on") -> dict[str,
     ``mode`` "auto" leaves Python interpreters alone (memgap's bootstrap
     observes those from inside).
     """
+    from memgap.allocators.catalog import preloaded
+
     env = dict(os.environ if base is None else base)
     env["LD_PRELOAD"] = preloaded(library_path(), env.get("LD_PRELOAD", ""))
     env[AGENT_ENV] = mode

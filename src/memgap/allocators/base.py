@@ -124,6 +124,7 @@ class AllocatorSigns:
     api: tuple[str, ...] = ()          # its entry points' unprefixed names: two under one prefix tell it
     api_starts: tuple[str, ...] = ()   # beginnings of names that are its API, unprefixed (gperftools' C API)
     own_symbol: str = ""               # one symbol that alone tells it, unprefixed (the C library's version call)
+    gdb_calls: tuple[str, ...] = ()    # the functions --deep calls in it through gdb: their symbols read with the rest
     markers: tuple[bytes, ...] = ()    # messages only it prints, found in a stripped program's .rodata
     libraries: tuple[str, ...] = ()    # beginnings of its shared objects' file names
     path_word: str = ""                # a word anywhere in its objects' paths, asked before the file names

@@ -33,14 +33,13 @@ from memgap.documents.allocator import FoundAllocator
 from memgap.errors import MalformedInput
 from memgap.sources.allocator import (
     AllocatorDetection,
-    file_identity,
     launch_facts,
     lookup_order,
     malloc_object,
     malloc_role,
     mapped_objects,
 )
-from memgap.sources.elf import ElfInfo, read_elf, read_section
+from memgap.sources.elf import ElfInfo, SymbolQuery, read_elf
 from memgap.sources.procfs import Mapping, ProcReader
 
 
@@ -53,8 +52,16 @@ class Signs:
         self.ordered = sorted(declared.items(), key=lambda item: item[1].everywhere)
         apis = "|".join(api for s in declared.values() for api in s.api)
         starts = "".join(r"|\A" + re.escape(start) for s in declared.values() for start in s.api_starts)
-        # one C-level search per symbol first: python3 defines 10,000, of which a handful end in an API name
+        # one C-level search per symbol first: a handful of those read end in an API name
         self.any_api = re.compile(f"(?:{apis})\\Z{starts}")
+        # what of an ELF file can name an allocator, or is looked up in it (malloc in the lookup order, the
+        # functions --deep calls): the only symbols read of it, with the allocators' messages in .rodata
+        self.query = SymbolQuery(
+            names=frozenset({"malloc", *(s.own_symbol for s in declared.values() if s.own_symbol),
+                             *(call for s in declared.values() for call in s.gdb_calls)}),
+            endings=tuple(api for s in declared.values() for api in s.api),
+            beginnings=tuple(start for s in declared.values() for start in s.api_starts),
+            rodata=tuple(marker for s in declared.values() for marker in s.markers))
 
     def everywhere(self, name: str) -> bool:
         signs = self.declared.get(name)
@@ -82,7 +89,7 @@ def families(info: ElfInfo) -> list[tuple[str, str, list[str]]]:
     return _families(info.defined)
 
 
-@functools.lru_cache(maxsize=2048)  # per symbol set (its hash is kept): top asks every refresh
+@functools.lru_cache(maxsize=2048)  # per symbol set: top asks every refresh
 def _families(defined: frozenset[str]) -> list[tuple[str, str, list[str]]]:
     known = signs()
     found: dict[tuple[str, str], list[str]] = {}
@@ -100,9 +107,10 @@ def _families(defined: frozenset[str]) -> list[tuple[str, str, list[str]]]:
     return sorted(out, key=lambda f: (f[1] != "", known.everywhere(f[0]), f[1], f[0]))
 
 
-def marker_families(rodata: bytes) -> list[str]:
-    """The allocators whose own messages appear in ``rodata``, the C library's last."""
-    return [name for name, s in signs().ordered if any(marker in rodata for marker in s.markers)]
+def marker_families(info: ElfInfo) -> list[str]:
+    """The allocators whose own messages appear in the object's ``.rodata`` (read with ``signs().query``),
+    the C library's last."""
+    return [name for name, s in signs().ordered if any(marker in info.rodata_has for marker in s.markers)]
 
 
 def classify(exe: str, objects: dict[str, ElfInfo], preload: list[str],
@@ -194,19 +202,15 @@ def _classify_files(root: str, exe: str, preload: tuple[str, ...],
                     live: tuple[tuple[str, tuple[int, int, int, int]], ...]) -> AllocatorDetection | None:
     objects: dict[str, ElfInfo] = {}
     markers: dict[str, list[str]] = {}
+    query = signs().query
     for path, _identity in live:
         try:
-            objects[path] = info = read_elf(root + path)
-            if not families(info):  # the fallback reads .rodata only where the symbols leave it open
-                markers[path] = _markers_cached(root + path, file_identity(root + path))
+            objects[path] = info = read_elf(root + path, query)
         except (OSError, MalformedInput):
             continue  # unreadable, or not ELF: it tells nothing
+        if not families(info):  # the messages in .rodata count only where the symbols leave it open
+            markers[path] = marker_families(info)
     return classify(exe, objects, list(preload), markers)
-
-
-@functools.lru_cache(maxsize=2048)
-def _markers_cached(path: str, _identity: tuple[int, int, int, int]) -> list[str]:
-    return marker_families(read_section(path, read_elf(path), ".rodata"))
 
 
 def detect_from_names(mappings: list[Mapping]) -> AllocatorDetection:

@@ -85,9 +85,10 @@ class Jemalloc(AllocatorReader):
         return counted_share(_jemalloc_split(m.jemalloc, owned), owned) if m.jemalloc is not None else None
 
     def deep_plan(self, serving: FoundAllocator, root: str) -> GdbPlan | None:
+        from memgap.allocators.detect import signs
         from memgap.sources import jemalloc_gdb
 
-        return GdbPlan(self.name, jemalloc_gdb.mallctl_symbol(serving.to_dict(), root))
+        return GdbPlan(self.name, jemalloc_gdb.mallctl_symbol(serving.to_dict(), signs().query, root))
 
     def read_deep(self, session: GdbSession, plan: GdbPlan) -> DeepFigures:
         from memgap.sources import jemalloc_gdb

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from memgap.allocators.base import GdbPlan
+from memgap.allocators.detect import signs
 from memgap.documents.snapshot import Snapshot
 from memgap.documents.trim import TrimDetails, TrimPart, TrimRecord, TrimRoute
 from memgap.errors import Unsupported
@@ -36,7 +37,7 @@ def beside_jemalloc(pid: int, outside: Snapshot, proc_root: str = "/proc") -> tu
     reasons = []
     for entry in beside:
         try:
-            return jemalloc_gdb.mallctl_symbol(entry.to_dict(), root), allocator_label(entry), ""
+            return jemalloc_gdb.mallctl_symbol(entry.to_dict(), signs().query, root), allocator_label(entry), ""
         except Unsupported as exc:
             reasons.append(str(exc))
     return "", "", ("jemalloc beside glibc's malloc not read (its memory stays under other_anon): "

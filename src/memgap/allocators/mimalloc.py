@@ -27,15 +27,17 @@ class Mimalloc(AllocatorReader):
              "collects mimalloc's free memory by calling mi_collect")
     signs = AllocatorSigns(api=("mi_malloc", "mi_free", "mi_realloc", "mi_stats_print", "mi_collect", "mi_heap_new",
                                 "mi_malloc_aligned", "mi_zalloc_aligned", "mi_realloc_aligned", "mi_version"),
+                           gdb_calls=("mi_process_info", "mi_collect"),  # sources.mimalloc_gdb: INFO, COLLECT
                            markers=(b"mimalloc: ",), libraries=("libmimalloc",))
 
     def outside_note(self, detection: AllocatorDetection) -> str:
         return unread_note(detection, "mi_process_info", False)
 
     def deep_plan(self, serving: FoundAllocator, root: str) -> GdbPlan | None:
+        from memgap.allocators.detect import signs
         from memgap.sources import mimalloc_gdb
 
-        mimalloc_gdb.check_callable(serving.to_dict(), root)
+        mimalloc_gdb.check_callable(serving.to_dict(), signs().query, root)
         return GdbPlan(self.name)
 
     def read_deep(self, session: GdbSession, plan: GdbPlan) -> DeepFigures:

@@ -47,6 +47,8 @@ class Tcmalloc(AllocatorReader):
     owner = OWNER
     signs = AllocatorSigns(api=("tc_malloc", "tc_free", "tc_realloc", "tc_memalign", "tc_malloc_size", "tc_version"),
                            api_starts=("MallocExtension_",),  # gperftools' C API
+                           # sources.tcmalloc_gdb's GET and RELEASE
+                           gdb_calls=("MallocExtension_GetNumericProperty", "MallocExtension_ReleaseFreeMemory"),
                            markers=(b"TCMALLOC_LARGE_ALLOC_REPORT_THRESHOLD", b"tcmalloc/tcmalloc.cc"),
                            libraries=("libtcmalloc",))
 
@@ -65,9 +67,10 @@ class Tcmalloc(AllocatorReader):
         return counted_share(_tcmalloc_split(m.tcmalloc, owned), owned) if m.tcmalloc else None
 
     def deep_plan(self, serving: FoundAllocator, root: str) -> GdbPlan | None:
+        from memgap.allocators.detect import signs
         from memgap.sources import tcmalloc_gdb
 
-        tcmalloc_gdb.check_callable(serving.to_dict(), root)
+        tcmalloc_gdb.check_callable(serving.to_dict(), signs().query, root)
         return GdbPlan(self.name)
 
     def read_deep(self, session: GdbSession, plan: GdbPlan) -> DeepFigures:

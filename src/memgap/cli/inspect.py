@@ -29,7 +29,6 @@ from memgap.documents.json_value import shaped
 from memgap.documents.snapshot import Snapshot
 from memgap.errors import Unsupported, UsageError
 from memgap.explain.snapshot import SnapshotOptions, snapshot_pid
-from memgap.explain.tree import snapshot_tree, tree_document
 from memgap.report.terminal import render_snapshot, render_tree
 from memgap.sources.gdb_target import DEFAULT_TIMEOUT  # not gdb_attach: loaded only for --deep
 from memgap.sources.processes import ProcessIdentity
@@ -168,6 +167,8 @@ def _runtimes_deep(snap: Snapshot, pid: int, proc_root: str) -> list[DeepRead]:
 
 def _tree(request: InspectRequest) -> int:
     """The tree read, summed and diagnosed once (``tree_document``); its JSON and its table both show that."""
+    from memgap.explain.tree import snapshot_tree, tree_document  # with the run's documents: only for --tree
+
     tree = tree_document(snapshot_tree(request.pid, request.proc_root))
     if request.json:
         write_json(tree.to_dict(), request.json)

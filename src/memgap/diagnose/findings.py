@@ -57,14 +57,30 @@ def _unexplained(snap: Snapshot) -> list[Finding]:
 
 
 def _other_allocators(snap: Snapshot) -> list[Finding]:
+    """The allocators found beside the one serving malloc: present (their code is in an object the process
+    maps), and said to hold memory only where memgap read some of it (their own counters, through gdb)."""
     from memgap.sources.allocator import allocator_label
 
-    others = [allocator_label(f) for f in snap.allocator.beside] or snap.allocator.others
+    beside = snap.allocator.beside
+    others = [allocator_label(f) for f in beside] or snap.allocator.others
     if not others:
         return []
+    read = [allocator_label(f) for f in beside if f.name in snap.allocator.gdb]
+    unread = [f for f in beside if f.name not in snap.allocator.gdb]
+    evidence = [f"{allocator_label(f)}: present, its code found in {f.library} ({f.how or 'its symbols'})"
+                for f in unread] or ([] if beside else [f"present: {', '.join(others)}"])
+    if unread or not beside:
+        evidence.append("memgap read neither its mappings nor its own counters: whether it holds any memory is not "
+                        "known (its code in an object says nothing of its pages); what it would hold is not told "
+                        "apart from other anonymous memory")
+    if read:
+        evidence.append(f"{', '.join(read)}: its own counters read through gdb (--deep): its memory is in the "
+                        "allocator layers")
+    evidence.append("memory it holds is out of reach of LD_PRELOAD and of malloc_trim")
     return [Finding("second-allocator", "info",
-                    f"another allocator beside {snap.allocator.name}, which serves malloc: {', '.join(others)}",
-                    ["its memory is under other_anon; LD_PRELOAD and malloc_trim do not reach it"])]
+                    f"another allocator beside {snap.allocator.name}, which serves malloc: {', '.join(others)} "
+                    f"({'present; its memory read' if read and not unread else 'present; no memory of it measured'})",
+                    evidence)]
 
 
 def allocator_findings(snap: Snapshot, serving_malloc: bool = False) -> list[Finding]:

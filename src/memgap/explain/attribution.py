@@ -10,6 +10,7 @@ from memgap.allocators.base import Share, unread_share
 from memgap.allocators.measured import Measurements, Owners as _Owners, Sizes as _Sizes
 from memgap.allocators.pymalloc import READER as PYMALLOC
 from memgap.documents.snapshot import Layer
+from memgap.sources.static_data import LIKELY, STATIC_DATA, STATIC_LIKELY
 
 MiB = 1 << 20
 
@@ -46,10 +47,11 @@ def attribute(m: Measurements) -> tuple[dict[str, Layer], int]:
     allocator_in_use, allocator_free = _allocator_layers(m, c, in_use, moved)
     layers = {"files": files, "shared_memory": shared_memory, "python_objects": python,
               "pymalloc_free": pymalloc_free, **_runtime_layers(m, owned), "allocator_in_use": allocator_in_use,
-              "allocator_free": allocator_free, "stacks": stacks, "other_anon": _other_anon_layer(m, c, owned)}
+              "allocator_free": allocator_free, "stacks": stacks, "static_data": _static_layer(m, owned),
+              "other_anon": _other_anon_layer(m, c, owned)}
     small_part = arenas_part.take((python.resident or 0) - moved)
     _set_shares(layers, {"files": owned.part("file"), "shared_memory": owned.part("shmem"),
-                         "stacks": owned.part("stack"),
+                         "stacks": owned.part("stack"), "static_data": owned.part(STATIC_DATA, STATIC_LIKELY),
                          "python_objects": small_part + moved_part, "pymalloc_free": arenas_part - small_part,
                          "runtime_heap": owned.part("runtime-heap", "runtime-free"),
                          "runtime_metadata": owned.part("runtime-meta"),
@@ -104,6 +106,30 @@ def _mapped_layers(owned: _Owners) -> tuple[Layer, Layer, Layer]:
         detail={"count": owned.count.get("stack", 0)},
     )
     return files, shared_memory, stacks
+
+
+LARGEST_OBJECTS = 10  # the static data layer's detail lists this many objects, the largest first
+
+
+def _static_layer(m: Measurements, owned: _Owners) -> Layer:
+    """static_data: the loaded objects' zero-filled data (.bss), each object's resident bytes in it."""
+    by_object: dict[str, list[int]] = {}  # path -> [from its program headers, likely from the maps]
+    for r in m.regions:
+        if r.owner in (STATIC_DATA, STATIC_LIKELY):
+            by_object.setdefault(r.path, [0, 0])[r.owner == STATIC_LIKELY] += r.resident
+    largest = sorted(by_object.items(), key=lambda item: (-sum(item[1]), item[0]))[:LARGEST_OBJECTS]
+    likely = owned(STATIC_LIKELY)
+    return Layer(
+        "static_data", owned(STATIC_DATA) + likely,
+        virtual=owned.virtual.get(STATIC_DATA, 0) + owned.virtual.get(STATIC_LIKELY, 0),
+        derivation="pagemap: resident pages of each loaded object's zero-filled static data (.bss: the part of a "
+                   "PT_LOAD segment beyond its file bytes, p_memsz > p_filesz), placed by its program headers at its "
+                   "load address (its mapping at file offset 0 less its first segment's page-aligned p_vaddr)"
+                   + (f"; {likely} bytes likely ({LIKELY})" if likely else ""),
+        source="ELF program headers, pagemap" + (", maps" if likely else ""),
+        detail={"objects": len(by_object), "likely": likely,
+                "largest": [{"path": path, "bytes": sum(sizes), "likely": sizes[1]} for path, sizes in largest]},
+    )
 
 
 def _allocator_layers(m: Measurements, c: Share, in_use: int | None, moved: int) -> tuple[Layer, Layer]:

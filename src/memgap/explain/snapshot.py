@@ -40,6 +40,7 @@ from memgap.sources.procfs import (
     status_int,
 )
 from memgap.sources.pymalloc_pools import TreeHeaders, census
+from memgap.sources.static_data import STATIC_DATA, STATIC_LIKELY, StaticRange, read_static_ranges
 
 if TYPE_CHECKING:  # the agent's client is imported only where a process has the agent; the runtimes' readers
     from memgap.agent.reply import AgentReport  # only in an outside snapshot
@@ -91,17 +92,21 @@ def _in_ranges(ranges: list[tuple[int, int]], address: int) -> bool:
 def label_regions(reader: ProcReader, memmap: MemoryMap, glibc: GlibcLayout | None,
                   arena_size: int | None, pool_size: int | None,
                   allocator: AllocatorMappings | None = None,
-                  runtimes: list[tuple[int, int, str, str]] | None = None) -> list[Region]:
+                  runtimes: list[tuple[int, int, str, str]] | None = None,
+                  static: list[StaticRange] | None = None) -> list[Region]:
     """Every resident page of the process, owned by exactly one labelled region.
 
     ``allocator``: mappings another allocator made (see allocator_mappings); what
     no heap or stack claims in them is that allocator's, with no object search.
+    ``static``: the loaded objects' static data (memgap.sources.static_data): a range read from an
+    object's program headers is its own; one only likely (from the maps) takes what is left unclaimed
+    after the object search (a pymalloc arena or an mmapped chunk found there stays what it is).
     """
-    alloc_owner, alloc_ranges = allocator or ("", [])
     res = memmap.resident
     owned_by_runtimes = runtimes or []
-    owners = _owners(memmap, glibc, owned_by_runtimes)
-    owner_starts = [o[0] for o in owners]
+    owners = _owners(memmap, glibc, owned_by_runtimes, [r for r in static or [] if r.from_elf])
+    likely = {r.start: r.path for r in static or [] if not r.from_elf}
+    labeller = _AnonLabeller(reader, res, owners, allocator or ("", []), (arena_size, pool_size), likely)
     regions: list[Region] = []
     for mp in memmap.mappings:
         m = mp.mapping
@@ -119,10 +124,33 @@ def label_regions(reader: ProcReader, memmap: MemoryMap, glibc: GlibcLayout | No
         if mp.file_resident:  # shared memory without an inode (a SysV segment whose shmid is 0)
             regions.append(Region(m.start, m.end, "shmem", mp.file_resident, m.perms, m.path,
                                   *_whole(res, mp.file_resident, mp.file_private, res.share_at(m.start))))
+        regions += labeller.regions(mp)
+    return regions
+
+
+@dataclass
+class _AnonLabeller:
+    """The regions of one anonymous mapping: the owners' ranges in it (heaps, stacks, runtimes, static
+    data), then another allocator's mapping, else the objects found in the rest, else unclaimed."""
+
+    reader: ProcReader
+    res: ResidentMap
+    owners: list[tuple[int, int, str, str]]    # sorted and disjoint
+    allocator: AllocatorMappings
+    sizes: tuple[int | None, int | None]       # pymalloc's arena and pool sizes
+    likely: dict[int, str]                      # mapping start -> the object whose static data it likely is
+
+    def __post_init__(self) -> None:
+        self.starts = [o[0] for o in self.owners]
+
+    def regions(self, mp: MappedPages) -> list[Region]:
+        m, res = mp.mapping, self.res
+        alloc_owner, alloc_ranges = self.allocator
+        regions: list[Region] = []
         claimed: list[tuple[int, int]] = []
-        # heaps and stacks are disjoint and sorted: only those starting before m.end can overlap it
-        for start, end, owner, label in owners[max(0, bisect.bisect_right(owner_starts, m.start) - 1):
-                                                bisect.bisect_left(owner_starts, m.end)]:
+        # the owners are disjoint and sorted: only those starting before m.end can overlap it
+        for start, end, owner, label in self.owners[max(0, bisect.bisect_right(self.starts, m.start) - 1):
+                                                     bisect.bisect_left(self.starts, m.end)]:
             lo, hi = max(start, m.start), min(end, m.end)
             if lo < hi:
                 regions.append(Region(lo, hi, owner, _anon_in(res, mp, lo, hi), m.perms, label,
@@ -132,10 +160,10 @@ def label_regions(reader: ProcReader, memmap: MemoryMap, glibc: GlibcLayout | No
         if rest and _in_ranges(alloc_ranges, m.start):  # kept when nothing is resident: its size counts
             regions.append(Region(rest[0][0], rest[-1][1], alloc_owner, sum(res.resident(lo, hi) for lo, hi in rest)
                                   if claimed else mp.anon_resident, m.perms, m.path or "[anon]", *_shares(res, rest)))
-            continue
+            return regions
         if not mp.anon_resident:
-            continue
-        objects, unclaimed = find_anon_objects(reader, rest, res, arena_size, pool_size)
+            return regions
+        objects, unclaimed = find_anon_objects(self.reader, rest, res, *self.sizes)
         found = [Region(o.start, o.end, o.kind, o.resident, m.perms, m.path, *_shares(res, [(o.start, o.end)]))
                  for o in objects]
         regions.extend(found)
@@ -145,8 +173,10 @@ def label_regions(reader: ProcReader, memmap: MemoryMap, glibc: GlibcLayout | No
             if private is not None and pss is not None:
                 private -= sum(r.private or 0 for r in found)
                 pss -= sum(r.pss or 0 for r in found)
-            regions.append(Region(lo, hi, "anon", unclaimed, m.perms, m.path or "[anon]", private, pss))
-    return regions
+            path = self.likely.get(m.start)
+            regions.append(Region(lo, hi, "anon", unclaimed, m.perms, m.path or "[anon]", private, pss)
+                           if path is None else Region(lo, hi, STATIC_LIKELY, unclaimed, m.perms, path, private, pss))
+        return regions
 
 
 def _runtime_owner(runtimes: list[tuple[int, int, str, str]], m: Mapping) -> tuple[str, str] | None:
@@ -154,14 +184,18 @@ def _runtime_owner(runtimes: list[tuple[int, int, str, str]], m: Mapping) -> tup
     return next(((owner, label) for start, end, owner, label in runtimes if start <= m.start and m.end <= end), None)
 
 
-def _owners(memmap: MemoryMap, glibc: GlibcLayout | None,
-            runtimes: list[tuple[int, int, str, str]]) -> list[tuple[int, int, str, str]]:
-    """(start, end, owner, label) of the glibc heaps, the thread stacks and the runtimes' ranges, sorted."""
+def _owners(memmap: MemoryMap, glibc: GlibcLayout | None, runtimes: list[tuple[int, int, str, str]],
+            static: list[StaticRange]) -> list[tuple[int, int, str, str]]:
+    """(start, end, owner, label) of the glibc heaps, the thread stacks, the runtimes' ranges and the
+    objects' static data (what of it none of the others holds), sorted."""
     # a stack pointer inside a runtime's heap is a goroutine's (its stacks are heap spans): the heap's
     stacks = [(s, e, "stack", label) for s, e, label in memmap.stacks
               if not any(s < r_end and r_start < e for r_start, r_end, _, _ in runtimes)]
-    return sorted([*((s, e, "glibc-heap", label) for s, e, label in (glibc.regions() if glibc else [])),
-                   *stacks, *runtimes])
+    others = sorted([*((s, e, "glibc-heap", label) for s, e, label in (glibc.regions() if glibc else [])),
+                     *stacks, *runtimes])
+    data = [(lo, hi, STATIC_DATA, r.path) for r in static
+            for lo, hi in _subtract(r.start, r.end, ((s, e) for s, e, _, _ in others))]
+    return sorted([*others, *data])
 
 
 def _anon_in(res: ResidentMap, mp: MappedPages, lo: int, hi: int) -> int:
@@ -257,6 +291,8 @@ def _snapshot_self(phase: str | None, options: SnapshotOptions | None) -> Snapsh
         pm = pymalloc_source.parse_debugmallocstats(pymalloc_source.capture_debugmallocstats())
         # before the pagemap: parsing smaps allocates, and jemalloc may purge pages when it does
         owned = allocator_mappings(reader, maps, own.name) if own.counts(figures) else None
+        # the objects' static data: their files read before the pagemap, which VmRSS is read beside
+        static = read_static_ranges(maps, allocator_source.process_root(reader.base))
         # Python threads: their pthread struct (the ident) sits at the top of their stack
         py_threads = [t for t in threading.enumerate() if t is not threading.main_thread() and t.ident]
         memmap = read_memory_map(reader, tuple(t.ident for t in py_threads if t.ident), maps,
@@ -268,7 +304,7 @@ def _snapshot_self(phase: str | None, options: SnapshotOptions | None) -> Snapsh
         if mallinfo is not None and malloc_info is not None:
             layout = own.heaps(reader, memmap, detection)
         regions = label_regions(reader, memmap, layout, pm.arena_size if pm else None,
-                                pm.pool_size if pm else None, owned)
+                                pm.pool_size if pm else None, owned, static=static)
     rss = status_int(status, "VmRSS")
     measured = Measurements(rss, regions, detection.name, layout, mallinfo=mallinfo, malloc_info=malloc_info,
                             jemalloc=jemalloc, pymalloc=pm, python_heap=heap, notes=notes)
@@ -343,6 +379,8 @@ def snapshot_pid(pid: int, options: SnapshotOptions | None = None, proc_root: st
         counting = registry.counting(_agent_figures(report)) if report is not None else None
         agent_stats = counting is not None
         owned = None if counting is None else allocator_mappings(reader, maps, counting.name)
+        # the objects' static data: their files read before the pagemap, which VmRSS is read beside
+        static = read_static_ranges(maps, allocator_source.process_root(reader.base))
         memmap = read_memory_map(reader)
         smaps = reader.smaps_pss()
         memmap.resident.set_shares(smaps)  # beside the pagemap: each mapping's PSS
@@ -352,7 +390,7 @@ def snapshot_pid(pid: int, options: SnapshotOptions | None = None, proc_root: st
         layout = _heaps_outside(reader, memmap, detection, agent_stats, notes)
         sizes: tuple[int | None, int | None] = (DEFAULT_ARENA_SIZE, DEFAULT_POOL_SIZE) if is_python else (None, None)
         runtimes, ranges = _read_runtimes(reader, maps, notes)
-        regions = label_regions(reader, memmap, layout, *sizes, owned, ranges)
+        regions = label_regions(reader, memmap, layout, *sizes, owned, ranges, static)
         status = _with_pss(reader, smaps)
         # after VmRSS, which belongs beside the pagemap; headers only on the pages that pagemap saw resident
         pools = census(reader, memmap.resident, [(r.start, r.end) for r in regions if r.owner == "pymalloc-arena"],

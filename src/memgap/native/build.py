@@ -10,25 +10,15 @@ import glob
 import hashlib
 import os
 import shutil
-import stat
 import subprocess
-import tempfile
 
-from memgap.errors import MemgapError, ToolMissing, Unsupported
+from memgap.errors import ToolMissing, Unsupported
+from memgap.sources.private import private_folder
 
 
 def cache_dir() -> str:
     """``$TMPDIR/memgap-native-UID``, created mode 0700 and checked to be ours."""
-    path = os.path.join(tempfile.gettempdir(), f"memgap-native-{os.getuid()}")
-    try:
-        os.mkdir(path, 0o700)
-    except FileExistsError:
-        pass
-    st = os.lstat(path)
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
-        raise MemgapError(f"{path} is not a folder of this user closed to others: memgap will not build "
-                          "or load code from it (remove it, or set TMPDIR)")
-    return path
+    return private_folder("native")
 
 
 def compiler() -> str:

@@ -57,15 +57,18 @@ def quiet_after() -> float:
 class QuietSpell:
     """Quiet spells in a stream of readings (pure: no clock, no /proc).
 
-    ``update`` returns "quiet" once a spell has lasted ``after`` seconds, and
-    "end" when a spell that was reported ends (the process worked again).
+    ``update`` returns "quiet" once a spell has lasted ``after`` seconds, again at
+    the first steady reading after memory was given back during it (its figure
+    now the lower one), and "end" when a spell that was reported ends (the
+    process worked again).
     """
 
     def __init__(self, after: float = QUIET_AFTER) -> None:
         self.after = after
         self.since: float | None = None  # when the current spell began
-        self.rested_since: float | None = None  # when the last work ended (a spell may restart after a trim)
+        self.rested_since: float | None = None  # when the last work ended
         self.reported = False
+        self._lowered = False  # a told spell whose RSS fell at rest: told again once it holds
         self._cpu0 = 0.0
         self._rss0 = 0
         self._recent: list[tuple[float, float]] = []  # (time, CPU) readings of the last ``after`` seconds
@@ -84,23 +87,26 @@ class QuietSpell:
         busy = (cpu - self._cpu0 > BUSY_SHARE * elapsed + CPU_SLACK
                 or cpu - cpu0 > BUSY_SHARE * (now - t0) + CPU_SLACK)
         slack = max(RSS_SLACK, RSS_SHARE * self._rss0)
-        if not busy and rss < self._rss0 - slack and not self.reported:
-            # memory given back at rest before the spell was told (a runtime's scavenger, a collector
-            # shrinking its heap): still rest; the spell keeps its start, and its figure is the lower one
-            self._rss0 = rss
-        elif busy or abs(rss - self._rss0) > slack:
+        if not busy and rss < self._rss0 - slack:
+            # memory given back at rest (a runtime's scavenger, a collector shrinking its heap, a trim):
+            # still rest; the spell keeps its start, and its figure is the lower one. A spell told
+            # already is told again once RSS holds (Go's scavenger gave 174 of 344 MiB back 1.2 s into
+            # a 2 s rest: the spell, ended there, had no second before the exit to be told again in)
+            self._rss0, self._lowered = rss, self.reported
+            if self._lowered:
+                return None  # falling still, maybe: told at the next reading that holds
+        elif busy or abs(rss - self._rss0) > slack:  # work: CPU, or RSS that rose
             ended = self.reported
-            if busy or rss > self._rss0:  # work; RSS that only fell is memory given back at rest (a trim)
-                self.rested_since = now
+            self.rested_since = now
             self._restart(now, cpu, rss)
             return "end" if ended else None
-        if not self.reported and elapsed >= self.after:
-            self.reported = True
+        if (not self.reported and elapsed >= self.after) or self._lowered:
+            self.reported, self._lowered = True, False
             return "quiet"
         return None
 
     def _restart(self, now: float, cpu: float, rss: int) -> None:
-        self.since, self._cpu0, self._rss0, self.reported = now, cpu, rss, False
+        self.since, self._cpu0, self._rss0, self.reported, self._lowered = now, cpu, rss, False, False
         # the window starts with the spell: kept, the work before it would restart the spell at
         # every reading for ``after`` seconds more (a spell then reported 2 s after the work, not 1)
         self._recent = [(now, cpu)]

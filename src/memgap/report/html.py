@@ -17,6 +17,7 @@ from typing import Any
 from memgap.documents.json_value import JsonObject, JsonValue, shaped
 from memgap.documents.lab_summary import Spread
 from memgap.documents.records import LabDocument
+from memgap.documents.snapshot import LATER_LAYERS
 from memgap.report.lab import (
     across_line,
     apply_lines,
@@ -31,7 +32,7 @@ from memgap.report.lab import (
 
 LAYER_COLORS = {
     "files": "#9e9e9e", "shared_memory": "#78909c", "python_objects": "#3f51b5", "pymalloc_free": "#9fa8da",
-    "runtime_heap": "#6a1b9a", "runtime_metadata": "#ce93d8", "allocator_in_use": "#e65100", "allocator_free": "#ffb74d", "stacks": "#00897b", "other_anon": "#8d6e63",
+    "runtime_heap": "#6a1b9a", "runtime_metadata": "#ce93d8", "allocator_in_use": "#e65100", "allocator_free": "#ffb74d", "stacks": "#00897b", "static_data": "#a1887f", "other_anon": "#8d6e63",
 }
 
 
@@ -56,7 +57,14 @@ def _chart_data(lab: LabDocument) -> JsonObject:
             "recommendation": recommended(lab), "cell": lab.cell,
             "variants": [{"spec": v.spec, "idle": v.idle, "after_trim": v.after_trim, "peak": v.peak,
                           "slowdown": v.slowdown} for v in lab.variants],
-            "runs": runs, "colors": LAYER_COLORS}
+            "runs": runs, "colors": _colors(lab)}
+
+
+def _colors(lab: LabDocument) -> dict[str, str]:
+    """The layers' colours, a layer added since older labs were saved only where a run has it (their page
+    stays as it was)."""
+    held = {name for r in lab.runs for phase in r.layers for name in phase["layers"]}
+    return {name: color for name, color in LAYER_COLORS.items() if name not in LATER_LAYERS or name in held}
 
 
 PAGE = """<!DOCTYPE html>

@@ -8,7 +8,7 @@ from rich.console import RenderableType
 
 from memgap.documents.recorded import AgentExit, ProcessExit, RecordedSnapshot, TreeIdle
 from memgap.documents.records import ProcessRecord, RunDocument, finding_of
-from memgap.documents.snapshot import LAYER_NAMES, PYTHON_LAYERS, Snapshot
+from memgap.documents.snapshot import LATER_LAYERS, LAYER_NAMES, PYTHON_LAYERS, Snapshot
 from memgap.report.fit import CUT, WRAP, Col, ellipsis, fit_table
 from memgap.report.terminal import console_on, layer_columns, print_findings, render_snapshot
 from memgap.report.units import mib
@@ -54,7 +54,8 @@ def phase_table(process: ProcessRecord, width: int = 120) -> RenderableType:
     """Its snapshots in time order, its peak among them."""
     peak = [process.peak] if process.peak and not _among(process.peak, process.snapshots) else []
     snaps = sorted([*process.snapshots, *peak], key=lambda s: s.get("read_began") or s.get("time") or 0)
-    names = [n for n in LAYER_NAMES if _python_shown(snaps) or n not in PYTHON_LAYERS]
+    names = [n for n in LAYER_NAMES if (_python_shown(snaps) or n not in PYTHON_LAYERS)
+             and (n not in LATER_LAYERS or any(n in s["layers"] for s in snaps))]
     cols = [Col("phase", WRAP), Col("RSS"), *layer_columns(names)]
     rows = []
     for snap in snaps:

@@ -5,16 +5,18 @@ import io
 import os
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from rich.console import Console, RenderableType
 
 from memgap.documents.allocator import AllocatorInfo
-from memgap.documents.records import TreeDocument
 from memgap.documents.snapshot import PYTHON_LAYERS, Finding, Snapshot, TreeTotals, layer_figure
 from memgap.report.cgroup import cgroup_lines
 from memgap.report.fit import CUT, WRAP, Col, fit_table
 from memgap.report.units import mib, pct
+
+if TYPE_CHECKING:  # a tree's document comes with the run's and the lab's: `inspect PID` needs none of them
+    from memgap.documents.records import TreeDocument
 
 LAYER_TITLES = {
     "files": "files (code, libraries, mapped files)",
@@ -27,6 +29,7 @@ LAYER_TITLES = {
     "allocator_free": "C allocator free (retained)",
     "allocator_held": "C allocator held (in use + free)",
     "stacks": "thread stacks",
+    "static_data": "static data (.bss) of its objects",
     "other_anon": "other anonymous",
 }
 
@@ -36,7 +39,7 @@ LAYER_SHORT = {
     "files": "files", "shared_memory": "shmem", "python_objects": "py objs", "pymalloc_free": "pymalloc free",
     "runtime_heap": "rt heap", "runtime_metadata": "rt meta",
     "allocator_in_use": "alloc used", "allocator_free": "alloc free", "allocator_held": "alloc held",
-    "stacks": "stacks",
+    "stacks": "stacks", "static_data": "static",
     "other_anon": "other anon",
 }
 
@@ -44,7 +47,8 @@ LAYER_SHORT = {
 # Where a terminal is too narrow for every layer's column, the order in which they give way
 # (the last first): what the allocator holds free is what memgap is most often asked about.
 LAYER_RANK = {"allocator_free": 1, "python_objects": 2, "runtime_heap": 2, "allocator_in_use": 3, "files": 4,
-              "shared_memory": 5, "pymalloc_free": 6, "runtime_metadata": 6, "other_anon": 7, "stacks": 8}
+              "shared_memory": 5, "pymalloc_free": 6, "runtime_metadata": 6, "other_anon": 7, "static_data": 7,
+              "stacks": 8}
 UNEXPLAINED_RANK = 9
 
 
@@ -163,6 +167,23 @@ def print_findings(console: Console, findings: Sequence[Finding]) -> None:
             console.print(f"    remedy: {f.remedy}")
 
 
+STATIC_SHOWN = 1 << 20  # the static data's objects are listed where the layer holds this much
+
+
+def static_table(snap: Snapshot, width: int = 120) -> RenderableType | None:
+    """The objects whose static data (.bss) is largest, where the layer holds a MiB or more."""
+    layer = snap.layers.get("static_data")
+    if layer is None or (layer.resident or 0) < STATIC_SHOWN:
+        return None
+    largest = layer.detail.get("largest") or []
+    cols = [Col("object", WRAP), Col("resident MiB"), Col("of RSS", optional=1), Col("placed by", WRAP, optional=2)]
+    rows = [[o["path"], mib(o["bytes"]), pct(o["bytes"], snap.rss),
+             "maps (likely)" if o.get("likely") else "program headers"] for o in largest]
+    more = layer.detail.get("objects", len(largest)) - len(largest)
+    title = f"static data (.bss) by object, largest first{f' ({more} more)' if more > 0 else ''}"
+    return fit_table(title, cols, rows, width)
+
+
 def render_snapshot(snap: Snapshot, stream: TextIO, width: int | None = None) -> None:
     console = console_on(stream, width)
     console.print(layers_table(snap, console.width))
@@ -186,6 +207,9 @@ def render_snapshot(snap: Snapshot, stream: TextIO, width: int | None = None) ->
     arenas = arenas_table(snap, width=console.width)
     if arenas is not None:
         console.print(arenas)
+    static = static_table(snap, width=console.width)
+    if static is not None:
+        console.print(static)
     if snap.findings:
         console.print("Findings:")
         print_findings(console, snap.findings)

@@ -65,27 +65,18 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+from typing import TYPE_CHECKING
 
 from memgap.errors import MalformedInput
 from memgap.runtimes import register
 from memgap.runtimes.base import OwnedRange, ProcessView, RuntimeHeap, RuntimeInfo
 from memgap.runtimes.go_binary import GoBinary, read_go_binary
-from memgap.runtimes.go_state import (
-    MASK64,
-    PAGE_LABELS,
-    Field,
-    GoFigures,
-    Layout,
-    LayoutMissing,
-    arena_ranges,
-    figures,
-    join_runs,
-    page_runs,
-    resolve_layout,
-    scalar,
-    slot_is_zero,
-)
 from memgap.sources.procfs import Mapping, ProcReader
+
+# The runtime's state (its layout from DWARF, the figures) is loaded only to read a Go program's heap:
+# every look asks whether a process is Go, and importing it (with the DWARF reader) cost that 25 ms.
+if TYPE_CHECKING:
+    from memgap.runtimes.go_state import Field, GoFigures, Layout
 
 ATTEMPTS = 40                    # torn reads read again, this many times at most
 MAX_PS = 1 << 12                 # GOMAXPROCS is capped at 1024 (more: not a P list)
@@ -125,6 +116,8 @@ class GoReader:
         return RuntimeInfo("go", binary.version, how, stripped=not (has_symbols and binary.has_dwarf))
 
     def read(self, process: ProcessView, info: RuntimeInfo) -> RuntimeHeap:
+        from memgap.runtimes.go_state import LayoutMissing
+
         binary = _binary(process)
         heap = RuntimeHeap(info, route="")
         heap.settings.update(_settings(process, binary))
@@ -159,6 +152,8 @@ class GoReader:
 
 def _layout(binary: GoBinary, bias: int) -> Layout:
     """The layout from the runtime's units of the DWARF; from all of it where they lack something."""
+    from memgap.runtimes.go_state import LayoutMissing, resolve_layout
+
     try:
         layout = resolve_layout(binary.dwarf(), bias, binary.goarch)
     except LayoutMissing:
@@ -181,6 +176,8 @@ def _settings(process: ProcessView, binary: GoBinary | None) -> dict[str, str]:
 def _load_bias(process: ProcessView, binary: GoBinary) -> int:
     """How far a position-independent program was moved from its link addresses (its mapping of file
     offset 0 against its first PT_LOAD's address)."""
+    from memgap.runtimes.go_state import MASK64
+
     if not binary.pie:
         return 0
     try:
@@ -192,12 +189,16 @@ def _load_bias(process: ProcessView, binary: GoBinary) -> int:
 
 
 def _read_field(reader: ProcReader, f: Field) -> int | None:
+    from memgap.runtimes.go_state import scalar
+
     data = reader.read_memory(f.address, f.size)
     return None if data is None else scalar(data, 0, f.size)
 
 
 def _markers(reader: ProcReader, layout: Layout) -> tuple[int, ...] | None:
     """gen, the noPLock key and every P's statsSeq: what says a writer or a reader is at work."""
+    from memgap.runtimes.go_state import MASK64, scalar
+
     gen, lock = _read_field(reader, layout.gen), _read_field(reader, layout.no_p_lock)
     header = reader.read_memory(layout.allp, 16)
     if gen is None or lock is None or header is None:
@@ -220,6 +221,8 @@ class Unreadable(Exception):
 
 def _read_once(reader: ProcReader, layout: Layout, sizes: bytes | None) -> GoFigures | None:
     """One read between two looks at the markers; None where it may be torn."""
+    from memgap.runtimes.go_state import figures, slot_is_zero
+
     before = _markers(reader, layout)
     if before is None:
         raise Unreadable
@@ -285,6 +288,8 @@ def _fill(heap: RuntimeHeap, f: GoFigures, attempts: int) -> None:
 
 def owned_ranges(reader: ProcReader, layout: Layout) -> list[OwnedRange]:
     """The heap arenas, their metadata, the arena index and the page summary reservations."""
+    from memgap.runtimes.go_state import Field, arena_ranges, scalar
+
     header = reader.read_memory(layout.heap_arenas, 16)
     if header is None:
         return []
@@ -318,6 +323,8 @@ def _arena_pages(reader: ProcReader, layout: Layout, arenas: list[tuple[int, int
     """The arenas' pages by state, from the page allocator's bitmaps (each chunk's 128 bytes read
     once: a page taken or freed during the read moves one page's label, no more); None where a
     chunk the allocator manages cannot be read."""
+    from memgap.runtimes.go_state import MASK64, PAGE_LABELS, Field, join_runs, page_runs, scalar
+
     pages = layout.pages
     assert pages is not None
     header = reader.read_memory(pages.in_use, 16)

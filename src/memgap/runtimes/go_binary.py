@@ -19,11 +19,13 @@ import stat
 import struct
 import zlib
 from dataclasses import dataclass, field
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from memgap.errors import MalformedInput
-from memgap.runtimes.go_dwarf import DwarfTypes, parse_dwarf
-from memgap.sources.elf import read_elf, read_section
+from memgap.sources.elf import NO_SYMBOLS, read_elf, read_section
+
+if TYPE_CHECKING:  # the DWARF reader only where a Go program's heap is read: every look asks whether it is Go
+    from memgap.runtimes.go_dwarf import DwarfTypes
 
 MAGIC = b"\xff Go buildinf:"
 FLAG_INLINE_STRINGS = 2
@@ -141,7 +143,9 @@ class GoBinary:
         if self._dwarf is None or everything:
             cached = _DWARF.get(key) if self.build_id else None
             if cached is None:
-                info = read_elf(self.path)
+                from memgap.runtimes.go_dwarf import parse_dwarf
+
+                info = read_elf(self.path, NO_SYMBOLS)
                 names = [n for n in (".debug_info", ".zdebug_info") if n in info.sections]
                 abbrevs = [n for n in (".debug_abbrev", ".zdebug_abbrev") if n in info.sections]
                 if not names or not abbrevs:
@@ -202,7 +206,7 @@ def _first_load(fh: BinaryIO, header: bytes) -> int:
 
 
 def _load(path: str) -> GoBinary | None:
-    info = read_elf(path)
+    info = read_elf(path, NO_SYMBOLS)
     with open(path, "rb") as fh:
         header = fh.read(64)
         if len(header) < 64 or header[4:6] != b"\x02\x01":          # ELF64, little-endian

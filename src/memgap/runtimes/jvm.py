@@ -59,24 +59,19 @@ import shutil
 import stat
 from collections.abc import Callable
 from itertools import pairwise
+from typing import TYPE_CHECKING
 
 from memgap.errors import MalformedInput, MemgapError
 from memgap.runtimes import jvm_maps, register
 from memgap.runtimes.base import OwnedRange, ProcessView, RuntimeHeap, RuntimeInfo
 from memgap.runtimes.jvm_jcmd import attach_refusal, jcmd_path, run_jcmd
-from memgap.runtimes.jvm_parse import (
-    HeapInfo,
-    JvmFigures,
-    jvm_figures,
-    parse_heap_info,
-    parse_native_memory,
-    parse_release,
-    parse_size,
-    split_vm_args,
-    vm_flags,
-)
-from memgap.sources.hsperfdata import MAGIC, PerfData, parse_perfdata
 from memgap.sources.procfs import Mapping, count_pagemap
+
+# The JVM's parsers (perf data, flags, jcmd's outputs) are loaded only where libjvm.so is mapped: every
+# look asks whether a process is a JVM, and most are not (importing them cost that 15-25 ms).
+if TYPE_CHECKING:
+    from memgap.runtimes.jvm_parse import HeapInfo, JvmFigures
+    from memgap.sources.hsperfdata import PerfData
 
 MAX_PERFDATA = 16 << 20   # PerfDataMemorySize is 64 KiB by default; a larger file is not one
 MAX_RELEASE = 64 << 10
@@ -123,6 +118,8 @@ class JvmReader:
 
     def read_deep(self, process: ProcessView, info: RuntimeInfo) -> RuntimeHeap:
         """``read``, then the JVM's attach API through jcmd (GC.heap_info, VM.native_memory summary)."""
+        from memgap.runtimes.jvm_parse import parse_heap_info, parse_native_memory
+
         heap, figures, flags = _read(process, info)
         refusal = attach_refusal(process, flags, figures.attach_supported if figures else None)
         lib = _libjvm(process.maps)
@@ -143,6 +140,8 @@ class JvmReader:
 
 
 def _read(process: ProcessView, info: RuntimeInfo) -> tuple[RuntimeHeap, JvmFigures | None, dict[str, str]]:
+    from memgap.runtimes.jvm_parse import jvm_figures, split_vm_args, vm_flags
+
     perf, where = _perfdata(process)
     figures: JvmFigures | None = None
     notes: list[str] = []
@@ -194,6 +193,8 @@ def _apply_native_memory(heap: RuntimeHeap, nmt: dict[str, tuple[int, int]]) -> 
 
 def _fill_heap(heap: RuntimeHeap, process: ProcessView, figures: JvmFigures | None, flags: dict[str, str]) -> None:
     """The Java heap's figures and its range (by shape), its resident part measured."""
+    from memgap.runtimes.jvm_parse import parse_size
+
     limit = figures.limit if figures and figures.limit else parse_size(flags.get("MaxHeapSize", ""))
     heap.limit = limit
     if figures is not None:
@@ -238,6 +239,8 @@ def _archive_outside(maps: list[Mapping], taken: list[tuple[int, int]]) -> tuple
 def _fill_metadata(heap: RuntimeHeap, process: ProcessView, figures: JvmFigures | None,
                    flags: dict[str, str]) -> None:
     """Code cache, class space and metaspace: their ranges (by shape) and resident bytes."""
+    from memgap.runtimes.jvm_parse import parse_size
+
     code = jvm_maps.code_cache(process.maps, parse_size(flags.get("ReservedCodeCacheSize", "")))
     class_size = (figures.class_space_reserved if figures and figures.class_space_reserved
                   else parse_size(flags.get("CompressedClassSpaceSize", "")) or CLASS_SPACE_DEFAULT)
@@ -287,6 +290,8 @@ def _resident(process: ProcessView, start: int, end: int) -> int:
 def _perfdata_mapping(process: ProcessView) -> Mapping | None:
     """The JVM's shared mapping of its perf data file: named hsperfdata_<user>/<pid>, or (renamed,
     its name lost) a small shared file mapping that starts with the perf data's magic."""
+    from memgap.sources.hsperfdata import MAGIC
+
     shared = [m for m in process.maps if m.perms[3] == "s" and m.is_file and m.size <= MAX_PERFDATA]
     for m in shared:
         path = m.path.removesuffix(" (deleted)")
@@ -300,6 +305,8 @@ def _perfdata_mapping(process: ProcessView) -> Mapping | None:
 
 def _perfdata(process: ProcessView) -> tuple[PerfData | None, str]:
     """The perf data and where it was read from; None and why not."""
+    from memgap.sources.hsperfdata import parse_perfdata
+
     m = _perfdata_mapping(process)
     if m is None:
         return None, "no hsperfdata file in its maps (-XX:-UsePerfData, or -XX:+PerfDisableSharedMem)"
@@ -362,6 +369,8 @@ def _jdk_home(libjvm: str) -> str:
 
 def _release(pid: int, libjvm: str) -> tuple[str, dict[str, str]]:
     """The JDK home above libjvm.so (lib/server/, or JDK 8's jre/lib/ARCH/server/) and its release file."""
+    from memgap.runtimes.jvm_parse import parse_release
+
     home = os.path.dirname(libjvm)
     for _up in range(4):
         home = os.path.dirname(home)
@@ -373,6 +382,8 @@ def _release(pid: int, libjvm: str) -> tuple[str, dict[str, str]]:
 
 def _command_line_flags(process: ProcessView) -> dict[str, str]:
     """The JVM's flags from JAVA_TOOL_OPTIONS, JDK_JAVA_OPTIONS and its command line (the later wins)."""
+    from memgap.runtimes.jvm_parse import split_vm_args, vm_flags
+
     words: list[str] = []
     for name in ("JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS"):
         words += split_vm_args(process.environ.get(name, ""))

@@ -70,7 +70,7 @@ from memgap.errors import MalformedInput, MemgapError
 from memgap.runtimes import register
 from memgap.runtimes.base import OwnedRange, ProcessView, RuntimeHeap, RuntimeInfo
 from memgap.sources.allocator import process_root
-from memgap.sources.elf import read_elf
+from memgap.sources.elf import SymbolQuery, read_elf
 from memgap.sources.procfs import PAGE_SIZE, Mapping, present_bitmap
 
 PAGE_ALIGNMENT = 256 << 10      # kPageSizeBits = 18 (V8 8 to 11)
@@ -78,6 +78,7 @@ HEADER = struct.Struct("<12Q")  # size, flags, heap, area_start, area_end, alloc
 MAX_HEADER_AREA = 64 << 10      # area_start - page: the header (4.3 KiB), and a code page's guard pages
 FROM_PAGE, TO_PAGE = 1 << 3, 1 << 4
 INIT_SYMBOLS = ("_ZN2v82V810InitializeEi", "_ZN2v82V810InitializeEv")
+_INIT_QUERY = SymbolQuery(names=frozenset(INIT_SYMBOLS))  # the only symbols read of a program for V8
 _GLIBC_HEAP = 64 << 20          # glibc's non-main arenas: 64 MiB-aligned heaps, rw then PROT_NONE
 
 
@@ -360,7 +361,7 @@ def parse_settings(cmdline: Sequence[str], environ: dict[str, str]) -> dict[str,
 
 @functools.lru_cache(maxsize=64)
 def _versions_of(path: str, _identity: tuple[int, int, int, int]) -> tuple[str, str]:
-    offset, size = read_elf(path).sections.get(".rodata", (0, 0))
+    offset, size = read_elf(path, _INIT_QUERY).sections.get(".rodata", (0, 0))
     if not size:
         return "", ""
     with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
@@ -375,7 +376,7 @@ def file_versions(path: str) -> tuple[str, str]:
 
 def _defines_v8(path: str) -> bool:
     try:
-        info = read_elf(path)
+        info = read_elf(path, _INIT_QUERY)
     except (OSError, MalformedInput):
         return False
     return any(s in info.exported or s in info.defined for s in INIT_SYMBOLS)

@@ -49,10 +49,10 @@ def beside_note(detection: AllocatorDetection) -> str:
     beside = detection.beside
     if not beside:
         return ""
-    return (", ".join(allocator_label(f) for f in beside) + " beside malloc's allocator: "
-            + ("their" if len(beside) > 1 else "its") + " memory is counted under other anonymous "
-            "from outside (`inspect --deep` reads a jemalloc beside glibc's through its mallctl where a symbol "
-            "table, or the dynamic one, keeps it)")
+    return (", ".join(allocator_label(f) for f in beside) + " beside malloc's allocator: present (its code is "
+            "in that object); memory it may hold is not told apart from other anonymous memory from outside, nor "
+            "shown to be any of it (`inspect --deep` reads a jemalloc beside glibc's through its mallctl where a "
+            "symbol table, or the dynamic one, keeps it)")
 
 
 def lookup_order(exe: str, objects: dict[str, ElfInfo], preload: list[str]) -> list[str]:
@@ -105,12 +105,6 @@ def mapped_objects(mappings: list[Mapping], exe: str | None = None, root: str = 
             continue  # replaced on disk (an upgrade) since it was mapped: not the code that runs
         live.append((path, (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)))
     return exe, tuple(live)
-
-
-def file_identity(path: str) -> tuple[int, int, int, int]:
-    """(device, inode, mtime, size) of a file: what tells it from the same path changed on disk."""
-    st = os.stat(path)
-    return st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size
 
 
 def preloaded(environ: dict[str, str], root: str = "") -> list[str]:

@@ -1,19 +1,21 @@
 """An ELF file's symbols and dynamic section: what tells which allocators a process carries.
 
-``parse_elf`` reads the symbol tables (``.dynsym``, and ``.symtab`` when the file
-is not stripped), ``DT_NEEDED`` and ``DT_SONAME`` through a ``read(offset, size)``
-callable, so the parsing is tested on plain bytes; ``read_elf`` supplies that
-callable over an open file (only the sections needed are read, not the whole
-file) and caches the result per (path, device, inode, mtime, size): ``top``
-asks again every refresh. Both classes (32/64-bit) and both byte orders.
+``parse_elf`` reads the section headers, ``DT_NEEDED`` and ``DT_SONAME``, and of the symbol tables
+(``.dynsym``, and ``.symtab`` when the file is not stripped) and of ``.rodata`` only what a
+``SymbolQuery`` asks about (memgap.sources.elf_symbols: a C++ library's 100,000 symbols are never
+decoded one by one), through a ``read(offset, size)`` callable, so the parsing is tested on plain
+bytes. ``read_elf`` supplies that callable over an open file (only the sections needed are read,
+not the whole file) and keeps what it read per version of the file (device, inode, size, mtime,
+ctime) and question: in memory (``top`` asks again every refresh, the workers of a tree map the
+same libraries) and on disk between memgap's runs (memgap.sources.elf_cache). Both classes
+(32/64-bit) and both byte orders.
 
-A malformed file raises ``MalformedInput`` (never ``struct.error`` or an
-``IndexError``): a file in /proc/PID/maps may be anything.
+A malformed file raises ``MalformedInput`` (never ``struct.error`` or an ``IndexError``): a file in
+/proc/PID/maps may be anything.
 
-A non-PIE program that takes ``malloc``'s address gets a canonical PLT entry:
-``dlsym`` and ``dladdr`` then name the program itself, although the function
-it jumps to is libc's. The program's ``.dynsym`` says which it is: an imported
-symbol has section index 0 (SHN_UNDEF).
+A non-PIE program that takes ``malloc``'s address gets a canonical PLT entry: ``dlsym`` and
+``dladdr`` then name the program itself, although the function it jumps to is libc's. The
+program's ``.dynsym`` says which it is: an imported symbol has section index 0 (SHN_UNDEF).
 """
 from __future__ import annotations
 
@@ -21,10 +23,16 @@ import os
 import stat
 import struct
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from memgap.errors import MalformedInput, Unsupported
+from memgap.sources import elf_cache
+from memgap.sources.elf_symbols import (
+    SymbolQuery as SymbolQuery,  # re-exported: every caller asks with one
+    entries_named,
+    name_starts,
+)
 
 SHT_SYMTAB, SHT_STRTAB, SHT_DYNAMIC, SHT_DYNSYM = 2, 3, 6, 11
 SHN_UNDEF, SHN_XINDEX = 0, 0xFFFF
@@ -32,13 +40,18 @@ STB_LOCAL = 0
 DT_NULL, DT_NEEDED, DT_SONAME = 0, 1, 14
 MAX_SECTIONS = 1 << 16
 MAX_TABLE = 512 << 20   # one symbol or string table; larger is a damaged header, not a real file
+RODATA_LIMIT = 64 << 20  # of .rodata, what is searched for the query's byte strings
+RODATA_PIECE = 4 << 20   # read and searched at a time
+NO_SYMBOLS = SymbolQuery()  # sections and dependencies only
 
 Read = Callable[[int, int], bytes]
+Section = tuple[int, int, int, int, int, int]  # name, type, offset, size, link, entsize: whichever the class
 
 
 @dataclass(frozen=True)
 class ElfInfo:
-    """What one ELF file says of its symbols and its dependencies."""
+    """What one ELF file says of its symbols and its dependencies: of its symbols, those the
+    ``SymbolQuery`` it was read with asks about, and only those."""
 
     exported: frozenset[str]   # defined GLOBAL/WEAK symbols of .dynsym: what the dynamic linker can bind to
     imported: frozenset[str]   # undefined in .dynsym: bound to another object at run time
@@ -48,6 +61,34 @@ class ElfInfo:
     dynamic: bool              # has a dynamic section: loaded by ld.so (a static program has none)
     has_symtab: bool           # .symtab present (not stripped)
     sections: dict[str, tuple[int, int]]  # section name -> (file offset, size), for reading their bytes
+    rodata_has: frozenset[bytes] = field(default_factory=frozenset)  # the query's byte strings in .rodata
+
+    def facts(self) -> dict[str, Any]:
+        """Its JSON form, as memgap.sources.elf_cache keeps it."""
+        return {"exported": sorted(self.exported), "imported": sorted(self.imported), "defined": sorted(self.defined),
+                "needed": list(self.needed), "soname": self.soname, "dynamic": self.dynamic,
+                "has_symtab": self.has_symtab, "sections": {k: list(v) for k, v in self.sections.items()},
+                "rodata_has": sorted(b.decode("latin-1") for b in self.rodata_has)}
+
+    @classmethod
+    def from_facts(cls, facts: dict[str, Any]) -> ElfInfo:
+        """From ``facts()``'s form; ValueError where a field is missing or not of its type."""
+        def strings(key: str) -> list[str]:
+            value = facts.get(key)
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise ValueError(f"{key}: not a list of strings")
+            return value
+
+        sections = facts.get("sections")
+        if (not isinstance(sections, dict) or not isinstance(facts.get("soname"), str)
+                or not isinstance(facts.get("dynamic"), bool) or not isinstance(facts.get("has_symtab"), bool)
+                or not all(isinstance(v, list) and len(v) == 2 and all(type(n) is int for n in v)
+                           for v in sections.values())):
+            raise ValueError("not an ELF file's facts")
+        return cls(frozenset(strings("exported")), frozenset(strings("imported")), frozenset(strings("defined")),
+                   tuple(strings("needed")), facts["soname"], facts["dynamic"], facts["has_symtab"],
+                   {k: (v[0], v[1]) for k, v in sections.items()},
+                   frozenset(s.encode("latin-1") for s in strings("rodata_has")))
 
 
 @dataclass(frozen=True)
@@ -108,14 +149,49 @@ def _string(table: bytes, offset: int) -> str:
     return table[offset:end if end >= 0 else len(table)].decode("utf-8", "replace")
 
 
-def parse_elf(read: Read, size: int) -> ElfInfo:
-    """Parse an ELF file of ``size`` bytes that ``read(offset, length)`` returns pieces of."""
+def parse_elf(read: Read, size: int, query: SymbolQuery) -> ElfInfo:
+    """Parse an ELF file of ``size`` bytes that ``read(offset, length)`` returns pieces of: its sections
+    and dependencies, and of its symbols and ``.rodata`` what ``query`` asks about."""
     lay = _layout(_read(read, size, 0, 16, "identification"))
     header = _unpack(lay.order + lay.header, _read(read, size, 16, struct.calcsize(lay.order + lay.header), "header"),
                      0, "header")
-    shoff, shentsize, shnum, shstrndx = header[5], header[10], header[11], header[12]
-    if not shoff:  # section headers stripped (sstrip): nothing to read symbols from
+    if not header[5]:  # section headers stripped (sstrip): nothing to read symbols from
         return ElfInfo(frozenset(), frozenset(), frozenset(), (), "", False, False, {})
+    sections, shstrndx = _sections(read, size, lay, header)
+    contents: dict[int, bytes] = {}
+
+    def data_of(index: int, what: str) -> bytes:
+        if not 0 <= index < len(sections):
+            raise MalformedInput("ELF file", f"{what}: section {index} of {len(sections)}")
+        if index not in contents:  # .dynstr serves .dynsym and .dynamic: read once
+            _n, _t, offset, length, _l, _e = sections[index]
+            contents[index] = _read(read, size, offset, length, what)
+        return contents[index]
+
+    names = data_of(shstrndx, "section names") if 0 < shstrndx < len(sections) else b""
+    symbols = _Symbols(lay, query)
+    needed: list[str] = []
+    soname = ""
+    for _name, kind, offset, length, link, entsize in sections:
+        if kind in (SHT_DYNSYM, SHT_SYMTAB) and query.asks_symbols:
+            table = _read(read, size, offset, length, "symbol table")
+            symbols.add(table, entsize, data_of(link, "symbol names"), kind == SHT_DYNSYM)
+        elif kind == SHT_DYNAMIC:
+            strings = data_of(link, "dynamic strings")
+            for tag, value in _dynamic(lay, _read(read, size, offset, length, "dynamic section"), entsize):
+                if tag == DT_NEEDED:
+                    needed.append(_string(strings, value))
+                elif tag == DT_SONAME:
+                    soname = _string(strings, value)
+    named = {_string(names, s[0]): (s[2], s[3]) for s in sections if names}
+    return ElfInfo(frozenset(symbols.exported), frozenset(symbols.imported), frozenset(symbols.defined),
+                   tuple(needed), soname, any(s[1] == SHT_DYNAMIC for s in sections),
+                   any(s[1] == SHT_SYMTAB for s in sections), named, _in_rodata(read, size, named, query.rodata))
+
+
+def _sections(read: Read, size: int, lay: _Layout, header: tuple[Any, ...]) -> tuple[list[Section], int]:
+    """Every section's header, and the index of the one holding their names."""
+    shoff, shentsize, shnum, shstrndx = header[5], header[10], header[11], header[12]
     if shentsize < lay.section_size:
         raise MalformedInput("ELF file", f"section header size {shentsize}")
     fmt = lay.order + lay.section
@@ -126,64 +202,62 @@ def parse_elf(read: Read, size: int) -> ElfInfo:
     if shnum > MAX_SECTIONS:
         raise MalformedInput("ELF file", f"{shnum} sections")
     table = _read(read, size, shoff, shnum * shentsize, "section headers")
-    # (name, type, offset, size, link, entsize), whichever the class
     sections = []
     for i in range(shnum):
         s = _unpack(fmt, table, i * shentsize, "section header")
         sections.append((s[0], s[1], s[4], s[5], s[6], s[9]))
-
-    def data_of(index: int, what: str) -> bytes:
-        if not 0 <= index < shnum:
-            raise MalformedInput("ELF file", f"{what}: section {index} of {shnum}")
-        _n, _t, offset, length, _l, _e = sections[index]
-        return _read(read, size, offset, length, what)
-
-    names = data_of(shstrndx, "section names") if 0 < shstrndx < shnum else b""
-    exported: set[str] = set()
-    imported: set[str] = set()
-    defined: set[str] = set()
-    needed: list[str] = []
-    soname = ""
-    dynamic = False
-    for _name, kind, offset, length, link, entsize in sections:
-        if kind in (SHT_DYNSYM, SHT_SYMTAB):
-            strings = data_of(link, "symbol names")
-            symbols = _read(read, size, offset, length, "symbol table")
-            for sym_name, defines, local in _symbols(lay, symbols, entsize, strings):
-                if defines:
-                    defined.add(sym_name)
-                    if kind == SHT_DYNSYM and not local:
-                        exported.add(sym_name)
-                elif kind == SHT_DYNSYM:
-                    imported.add(sym_name)
-        elif kind == SHT_DYNAMIC:
-            dynamic = True
-            strings = data_of(link, "dynamic strings")
-            for tag, value in _dynamic(lay, _read(read, size, offset, length, "dynamic section"), entsize):
-                if tag == DT_NEEDED:
-                    needed.append(_string(strings, value))
-                elif tag == DT_SONAME:
-                    soname = _string(strings, value)
-    has_symtab = any(s[1] == SHT_SYMTAB for s in sections)
-    named = {_string(names, s[0]): (s[2], s[3]) for s in sections if names}
-    return ElfInfo(frozenset(exported), frozenset(imported), frozenset(defined), tuple(needed), soname,
-                   dynamic, has_symtab, named)
+    return sections, shstrndx
 
 
-def _symbols(lay: _Layout, data: bytes, entsize: int, strings: bytes) -> Iterator[tuple[str, bool, bool]]:
-    """(name, defined, local) of each named symbol; the version suffix (``@GLIBC_2.2.5``) left off."""
-    if entsize < lay.symbol_size:
-        raise MalformedInput("ELF file", f"symbol entry size {entsize}")
-    fmt = lay.order + lay.symbol
-    for pos in range(0, len(data) - entsize + 1, entsize):
-        fields = struct.unpack_from(fmt, data, pos)
-        if lay.is64:
-            st_name, st_info, _other, st_shndx = fields[:4]
-        else:
-            st_name, st_info, st_shndx = fields[0], fields[3], fields[5]
-        name = _string(strings, st_name).partition("@")[0]
-        if name:
-            yield name, st_shndx != SHN_UNDEF, st_info >> 4 == STB_LOCAL
+class _Symbols:
+    """The symbols a query asks about, gathered over the symbol tables of one file."""
+
+    def __init__(self, lay: _Layout, query: SymbolQuery) -> None:
+        self.lay, self.query = lay, query
+        self.exported: set[str] = set()
+        self.imported: set[str] = set()
+        self.defined: set[str] = set()
+
+    def add(self, table: bytes, entsize: int, strings: bytes, dynamic: bool) -> None:
+        """The entries of one table (``.dynsym`` if ``dynamic``, else ``.symtab``) whose names the query
+        asks about: found in the string table's bytes, and only those entries decoded."""
+        lay = self.lay
+        if entsize < lay.symbol_size:
+            raise MalformedInput("ELF file", f"symbol entry size {entsize}")
+        fmt = lay.order + lay.symbol
+        for index in entries_named(table, entsize, lay.order == ">", name_starts(strings, self.query)):
+            fields = struct.unpack_from(fmt, table, index * entsize)
+            if lay.is64:
+                st_name, st_info, _other, st_shndx = fields[:4]
+            else:
+                st_name, st_info, st_shndx = fields[0], fields[3], fields[5]
+            name = _string(strings, st_name).partition("@")[0]  # the version suffix (@GLIBC_2.2.5) left off
+            if not name or not self.query.wants(name):
+                continue
+            if st_shndx != SHN_UNDEF:
+                self.defined.add(name)
+                if dynamic and st_info >> 4 != STB_LOCAL:
+                    self.exported.add(name)
+            elif dynamic:
+                self.imported.add(name)
+
+
+def _in_rodata(read: Read, size: int, sections: dict[str, tuple[int, int]],
+               wanted: tuple[bytes, ...]) -> frozenset[bytes]:
+    """Which of ``wanted`` the file's ``.rodata`` holds (of it, what lies within the file, at most
+    RODATA_LIMIT), read a piece at a time: a C++ library's is 30 MiB."""
+    offset, length = sections.get(".rodata", (0, 0))
+    length = min(length, size - offset, RODATA_LIMIT)
+    if not wanted or length <= 0 or offset < 0:
+        return frozenset()
+    overlap = max(map(len, wanted)) - 1   # a string across two pieces is whole in the first
+    found: set[bytes] = set()
+    for start in range(0, length, RODATA_PIECE):
+        data = read(offset + start, min(RODATA_PIECE + overlap, length - start))
+        found.update(w for w in wanted if w not in found and w in data)
+        if len(found) == len(set(wanted)):
+            break
+    return frozenset(found)
 
 
 def _dynamic(lay: _Layout, data: bytes, entsize: int) -> Iterator[tuple[int, int]]:
@@ -196,48 +270,74 @@ def _dynamic(lay: _Layout, data: bytes, entsize: int) -> Iterator[tuple[int, int
         yield tag, value
 
 
-def parse_elf_bytes(data: bytes) -> ElfInfo:
+def parse_elf_bytes(data: bytes, query: SymbolQuery) -> ElfInfo:
     """``parse_elf`` over a whole file's bytes."""
-    return parse_elf(lambda offset, length: data[offset:offset + length], len(data))
+    return parse_elf(lambda offset, length: data[offset:offset + length], len(data), query)
 
 
 # by the file's identity, not its path: one library seen through /proc/PID/root of each process of
 # a tree (nine workers of one server) is one file, parsed once
-_FILES: dict[tuple[int, int, int, int], ElfInfo | MalformedInput] = {}
+_FILES: dict[tuple[elf_cache.Identity, SymbolQuery], ElfInfo | MalformedInput] = {}
 _FILES_KEPT = 2048
 
 
-def _read_elf_file(path: str) -> ElfInfo | MalformedInput:
+def _read_elf_file(path: str, identity: elf_cache.Identity,
+                   query: SymbolQuery) -> tuple[ElfInfo | MalformedInput, bool]:
+    """The file parsed, and whether it stayed the version ``identity`` names while it was read (then
+    what it says is kept, in memory and on disk for the next run)."""
     with open(path, "rb") as fh:
         fd = fh.fileno()
+        before = elf_cache.file_identity(os.fstat(fd))
         try:
-            return parse_elf(lambda offset, length: os.pread(fd, length, offset), os.fstat(fd).st_size)
-        except MalformedInput as exc:  # cached too: a damaged file stays damaged until it changes
-            return exc
+            result: ElfInfo | MalformedInput = parse_elf(lambda offset, length: os.pread(fd, length, offset),
+                                                         before[2], query)
+        except MalformedInput as exc:  # kept too: a damaged file stays damaged until it changes
+            result = exc
+        steady = before == identity == elf_cache.file_identity(os.fstat(fd))
+    if steady:
+        elf_cache.store(identity, query.fingerprint, result.facts() if isinstance(result, ElfInfo)
+                        else {"malformed": str(result).removeprefix("malformed ELF file: ")})
+    return result, steady
 
 
-def read_elf(path: str) -> ElfInfo:
-    """The ELF facts of the file at ``path``, read once per version of the file.
+def _kept(identity: elf_cache.Identity, query: SymbolQuery) -> ElfInfo | MalformedInput | None:
+    """What an earlier run read of this version of the file for this question, or None."""
+    facts = elf_cache.load(identity, query.fingerprint)
+    if facts is None:
+        return None
+    if isinstance(facts.get("malformed"), str):
+        return MalformedInput("ELF file", facts["malformed"])
+    try:
+        return ElfInfo.from_facts(facts)
+    except ValueError:
+        return None  # not what this version writes: read the file, and keep what it says
+
+
+def read_elf(path: str, query: SymbolQuery) -> ElfInfo:
+    """The ELF facts of the file at ``path`` that ``query`` asks about, read once per version of the
+    file (in this process, and between memgap's runs: memgap.sources.elf_cache).
 
     Raises OSError if it cannot be read, ``MalformedInput`` if it is no ELF file or a damaged one.
     """
     st = os.stat(path)
     if not stat.S_ISREG(st.st_mode):  # a device or FIFO could block or have side effects when read
         raise MalformedInput("ELF file", f"{path}: not a regular file")
-    identity = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
-    result = _FILES.get(identity)
+    identity = elf_cache.file_identity(st)
+    result = _FILES.get((identity, query)) or _kept(identity, query)
+    steady = True
     if result is None:
-        result = _read_elf_file(path)
+        result, steady = _read_elf_file(path, identity, query)
+    if steady and (identity, query) not in _FILES:
         if len(_FILES) >= _FILES_KEPT:
             _FILES.pop(next(iter(_FILES)))  # the first read goes first
-        _FILES[identity] = result
+        _FILES[identity, query] = result
     if isinstance(result, MalformedInput):
         raise MalformedInput("ELF file", f"{path}: {str(result).removeprefix('malformed ELF file: ')}")
     return result
 
 
 def forget_elf_files() -> None:
-    """Empty the cache of files read (a process that reads them once needs not keep them)."""
+    """Empty the cache of files read in this process (one that reads them once needs not keep them)."""
     _FILES.clear()
 
 
@@ -250,11 +350,11 @@ def read_section(path: str, info: ElfInfo, name: str, limit: int = 64 << 20) -> 
 
 def parse_defines(data: bytes, name: bytes) -> bool | None:
     """What ``data`` (an ELF file's bytes) says of ``name``: defined, imported, or None (not said)."""
-    try:
-        info = parse_elf_bytes(data)
-    except MalformedInput:
-        return None
     symbol = name.decode("utf-8", "replace")
+    try:
+        info = parse_elf_bytes(data, SymbolQuery(names=frozenset({symbol})))
+    except (MalformedInput, ValueError):  # ValueError: a name no symbol can have (NUL, @)
+        return None
     if symbol in info.exported:
         return True
     return False if symbol in info.imported else None
@@ -263,7 +363,7 @@ def parse_defines(data: bytes, name: bytes) -> bool | None:
 def defines_symbol(path: str, name: str) -> bool | None:
     """True if ``path``'s dynamic symbols define ``name``, False if they import it, None if unknown."""
     try:
-        info = read_elf(path)
+        info = read_elf(path, SymbolQuery(names=frozenset({name})))
     except (OSError, MalformedInput):
         return None
     if name in info.exported:
@@ -271,12 +371,16 @@ def defines_symbol(path: str, name: str) -> bool | None:
     return False if name in info.imported else None
 
 
-def require_callable(allocator: str, library: str, names: tuple[str, ...], prefixed: bool, root: str = "") -> None:
+def require_callable(allocator: str, library: str, names: tuple[str, ...], prefixed: bool, query: SymbolQuery,
+                     root: str = "") -> None:
     """Unsupported, in one line, unless ``library`` defines every function of ``names`` under
     those names: gdb finds a function by .dynsym or .symtab, and a stripped program that links
-    the allocator in keeps neither (nor can memgap guess a prefix it renamed them with)."""
+    the allocator in keeps neither (nor can memgap guess a prefix it renamed them with). ``query``
+    is the one detection read the library with (it asks about ``names``): nothing is read again."""
+    if not all(query.wants(name) for name in names):
+        raise ValueError(f"the query does not ask about {names}")
     try:
-        defined = read_elf(root + library).defined
+        defined = read_elf(root + library, query).defined
     except (OSError, MalformedInput) as exc:
         raise Unsupported(f"cannot read {allocator}'s object {library} to find its {names[0]} ({exc})") from None
     missing = [name for name in names if name not in defined]

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from memgap.documents.json_value import JsonObject
 from memgap.documents.routes import MALLCTL
 from memgap.errors import MalformedInput, Unsupported
-from memgap.sources.elf import read_elf
+from memgap.sources.elf import SymbolQuery, read_elf
 
 if TYPE_CHECKING:  # attribution imports the figures in-process too: no gdb machinery there
     from memgap.sources.gdb_attach import GdbSession
@@ -193,19 +193,20 @@ def figures(symbol: str, totals: dict[str, int | None], arenas: dict[str, int | 
 
 # --- which mallctl, and the calls --------------------------------------------------------------
 
-def mallctl_symbol(found: dict[str, Any], root: str = "") -> str:
+def mallctl_symbol(found: dict[str, Any], query: SymbolQuery, root: str = "") -> str:
     """The name of the mallctl to call for one found allocator (``FoundAllocator.to_dict()``).
 
     Its prefix as detection found it ("" for Debian's libjemalloc or a program that links
     jemalloc in, "je_"...). gdb finds a function by .dynsym or .symtab: one that is in
-    neither (a stripped program) cannot be called, and neither can a prefix not known.
+    neither (a stripped program) cannot be called, and neither can a prefix not known. ``query`` is
+    the one detection read the object with: it asks about every name ending in mallctl.
     """
     prefix, library = found.get("prefix") or "", found.get("library") or ""
     if prefix == "?":
         raise Unsupported(f"jemalloc in {library} has its symbols stripped: memgap cannot call its mallctl")
     symbol = f"{prefix}mallctl"
     try:
-        defined = read_elf(root + library).defined
+        defined = read_elf(root + library, query).defined
     except (OSError, MalformedInput) as exc:
         raise Unsupported(f"cannot read jemalloc's object {library} to find its mallctl ({exc})") from None
     if symbol not in defined:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from memgap.documents.json_value import JsonObject
 from memgap.documents.routes import MIMALLOC
 from memgap.errors import MalformedInput, Unsupported
-from memgap.sources.elf import require_callable
+from memgap.sources.elf import SymbolQuery, require_callable
 
 if TYPE_CHECKING:  # attribution imports the figures in-process too: no gdb machinery there
     from memgap.sources.gdb_attach import GdbSession
@@ -81,10 +81,11 @@ def decode_info(raw: bytes) -> MimallocDeep:
     return MimallocDeep(*(int.from_bytes(raw[i:i + 8], "little") for i in range(0, SIZE, 8)))
 
 
-def check_callable(found: dict[str, Any], root: str = "") -> None:
+def check_callable(found: dict[str, Any], query: SymbolQuery, root: str = "") -> None:
     """Unsupported, in one line, where gdb could not call mi_process_info and mi_collect in the object serving
-    malloc (``FoundAllocator.to_dict()``)."""
-    require_callable("mimalloc", found.get("library") or "", (INFO, COLLECT), bool(found.get("prefix")), root)
+    malloc (``FoundAllocator.to_dict()``), as read with detection's ``query``."""
+    require_callable("mimalloc", found.get("library") or "", (INFO, COLLECT), bool(found.get("prefix")), query,
+                     root)
 
 
 def read_figures(session: GdbSession) -> MimallocDeep:

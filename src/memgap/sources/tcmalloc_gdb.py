@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from memgap.documents.json_value import JsonObject
 from memgap.documents.routes import TCMALLOC
 from memgap.errors import MalformedInput, Unsupported
-from memgap.sources.elf import require_callable
+from memgap.sources.elf import SymbolQuery, require_callable
 
 if TYPE_CHECKING:  # attribution imports the figures in-process too: no gdb machinery there
     from memgap.sources.gdb_attach import GdbSession
@@ -137,10 +137,10 @@ def figures(values: dict[str, int | None]) -> TcmallocDeep:
 
 # --- the calls ------------------------------------------------------------------------------
 
-def check_callable(found: dict[str, Any], root: str = "") -> None:
+def check_callable(found: dict[str, Any], query: SymbolQuery, root: str = "") -> None:
     """Unsupported, in one line, where gdb could not call the C API in the object serving
-    malloc (``FoundAllocator.to_dict()``)."""
-    require_callable("tcmalloc", found.get("library") or "", (GET, RELEASE), bool(found.get("prefix")), root)
+    malloc (``FoundAllocator.to_dict()``), as read with detection's ``query``."""
+    require_callable("tcmalloc", found.get("library") or "", (GET, RELEASE), bool(found.get("prefix")), query, root)
 
 
 def read_figures(session: GdbSession) -> TcmallocDeep:

@@ -37,7 +37,8 @@ def main() -> None:
     args = parser.parse_args()
     paths = library_paths()
     if not paths:
-        sys.exit("big_libs.py: none of libLLVM-14, libLLVM-15, libclang-cpp-14 is installed (apt install llvm-14 llvm-15 libclang-cpp14)")
+        sys.exit("big_libs.py: none of libLLVM-14, libLLVM-15, libclang-cpp-14 is installed "
+                 "(apt install llvm-14 llvm-15 libclang-cpp14)")
     loaded = [ctypes.CDLL(path) for path in paths]
     print("ready", os.getpid(), " ".join(paths), flush=True)
     if args.grow <= 0:

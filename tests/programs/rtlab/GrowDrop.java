@@ -1,9 +1,11 @@
 // An unmodified Java service in miniature (it knows nothing of memgap): it handles requests that each
 // make garbage and keep a record, until its cache holds MIB MiB; drops 90% of the cache; collects
-// once (System.gc(), as a program does after a batch; not with "nogc"); rests REST seconds; with FILE,
-// appends its own VmRSS at the end of its rest there (a line "vmrss_kib=N": the tests' witness); exits.
+// once (System.gc(), as a program does after a batch; not with "nogc"); rests REST seconds (or, with REST
+// "until:DIR", until DIR/read-PID exists, PID its own: the tests say so once memgap has read it at rest;
+// 120 s at most); with FILE, appends its own VmRSS at the end of its rest there (a line "vmrss_kib=N":
+// the tests' witness); exits.
 //
-//   java GrowDrop [MIB [REST [gc|nogc [FILE]]]]
+//   java GrowDrop [MIB [REST|until:DIR [gc|nogc [FILE]]]]
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
@@ -52,9 +54,18 @@ public class GrowDrop {
         }
     }
 
+    // rests until the file at path exists (checked every 20 ms: no work that would end a quiet spell),
+    // 120 s at most
+    static void restUntil(String path) throws InterruptedException {
+        for (int waited = 0; waited < 120000 && !Files.exists(Paths.get(path)); waited += 20) {
+            Thread.sleep(20);
+        }
+    }
+
     public static void main(String[] args) throws InterruptedException, IOException {
         int mib = args.length > 0 ? Integer.parseInt(args[0]) : 200;
-        double rest = args.length > 1 ? Double.parseDouble(args[1]) : 2.0;
+        String until = args.length > 1 && args[1].startsWith("until:") ? args[1].substring(6) : null;
+        double rest = args.length > 1 && until == null ? Double.parseDouble(args[1]) : 2.0;
         ArrayList<byte[]> cache = new ArrayList<>();
         for (int i = 0; i < mib * 16; i++) { // a 64 KiB record per request, and 256 KiB of scratch
             sink = new byte[256 << 10];
@@ -73,7 +84,11 @@ public class GrowDrop {
             System.gc();
             settle();
         }
-        Thread.sleep((long) (rest * 1000));
+        if (until != null) {
+            restUntil(Paths.get(until, "read-" + ProcessHandle.current().pid()).toString());
+        } else {
+            Thread.sleep((long) (rest * 1000));
+        }
         if (args.length > 3) {
             report(args[3]);
         }
