@@ -346,6 +346,7 @@ def _reader_main(writer: RecordingWriter, channels: list[tuple[int, int]]) -> No
         quiet = os.open(os.devnull, os.O_RDWR)
         for fd in (0, 1, 2):  # it prints nothing, and holds no terminal nor pipe of memgap's caller open
             os.dup2(quiet, fd)
+        import memgap.explain.snapshot  # noqa: F401 - loaded here, beside the command starting, before the first read
         beside = threading.Thread(target=_serve_channel, args=(writer, *channels[1]), name="memgap-reads-now")
         beside.start()
         _serve_channel(writer, *channels[0])

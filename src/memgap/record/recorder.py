@@ -101,8 +101,8 @@ class RunOptions:
     load: list[str] = field(default_factory=list)  # a load command to run against the service (memgap.record.load)
     rest: float = 3.0        # with a load: seconds of the service's quiet after it, before it is stopped
     cgroup: RunCgroup | None = None  # a memory cgroup the command enters before it execs (the lab's)
-    forked: Callable[[], None] | None = None  # called once memgap's reader is forked: a caller's thread started
-                                              # then is not running as it is copied (nor a lock it holds)
+    forked: Callable[[], None] | None = None  # called once the command started (memgap's reader forked before): a
+                                              # caller's thread started then is not running as the reader is copied
 
 
 def _with_agent(env: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
@@ -167,10 +167,7 @@ class _Recording:
         self.options = options
         private_folder(options.record_dir)  # made 0700; one there already: the user's own, no one else writes in it
         self.writer = RecordingWriter(os.path.join(options.record_dir, SAMPLES_FILE))
-        from memgap.explain import snapshot as collect  # noqa: F401 - loaded now, not at the first read (0.15 s beside the command)
-        self.reads = OutsideReads(self.writer)  # beside the sampler (forked now, loaded, before any other thread)
-        if options.forked is not None:
-            options.forked()
+        self.reads = OutsideReads(self.writer)  # beside the sampler (forked now, before any other thread)
 
         self.start = time.time()
         env = child_env(options.record_dir)
@@ -202,6 +199,8 @@ class _Recording:
             self.reads.close()
             self.writer.close()
             raise MemgapError(f"cannot run {options.cmd[0]!r}: {exc.strerror or exc}") from None
+        if options.forked is not None:
+            options.forked()
         self.watchdog.watch(self.proc.pid)
         if self.own_group:
             self.watchdog.group(self.proc.pid)

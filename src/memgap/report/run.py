@@ -8,7 +8,7 @@ from rich.console import RenderableType
 
 from memgap.documents.recorded import AgentExit, ProcessExit, RecordedSnapshot, TreeIdle
 from memgap.documents.records import ProcessRecord, RunDocument, finding_of
-from memgap.documents.snapshot import LATER_LAYERS, LAYER_NAMES, PYTHON_LAYERS, Snapshot
+from memgap.documents.snapshot import LATER_LAYERS, LAYER_NAMES, NOT_PYTHON, PYTHON_LAYERS, Snapshot
 from memgap.report.fit import CUT, WRAP, Col, ellipsis, fit_table
 from memgap.report.terminal import console_on, layer_columns, print_findings, render_snapshot
 from memgap.report.units import mib
@@ -37,7 +37,14 @@ def squeeze(line: str, width: int) -> str:
 
 def _python_shown(snaps: list[RecordedSnapshot]) -> bool:
     """Whether a process's tables show the Python layers: not where memgap found no Python in it."""
-    return not snaps or not all(Snapshot.from_dict(s).not_python for s in snaps)
+    return not snaps or not all(_not_python(s) for s in snaps)
+
+
+def _not_python(snap: RecordedSnapshot) -> bool:
+    """``Snapshot.not_python``, read from the recorded snapshot as it is (not each built again: this is
+    asked of every snapshot of a process, for every layer of its table)."""
+    layer = (snap.get("layers") or {}).get("python_objects")
+    return isinstance(layer, dict) and layer.get("resident") is None and layer.get("note") == NOT_PYTHON
 
 
 def command_text(argv: list[str], most: int = 70) -> str:
@@ -54,7 +61,8 @@ def phase_table(process: ProcessRecord, width: int = 120) -> RenderableType:
     """Its snapshots in time order, its peak among them."""
     peak = [process.peak] if process.peak and not _among(process.peak, process.snapshots) else []
     snaps = sorted([*process.snapshots, *peak], key=lambda s: s.get("read_began") or s.get("time") or 0)
-    names = [n for n in LAYER_NAMES if (_python_shown(snaps) or n not in PYTHON_LAYERS)
+    python = _python_shown(snaps)
+    names = [n for n in LAYER_NAMES if (python or n not in PYTHON_LAYERS)
              and (n not in LATER_LAYERS or any(n in s["layers"] for s in snaps))]
     cols = [Col("phase", WRAP), Col("RSS"), *layer_columns(names)]
     rows = []
