@@ -2,6 +2,7 @@
 called in this process, where nothing is started: tests/unit/test_cli_in_process.py)."""
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -240,7 +241,9 @@ def test_run_returns_child_exit_code_and_needs_a_command(tmp_path):
 def test_top_refreshes_and_ends(target):
     proc = memgap("top", str(target.pid), "--iterations", "3", "--interval", "0.1")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.count("---") == 3 and "last 3 refreshes" in proc.stdout
+    # three refreshes, the last with a breakdown (the looks are made beside them)
+    assert proc.stdout.count("---") == 3 and re.search(r"last \d+ looks?\b", proc.stdout), proc.stdout
+    assert proc.stdout.count("(read at each refresh)") == 3
     assert "glibc arenas" in proc.stdout and "trend" in proc.stdout
     assert _state(target.pid) in "RS"
     _one_line_error(memgap("top", "999999999", "--iterations", "1"), 3)

@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -357,6 +358,53 @@ def test_run_twice_to_the_same_json_replaces_the_recording(tmp_path, capsys):
 
 
 # --- top on a target that exits ------------------------------------------------------------------
+
+def test_top_refreshes_while_a_look_is_under_way(tmp_path_factory, tmp_path):
+    """A look as slow as the test wants: programs/gated_reads.py runs memgap with its first look at
+    the program (programs/alloc_hold.c, which knows nothing of memgap) held until the test lets it
+    go, which it does once top has refreshed three times meanwhile, each with RSS read afresh and
+    the look said under way (with the look in top's loop, no refresh comes, and the test fails);
+    then the breakdown shows, with its age."""
+    from helpers import build_c
+
+    target = subprocess.Popen([build_c(tmp_path_factory, "alloc_hold", "-ldl")], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    assert target.stdout.readline() == "ready\n"
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    top = subprocess.Popen([sys.executable, os.path.join(HERE, "programs", "gated_reads.py"), str(gate), "alloc_hold",
+                            "top", str(target.pid), "--interval", "0.05"],
+                           env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stop = threading.Timer(120, top.kill)  # a top that stalls fails the test, never hangs it
+    stop.start()
+
+    def until(what):
+        seen = []
+        while not seen or what not in seen[-1]:
+            seen.append(top.stdout.readline())
+            assert seen[-1], (seen, top.stderr.read())
+        return seen
+
+    try:
+        for _ in range(3):
+            lines = until("the first look under way")
+            assert lines[-2].startswith("--- ") and re.match(r"RSS \d+\.\d MiB now \(read at each refresh\)", lines[-1])
+        assert (gate / "reading").exists() and not (gate / "go").exists()  # the look is held still
+        (gate / "go").touch()
+        lines = until("breakdown below: read")
+        assert re.search(r"read \d+\.\d s ago, in \d+\.\d s", lines[-1]), lines[-1]
+        assert "glibc arenas" in "".join(until("glibc arenas"))
+        target.stdin.close()
+        target.wait()  # reaped at once: gone, not a zombie
+        rest, stderr = top.communicate(timeout=60)
+    finally:
+        stop.cancel()
+        for proc in (target, top):
+            proc.kill()
+            proc.wait()
+    assert top.returncode == 0 and stderr == "", (top.returncode, stderr)
+    assert rest.rstrip().endswith(f"PID {target.pid} exited"), rest[-500:]
+
 
 def test_top_on_a_target_that_exits_between_refreshes():
     """The target exits once top has refreshed twice (its parent, this test, reaps it at once)."""

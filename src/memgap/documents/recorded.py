@@ -56,7 +56,10 @@ class RecordedSnapshot(TypedDict, total=False):
     pss_note: str
     start_time: int | None
     rss_at_mark: int     # read from outside: its VmRSS as the mark came (the read takes a while)
-    read_began: float    # ...and when the read began
+    read_began: float    # ...and when the read began (a mark's: as its line came)
+    read_started: float  # when memgap began to read it (it may have waited for the reads asked before it)
+    read_seconds: float  # ...and how long the read took
+    asked: float         # when the recorder asked for it (the reads asked before it came first)
     held_exit: bool      # read as its agent held its exit
     moving: bool         # its RSS moved by more than a quiet spell's slack while it was read
 

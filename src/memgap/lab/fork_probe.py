@@ -48,12 +48,17 @@ class ForkProbe:
 
     def __enter__(self) -> ForkProbe:
         self._before = set(_children(self._own))  # those already there are not the run's
-        self._thread.start()
         return self
+
+    def start(self) -> None:
+        """Its thread started: once the run has forked memgap's reader (RunOptions.forked), so that the
+        reader is never a copy made while this thread ran (an import or a lock of it half done)."""
+        self._thread.start()
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self._stop.set()
-        self._thread.join(timeout=10)
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
 
     def _watch(self) -> None:
         while not self._stop.wait(self.interval):

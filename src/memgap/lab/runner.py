@@ -210,7 +210,7 @@ def _run_one(options: LabOptions, cgroup_parent: CgroupParent | None, variant: V
                                   stdout=sink, stderr=sink, mark_regex=options.phase_regex,
                                   idle_after=options.idle_after, metric_regex=options.metric_regex,
                                   metric_name=options.metric, agent=options.agent, load=list(options.load),
-                                  rest=options.rest, cgroup=cgroup))
+                                  rest=options.rest, cgroup=cgroup, forked=probe.start if probe else None))
     finally:  # Ctrl-C or a crash of the run included: no cgroup is left behind
         if cgroup is not None:
             cgroup.remove()

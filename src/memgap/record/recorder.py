@@ -36,6 +36,7 @@ from memgap.record.envnames import EXIT_SOCKET_ENV, RECORD_DIR_ENV, TRIM_AFTER_E
 from memgap.record.idle import BEFORE_EXIT_PHASE, idle_of_process
 from memgap.record.load import LoadDriver
 from memgap.record.marks import CpuActivity, PhaseClock, StdoutMarks
+from memgap.record.outside import OutsideReads, ReadAsked
 from memgap.record.recording import RecordingWriter, open_recorded, private_folder, read_events
 from memgap.record.tree_end import (
     GRACE,
@@ -51,14 +52,7 @@ from memgap.record.tree_end import (
     subreaper,
 )
 from memgap.record.tree_idle import tree_at_idle
-from memgap.record.tree_watch import (
-    ExitHold,
-    OutsideQuiet,
-    TreeSampler,
-    best_peak,
-    exit_of,
-    outside_snapshot,
-)
+from memgap.record.tree_watch import TOO_MANY, ExitHold, OutsideQuiet, TreeSampler, best_peak, exit_of
 from memgap.sources.processes import tree_pids
 from memgap.sources.procfs import oom_kills
 
@@ -107,6 +101,8 @@ class RunOptions:
     load: list[str] = field(default_factory=list)  # a load command to run against the service (memgap.record.load)
     rest: float = 3.0        # with a load: seconds of the service's quiet after it, before it is stopped
     cgroup: RunCgroup | None = None  # a memory cgroup the command enters before it execs (the lab's)
+    forked: Callable[[], None] | None = None  # called once the command started (memgap's reader forked before): a
+                                              # caller's thread started then is not running as the reader is copied
 
 
 def _with_agent(env: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
@@ -119,12 +115,14 @@ def _with_agent(env: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
         return env, {"problem": str(exc)}
 
 
-def _exit_hold(record_dir: str, writer: RecordingWriter, start: float, env: dict[str, str]) -> ExitHold | None:
+def _exit_hold(record_dir: str, reads: OutsideReads, start: float, env: dict[str, str]) -> ExitHold | None:
     """The socket where the agents of the tree say they exit (``env`` names it for them); each such
-    process is read from outside as its exit waits, its ``before-exit`` snapshot. None where it
-    cannot be made: the run goes on, its exits unheld."""
+    process is read from outside as its exit waits, its ``before-exit`` snapshot (by memgap's reader,
+    at once, beside the reads asked). None where it cannot be made: the run goes on, its exits unheld."""
+    writer = reads.writer
+
     def read(pid: int) -> None:
-        outside_snapshot(writer, pid, BEFORE_EXIT_PHASE, start, held_exit=True)
+        reads.now(ReadAsked(pid, BEFORE_EXIT_PHASE, start, time.time(), held_exit=True))
 
     try:
         hold = ExitHold(record_dir, read)
@@ -169,7 +167,7 @@ class _Recording:
         self.options = options
         private_folder(options.record_dir)  # made 0700; one there already: the user's own, no one else writes in it
         self.writer = RecordingWriter(os.path.join(options.record_dir, SAMPLES_FILE))
-        from memgap.explain import snapshot as collect  # noqa: F401 - loaded now, not at the first read (0.15 s beside the command)
+        self.reads = OutsideReads(self.writer)  # beside the sampler (forked now, before any other thread)
 
         self.start = time.time()
         env = child_env(options.record_dir)
@@ -180,7 +178,7 @@ class _Recording:
         self.hold: ExitHold | None = None
         if options.agent:
             env, agent_info = _with_agent(env)
-            self.hold = _exit_hold(options.record_dir, self.writer, self.start, env)
+            self.hold = _exit_hold(options.record_dir, self.reads, self.start, env)
         self.writer.write({"type": "header", "schema": RUN_SCHEMA, "cmd": options.cmd, "start": self.start,
                            "interval": options.interval, "machine": shaped(machine_info()), "env": options.env,
                            "agent": agent_info})
@@ -198,8 +196,11 @@ class _Recording:
             self.watchdog.done()
             subreaper(self.was_subreaper)
             self._close_hold()
+            self.reads.close()
             self.writer.close()
             raise MemgapError(f"cannot run {options.cmd[0]!r}: {exc.strerror or exc}") from None
+        if options.forked is not None:
+            options.forked()
         self.watchdog.watch(self.proc.pid)
         if self.own_group:
             self.watchdog.group(self.proc.pid)
@@ -209,11 +210,12 @@ class _Recording:
         self.load = (LoadDriver(options.load, options.record_dir, options.rest, self.writer.write)
                      if options.load else None)
         self.quiet = None if options.idle_after else OutsideQuiet(options.record_dir)  # else its own rule
-        self.sampler = TreeSampler(self.writer, self.start, self.quiet, self.watchdog)
+        self.sampler = TreeSampler(self.reads, self.start, self.quiet, self.watchdog)
         self.tree = TreeEnd(self.proc, self.own_group, self._helpers)
         self.clock = PhaseClock(options.record_dir)
         self.activity = CpuActivity()
         self.timed_out = self.stopped_at_idle = self.marked_idle = False
+        self.due = 0.0  # monotonic time of the next round of samples
         self.oom_before = oom_kills()  # the kernel's count: did its OOM killer act while this ran?
 
     def watch(self) -> None:
@@ -229,24 +231,41 @@ class _Recording:
             busy = self.activity.busy(tree_pids(proc.pid)) if options.idle_after or self.load else False
             if (options.idle_after and self._quiet_long_enough(busy)) or (self.load and self.load.step(busy)):
                 self.stopped_at_idle = True  # measured at its idle (or after the load and its rest): stopped
-                end_tree(self.tree, None)
+                self._stop_tree()
                 return
-            if _exited_within(proc, self.marks, options.interval):
+            if _exited_within(proc, self.marks, self._next_sample()):
                 return
             if deadline is not None and time.monotonic() > deadline:
                 self.timed_out = True
-                end_tree(self.tree, None)
+                self._stop_tree()
                 return
+
+    def _next_sample(self) -> float:
+        """Seconds to the next round of samples: rounds keep to a schedule of one per interval from the
+        first, whatever a round cost (one running late is not made up for: the next is an interval on)."""
+        now, interval = time.monotonic(), self.options.interval
+        self.due = max(self.due + interval, now) if self.due else now + interval
+        return self.due - now
+
+    def _stop_tree(self) -> None:
+        """The reads asked are made while the tree still runs (they are of it at its idle), then it is stopped."""
+        self.reads.settle()
+        end_tree(self.tree, None)
 
     def _read_marks(self) -> None:
         for name, rss, at in self.marks.pending_marks() if self.marks else []:
             if self.quiet is not None:
                 self.quiet.marked.add(self.proc.pid)
-            outside_snapshot(self.writer, self.proc.pid, name, self.start, self.trim_after, at_mark=(rss, at))
+            self._read_mark(name, rss, at)
             self.marked_idle = self.marked_idle or name == "idle"
             self.clock.mark()
         for value in self.marks.pending_values() if self.marks else []:
             self._metric(value, self.proc.pid)
+
+    def _read_mark(self, name: str, rss: int | None, at: float) -> None:
+        read = ReadAsked(self.proc.pid, name, self.start, at, trim_after=self.trim_after, at_mark=(rss, at))
+        if not self.reads.ask(read):
+            self.writer.write({"type": "error", "pid": self.proc.pid, "phase": name, "error": TOO_MANY})
 
     def _quiet_long_enough(self, busy: bool) -> bool:
         """--idle-after: quiet that long (no new phase, little CPU): its idle, read from outside
@@ -257,8 +276,12 @@ class _Recording:
         if self.clock.quiet_for() < self.options.idle_after:
             return False
         if not self.marked_idle:
-            outside_snapshot(self.writer, self.proc.pid, "idle", self.start, self.trim_after,
-                              quiet_since=time.time() - self.clock.quiet_for())
+            # by the reader, after the marks and peaks asked before it (it keeps what it parsed)
+            read = ReadAsked(self.proc.pid, "idle", self.start, time.time(), trim_after=self.trim_after,
+                             quiet_since=time.time() - self.clock.quiet_for())
+            if not self.reads.ask(read):
+                self.writer.write({"type": "error", "pid": self.proc.pid, "phase": "idle", "error": TOO_MANY})
+            self.reads.settle()
         return True
 
     def _metric(self, value: float, pid: int | None) -> None:
@@ -272,8 +295,9 @@ class _Recording:
 
     def _helpers(self) -> set[int]:
         """memgap's own children that are not the tree's: the watchdog, the load command."""
-        return {pid for pid in (self.watchdog.pid, self.load.proc.pid if self.load and self.load.proc else None)
-                if pid is not None}
+        reader = self.reads.process
+        return {pid for pid in (self.watchdog.pid, self.load.proc.pid if self.load and self.load.proc else None,
+                                reader.pid if reader is not None else None) if pid is not None}
 
     def interrupted(self, received: int, again: Callable[[], bool]) -> Ending:
         """A stop signal: the tree ended (memgap.record.tree_end), the end event says how."""
@@ -281,6 +305,10 @@ class _Recording:
         self.watchdog.done()
         subreaper(self.was_subreaper)
         self._close_hold()
+        dropped = self.reads.close(drop=True, timeout=GRACE)  # the one under way ends; those waiting are not made
+        if dropped:
+            self.writer.write({"type": "error", "pid": None, "phase": "read from outside",
+                               "error": f"{dropped} read(s) asked were not made: memgap was stopped"})
         if self.load is not None:
             self.load.stop()
         self.writer.write({"type": "end", "t": round(time.time() - self.start, 4),
@@ -292,6 +320,7 @@ class _Recording:
         """The command's end: late marks and metrics, what it left running, the end event."""
         code = self.proc.wait()
         self._close_hold()  # the exits it held are read: their snapshots are in
+        self.reads.close()  # ...and every read asked (one of a process gone meanwhile finds it gone)
         self.watchdog.done()
         self.sampler.finish()
         oom_after = oom_kills()

@@ -74,22 +74,33 @@ def make_record_folder(path: str, earlier: Callable[[list[str]], bool], kind: st
 
 
 class RecordingWriter:
-    """Appends events to a JSON-lines file it makes (``create_new``; safe to share between threads)."""
+    """Appends events to a JSON-lines file it makes (``create_new``): each event a whole line in one
+    write(2) to a file opened O_APPEND, so that threads, and processes writing ``beside`` it, never
+    mix two lines, and a kill cuts at most the last one."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, fd: int | None = None) -> None:
         self.path = path
         self._lock = threading.Lock()
-        self._fh = os.fdopen(create_new(path), "a", encoding="utf-8")
+        self._fd = create_new(path) if fd is None else fd
+
+    def beside(self) -> RecordingWriter:
+        """A writer of the same file for another process (memgap's reader: memgap.record.outside)."""
+        return RecordingWriter(self.path, os.dup(self._fd))  # the same open file: appended to, never replaced
 
     def write(self, event: JsonObject) -> None:
-        line = json.dumps(event, separators=(",", ":"), default=str)
+        line = (json.dumps(event, separators=(",", ":"), default=str) + "\n").encode()
         with self._lock:
-            self._fh.write(line + "\n")
-            self._fh.flush()
+            if self._fd < 0:
+                raise ValueError(f"{self.path}: written after it was closed")
+            done = os.write(self._fd, line)
+            while done < len(line):  # a regular file takes it whole; a short write (disk full) goes on
+                done += os.write(self._fd, line[done:])
 
     def close(self) -> None:
         with self._lock:
-            self._fh.close()
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
 
 
 LINE_LIMIT = 16 << 20  # characters: a recording's longest line (a snapshot without its regions) is far below

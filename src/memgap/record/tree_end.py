@@ -96,6 +96,16 @@ def _libc_prctl() -> Callable[..., int] | None:
     return prctl
 
 
+def die_with_parent(sig: int) -> None:
+    """``sig`` to this process when the thread that forked it dies (memgap killed); exits at once where
+    that parent has died already."""
+    prctl, parent = _libc_prctl(), os.getppid()
+    if prctl is not None:
+        prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+    if parent == 1 or os.getppid() != parent:
+        os._exit(126)
+
+
 def subreaper(on: bool) -> bool:
     """While on, orphans below memgap come back to it (not to init): found, and ended, with the tree.
     Returns whether it was on before (a container's init may have made it so: restored after the run)."""

@@ -7,13 +7,17 @@ from outside (the snapshot ``memgap inspect PID`` takes: ``collect.snapshot_pid`
   larger. So the cost stays bounded: a process that grows to R MiB is read at most
   11 + log1.1(R / 80 MiB) times on the way (about 21 for 200 MiB, fewer where it grows faster
   than the samples), and a read that took d seconds is followed by none of the same process for
-  4 d more (PEAK_DUTY: its peak reads take a fifth of the recorder's time at most: a Python
-  heap's pool census can take 0.1-0.4 s on a loaded machine). A read during which its RSS moved
+  4 d more, 2 s at most (PEAK_DUTY: its peak reads take a fifth of the reads' time at most: a Python
+  heap's pool census can take 0.1-0.4 s on a loaded machine; PEAK_WAIT_MOST: a first look at large
+  C++ libraries takes seconds, the next far less). A read during which its RSS moved
   (``moving``) is read again once the process is still at that high. The run's document keeps
   the highest steady read (``best_peak``);
 - its exit: memgap's agent, preloaded in it, says so on ``ExitHold``'s socket as the process
   exits and waits (1 s at most) while the recorder reads it; the agent's exit record says when
   the process went on to exit (the document's ``exit``: how close the last snapshot came).
+
+None of these reads is made in the sampler's loop: it asks, and memgap.record.outside's thread
+reads (``OutsideReads``), so that the timeline keeps its interval whatever a read costs.
 
 The sampler also names each process: its command line, read again after an exec (its comm or
 its VmHWM changed), else its comm in brackets; a process seen no longer is recorded ``gone``.
@@ -21,19 +25,21 @@ its VmHWM changed), else its comm in brackets; a process seen no longer is recor
 from __future__ import annotations
 
 import os
+import queue
 import socket
 import struct
 import tempfile
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
-from memgap.documents.json_value import JsonObject, shaped
+from memgap.documents.json_value import JsonObject
 from memgap.documents.recorded import ProcessEntry, ProcessExit, RecordedSnapshot
 from memgap.errors import MemgapError
-from memgap.record.idle import QUIET_PHASE, RSS_SHARE, RSS_SLACK, QuietSpell, quiet_after
-from memgap.record.recording import RecordingWriter, child_recording_path
+from memgap.record.idle import QUIET_PHASE, QuietSpell, quiet_after
+from memgap.record.outside import OutsideReads, ReadAsked, ReadMade, rss_slack
+from memgap.record.recording import child_recording_path
 from memgap.report.units import MiB
 from memgap.sources.processes import tree_pids
 from memgap.sources.procfs import ProcReader, status_int
@@ -44,20 +50,18 @@ if TYPE_CHECKING:
 PEAK_PHASE = "peak"
 PEAK_STEP = 0.10         # of the last peak snapshot's RSS: a new high this much above it is read again
 PEAK_STEP_MIN = 8 * MiB  # ...and at least this much
-PEAK_DUTY = 0.2          # a process's peak reads take at most this share of the recorder's time
+PEAK_DUTY = 0.2          # a process's peak reads take at most this share of the reads' time...
+PEAK_WAIT_MOST = 2.0     # ...but the next waits this long at most (s): a first look at large libraries takes
+                         # seconds, the reader's next ones far less (what it parsed, it keeps: its caches)
 HOLD_SECONDS = 1.0       # the agent waits this long at most (EXIT_HOLD_MS in agent.c)
 SUN_PATH_MAX = 108       # sizeof(sockaddr_un.sun_path), the terminating zero included
+TOO_MANY = "not read: too many reads from outside were waiting (memgap.record.outside.MAX_PENDING)"
 
 
 def peak_due(last: int | None, rss: int) -> bool:
     """Whether a process at ``rss`` is read for its peak: at first sight (``last`` None), then again
     at each new high PEAK_STEP (PEAK_STEP_MIN at least) above its last peak snapshot's ``last``."""
     return last is None or rss >= last + max(PEAK_STEP_MIN, int(PEAK_STEP * last))
-
-
-def rss_slack(rss: int) -> int:
-    """RSS that moves less than this is still (memgap.record.idle's slack for a quiet spell)."""
-    return max(RSS_SLACK, int(RSS_SHARE * rss))
 
 
 def best_peak(reads: list[RecordedSnapshot]) -> RecordedSnapshot | None:
@@ -85,9 +89,9 @@ class TreeSampler:
     """One round of samples of the tree at a time: RSS of every process, and the reads from outside
     that its quiet spells (``quiet``) and its new highs call for."""
 
-    def __init__(self, writer: RecordingWriter, start: float, quiet: OutsideQuiet | None,
+    def __init__(self, reads: OutsideReads, start: float, quiet: OutsideQuiet | None,
                  watchdog: Watchdog | None = None) -> None:
-        self.writer, self.start, self.quiet = writer, start, quiet
+        self.reads, self.writer, self.start, self.quiet = reads, reads.writer, start, quiet
         self.watchdog = watchdog  # told each process as it is first seen, and as it goes (memgap.record.tree_end)
         self.names: dict[int, tuple[str, int]] = {}  # pid -> (comm, VmPeak) at the last look: an exec changes them
         self.cmds: dict[int, list[str]] = {}  # pid -> the command line last recorded
@@ -97,8 +101,10 @@ class TreeSampler:
         self.next_peak: dict[int, float] = {}  # pid -> monotonic time before which it is not read for a peak
         self.alive: set[int] = set()
         self.hz = os.sysconf("SC_CLK_TCK")
+        self._read: queue.SimpleQueue[tuple[int, ReadMade]] = queue.SimpleQueue()  # peak reads made
 
     def sample(self, root: int) -> None:
+        self._peaks_read()
         now = time.time() - self.start
         seen: set[int] = set()
         for pid in tree_pids(root):
@@ -117,24 +123,35 @@ class TreeSampler:
                                "anon": status_int(status, "RssAnon"), "file": status_int(status, "RssFile"),
                                "threads": status_int(status, "Threads"), "cpu": round(cpu / self.hz, 2)})
             if self.quiet is not None:
-                self.quiet.update(self.writer, pid, cpu, rss, self.start)
+                self.quiet.update(self.reads, pid, cpu, rss, self.start)
             prev, self.last_rss[pid] = self.last_rss.get(pid), rss
             if (peak_due(self.peaks.get(pid), rss) or self._settled(pid, rss, prev)) and \
-                    time.monotonic() >= self.next_peak.get(pid, 0.0):
-                self._read_peak(pid, rss)
+                    time.monotonic() >= self.next_peak.get(pid, 0.0) and not self.reads.under_way((PEAK_PHASE, pid)):
+                self._ask_peak(pid, rss)
         self._gone(self.alive - seen)
         self.alive = seen
 
-    def _read_peak(self, pid: int, rss: int) -> None:
-        began = time.monotonic()
-        self.peaks[pid] = rss
-        record = outside_snapshot(self.writer, pid, PEAK_PHASE, self.start, event="peak")
-        if record is not None and record.get("moving"):
-            self.unsteady[pid] = rss
-        else:
-            self.unsteady.pop(pid, None)
-        spent = time.monotonic() - began  # its next peak read waits: PEAK_DUTY of the recorder's time at most
-        self.next_peak[pid] = began + spent / PEAK_DUTY
+    def _ask_peak(self, pid: int, rss: int) -> None:
+        """A peak read of ``pid`` asked of the reads (replacing one of its asked before and not begun: the
+        newest high wins); what it found comes back to ``_peaks_read``."""
+        def done(made: ReadMade) -> None:
+            self._read.put((pid, made))
+
+        read = ReadAsked(pid, PEAK_PHASE, self.start, time.time(), event="peak")
+        if self.reads.ask(read, (PEAK_PHASE, pid), done):
+            self.peaks[pid] = rss
+
+    def _peaks_read(self) -> None:
+        """The peak reads made since the last round: a moving one is read again once still, and each
+        process's next peak read waits (PEAK_DUTY of the reads' time at most)."""
+        while not self._read.empty():
+            pid, made = self._read.get()
+            if made.moving and made.rss is not None:
+                self.unsteady[pid] = made.rss  # the level the read found, not the older one it was asked at
+            else:
+                self.unsteady.pop(pid, None)
+            spent = made.ended - made.began
+            self.next_peak[pid] = made.ended + min(spent * (1 / PEAK_DUTY - 1), PEAK_WAIT_MOST)
 
     def _settled(self, pid: int, rss: int, prev: int | None) -> bool:
         """Whether a process whose last peak read moved (its RSS grew or fell while it was read) has
@@ -199,93 +216,20 @@ class OutsideQuiet:
         self.hz = os.sysconf("SC_CLK_TCK")
         self.marked: set[int] = set()  # processes whose marks were read from their output
 
-    def update(self, writer: RecordingWriter, pid: int, cpu_ticks: int, rss: int, start: float) -> None:
+    def update(self, reads: OutsideReads, pid: int, cpu_ticks: int, rss: int, start: float) -> None:
         if pid in self.marked or os.path.exists(child_recording_path(self.record_dir, pid)):
             return
         spell = self.spells.setdefault(pid, QuietSpell(self.after))
-        event = spell.update(time.time(), cpu_ticks / self.hz, rss)  # wall time: the recording's clock
+        writer, asked = reads.writer, time.time()
+        event = spell.update(asked, cpu_ticks / self.hz, rss)  # wall time: the recording's clock
         if event == "quiet":
-            outside_snapshot(writer, pid, QUIET_PHASE, start, quiet_since=spell.since,
-                             rested_since=spell.rested_since)
-            self._pss_of_the_quiet(writer, pid)
+            others = tuple(other for other, known in self.spells.items() if other != pid and known.reported)
+            read = ReadAsked(pid, QUIET_PHASE, start, asked, quiet_since=spell.since,
+                             rested_since=spell.rested_since, then_pss=others)
+            if not reads.ask(read):
+                writer.write({"type": "error", "pid": pid, "phase": QUIET_PHASE, "error": TOO_MANY})
         elif event == "end":
             writer.write({"type": "quiet-end", "pid": pid, "time": time.time()})
-
-    def _pss_of_the_quiet(self, writer: RecordingWriter, pid: int) -> None:
-        """The PSS of the processes already quiet, read again as ``pid`` goes quiet too: a shared
-        page's PSS moves when a sharer copies it (a forked worker's writes), with no CPU nor RSS of
-        the sharer's own, so a tree is summed at idle from readings of one moment."""
-        for other, spell in self.spells.items():
-            if other == pid or not spell.reported:
-                continue
-            try:
-                rollup = ProcReader(other).smaps_rollup()
-            except MemgapError:
-                continue  # it exited
-            if rollup is not None:
-                writer.write({"type": "pss", "pid": other, "time": time.time(), "pss": rollup.get("Pss"),
-                              "rss": rollup.get("Rss")})
-
-
-def outside_snapshot(writer: RecordingWriter, pid: int, phase: str, start: float, trim_after: str = "",
-                     quiet_since: float | None = None, rested_since: float | None = None,
-                     event: str = "snapshot", held_exit: bool = False,
-                     at_mark: tuple[int | None, float] | None = None) -> RecordedSnapshot | None:
-    """A phase snapshot of ``pid`` read from outside (for marks the program did not make itself).
-
-    After the phase named ``trim_after``, the process's agent (if it has one)
-    trims, and an "after-trim" snapshot records what that released.
-    ``quiet_since``: the snapshot opens a quiet spell that began then; ``rested_since``:
-    the process's rest began then (its work ended), earlier when a trim restarted the spell.
-    ``event``: "snapshot" (a phase: an error is recorded) or "peak" (a high on the way: a
-    process gone meanwhile is no error). ``held_exit``: read as the agent held the process's exit.
-    ``at_mark``: its VmRSS and the time as the mark's line arrived, where the marks' reader read them.
-    Returns the snapshot's record (None where it could not be read); ``moving`` in it: its RSS
-    changed by more than ``rss_slack`` while it was read.
-    """
-    from memgap.explain.snapshot import SnapshotOptions, snapshot_pid
-
-    try:
-        # The program runs on while memgap reads it: its RSS at the mark comes first.
-        read_began = time.time()
-        rss_at_mark = status_int(ProcReader(pid).status(), "VmRSS")
-        if at_mark is not None and at_mark[0] is not None:  # read as the line arrived, not now
-            rss_at_mark, read_began = at_mark[0], at_mark[1]
-        # at a held exit, glibc's heaps walked from outside are enough: its agent's exit record has
-        # its mallinfo2, and the question would cost the wait 4 ms more (3 times the read)
-        snap = snapshot_pid(pid, SnapshotOptions(regions=False, recorded=True, agent_beside_glibc=not held_exit))
-    except MemgapError as exc:
-        if event == "snapshot":
-            writer.write({"type": "error", "pid": pid, "phase": phase, "error": str(exc)})
-        return None
-    snap.phase = phase
-    snap.quiet_since, snap.rested_since = quiet_since, rested_since
-    record = cast(RecordedSnapshot, snap.to_dict(regions=False))  # a snapshot's keys, as the run keeps them
-    record["rss_at_mark"], record["read_began"] = rss_at_mark, read_began
-    if held_exit:
-        record["held_exit"] = True
-    if abs(snap.rss - rss_at_mark) > rss_slack(snap.rss):
-        record["moving"] = True
-    writer.write({"type": event, "pid": pid, "t": round(time.time() - start, 4), "snapshot": shaped(record)})
-    if phase == trim_after and snap.allocator.agent is not None:
-        _agent_trim(writer, pid, start)
-    return record
-
-
-def _agent_trim(writer: RecordingWriter, pid: int, start: float) -> None:
-    from memgap.agent.client import trim_pid
-    from memgap.explain.snapshot import SnapshotOptions, snapshot_pid
-
-    try:
-        trimmed = trim_pid(pid)
-        snap = snapshot_pid(pid, SnapshotOptions(regions=False, recorded=True))
-    except (MemgapError, OSError) as exc:
-        writer.write({"type": "error", "pid": pid, "phase": "after-trim", "error": str(exc)})
-        return
-    snap.phase = "after-trim"
-    snap.trim = trimmed
-    writer.write({"type": "snapshot", "pid": pid, "t": round(time.time() - start, 4),
-                  "snapshot": snap.to_dict(regions=False)})
 
 
 class ExitHold:

@@ -16,16 +16,44 @@ from memgap.report.units import mib, pct
 
 
 @dataclass(frozen=True)
+class Glance:
+    """A refresh's own reading: the process's RSS (a tree's summed, with its PSS) when it was read."""
+
+    time: float
+    rss: int
+    pss: int | None = None
+
+
+def glance_line(glances: list[Glance], look: tuple[float, float] | None, reading_since: float) -> str:
+    """The refresh's line: RSS now and over the refreshes; how old the breakdown below is and how
+    long its look took (``look``: when it began, how long it took), or how long the first has been
+    under way (``reading_since``)."""
+    now = glances[-1]
+    pss = f", PSS {mib(now.pss)} MiB" if now.pss is not None else ""
+    trend = f" {sparkline([g.rss for g in glances], 40)}" if len(glances) > 1 else ""
+    if look is None:
+        said = f"breakdown: the first look under way for {now.time - reading_since:.1f} s"
+    else:
+        began, seconds = look
+        said = f"breakdown below: read {now.time - began - seconds:.1f} s ago, in {seconds:.1f} s"
+    return f"RSS {mib(now.rss)} MiB now{pss} (read at each refresh){trend}; {said}"
+
+
+@dataclass(frozen=True)
 class Refresh:
     """One refresh of `top`, as the command computed it: the tree read now (summed and diagnosed:
     a tree of one process is the process), and over the refreshes kept, each layer's figure summed
     over the tree and each process's private memory."""
 
     now: TreeDocument
-    refreshes: int                   # how many refreshes the series span
+    refreshes: int                   # how many looks the series span (each a breakdown, beside the refreshes)
     by_pss: bool                     # the layers summed by PSS at every refresh (a tree's); else resident bytes
     layers: dict[str, list[int]]     # each layer of ``now``'s first process: its figure at each refresh
     private: dict[int, list[int]]    # each process of ``now`` by PID: its USS at each refresh (0 where absent)
+
+
+def _looks(count: int) -> str:
+    return f"{count} look{'s' if count != 1 else ''}"
 
 
 def _private_table(refresh: Refresh, width: int) -> RenderableType:
@@ -39,7 +67,7 @@ def _private_table(refresh: Refresh, width: int) -> RenderableType:
         split = s.copied_from_parent
         rows.append([str(s.pid), mib(s.uss), mib(split.copied if split else None), mib(split.own if split else None),
                      sparkline(refresh.private[s.pid], 40)])
-    return fit_table(f"each process's private memory, last {refresh.refreshes} refreshes", cols, rows, width)
+    return fit_table(f"each process's private memory, last {_looks(refresh.refreshes)}", cols, rows, width)
 
 
 def _trend_table(refresh: Refresh, width: int) -> RenderableType:
@@ -48,7 +76,7 @@ def _trend_table(refresh: Refresh, width: int) -> RenderableType:
     pss = refresh.by_pss
     total = totals.pss if pss and totals.pss is not None else totals.rss_sum
     whole = tree_title(totals) if len(snaps) > 1 else f"1 process: RSS {mib(total)} MiB"
-    title = f"{whole}, last {refresh.refreshes} refreshes" + ("; layers by PSS" if pss else "")
+    title = f"{whole}, last {_looks(refresh.refreshes)}" + ("; layers by PSS" if pss else "")
     cols = [Col("layer", WRAP), Col("MiB"), Col("of PSS" if pss else "of RSS"),
             Col("trend", CUT, optional=1, shorten=squeeze)]
     rows = []

@@ -8,12 +8,13 @@ from rich.console import RenderableType
 
 from memgap.documents.recorded import AgentExit, ProcessExit, RecordedSnapshot, TreeIdle
 from memgap.documents.records import ProcessRecord, RunDocument, finding_of
-from memgap.documents.snapshot import LATER_LAYERS, LAYER_NAMES, PYTHON_LAYERS, Snapshot
+from memgap.documents.snapshot import LATER_LAYERS, LAYER_NAMES, NOT_PYTHON, PYTHON_LAYERS, Snapshot
 from memgap.report.fit import CUT, WRAP, Col, ellipsis, fit_table
 from memgap.report.terminal import console_on, layer_columns, print_findings, render_snapshot
 from memgap.report.units import mib
 
 SPARK = " ▁▂▃▄▅▆▇█"
+SLOW_READ = 1.0  # seconds: a read from outside this long is said beside its breakdown
 
 
 def sparkline(values: list[int], width: int = 40) -> str:
@@ -36,7 +37,14 @@ def squeeze(line: str, width: int) -> str:
 
 def _python_shown(snaps: list[RecordedSnapshot]) -> bool:
     """Whether a process's tables show the Python layers: not where memgap found no Python in it."""
-    return not snaps or not all(Snapshot.from_dict(s).not_python for s in snaps)
+    return not snaps or not all(_not_python(s) for s in snaps)
+
+
+def _not_python(snap: RecordedSnapshot) -> bool:
+    """``Snapshot.not_python``, read from the recorded snapshot as it is (not each built again: this is
+    asked of every snapshot of a process, for every layer of its table)."""
+    layer = (snap.get("layers") or {}).get("python_objects")
+    return isinstance(layer, dict) and layer.get("resident") is None and layer.get("note") == NOT_PYTHON
 
 
 def command_text(argv: list[str], most: int = 70) -> str:
@@ -53,7 +61,8 @@ def phase_table(process: ProcessRecord, width: int = 120) -> RenderableType:
     """Its snapshots in time order, its peak among them."""
     peak = [process.peak] if process.peak and not _among(process.peak, process.snapshots) else []
     snaps = sorted([*process.snapshots, *peak], key=lambda s: s.get("read_began") or s.get("time") or 0)
-    names = [n for n in LAYER_NAMES if (_python_shown(snaps) or n not in PYTHON_LAYERS)
+    python = _python_shown(snaps)
+    names = [n for n in LAYER_NAMES if (python or n not in PYTHON_LAYERS)
              and (n not in LATER_LAYERS or any(n in s["layers"] for s in snaps))]
     cols = [Col("phase", WRAP), Col("RSS"), *layer_columns(names)]
     rows = []
@@ -155,15 +164,31 @@ def process_line(process: ProcessRecord, highest: int | None) -> str:
     return " ".join(parts[:1]) + " " + "; ".join(p for p in parts[1:] if p)
 
 
-def _render_peak(console: Any, process: ProcessRecord, highest: int | None, why: str,
+def slow_read(snap: RecordedSnapshot, start: float | None) -> str:
+    """How long a read from outside took, where it took SLOW_READ seconds or more (a recording of a
+    memgap that did not time its reads has no such figure: nothing is said), with when it began, how long it
+    waited for the reads asked before it; the RSS samples went on meanwhile."""
+    seconds, started = snap.get("read_seconds"), snap.get("read_started")
+    if seconds is None or started is None or seconds < SLOW_READ:
+        return ""
+    began = f", from t={started - start:.1f} s" if start is not None else ""
+    asked = snap.get("asked")
+    waited = started - asked if asked is not None else 0.0
+    queue = f", after {waited:.1f} s waiting for the reads before it" if waited >= SLOW_READ else ""
+    return f"{snap.get('phase')} breakdown read in {seconds:.1f} s{began}{queue} (sampled meanwhile)"
+
+
+def _render_peak(console: Any, run: RunDocument, process: ProcessRecord, highest: int | None, why: str,
                  stream: TextIO, width: int | None) -> None:
     peak = process.peak or {}
     hwm = (peak.get("status") or {}).get("VmHWM")
+    slow = slow_read(peak, run.start)
     console.print(f"Breakdown of PID {process.pid} {command_text(process.cmd, 50)} at its peak: RSS "
                   f"{mib(peak['rss'])} MiB as read (highest sample {mib(highest)} MiB, VmHWM {mib(hwm)} MiB then; "
                   "read again whenever its RSS passed the last read by 10% or 8 MiB)"
                   + (f"; its RSS moved from {mib(peak.get('rss_at_mark'))} MiB while it was read, so its layers "
-                     "add up less well" if peak.get("moving") else "") + (f". {why}:" if why else ":"))
+                     "add up less well" if peak.get("moving") else "") + (f"; {slow}" if slow else "")
+                  + (f". {why}:" if why else ":"))
     render_snapshot(Snapshot.from_dict(peak), stream, width)
 
 
@@ -173,7 +198,7 @@ def _render_main(console: Any, run: RunDocument, process: ProcessRecord, stream:
     highest = highest_samples(run).get(process.pid)
     why = "The process that matters: the highest peak of the tree" if len(run.processes) > 1 else ""
     if process.peak:
-        _render_peak(console, process, highest, why, stream, width)
+        _render_peak(console, run, process, highest, why, stream, width)
     if not process.snapshots:
         return
     console.print(phase_table(process, console.width))
@@ -183,8 +208,9 @@ def _render_main(console: Any, run: RunDocument, process: ProcessRecord, stream:
         console.print(f"PID {snap['pid']} at {moment}: its peak, above (idle is the phase it marked, else its "
                       "last quiet spell, else the moment before exit)")
     else:
+        slow = slow_read(snap, run.start)
         console.print(f"Breakdown of PID {snap['pid']} at {moment} ({lead}idle is the phase it marked, "
-                      "else its last quiet spell, else the moment before exit):")
+                      "else its last quiet spell, else the moment before exit" + (f"; {slow}" if slow else "") + "):")
         render_snapshot(Snapshot.from_dict(snap), stream, width)
     at_exit = [s for s in process.snapshots if s.get("phase") == "exit"]
     if at_exit and at_exit[-1] is not snap:
