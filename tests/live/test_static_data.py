@@ -4,7 +4,7 @@ process with ctypes (as an extension module is), the same library deleted from d
 then unread: the range from the maps, said as likely), and the layers of a plain Python process and of
 ``programs/witness.c`` otherwise as before. Then issue 31 item 4: a library that embeds a prefixed jemalloc,
 loaded and never allocated through, is said present, not holding memory. The unit half (the program headers
-parsed, the ranges by hand, the captured PyTorch maps): ``tests/unit/test_static_data.py``.
+parsed, the ranges by hand, the captured PyTorch maps): ``tests/unit/test_static_data_units.py``.
 """
 import json
 import os

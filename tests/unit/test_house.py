@@ -528,3 +528,14 @@ def test_the_unit_rule_finds_each_kind_of_start():
         "line 6: os.fork", "line 7: pytest.mark.skipif (a unit test needs nothing it could skip for)",
         "line 9: pytester.runpytest_subprocess", "line 10: pytest.skip (a unit test needs nothing it could skip for)"]
     assert unit_file_problems("import os\nstarts = {id(os.fork)}\n", set(), set()) == []  # named, not called
+
+
+def test_no_two_test_files_share_a_name():
+    """tests/unit and tests/live are not packages: pytest imports each test file by its base name, so two
+    of one name fail the whole run's collection ("import file mismatch"), which the fast lane, reading
+    tests/unit alone, never sees (a fresh clone's full run did, once)."""
+    seen: dict[str, list[str]] = {}
+    for path in sorted(TESTS.rglob("test_*.py")):
+        seen.setdefault(path.name, []).append(str(path.relative_to(TESTS)))
+    assert len(seen) >= 60
+    assert not {name: paths for name, paths in seen.items() if len(paths) > 1}

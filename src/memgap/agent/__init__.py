@@ -34,7 +34,7 @@ def library_path() -> str:
     """
     # the build (hashlib, shutil, the compiler's search) only here: every outside look imports this
     # package to ask a process's agent, and most have none
-    from memgap.native.build import shared_library
+    from memgap.native.installed import shared_library
 
     return shared_library(SOURCE, os.path.join(HERE, "_memgap_agent*.so"), "memgap-agent.so", FLAGS)
 

@@ -40,7 +40,7 @@ class PoolRelease:
 
 @functools.cache
 def _release_function() -> ctypes._NamedFuncPointer:
-    from memgap.native import library
+    from memgap.native.installed import library
 
     lib = ctypes.PyDLL(library("pools"))  # PyDLL: the call keeps the GIL
     func = lib.memgap_release_empty_pools

@@ -6,7 +6,6 @@ and closed to others, or memgap refuses to use it.
 """
 from __future__ import annotations
 
-import glob
 import hashlib
 import os
 import shutil
@@ -46,18 +45,3 @@ def compile_c(src: str, name: str, flags: list[str], out_dir: str | None = None)
             raise Unsupported(f"{cc} could not build {os.path.basename(src)}: {result.stderr.strip()[-300:]}")
         os.replace(tmp, out)  # atomic: a concurrent build never sees a half-written file
     return out
-
-
-def shared_library(source: str, built_pattern: str, name: str, flags: list[str]) -> str:
-    """The library the install built (files matching ``built_pattern``), or ``source`` compiled now.
-
-    In a source checkout a build older than its source is not used: the source
-    changed since. Raises ToolMissing when it has to be built and there is no C
-    compiler.
-    """
-    built = sorted(glob.glob(built_pattern))
-    folder = os.path.dirname(os.path.abspath(source))
-    installed = os.path.basename(os.path.dirname(os.path.dirname(folder))) in ("site-packages", "dist-packages")
-    if built and (installed or os.path.getmtime(built[0]) >= os.path.getmtime(source)):
-        return built[0]
-    return compile_c(source, name, flags)

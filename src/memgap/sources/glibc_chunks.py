@@ -73,7 +73,7 @@ def native_walker() -> Callable[[int, Any], int] | None:
     """memgap_walk_chunks from native/chunks.c (built at install, or now with the system compiler, once
     per version in memgap's private folder); None where it cannot be built: the Python loop walks then."""
     from memgap.errors import MemgapError
-    from memgap.native import library
+    from memgap.native.installed import library
 
     try:
         walk = ctypes.CDLL(library("chunks")).memgap_walk_chunks
