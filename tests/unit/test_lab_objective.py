@@ -59,6 +59,18 @@ def test_a_tick_of_a_timer_between_rests_is_no_burst():
     assert work_of(rounds, 0.0, idle_at=rounds[-1].t, duration=rounds[-1].t).rests == [2.1]
 
 
+def test_the_idle_trimmers_trim_in_the_final_rest_is_no_burst_of_the_workload():
+    """trim=quiet's trim 2 s into the final rest freed 90 MiB for 0.02-0.03 s of the server's CPU
+    (the kernel's, freeing the pages): a burst by the CPU alone, which ended the work after it."""
+    trim = [(100, 0.0)] * 20 + [(60, 0.03)] + [(60, 0.0)] * 8
+    rounds = rounds_of(_timeline([(30, 0.05)] + BURST + REST + BURST + REST + BURST + trim))
+    by_cpu = work_of(rounds, 0.0, idle_at=rounds[-1].t, duration=rounds[-1].t)
+    assert by_cpu.end == rounds[50].t and by_cpu.rests == [1.0, 1.0, 2.0], by_cpu  # the trim taken for a burst
+    stamped = rounds[50].t + 0.02  # the trimmer stamps its trim as it returns, after the round that read its CPU
+    work = work_of(rounds, 0.0, idle_at=rounds[-1].t, duration=rounds[-1].t, trims=[stamped])
+    assert work.end == rounds[29].t and work.rests == [1.0, 1.0], work
+
+
 def test_a_job_that_works_then_rests_has_no_rest_in_its_work():
     rounds = rounds_of(_timeline([(30, 0.05)] + BURST * 4 + REST))
     work = work_of(rounds, 0.0, idle_at=rounds[-1].t, duration=rounds[-1].t)

@@ -25,6 +25,7 @@ lab judges it by the mean over its work by default (memgap.lab.objective).
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from memgap.documents.recorded import RecordedSample
@@ -70,16 +71,25 @@ def rounds_of(timeline: list[RecordedSample], pids: set[int] | None = None) -> l
     return rounds
 
 
-def intervals_of(rounds: list[Round]) -> list[tuple[float, float, float]] | None:
+def intervals_of(rounds: list[Round], trims: Sequence[float] = ()) -> list[tuple[float, float, float]] | None:
     """(from, to, CPU seconds the tree used) for each pair of consecutive rounds (a process first
-    seen in the later round counts with all its CPU time). None where a round has no CPU time."""
+    seen in the later round counts with all its CPU time). None where a round has no CPU time.
+
+    ``trims``: when memgap's idle trimmer trimmed in the tree (seconds after the start, stamped as
+    each trim returned): the interval that holds one, and the one on either side (the trim began
+    before its stamp; its record is written after), count as used no CPU. The trimmer trims only
+    after 2 s in which malloc's figures did not move, so those intervals are the workload's rest;
+    the trim's own CPU (the kernel freeing the pages it gives back: 0.02 s and more for 130 MiB
+    under load) is the remedy's, not a burst of the workload's."""
     if any(r.cpu is None for r in rounds):
         return None
     out = []
     for a, b in itertools.pairwise(rounds):
         assert a.cpu is not None and b.cpu is not None
         out.append((a.t, b.t, sum(cpu - a.cpu.get(pid, 0.0) for pid, cpu in b.cpu.items())))
-    return out
+    holding = {k for m in trims for k, (a, b, _) in enumerate(out) if a < m <= b}
+    near = {j for k in holding for j in (k - 1, k, k + 1)}
+    return [(a, b, 0.0 if k in near else used) for k, (a, b, used) in enumerate(out)]
 
 
 def stretches(intervals: list[tuple[float, float, float]]) -> list[tuple[float, float, bool]]:
@@ -142,12 +152,13 @@ def time_weighted_mean(rounds: list[Round], start: float, end: float) -> int | N
 
 
 def work_of(rounds: list[Round], start: float, idle_at: float | None, duration: float,
-            load_end: float | None = None, rested: float | None = None) -> Work:
+            load_end: float | None = None, rested: float | None = None, trims: Sequence[float] = ()) -> Work:
     """The work span and its figures. ``start``: where the work begins (0, or the load's start);
     ``load_end``: where the load ended (the work ends there); ``idle_at``: the moment of the idle
     figure (None: the run's end, ``duration``); ``rested``: where its quiet spell says the rest
-    began, for an idle found in a quiet spell (the end itself where the samples hold no CPU time)."""
-    intervals = intervals_of(rounds)
+    began, for an idle found in a quiet spell (the end itself where the samples hold no CPU time);
+    ``trims``: the idle trimmer's trims in the tree (``intervals_of``)."""
+    intervals = intervals_of(rounds, trims)
     parts = stretches(intervals) if intervals is not None else None
     moment = idle_at if idle_at is not None else duration
     if load_end is not None:
