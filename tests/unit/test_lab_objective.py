@@ -71,6 +71,19 @@ def test_the_idle_trimmers_trim_in_the_final_rest_is_no_burst_of_the_workload():
     assert work.end == rounds[29].t and work.rests == [1.0, 1.0], work
 
 
+def test_a_late_round_with_a_tick_in_a_rest_leaves_the_rest():
+    """Beside 3 busy loops the sampler's rounds came 0.9 s apart, one holding a tick of the server's
+    in a 1 s rest: by whole quiet intervals the rest was 0.1 s, none; the late round is quiet."""
+    late = [{"t": t, "pid": 2, "rss": 100 * MiB, "cpu": cpu} for t, cpu in
+            [(0.0, 0.1), (0.1, 0.15), (0.2, 0.2), (0.3, 0.25), (0.4, 0.25), (1.32, 0.26), (1.42, 0.3),
+             (1.52, 0.35), (1.62, 0.35), (1.72, 0.35), (1.82, 0.35), (1.92, 0.35), (2.02, 0.35), (2.12, 0.4)]]
+    parts = stretches(intervals_of(rounds_of(late)))
+    assert [(a, b) for a, b, rest in parts if rest] == [(0.3, 1.32), (1.52, 2.02)], parts
+    # a round as late that used a burst's CPU is no rest
+    busy = [dict(s, cpu=s["cpu"] + (0.05 if s["t"] >= 1.32 else 0.0)) for s in late]
+    assert not any(rest for _, b, rest in stretches(intervals_of(rounds_of(busy))) if b == 1.32)
+
+
 def test_a_job_that_works_then_rests_has_no_rest_in_its_work():
     rounds = rounds_of(_timeline([(30, 0.05)] + BURST * 4 + REST))
     work = work_of(rounds, 0.0, idle_at=rounds[-1].t, duration=rounds[-1].t)

@@ -25,6 +25,7 @@ lab judges it by the mean over its work by default (memgap.lab.objective).
 from __future__ import annotations
 
 import itertools
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -34,6 +35,7 @@ TICK = 0.005          # CPU seconds: less than this in an interval is no clock t
 MIN_BURST_CPU = 0.02  # CPU seconds: a stretch between rests that used less is a blip, not a burst
 MIN_REST = 0.5        # seconds: a shorter stretch without work is a pause within a burst
 BURSTY_RESTS = 2      # rests within the work that make a workload bursty (three bursts or more)
+LATE = 2.0            # a round later than this many typical intervals after the last one came late
 
 
 @dataclass(frozen=True)
@@ -98,8 +100,9 @@ def stretches(intervals: list[tuple[float, float, float]]) -> list[tuple[float, 
     MIN_BURST_CPU (a tick or two of a timer, a runtime's housekeeping): then the rest goes on
     through it. The stretch before the first burst is no rest (the run had not worked yet)."""
     runs: list[list[float]] = []  # [from, to, quiet, cpu]: intervals with and without a tick
+    typical = statistics.median(b - a for a, b, _ in intervals) if intervals else 0.0
     for a, b, used in intervals:
-        _extend(runs, a, b, float(used < TICK), used)
+        _extend(runs, a, b, float(used < TICK or _late_blip(b - a, used, typical)), used)
     parts: list[list[float]] = []  # [from, to, rest, cpu]: a short quiet run belongs to the work around it
     for a, b, quiet, used in runs:
         _extend(parts, a, b, float(bool(quiet) and b - a >= MIN_REST), used)
@@ -112,6 +115,15 @@ def stretches(intervals: list[tuple[float, float, float]]) -> list[tuple[float, 
     if out:
         out[0][2] = 0.0
     return [(a, b, bool(rest)) for a, b, rest, _ in out]
+
+
+def _late_blip(length: float, used: float, typical: float) -> bool:
+    """Whether an interval whose round came late (the sampler held up: 0.9-1.9 s between rounds
+    of 0.1 s beside 3 busy loops, where memgap's reads held the recorder's GIL) used no more than a
+    blip: it is quiet then. Its tick is a timer's, or a burst's last one; the rest of its length is
+    the rest it cuts through, which by whole quiet intervals alone would be lost (a 1 s rest seen
+    as 0.1 s)."""
+    return length > LATE * typical and used < MIN_BURST_CPU
 
 
 def _extend(parts: list[list[float]], a: float, b: float, kind: float, used: float) -> None:
