@@ -175,9 +175,11 @@ def test_lab_markdown_and_show_output(tmp_path):
     own_rss = int(said[1])
     lines = md.read_text().splitlines()
     header = [c.strip() for c in lines[0].strip("|").split("|")]
-    # a "cgroup peak" column joins where each run could get a memory cgroup of its own (root here)
-    assert [h for h in header if h != "cgroup peak"] == ["variant", "first phase", "peak", "idle", "after trim",
-                                                         "wall s", "slowdown", "pattern", "verdict"], header
+    # a "cgroup peak" column joins where each run could get a memory cgroup of its own (root here); the mean
+    # over the work is shown whatever judged (docs/commands/lab.md): this lab judged by idle, and said why
+    assert [h for h in header if h != "cgroup peak"] == ["variant", "first phase", "peak", "work mean", "idle",
+                                                         "after trim", "wall s", "slowdown", "pattern",
+                                                         "verdict"], header
     assert lines[1] == "|" + "---|" * len(header)
     assert len(lines) == 3 and lines[2].startswith("| `glibc` | "), lines
     cells = [c.strip() for c in lines[2].strip("|").split("|")]
@@ -186,6 +188,10 @@ def test_lab_markdown_and_show_output(tmp_path):
     # one run: median, min and max are its idle RSS, the workload's own VmRSS at its idle phase
     assert idle[1] == idle[2] == idle[3] and abs(int(idle[1]) * MiB - own_rss) <= 1.5 * MiB, (cells, own_rss)
     assert cells[-1] == "baseline"
+    # the mean over the work, one run's: never above that run's peak
+    mean, peak = (re.fullmatch(r"(\d+) \((\d+)-(\d+)\)", cells[header.index(h)]) for h in ("work mean", "peak"))
+    assert mean and peak and mean[1] == mean[2] == mean[3] and 0 < int(mean[1]) <= int(peak[1]), cells
+    assert "Judged by the idle" in " ".join(shown.stdout.split()), shown.stdout[-2000:]
     # the same table again from the lab's JSON
     again = memgap("report", str(lab_json), "--markdown", str(tmp_path / "again.md"))
     assert again.returncode == 0, again.stderr

@@ -59,6 +59,31 @@ def test_a_tick_of_a_timer_between_rests_is_no_burst():
     assert work_of(rounds, 0.0, idle_at=rounds[-1].t, duration=rounds[-1].t).rests == [2.1]
 
 
+def test_the_idle_trimmers_trim_in_the_final_rest_is_no_burst_of_the_workload():
+    """trim=quiet's trim 2 s into the final rest freed 90 MiB for 0.02-0.03 s of the server's CPU
+    (the kernel's, freeing the pages): a burst by the CPU alone, which ended the work after it."""
+    trim = [(100, 0.0)] * 20 + [(60, 0.03)] + [(60, 0.0)] * 8
+    rounds = rounds_of(_timeline([(30, 0.05)] + BURST + REST + BURST + REST + BURST + trim))
+    by_cpu = work_of(rounds, 0.0, idle_at=rounds[-1].t, duration=rounds[-1].t)
+    assert by_cpu.end == rounds[50].t and by_cpu.rests == [1.0, 1.0, 2.0], by_cpu  # the trim taken for a burst
+    stamped = rounds[50].t + 0.02  # the trimmer stamps its trim as it returns, after the round that read its CPU
+    work = work_of(rounds, 0.0, idle_at=rounds[-1].t, duration=rounds[-1].t, trims=[stamped])
+    assert work.end == rounds[29].t and work.rests == [1.0, 1.0], work
+
+
+def test_a_late_round_with_a_tick_in_a_rest_leaves_the_rest():
+    """Beside 3 busy loops the sampler's rounds came 0.9 s apart, one holding a tick of the server's
+    in a 1 s rest: by whole quiet intervals the rest was 0.1 s, none; the late round is quiet."""
+    late = [{"t": t, "pid": 2, "rss": 100 * MiB, "cpu": cpu} for t, cpu in
+            [(0.0, 0.1), (0.1, 0.15), (0.2, 0.2), (0.3, 0.25), (0.4, 0.25), (1.32, 0.26), (1.42, 0.3),
+             (1.52, 0.35), (1.62, 0.35), (1.72, 0.35), (1.82, 0.35), (1.92, 0.35), (2.02, 0.35), (2.12, 0.4)]]
+    parts = stretches(intervals_of(rounds_of(late)))
+    assert [(a, b) for a, b, rest in parts if rest] == [(0.3, 1.32), (1.52, 2.02)], parts
+    # a round as late that used a burst's CPU is no rest
+    busy = [dict(s, cpu=s["cpu"] + (0.05 if s["t"] >= 1.32 else 0.0)) for s in late]
+    assert not any(rest for _, b, rest in stretches(intervals_of(rounds_of(busy))) if b == 1.32)
+
+
 def test_a_job_that_works_then_rests_has_no_rest_in_its_work():
     rounds = rounds_of(_timeline([(30, 0.05)] + BURST * 4 + REST))
     work = work_of(rounds, 0.0, idle_at=rounds[-1].t, duration=rounds[-1].t)

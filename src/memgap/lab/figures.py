@@ -264,7 +264,9 @@ def _over_the_work(m: RunFigures, run: RunDocument, proc: ProcessRecord, found: 
     if found is not None and found.rule == "quiet" and found.work_ended and run.start:
         rested = found.work_ended - run.start  # the quiet spell's rest began there
     idle_at = found.time - run.start if found is not None and found.time and run.start else None
-    work = work_of(rounds, start, idle_at, m.duration, load_end, rested)
+    # the idle trimmer's trims (trim=quiet) in the tree, by the time each returned: no burst of the workload's
+    trims = [t.time - run.start for p in run.processes for t in p.trims or [] if t.time is not None and run.start]
+    work = work_of(rounds, start, idle_at, m.duration, load_end, rested, trims)
     m.work_mean, m.work_span, m.rests = work.mean, [work.start, work.end], work.rests
     if load_end is None and work.rests is not None and len(work.rests) >= BURSTY_RESTS:
         m.wall = work.end  # a bursty run's work, to the final rest its CPU shows (a quiet spell misses light bursts)

@@ -25,6 +25,8 @@ lab judges it by the mean over its work by default (memgap.lab.objective).
 from __future__ import annotations
 
 import itertools
+import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from memgap.documents.recorded import RecordedSample
@@ -33,6 +35,7 @@ TICK = 0.005          # CPU seconds: less than this in an interval is no clock t
 MIN_BURST_CPU = 0.02  # CPU seconds: a stretch between rests that used less is a blip, not a burst
 MIN_REST = 0.5        # seconds: a shorter stretch without work is a pause within a burst
 BURSTY_RESTS = 2      # rests within the work that make a workload bursty (three bursts or more)
+LATE = 2.0            # a round later than this many typical intervals after the last one came late
 
 
 @dataclass(frozen=True)
@@ -70,16 +73,25 @@ def rounds_of(timeline: list[RecordedSample], pids: set[int] | None = None) -> l
     return rounds
 
 
-def intervals_of(rounds: list[Round]) -> list[tuple[float, float, float]] | None:
+def intervals_of(rounds: list[Round], trims: Sequence[float] = ()) -> list[tuple[float, float, float]] | None:
     """(from, to, CPU seconds the tree used) for each pair of consecutive rounds (a process first
-    seen in the later round counts with all its CPU time). None where a round has no CPU time."""
+    seen in the later round counts with all its CPU time). None where a round has no CPU time.
+
+    ``trims``: when memgap's idle trimmer trimmed in the tree (seconds after the start, stamped as
+    each trim returned): the interval that holds one, and the one on either side (the trim began
+    before its stamp; its record is written after), count as used no CPU. The trimmer trims only
+    after 2 s in which malloc's figures did not move, so those intervals are the workload's rest;
+    the trim's own CPU (the kernel freeing the pages it gives back: 0.02 s and more for 130 MiB
+    under load) is the remedy's, not a burst of the workload's."""
     if any(r.cpu is None for r in rounds):
         return None
     out = []
     for a, b in itertools.pairwise(rounds):
         assert a.cpu is not None and b.cpu is not None
         out.append((a.t, b.t, sum(cpu - a.cpu.get(pid, 0.0) for pid, cpu in b.cpu.items())))
-    return out
+    holding = {k for m in trims for k, (a, b, _) in enumerate(out) if a < m <= b}
+    near = {j for k in holding for j in (k - 1, k, k + 1)}
+    return [(a, b, 0.0 if k in near else used) for k, (a, b, used) in enumerate(out)]
 
 
 def stretches(intervals: list[tuple[float, float, float]]) -> list[tuple[float, float, bool]]:
@@ -88,8 +100,9 @@ def stretches(intervals: list[tuple[float, float, float]]) -> list[tuple[float, 
     MIN_BURST_CPU (a tick or two of a timer, a runtime's housekeeping): then the rest goes on
     through it. The stretch before the first burst is no rest (the run had not worked yet)."""
     runs: list[list[float]] = []  # [from, to, quiet, cpu]: intervals with and without a tick
+    typical = statistics.median(b - a for a, b, _ in intervals) if intervals else 0.0
     for a, b, used in intervals:
-        _extend(runs, a, b, float(used < TICK), used)
+        _extend(runs, a, b, float(used < TICK or _late_blip(b - a, used, typical)), used)
     parts: list[list[float]] = []  # [from, to, rest, cpu]: a short quiet run belongs to the work around it
     for a, b, quiet, used in runs:
         _extend(parts, a, b, float(bool(quiet) and b - a >= MIN_REST), used)
@@ -102,6 +115,15 @@ def stretches(intervals: list[tuple[float, float, float]]) -> list[tuple[float, 
     if out:
         out[0][2] = 0.0
     return [(a, b, bool(rest)) for a, b, rest, _ in out]
+
+
+def _late_blip(length: float, used: float, typical: float) -> bool:
+    """Whether an interval whose round came late (the sampler held up: 0.9-1.9 s between rounds
+    of 0.1 s beside 3 busy loops, where memgap's reads held the recorder's GIL) used no more than a
+    blip: it is quiet then. Its tick is a timer's, or a burst's last one; the rest of its length is
+    the rest it cuts through, which by whole quiet intervals alone would be lost (a 1 s rest seen
+    as 0.1 s)."""
+    return length > LATE * typical and used < MIN_BURST_CPU
 
 
 def _extend(parts: list[list[float]], a: float, b: float, kind: float, used: float) -> None:
@@ -142,12 +164,13 @@ def time_weighted_mean(rounds: list[Round], start: float, end: float) -> int | N
 
 
 def work_of(rounds: list[Round], start: float, idle_at: float | None, duration: float,
-            load_end: float | None = None, rested: float | None = None) -> Work:
+            load_end: float | None = None, rested: float | None = None, trims: Sequence[float] = ()) -> Work:
     """The work span and its figures. ``start``: where the work begins (0, or the load's start);
     ``load_end``: where the load ended (the work ends there); ``idle_at``: the moment of the idle
     figure (None: the run's end, ``duration``); ``rested``: where its quiet spell says the rest
-    began, for an idle found in a quiet spell (the end itself where the samples hold no CPU time)."""
-    intervals = intervals_of(rounds)
+    began, for an idle found in a quiet spell (the end itself where the samples hold no CPU time);
+    ``trims``: the idle trimmer's trims in the tree (``intervals_of``)."""
+    intervals = intervals_of(rounds, trims)
     parts = stretches(intervals) if intervals is not None else None
     moment = idle_at if idle_at is not None else duration
     if load_end is not None:
