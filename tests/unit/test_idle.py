@@ -34,6 +34,18 @@ def test_cpu_under_a_tenth_of_a_core_is_quiet_and_above_it_is_not():
     assert _feed(high, [(t / 10, 0.02 * t, 50 * MiB) for t in range(30)]) == []  # 20%: never quiet
 
 
+def test_a_process_starved_of_cpu_is_working_and_one_that_waits_briefly_at_rest_is_quiet():
+    """Under load a program starting up runs 5% of the time and waits on the run queue the rest: its
+    little CPU is not rest (the readings of a Python program at load 20, read "quiet" before its first
+    phase). A resting one woken often waits a little at each wake: rest all the same."""
+    starved = QuietSpell(after=1.0)
+    assert [(t, e) for t in (x / 10 for x in range(30))
+            if (e := starved.update(t, 0.005 * t * 10, 20 * MiB, waited=0.95 * t))] == []
+    resting = QuietSpell(after=1.0)
+    assert [(t, e) for t in (x / 10 for x in range(12))
+            if (e := resting.update(t, 0.001 * t * 10, 20 * MiB, waited=0.2 * t))] == [(1.0, "quiet")]
+
+
 def test_rss_that_moves_ends_a_spell_and_a_steady_one_keeps_it():
     spell = QuietSpell(after=1.0)
     readings = [(t / 10, 0.0, 100 * MiB + t * 64 * 1024) for t in range(11)]  # +0.7 MiB: steady

@@ -6,10 +6,8 @@ and closed to others, or memgap refuses to use it.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
-import subprocess
 
 from memgap.errors import ToolMissing, Unsupported
 from memgap.sources.private import private_folder
@@ -30,6 +28,11 @@ def compiler() -> str:
 
 def compile_c(src: str, name: str, flags: list[str], out_dir: str | None = None) -> str:
     """Compile ``src`` with ``flags`` (once per source version) and return the output's path."""
+    # here, not at the top: a snapshot taken in a program finds the install's build, and these modules
+    # (hashlib's libcrypto, 3 MiB of file pages) would load into the program for nothing
+    import hashlib
+    import subprocess
+
     with open(src, "rb") as fh:
         digest = hashlib.sha256(fh.read() + " ".join(flags).encode()).hexdigest()[:12]
     if out_dir:

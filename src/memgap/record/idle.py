@@ -38,6 +38,7 @@ from memgap.report.units import MiB
 QUIET_AFTER = 1.0     # seconds of quiet that make a spell (MEMGAP_QUIET overrides it)
 BUSY_SHARE = 0.1      # of one CPU: using more than this over a spell ends it
 CPU_SLACK = 0.03      # seconds: a clock tick or two of CPU is not work
+WANTED_SHARE = 0.5    # of one CPU: running or waiting to run more than this over a spell is work, starved
 RSS_SLACK = 2 * MiB   # RSS that moves by more than this, or by RSS_SHARE, ends a spell
 RSS_SHARE = 0.02
 QUIET_PHASE = "quiet"           # a snapshot taken as a quiet spell began
@@ -60,7 +61,10 @@ class QuietSpell:
     ``update`` returns "quiet" once a spell has lasted ``after`` seconds, again at
     the first steady reading after memory was given back during it (its figure
     now the lower one), and "end" when a spell that was reported ends (the
-    process worked again).
+    process worked again). ``waited``: the seconds its threads have waited on a
+    run queue (schedstat): a process starved of CPU on a busy machine uses little
+    of it, and is working, not resting (a Python program starting at load 20 was
+    read "quiet" 1 s in, before its first phase).
     """
 
     def __init__(self, after: float = QUIET_AFTER) -> None:
@@ -71,21 +75,25 @@ class QuietSpell:
         self._lowered = False  # a told spell whose RSS fell at rest: told again once it holds
         self._cpu0 = 0.0
         self._rss0 = 0
-        self._recent: list[tuple[float, float]] = []  # (time, CPU) readings of the last ``after`` seconds
+        self._wanted0 = 0.0
+        self._recent: list[tuple[float, float, float]] = []  # (time, CPU, wanted) of the last ``after`` seconds
 
-    def update(self, now: float, cpu: float, rss: int) -> str | None:
+    def update(self, now: float, cpu: float, rss: int, waited: float = 0.0) -> str | None:
+        wanted = cpu + waited  # the time it ran or was ready to
         if self.since is None:
-            self._restart(now, cpu, rss)
+            self._restart(now, cpu, rss, wanted)
             self.rested_since = now
             return None
         elapsed = now - self.since
         # over the spell, and over its last ``after`` seconds: a long spell would otherwise absorb
         # a short burst (a forked worker's request, whose copies on write move no RSS)
         self._recent = [r for r in self._recent if r[0] >= now - self.after] or self._recent[-1:]
-        t0, cpu0 = self._recent[0]
-        self._recent.append((now, cpu))
+        t0, cpu0, wanted0 = self._recent[0]
+        self._recent.append((now, cpu, wanted))
         busy = (cpu - self._cpu0 > BUSY_SHARE * elapsed + CPU_SLACK
-                or cpu - cpu0 > BUSY_SHARE * (now - t0) + CPU_SLACK)
+                or cpu - cpu0 > BUSY_SHARE * (now - t0) + CPU_SLACK
+                or wanted - self._wanted0 > WANTED_SHARE * elapsed + CPU_SLACK
+                or wanted - wanted0 > WANTED_SHARE * (now - t0) + CPU_SLACK)
         slack = max(RSS_SLACK, RSS_SHARE * self._rss0)
         if not busy and rss < self._rss0 - slack:
             # memory given back at rest (a runtime's scavenger, a collector shrinking its heap, a trim):
@@ -98,18 +106,19 @@ class QuietSpell:
         elif busy or abs(rss - self._rss0) > slack:  # work: CPU, or RSS that rose
             ended = self.reported
             self.rested_since = now
-            self._restart(now, cpu, rss)
+            self._restart(now, cpu, rss, wanted)
             return "end" if ended else None
         if (not self.reported and elapsed >= self.after) or self._lowered:
             self.reported, self._lowered = True, False
             return "quiet"
         return None
 
-    def _restart(self, now: float, cpu: float, rss: int) -> None:
+    def _restart(self, now: float, cpu: float, rss: int, wanted: float) -> None:
         self.since, self._cpu0, self._rss0, self.reported, self._lowered = now, cpu, rss, False, False
+        self._wanted0 = wanted
         # the window starts with the spell: kept, the work before it would restart the spell at
         # every reading for ``after`` seconds more (a spell then reported 2 s after the work, not 1)
-        self._recent = [(now, cpu)]
+        self._recent = [(now, cpu, wanted)]
 
 
 @dataclass(frozen=True)

@@ -221,7 +221,8 @@ class OutsideQuiet:
             return
         spell = self.spells.setdefault(pid, QuietSpell(self.after))
         writer, asked = reads.writer, time.time()
-        event = spell.update(asked, cpu_ticks / self.hz, rss)  # wall time: the recording's clock
+        # wall time: the recording's clock; its run-queue wait: a process starved of CPU is not at rest
+        event = spell.update(asked, cpu_ticks / self.hz, rss, ProcReader(pid).run_delay())
         if event == "quiet":
             others = tuple(other for other, known in self.spells.items() if other != pid and known.reported)
             read = ReadAsked(pid, QUIET_PHASE, start, asked, quiet_since=spell.since,

@@ -425,6 +425,22 @@ class ProcReader:
         raw = self.read_bytes("cmdline")
         return [a.decode("utf-8", "replace") for a in raw.split(b"\0") if a]
 
+    def run_delay(self) -> float:
+        """Seconds its threads have waited on a run queue, ready to run (the second field of each
+        task's schedstat, in ns); 0.0 where the kernel keeps none. Threads that exited are not counted."""
+        waited = 0
+        try:
+            tasks = os.listdir(f"{self.base}/task")
+        except OSError:
+            return 0.0
+        for tid in tasks:
+            try:
+                with open(f"{self.base}/task/{tid}/schedstat", "rb") as fh:
+                    waited += int(fh.read().split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+        return waited / 1e9
+
     def task_ids(self) -> list[int]:
         try:
             return sorted(int(t) for t in os.listdir(f"{self.base}/task") if t.isdigit())
