@@ -120,7 +120,9 @@ def test_top_tree_totals_pss_and_each_workers_copies(server):
     kernel, proc = quiet_pss([master, *workers], lambda: memgap("top", "--tree", str(master), "--iterations", "1"))
     assert proc.returncode == 0, proc.stderr[-2000:]
     heading = " ".join(proc.stdout.split("--- ")[-1].split())
-    assert heading.split(None, 1)[1].startswith("5 processes: PSS "), heading[:200]  # after the refresh's time
+    # after the refresh's time, its own reading (RSS now), then the look's breakdown of the tree
+    now, _, breakdown = heading.split(None, 1)[1].partition("; breakdown below: ")
+    assert now.startswith("RSS ") and "5 processes: PSS " in breakdown, heading[:300]
     shown = float(heading.split("PSS ")[1].split()[0]) * MiB
     assert abs(shown - kernel) <= 0.02 * kernel, (shown / MiB, kernel / MiB)
     table = proc.stdout.split("each process's private memory")[1].split("└")[0]
