@@ -158,10 +158,15 @@ def wheel_venv(tmp_path_factory):
 
     root = os.path.dirname(HERE)
     where = tmp_path_factory.mktemp("wheel")
-    # built with the suite's own setuptools and wheel (an isolated build installs them anew: 3.5 s more)
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(where),
-                    root],
-                   check=True, capture_output=True)
+    # built with the suite's own setuptools and wheel (an isolated build installs them anew: 3.5 s more),
+    # one build at a time: each xdist worker that runs a test of a wheel builds its own, and two at once
+    # share the tree's build/ folder (test_remedy_ships beside test_lab_bursty: CalledProcessError, once)
+    import fcntl
+
+    with open(tmp_path_factory.getbasetemp().parent / "wheel-build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
+                        str(where), root], check=True, capture_output=True)
     wheel = next(str(p) for p in where.iterdir() if p.suffix == ".whl")
     venv = where / "venv"
     # no pip of its own (ensurepip took 9 s of the fixture's 15): the suite's pip installs into it

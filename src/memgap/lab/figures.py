@@ -244,8 +244,10 @@ def _idle_and_work(m: RunFigures, run: RunDocument, proc: ProcessRecord) -> Proc
     if run.load_seconds:  # a service under the user's load: the work is the load
         m.wall = float(run.load_seconds)
     elif run.stopped_at_idle and run.start:
-        # The lab waited for quiet, then stopped it: the work ended at its last phase before idle.
-        before_idle = [s["time"] for s in proc.snapshots if s["phase"] not in ("idle", *UNMARKED)]
+        # The lab waited for quiet, then stopped it: the work ended at its last phase before idle, as the
+        # phase's line came (read_began), not when memgap's reader, busy with other reads, finished reading it
+        before_idle = [s.get("read_began") or s["time"] for s in proc.snapshots
+                       if s["phase"] not in ("idle", *UNMARKED)]
         if before_idle:
             m.wall = max(before_idle) - run.start
     return found
