@@ -10,38 +10,11 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
-import urllib.request
+
+from load_tools import burst, free_port, pss, rss  # beside this script
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def rss(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as fh:
-        return next(int(line.split()[1]) * 1024 for line in fh if line.startswith("VmRSS:"))
-
-
-def pss(pid: int) -> int:
-    with open(f"/proc/{pid}/smaps_rollup") as fh:
-        return next(int(line.split()[1]) * 1024 for line in fh if line.startswith("Pss:"))
-
-
-def burst(port: int, n: int) -> None:
-    def one() -> None:
-        urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=30).read()
-    threads = [threading.Thread(target=one) for _ in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-
 
 port = free_port()
 server = subprocess.Popen([sys.executable, "-m", "uvicorn", "burst_app:app", "--app-dir", HERE,
