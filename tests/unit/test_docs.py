@@ -195,7 +195,7 @@ def test_the_tree_fields_are_a_trees_keys(tmp_path, capsys):
 
 
 def test_the_run_fields_are_a_runs_keys(tmp_path):
-    from memgap.record.recorder import load_run
+    from memgap.record.assemble import load_run
 
     doc = load_run(str(tmp_path)).to_dict()  # an empty recording: every field, as a run cut short at once has them
     (top,) = json_tables("Run: `memgap.run/1`")

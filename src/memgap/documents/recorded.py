@@ -1,5 +1,5 @@
 """The JSON shapes of ``memgap run``'s recording and of the run document assembled from it
-(memgap.record.recorder.load_run, memgap.documents.records.RunDocument): a recording's events, the
+(memgap.record.assemble.load_run, memgap.documents.records.RunDocument): a recording's events, the
 snapshots and samples a run keeps as JSON, and what it adds about each process (its agent's last
 words, its exit, the tree at idle). TypedDicts: the run document keeps them as the JSON it read (its
 keys in their order, and a newer memgap's keys with them), and its reader checks the keys they name
@@ -11,6 +11,8 @@ from typing import TypedDict
 
 from memgap.documents.fields import signed_keys
 from memgap.documents.json_value import JsonObject
+
+RUN_SCHEMA = "memgap.run/1"  # the run document's; the recording's header names it too
 
 
 class RecordedLayer(TypedDict, total=False):

@@ -14,11 +14,11 @@ from memgap.documents.display import as_html
 from memgap.documents.fields import check_schema, dataclass_fields, of_type
 from memgap.documents.json_value import JsonObject
 from memgap.documents.parts import CgroupMemory, PymallocStats, PythonHeap
+from memgap.documents.recorded import RUN_SCHEMA as RUN_SCHEMA  # re-exported: named here since schema 1
 from memgap.documents.trim import TrimRecord
 
 SCHEMA = "memgap.snapshot/1"
 MIB = 1 << 20
-RUN_SCHEMA = "memgap.run/1"
 
 # Layer names in the order they are shown; they add up to RSS with ``unexplained``.
 LAYER_NAMES = (
