@@ -146,6 +146,7 @@ class ProcessExit(_ExitBy, total=False):
 
     held: float | None   # by its agent: how long it held the exit
     answered: bool       # ...and whether memgap answered
+    passed: list[float]  # [seconds it lived, its VmHWM]: it passed through, its exit let go unread
     last_snapshot: float | None
     gap: float | None
 
@@ -218,11 +219,12 @@ class ProcessEntry(_Entry, total=False):
     exit: ProcessExit | None
     peak_reads: list[RecordedSnapshot]  # its new highs read on the way (best_peak keeps one)
     gone: float                         # when the sampler found it gone (seconds after the start)
+    passed: list[float]                 # it passed through (a ``passed`` event): [seconds it lived, VmHWM]
 
 
 class RecordedEvent(TypedDict, total=False):
     """A line of a recording, any kind (``type``): the keys of every kind the reader takes apart
-    (header, process, sample, snapshot, peak, gone, quiet-end, pss, metric, error, trimmer,
+    (header, process, sample, snapshot, peak, gone, passed, quiet-end, pss, metric, error, trimmer,
     trimmer-start, load, cgroup, end); a trimmer's line holds its trim record's keys besides."""
 
     type: str
@@ -247,6 +249,8 @@ class RecordedEvent(TypedDict, total=False):
     anon: int
     file: int
     threads: int
+    lived: float  # a process that passed through: how long it lived (its VmHWM: ``hwm``)
+    hwm: int
     phase: str
     error: str
     limit: int | None

@@ -67,6 +67,8 @@ def _add_event(processes: dict[int, ProcessEntry], errors: list[RecordedError], 
         entry["cmd"] = event["snapshot"].get("cmd") or entry["cmd"]  # read later: after an exec not seen
     elif kind == "gone":  # the sampler found it gone: it exited at or before then
         _process_entry(processes, event)["gone"] = event["t"]
+    elif kind == "passed":  # it passed through: its exit let go unread (tree_watch.passing_through)
+        _process_entry(processes, event)["passed"] = [event["lived"], event["hwm"]]
 
 
 def _process_entry(processes: dict[int, ProcessEntry], event: RecordedEvent) -> ProcessEntry:

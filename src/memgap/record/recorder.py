@@ -42,7 +42,7 @@ from memgap.record.tree_end import (
     release_stop_signals,
     subreaper,
 )
-from memgap.record.tree_watch import TOO_MANY, ExitHold, OutsideQuiet, TreeSampler
+from memgap.record.tree_watch import TOO_MANY, ExitHold, OutsideQuiet, TreeSampler, passing_through
 from memgap.sources.processes import tree_pids
 from memgap.sources.procfs import oom_kills
 
@@ -104,14 +104,20 @@ def _with_agent(env: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
         return env, {"problem": str(exc)}
 
 
-def _exit_hold(record_dir: str, reads: OutsideReads, start: float, env: dict[str, str]) -> ExitHold | None:
+def _exit_hold(record_dir: str, reads: OutsideReads, start: float, env: dict[str, str],
+               interval: float) -> ExitHold | None:
     """The socket where the agents of the tree say they exit (``env`` names it for them); each such
     process is read from outside as its exit waits, its ``before-exit`` snapshot (by memgap's reader,
-    at once, beside the reads asked). None where it cannot be made: the run goes on, its exits unheld."""
+    at once, beside the reads asked), unless it only passed through (``passing_through``: let go at
+    once). None where it cannot be made: the run goes on, its exits unheld."""
     writer = reads.writer
 
     def read(pid: int) -> None:
-        reads.now(ReadAsked(pid, BEFORE_EXIT_PHASE, start, time.time(), held_exit=True))
+        passed = passing_through(pid, interval)
+        if passed is None:
+            reads.now(ReadAsked(pid, BEFORE_EXIT_PHASE, start, time.time(), held_exit=True))
+        else:
+            writer.write({"type": "passed", "pid": pid, "lived": passed[0], "hwm": passed[1]})
 
     try:
         hold = ExitHold(record_dir, read)
@@ -167,7 +173,7 @@ class _Recording:
         self.hold: ExitHold | None = None
         if options.agent:
             env, agent_info = _with_agent(env)
-            self.hold = _exit_hold(options.record_dir, self.reads, self.start, env)
+            self.hold = _exit_hold(options.record_dir, self.reads, self.start, env, options.interval)
         self.writer.write({"type": "header", "schema": RUN_SCHEMA, "cmd": options.cmd, "start": self.start,
                            "interval": options.interval, "machine": shaped(machine_info()), "env": options.env,
                            "agent": agent_info})

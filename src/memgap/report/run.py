@@ -141,6 +141,10 @@ def process_that_matters(run: RunDocument) -> ProcessRecord | None:
 def exit_words(ended: ProcessExit | None) -> str:
     """How close a process's last snapshot came to its exit (a process record's ``exit``)."""
     gap = ended.get("gap") if ended else None
+    passed = ended.get("passed") if ended else None
+    if passed:
+        return (f"it passed through (lived {passed[0]:.3f} s, under an interval, its VmHWM {mib(int(passed[1]))} "
+                "MiB): its exit was let go unread")
     if not ended or gap is None:
         return ""
     if ended["by"] == "agent":
