@@ -12,6 +12,7 @@ from typing import Any
 from memgap.documents.allocator import AllocatorInfo
 from memgap.documents.display import as_html
 from memgap.documents.fields import check_schema, dataclass_fields, of_type
+from memgap.documents.gpu import GpuMemory
 from memgap.documents.json_value import JsonObject
 from memgap.documents.parts import CgroupMemory, PymallocStats, PythonHeap
 from memgap.documents.trim import TrimRecord
@@ -24,6 +25,8 @@ RUN_SCHEMA = "memgap.run/1"
 LAYER_NAMES = (
     "files",
     "shared_memory",
+    "gpu_driver",         # only in a process that maps the GPU driver's device files (/dev/nvidia*)
+    "pinned_host",        # ...and its shared anonymous memory there: likely CUDA's pinned host memory
     "python_objects",
     "pymalloc_free",
     "runtime_heap",       # only where a runtime with its own heap (Go, a JVM, V8) was read
@@ -36,7 +39,7 @@ LAYER_NAMES = (
 )
 # Layers added after documents were saved: a table shows one only where a document holds it, so an older
 # document reports as it did (its phases and its lab's page have no such column)
-LATER_LAYERS = frozenset({"static_data"})
+LATER_LAYERS = frozenset({"static_data", "gpu_driver", "pinned_host"})
 PYTHON_LAYERS = ("python_objects", "pymalloc_free")
 # The Python layers' note in a process with no Python interpreter: tables then leave those layers out
 NOT_PYTHON = "not a Python process (no Python interpreter in its maps)"
@@ -130,6 +133,7 @@ class Snapshot:
     pss_unexplained: int | None = None  # PSS (smaps_rollup) minus the layers' pss; None where they have none
     pss_note: str = ""                  # how the layers' pss was derived, or why there is none
     start_time: int | None = None       # /proc/PID/stat's starttime (clock ticks after boot): with the PID, one process
+    gpu: GpuMemory | None = None        # device memory beside RSS, never in it (where a GPU context is: sources.nvml)
 
     @property
     def not_python(self) -> bool:

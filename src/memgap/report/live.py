@@ -10,6 +10,7 @@ from rich.console import Group, RenderableType
 
 from memgap.documents.records import TreeDocument
 from memgap.report.fit import CUT, WRAP, Col, fit_table
+from memgap.report.gpu import gpu_lines, tree_gpu_lines
 from memgap.report.run import sparkline, squeeze
 from memgap.report.terminal import LAYER_TITLES, arenas_table, layers_table, tree_findings, tree_title
 from memgap.report.units import mib, pct
@@ -94,8 +95,10 @@ def frame(refresh: Refresh, width: int = 120) -> Group:
     main = snaps[0]
     if len(snaps) == 1:
         parts.append(layers_table(main, width))
+        parts.extend(gpu_lines(main))
     else:
         parts.append(_private_table(refresh, width))
+        parts.extend(tree_gpu_lines(snaps))
     arenas = arenas_table(main, limit=5, width=width)
     if arenas is not None:
         parts.append(arenas)
