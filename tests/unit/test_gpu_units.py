@@ -192,6 +192,9 @@ def test_without_the_drivers_library_nothing_is_read_and_the_failed_load_is_reme
     assert nvml.gpu_memory([here]) == {} and nvml.device_memory([here]) == {}  # this process has no GPU context
     assert nvml.gpu_memory([here, 1]) == {}
     assert nvml._nvml.cache_info().misses == 1  # one dlopen, however many asks
+    assert nvml.gpu_memory([here], only_loaded=True) == {}  # reading its own process: only a library it loaded
+    with open("/proc/self/maps") as fh:
+        assert "libnvidia-ml" not in fh.read()
 
 
 # --- PyTorch's caching allocator: the arithmetic, on the captured figures ---

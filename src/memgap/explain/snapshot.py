@@ -483,11 +483,12 @@ def _take_agent_figures(measured: Measurements, report: AgentReport | None) -> N
 
 def read_gpu(pid: int, in_process: bool = False) -> GpuMemory | None:
     """The process's device memory per GPU as the driver counts it (NVML), beside its RSS; in this process,
-    PyTorch's caching allocator too where the program runs it. None where the driver does not list it."""
+    PyTorch's caching allocator too where the program runs it, and NVML only where the program loaded it
+    (PyTorch does, with CUDA). None where the driver does not list it."""
     from memgap.sources.nvml import gpu_memory
     from memgap.sources.torch_cuda import torch_cache
 
-    gpu = gpu_memory([pid]).get(pid)
+    gpu = gpu_memory([pid], only_loaded=in_process).get(pid)
     torch = torch_cache(gpu) if in_process else None
     if torch is not None:
         gpu = replace(gpu or GpuMemory(), torch=torch)

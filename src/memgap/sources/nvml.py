@@ -104,11 +104,13 @@ class _Nvml:
 
 
 @functools.cache
-def _nvml(pid_of_this_process: int) -> _Nvml | None:
+def _nvml(pid_of_this_process: int, only_loaded: bool = False) -> _Nvml | None:
     """NVML in this process (a forked child initialises its own), or None where the driver's library is
-    not here or does not start: tried once, remembered."""
+    not here or does not start: tried once, remembered. ``only_loaded``: only where the program loaded it
+    already (RTLD_NOLOAD): memgap reading its own process does not load a library into the program."""
     try:
-        return _Nvml(ctypes.CDLL(LIBRARY))
+        mode = os.RTLD_NOLOAD | os.RTLD_LAZY if only_loaded else ctypes.DEFAULT_MODE
+        return _Nvml(ctypes.CDLL(LIBRARY, mode=mode))
     except (OSError, AttributeError):
         return None
 
@@ -119,10 +121,11 @@ def available() -> bool:
         return _nvml(os.getpid()) is not None
 
 
-def gpu_memory(pids: Iterable[int]) -> dict[int, GpuMemory]:
-    """Each of ``pids`` that the driver lists on a GPU, with its device memory per GPU; {} without NVML."""
+def gpu_memory(pids: Iterable[int], only_loaded: bool = False) -> dict[int, GpuMemory]:
+    """Each of ``pids`` that the driver lists on a GPU, with its device memory per GPU; {} without NVML
+    (``only_loaded``: without NVML loaded in this process already)."""
     with _LOCK:
-        nvml = _nvml(os.getpid())
+        nvml = _nvml(os.getpid(), only_loaded)
         if nvml is None:
             return {}
         wanted, found = set(pids), dict[int, list[GpuDevice]]()
