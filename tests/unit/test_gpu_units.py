@@ -334,3 +334,30 @@ def test_runs_timeline_shows_device_memory_beside_rss_only_where_sampled():
     assert "GPU peak" in text and "4800.0" in text and "device memory, beside RSS" in text
     row = next(line.split("│") for line in text.splitlines() if line.split("│")[1:2] == ["   8 "])
     assert [cell.strip() for cell in row[7:9]] == ["-", "-"]  # no device memory for it: said, not 0
+
+
+def test_a_tree_where_only_one_process_has_a_gpu_sums_and_shows_its_layers():
+    # a PyTorch process that spawned a helper without CUDA: the tree's table, its totals and top's series hold
+    # the GPU layers of the one, "-" for the other (they raised KeyError where the first process lacked a layer)
+    import dataclasses
+    import io
+    from collections import deque
+
+    from memgap.cli.top import refresh_of
+    from memgap.documents.records import TreeDocument
+    from memgap.documents.snapshot import Layer, TreeSnapshot
+    from memgap.report.live import frame
+    from memgap.report.terminal import console_on, render_tree
+
+    gpu = _gpu_snapshot()
+    helper = _snapshot({"files": Layer("files", 10 * MiB), "other_anon": Layer("other_anon", 5 * MiB)}, 15 * MiB)
+    for processes in ([helper, dataclasses.replace(gpu, pid=459)], [dataclasses.replace(gpu, pid=459), helper]):
+        doc = TreeDocument.of(TreeSnapshot(processes[0].pid, processes), [])
+        assert doc.totals.layers["pinned_host"] == 1032 * MiB and doc.totals.layers["files"] > 10 * MiB
+        out = io.StringIO()
+        render_tree(doc, out, 200)
+        text = out.getvalue()
+        assert "pinned?" in text and "PID 459: GPU 0 NVIDIA H200: 4842.0 MiB" in text
+        refresh = refresh_of(deque([doc]))
+        assert refresh.layers["pinned_host"] == [1032 * MiB]
+        console_on(io.StringIO(), 200).print(frame(refresh, 200))

@@ -216,11 +216,17 @@ class TreeTotals:
     copied_from_parent: int = 0      # forked processes: their private pages the parent has its own copy of
 
 
+def tree_layer_names(snaps: list[Snapshot]) -> list[str]:
+    """The layers any process of a tree holds, the first process's first: a layer only some hold (a GPU's, a
+    runtime's) is the tree's too."""
+    return list(dict.fromkeys(name for s in snaps for name in s.layers))
+
+
 def tree_totals(snaps: list[Snapshot]) -> TreeTotals:
     """A process tree's snapshots summed (TreeTotals)."""
     pss = by_pss(snaps)
     layers: dict[str, int | None] = {}
-    for name in snaps[0].layers if snaps else ():
+    for name in tree_layer_names(snaps):
         values = [layer_figure(s.layers[name], pss) for s in snaps if name in s.layers]
         known = [v for v in values if v is not None]
         layers[name] = sum(known) if known else None

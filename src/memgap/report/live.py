@@ -83,7 +83,7 @@ def _trend_table(refresh: Refresh, width: int) -> RenderableType:
     rows = []
     for name, values in refresh.layers.items():
         now = values[-1]
-        measured = any(s.layers[name].resident is not None for s in snaps)
+        measured = any(name in s.layers and s.layers[name].resident is not None for s in snaps)
         rows.append([LAYER_TITLES.get(name, name), mib(now) if measured else "-",
                      pct(now, total) if measured else "-", sparkline(values, 40) if measured else "not measured"])
     return fit_table(title, cols, rows, width)

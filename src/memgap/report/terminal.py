@@ -244,7 +244,7 @@ def render_tree(tree: TreeDocument, stream: TextIO, width: int | None = None) ->
     process's layers have no pss (an in-process snapshot)."""
     console = console_on(stream, width)
     snaps, totals = tree.processes, tree.totals
-    names = list(snaps[0].layers) if snaps else []
+    names = list(totals.layers)  # every layer a process holds; a process without one shows "-" there
     pss = totals.layers_by == "pss"
     label = f"{len(snaps)} processes"
     copies = any(s.copied_from_parent for s in snaps)
@@ -255,7 +255,7 @@ def render_tree(tree: TreeDocument, stream: TextIO, width: int | None = None) ->
         cmd = " ".join([os.path.basename(s.cmd[0]), *s.cmd[1:]]) if s.cmd else ""
         copied = [mib(s.copied_from_parent.copied if s.copied_from_parent else None)] if copies else []
         rows.append([str(s.pid), cmd, mib(s.rss), mib(s.pss), mib(s.uss), *copied,
-                     *(mib(layer_figure(s.layers[n], pss)) for n in names),
+                     *(mib(layer_figure(s.layers[n], pss)) if n in s.layers else "-" for n in names),
                      mib(s.pss_unexplained if pss else s.unexplained)])
     rows.append(["total", label, mib(totals.rss_sum), mib(totals.pss), mib(totals.uss),
                  *([mib(totals.copied_from_parent)] if copies else []),
