@@ -42,9 +42,9 @@ def check_adds_up(snap):
     assert abs(snap["unexplained"]) <= 0.05 * rss, (snap["unexplained"], rss)
     status = snap["status"]
     # Independent of the pagemap walk: the kernel's counters, read in the same snapshot.
-    mapped = layers["files"] + (layers.get("shared_memory") or 0)
+    mapped = layers["files"] + sum(layers.get(k) or 0 for k in ("shared_memory", "gpu_driver", "pinned_host"))
     assert abs(mapped - status["RssFile"] - status.get("RssShmem", 0)) <= 0.03 * rss + MiB
-    anon = sum(v for k, v in measured.items() if k not in ("files", "shared_memory"))
+    anon = sum(v for k, v in measured.items() if k not in ("files", "shared_memory", "gpu_driver", "pinned_host"))
     assert abs(anon - status["RssAnon"]) <= 0.03 * rss + MiB
     if snap.get("pymalloc"):
         detail = snap["layers"]["pymalloc_free"]["detail"]

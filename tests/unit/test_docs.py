@@ -265,7 +265,8 @@ def test_the_layer_tables_name_every_layer():
 
 def test_every_finding_is_documented():
     readers = sorted(os.listdir(os.path.join(ROOT, "src", "memgap", "allocators")))  # each reader's findings
-    sources = read("src", "memgap", "diagnose", "findings.py") + "".join(
+    diagnose = sorted(os.listdir(os.path.join(ROOT, "src", "memgap", "diagnose")))
+    sources = "".join(read("src", "memgap", "diagnose", name) for name in diagnose if name.endswith(".py")) + "".join(
         read("src", "memgap", "allocators", name) for name in readers if name.endswith(".py"))
     codes = set(re.findall(r'Finding\(\s*"([a-z-]+)"', sources))
     assert len(codes) >= 13

@@ -16,6 +16,7 @@ import itertools
 from collections.abc import Sequence
 
 from memgap.diagnose.floors import FLOOR, RETAINED_FLOOR, SHARE, SHARED_MOST, Base, _resident, own_memory, ratio_base
+from memgap.diagnose.gpu import gpu_findings
 from memgap.documents.snapshot import Finding, Layer, Snapshot, by_pss
 from memgap.report.units import MiB, mib, pct
 
@@ -153,7 +154,7 @@ def diagnose(snap: Snapshot) -> list[Finding]:
     """Findings for one snapshot."""
     # the allocators' first (the C allocator's, then pymalloc's): the order findings have always been listed in
     return [*allocator_findings(snap), *_runtime_retention(snap), *_threads(snap),
-            *_unexplained(snap), *_other_allocators(snap), *_shared_memory(snap)]
+            *_unexplained(snap), *_other_allocators(snap), *_shared_memory(snap), *gpu_findings(snap)]
 
 
 def diagnose_series(snaps: Sequence[Snapshot]) -> list[Finding]:

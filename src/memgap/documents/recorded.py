@@ -79,6 +79,7 @@ class RecordedSample(_Sampled, total=False):
     file: int
     threads: int
     cpu: float  # user + system seconds the process has run so far (since issue 32: the lab's rests)
+    gpu: int    # device memory the driver counts for it, over its GPUs (NVML): only where it has some (issue 33)
 
 
 class AgentTrimmer(TypedDict, total=False):

@@ -158,7 +158,26 @@ def process_families(targets: Sequence[Target]) -> list[Family]:
             cg_ws.add(where, cg.working_set)
             cg_reclaim.add(where, cg.reclaimable)
     return [rss, layer, unexplained, pss, uss, layer_pss, pss_unexplained, releasable, fragmented, arenas,
-            cg_usage, cg_limit, cg_ws, cg_reclaim]
+            cg_usage, cg_limit, cg_ws, cg_reclaim, *gpu_families(targets)]
+
+
+def gpu_families(targets: Sequence[Target]) -> list[Family]:
+    """Device memory beside RSS, per GPU (its index: a label of few values), where a process has a GPU
+    context and the driver counts it; and PyTorch's caching allocator where it was read in the process."""
+    device = _family("memgap_gpu_memory_bytes", "GPU memory used by the process as the driver counts it (NVML), "
+                     "per GPU: beside memgap_rss_bytes, never in it. Only for processes with a GPU context.")
+    torch = _family("memgap_torch_cuda_bytes", "PyTorch's CUDA caching allocator in the process "
+                    "(torch.cuda.memory_stats()): allocated, reserved, inactive_split.")
+    for t in targets:
+        gpu = t.snapshot.gpu
+        for d in gpu.devices if gpu is not None else []:
+            device.add(t.labels + (("gpu", str(d.index)),), d.used)
+        cache = gpu.torch if gpu is not None else None
+        if cache is not None:
+            for kind, value in (("allocated", cache.allocated), ("reserved", cache.reserved),
+                                ("inactive_split", cache.inactive_split)):
+                torch.add(t.labels + (("kind", kind),), value)
+    return [device, torch]
 
 
 def scrape_families(processes: int, seconds: float, errors_total: int, up: bool | None = None) -> list[Family]:

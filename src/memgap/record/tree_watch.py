@@ -41,6 +41,7 @@ from memgap.record.idle import QUIET_PHASE, QuietSpell, quiet_after
 from memgap.record.outside import OutsideReads, ReadAsked, ReadMade, rss_slack
 from memgap.record.recording import child_recording_path
 from memgap.report.units import MiB
+from memgap.sources.nvml import device_memory
 from memgap.sources.processes import tree_pids
 from memgap.sources.procfs import ProcReader, status_int
 
@@ -108,7 +109,9 @@ class TreeSampler:
         self._peaks_read()
         now = time.time() - self.start
         seen: set[int] = set()
-        for pid in tree_pids(root):
+        pids = list(tree_pids(root))
+        gpu = device_memory(pids)
+        for pid in pids:
             reader = ProcReader(pid)
             try:
                 status = reader.status()
@@ -122,7 +125,8 @@ class TreeSampler:
             rss = status_int(status, "VmRSS")
             self.writer.write({"type": "sample", "t": round(now, 4), "pid": pid, "rss": rss,
                                "anon": status_int(status, "RssAnon"), "file": status_int(status, "RssFile"),
-                               "threads": status_int(status, "Threads"), "cpu": round(cpu / self.hz, 2)})
+                               "threads": status_int(status, "Threads"), "cpu": round(cpu / self.hz, 2),
+                               **({"gpu": gpu[pid]} if pid in gpu else {})})
             if self.quiet is not None:
                 self.quiet.update(self.reads, pid, cpu, rss, self.start)
             prev, self.last_rss[pid] = self.last_rss.get(pid), rss
