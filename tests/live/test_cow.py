@@ -68,7 +68,7 @@ def test_workers_whose_collections_copied_the_masters_objects(tree):
     assert doc["totals"]["copied_from_parent"] >= 3 * 20 * MiB
     assert [f["code"] for f in doc["findings"]] == ["copied-from-parent"]
     text = " ".join(memgap("inspect", "--tree", str(master)).stdout.split())
-    assert "3 forked processes copied" in text and "Python's objects" in text and "gc.freeze()" in text, text
+    assert "3 workers each copied" in text and "of their parent's Python objects" in text and "gc.freeze()" in text, text
 
 
 def test_workers_that_filled_memory_of_their_own_copied_little(tree):
