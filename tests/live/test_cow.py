@@ -78,7 +78,7 @@ def test_top_tree_shows_each_workers_copies_as_they_are(tree):
         private, copied, _own = (float(x) for x in rows[pid])
         witness = private_dirty_in_inherited(pid, master) / MiB
         assert abs(copied - witness) <= 0.1 * witness and copied <= private, (pid, rows[pid], witness)
-    assert "3 forked processes copied" in " ".join(text.split()), text
+    assert "3 workers each copied" in " ".join(text.split()), text
 
 
 POOL = r"""
