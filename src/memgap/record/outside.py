@@ -74,7 +74,8 @@ def outside_snapshot(writer: RecordingWriter, pid: int, phase: str, start: float
             writer.write({"type": "error", "pid": pid, "phase": phase, "error": str(exc)})
         return None
     read_seconds = time.time() - read_started
-    copies_seconds = add_copies(snap)
+    # not at a held exit: the hold is short (1 s at most), and the reads before it measured the copies
+    copies_seconds = None if held_exit else add_copies(snap)
     snap.phase = phase
     snap.quiet_since, snap.rested_since = quiet_since, rested_since
     record = cast(RecordedSnapshot, snap.to_dict(regions=False))  # a snapshot's keys, as the run keeps them
@@ -109,7 +110,7 @@ def add_copies(snap: Snapshot) -> float | None:
         began = time.perf_counter()
         snap.copied_from_parent = copied_from_parent(snap.pid, parent, regions)
         return time.perf_counter() - began
-    except MemgapError:
+    except (MemgapError, OSError):
         return None  # it, or its parent, exited meanwhile: the snapshot stands without
 
 
