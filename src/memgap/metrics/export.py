@@ -126,9 +126,9 @@ def process_families(targets: Sequence[Target]) -> list[Family]:
                          "Of the allocator_free layer, free bytes on pages that also hold a live chunk: no trim "
                          "releases them (glibc).")
     arenas = _family("memgap_glibc_arenas", "glibc malloc arenas in the process (main arena included).")
-    copied = _family("memgap_copied_from_parent_bytes", "A forked worker's private bytes that its parent has its own "
-                     "copy of (copy on write; --tree only), by where they fall (pymalloc's arenas, glibc's heaps, ...): "
-                     "reads and collections of the parent's Python objects copy their pages.")
+    copied = _family("memgap_copied_from_parent_bytes", "A forked worker's private bytes that its parent has its "
+                     "own copy of (copy on write; --tree only), by where they fall (pymalloc's arenas, glibc's heaps, "
+                     "...): reads and collections of the parent's Python objects copy their pages.")
     cg_usage = _family("memgap_cgroup_usage_bytes", "Memory charged to the memory cgroup (page cache and "
                        "kernel memory included): what its OOM killer acts on.")
     cg_limit = _family("memgap_cgroup_limit_bytes", "The lowest memory limit from the cgroup up its tree.")
