@@ -221,7 +221,7 @@ def test_the_lab_fields_are_a_labs_keys(tmp_path):
     doc = lab_document(options, state, 1.0).to_dict()
     top, run, variant = json_tables("Lab: `memgap.lab/1`")
     assert doc["schema"] == "memgap.lab/1" and top == set(doc), (top - set(doc), set(doc) - top)
-    written = set(doc["runs"][0]) | {"process_peak"}  # written where the peak is a tree's
+    written = set(doc["runs"][0]) | {"process_peak", "copied"}  # written where the peak is a tree's, where it forked
     assert run == written, (run ^ written)
     assert variant == set(doc["variants"][0]), (variant ^ set(doc["variants"][0]))
     statuses = re.findall(r"`([\w-]+)`", next(r for r in tables(section(read("docs", "json.md"),

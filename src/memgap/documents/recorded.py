@@ -63,6 +63,7 @@ class RecordedSnapshot(TypedDict, total=False):
     read_seconds: float  # ...and how long the read took
     asked: float         # when the recorder asked for it (the reads asked before it came first)
     held_exit: bool      # read as its agent held its exit
+    copies_seconds: float  # how long measuring what it copied from its parent took (memgap.explain.cow)
     moving: bool         # its RSS moved by more than a quiet spell's slack while it was read
 
 
@@ -206,6 +207,27 @@ class _Entry(TypedDict):
     snapshots: list[RecordedSnapshot]
 
 
+class RecordedSplit(TypedDict):
+    """``CowSplit``'s JSON: what a forked process copied from its parent (memgap.explain.cow)."""
+
+    parent: int
+    copied: int
+    own: int
+    inherited: int
+    by_group: dict[str, int]
+
+
+class CopiesRead(TypedDict):
+    """What a forked process had copied from its parent at one read from outside (a run's process's
+    ``copies``, oldest first): when, at what (its peak, a quiet spell, ...), its private memory (USS)
+    then, and the split (``CowSplit``'s JSON: parent, copied, own, inherited, by_group)."""
+
+    time: float
+    phase: str
+    uss: int | None
+    split: RecordedSplit
+
+
 class ProcessEntry(_Entry, total=False):
     """A run's process as load_run assembles it from the events (``ProcessRecord``'s JSON), with what
     it gathers on the way and drops before the document (``peak_reads``, ``gone``)."""
@@ -218,6 +240,7 @@ class ProcessEntry(_Entry, total=False):
     idle: JsonObject | None
     peak: RecordedSnapshot | None
     exit: ProcessExit | None
+    copies: list[CopiesRead]
     peak_reads: list[RecordedSnapshot]  # its new highs read on the way (best_peak keeps one)
     gone: float                         # when the sampler found it gone (seconds after the start)
     passed: list[float]                 # it passed through (a ``passed`` event): [seconds it lived, VmHWM]

@@ -126,6 +126,9 @@ def process_families(targets: Sequence[Target]) -> list[Family]:
                          "Of the allocator_free layer, free bytes on pages that also hold a live chunk: no trim "
                          "releases them (glibc).")
     arenas = _family("memgap_glibc_arenas", "glibc malloc arenas in the process (main arena included).")
+    copied = _family("memgap_copied_from_parent_bytes", "A forked worker's private bytes that its parent has its "
+                     "own copy of (copy on write; --tree only), by where they fall (pymalloc's arenas, glibc's heaps, "
+                     "...): reads and collections of the parent's Python objects copy their pages.")
     cg_usage = _family("memgap_cgroup_usage_bytes", "Memory charged to the memory cgroup (page cache and "
                        "kernel memory included): what its OOM killer acts on.")
     cg_limit = _family("memgap_cgroup_limit_bytes", "The lowest memory limit from the cgroup up its tree.")
@@ -149,6 +152,8 @@ def process_families(targets: Sequence[Target]) -> list[Family]:
         releasable.add(labels, detail.get("trim_releasable"))
         fragmented.add(labels, detail.get("fragmented"))
         arenas.add(labels, detail.get("arena_count"))
+        for group, n in (s.copied_from_parent.by_group if s.copied_from_parent else {}).items():
+            copied.add(labels + (("group", group),), n)
         cg = s.cgroup
         if cg is not None and (cg.version, cg.path) not in cgroups_seen:
             cgroups_seen.add((cg.version, cg.path))
@@ -157,7 +162,7 @@ def process_families(targets: Sequence[Target]) -> list[Family]:
             cg_limit.add(where, cg.limit)
             cg_ws.add(where, cg.working_set)
             cg_reclaim.add(where, cg.reclaimable)
-    return [rss, layer, unexplained, pss, uss, layer_pss, pss_unexplained, releasable, fragmented, arenas,
+    return [rss, layer, unexplained, pss, uss, layer_pss, pss_unexplained, releasable, fragmented, arenas, copied,
             cg_usage, cg_limit, cg_ws, cg_reclaim, *gpu_families(targets)]
 
 

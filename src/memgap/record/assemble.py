@@ -27,6 +27,7 @@ from memgap.documents.snapshot import RUN_SCHEMA
 from memgap.errors import MalformedInput, MemgapError
 from memgap.record.idle import idle_of_process
 from memgap.record.recording import SAMPLES_FILE, open_recorded, read_events
+from memgap.record.tree_copies import copies_over_time, tree_copies_findings
 from memgap.record.tree_idle import tree_at_idle
 from memgap.record.tree_watch import best_peak, exit_of
 
@@ -109,8 +110,13 @@ def _finish_entry(entry: ProcessEntry, timeline: list[RecordedSample], start: fl
     (what the sampler read, else its snapshots', else its agent's exit record's)."""
     _order_and_find_idle(entry, timeline, start)
     entry["peak"] = best_peak([*entry.get("peak_reads", []), *entry["snapshots"]])  # its exit's read may be higher
+    copies = copies_over_time([*entry.get("peak_reads", []), *entry["snapshots"]])
+    if copies:
+        entry["copies"] = copies
     entry["exit"] = exit_of(entry, start)
     entry.pop("peak_reads", None)
+    if entry["ppid"] is None and copies:  # never sampled (read only as it exited): the parent its copies name
+        entry["ppid"] = copies[0]["split"]["parent"]
     entry["cmd"] = entry["cmd"] or (entry.get("agent_exit") or {}).get("cmdline") or [f"[PID {entry['pid']}]"]
 
 
@@ -182,7 +188,7 @@ def load_run(record_dir: str) -> RunDocument:
         "metrics": metrics,
         "record_dir": record_dir,
     }, f"recording {record_dir}")
-    run.findings = _series_findings(run.processes)
+    run.findings = _series_findings(run.processes) + tree_copies_findings(run)
     run.tree = tree.to_dict() if (tree := tree_at_idle(run)) is not None else None  # summed by PSS
     return run
 
