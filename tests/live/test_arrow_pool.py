@@ -107,3 +107,21 @@ def test_the_lab_tries_the_pool_choices(tmp_path):
     pool = {"arrow:pool=system", "arrow:pool=jemalloc", "arrow:purge_delay=0", "arrow:allow_thp=0"}
     assert pool <= ran, sorted(ran)
     assert all("libarrow.so" in lab["chosen"][spec] for spec in pool), {s: lab["chosen"][s] for s in pool}
+
+
+def test_run_names_the_pool_from_outside_and_from_inside(tmp_path):
+    """Under ``memgap run``, the program's snapshots read from outside (its quiet spell) and in the process
+    itself (as it exits: no symbol table read there, the arenas' records name the library) both name it."""
+    out = tmp_path / "run.json"
+    done = memgap("run", "--json", str(out), "--", sys.executable, PROGRAM,
+                  env=child_env(**{**SIZES, "ARROW_ROWS": "400000", "ARROW_REST_S": "3"}), timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (process,) = [p for p in json.loads(out.read_text())["processes"] if p["snapshots"]]
+    routes = {}
+    for snap in process["snapshots"]:
+        pools = snap["layers"].get("library_allocators")
+        assert pools is not None, (snap["phase"], snap["route"], snap["layers"]["other_anon"])
+        assert [p["allocator"] for p in pools["detail"]["pools"]] == ["mimalloc"], pools["detail"]
+        assert snap["layers"]["other_anon"]["resident"] <= 0.10 * snap["rss"], (snap["phase"], snap["route"])
+        routes[snap["route"].split(",")[0]] = pools["resident"]
+    assert {"outside", "in-process"} <= set(routes), routes

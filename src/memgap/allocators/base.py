@@ -210,6 +210,9 @@ class AllocatorReader:
     # the lab's variants of its own settings for giving memory back, tried where a workload already runs on it
     # (memgap.lab.choose)
     own_variants: tuple[str, ...] = ()
+    # ``library_arenas`` tells a library's bundled copy by its memory alone (no symbol needed): asked of every
+    # mapped library where no symbol table is read (a snapshot in the process itself)
+    by_memory = False
 
     # --- from outside, in the process, from the agent ----------------------------------------
 

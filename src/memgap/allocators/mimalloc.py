@@ -33,6 +33,7 @@ class Mimalloc(AllocatorReader):
                                 "mi_malloc_aligned", "mi_zalloc_aligned", "mi_realloc_aligned", "mi_version"),
                            gdb_calls=("mi_process_info", "mi_collect"),  # sources.mimalloc_gdb: INFO, COLLECT
                            markers=(b"mimalloc: ",), libraries=("libmimalloc",))
+    by_memory = True  # its arenas' records point into the library that bundles it
 
     def library_arenas(self, reader: MemoryReader, maps: list[Mapping], found: FoundAllocator) -> list[tuple[int, int]]:
         from memgap.sources.mimalloc_arenas import find_arenas

@@ -85,20 +85,46 @@ def allocator_mappings(reader: ProcReader, maps: list[Mapping], allocator: str) 
     return (own.owner, ranges) if ranges is not None else None
 
 
-def library_pools(reader: ProcReader, maps: list[Mapping],
-                  detection: allocator_source.AllocatorDetection) -> list[tuple[int, int, str, str]]:
+def library_pools(reader: ProcReader, maps: list[Mapping], detection: allocator_source.AllocatorDetection,
+                  in_process: bool = False) -> list[tuple[int, int, str, str]]:
     """(start, end, owner, label) of the memory each allocator a library bundles beside malloc's keeps, where
-    its reader finds it (a bundled mimalloc's arenas): one reading per library, its prefixed copy first."""
+    its reader finds it (a bundled mimalloc's arenas): one reading per library, its prefixed copy first.
+
+    ``in_process``: detection read no symbol table here (their names would be allocated in the program
+    measured), so every mapped shared object but malloc's is a candidate for each reader that tells its
+    bundled copy by its memory alone (``AllocatorReader.by_memory``); each mapping's first bytes read once."""
+    from memgap.documents.allocator import FoundAllocator
+
+    candidates = list(detection.beside)
+    if in_process:
+        libraries = dict.fromkeys(m.path for m in maps if ".so" in os.path.basename(m.path)
+                                  and m.path != detection.library)
+        candidates += [FoundAllocator(r.name, path, how="in this process: no symbol table read")
+                       for r in registry.all_readers().values() if r.by_memory for path in libraries]
+    headers = _ReadOnce(reader)
     ranges: list[tuple[int, int, str, str]] = []
     seen: set[str] = set()
-    for found in sorted(detection.beside, key=lambda f: f.prefix == ""):
+    for found in sorted(candidates, key=lambda f: f.prefix == ""):
         if found.library in seen:
             continue
-        owned = reader_for(found.name).library_arenas(reader, maps, found)
+        owned = reader_for(found.name).library_arenas(headers, maps, found)
         if owned:  # "mimalloc in /path/libarrow.so.2600": the layer sums them per allocator and library
             seen.add(found.library)
             ranges += [(start, end, LIBRARY_POOL, f"{found.name} in {found.library}") for start, end in owned]
     return sorted(ranges)
+
+
+class _ReadOnce:
+    """A process's memory, each (address, size) read once: the libraries' readers ask the same mappings."""
+
+    def __init__(self, reader: ProcReader) -> None:
+        self.reader = reader
+        self.read: dict[tuple[int, int], bytes | None] = {}
+
+    def read_memory(self, address: int, size: int) -> bytes | None:
+        if (address, size) not in self.read:
+            self.read[address, size] = self.reader.read_memory(address, size)
+        return self.read[address, size]
 
 
 def _in_ranges(ranges: list[tuple[int, int]], address: int) -> bool:
@@ -321,6 +347,7 @@ def _snapshot_self(phase: str | None, options: SnapshotOptions | None) -> Snapsh
         owned = allocator_mappings(reader, maps, own.name) if own.counts(figures) else None
         # the objects' static data: their files read before the pagemap, which VmRSS is read beside
         static = read_static_ranges(maps, allocator_source.process_root(reader.base))
+        pools = library_pools(reader, maps, detection, in_process=True)  # a few bytes of big mappings, read now
         # Python threads: their pthread struct (the ident) sits at the top of their stack
         py_threads = [t for t in threading.enumerate() if t is not threading.main_thread() and t.ident]
         memmap = read_memory_map(reader, tuple(t.ident for t in py_threads if t.ident), maps,
@@ -332,7 +359,7 @@ def _snapshot_self(phase: str | None, options: SnapshotOptions | None) -> Snapsh
         if mallinfo is not None and malloc_info is not None:
             layout = own.heaps(reader, memmap, detection)
         regions = label_regions(reader, memmap, layout, pm.arena_size if pm else None,
-                                pm.pool_size if pm else None, owned, library_pools(reader, maps, detection), static)
+                                pm.pool_size if pm else None, owned, pools, static)
     rss = status_int(status, "VmRSS")
     measured = Measurements(rss, regions, detection.name, layout, mallinfo=mallinfo, malloc_info=malloc_info,
                             jemalloc=jemalloc, pymalloc=pm, python_heap=heap, notes=notes)
