@@ -598,3 +598,27 @@ def test_a_runtime_that_marks_its_free_pages_is_split_by_them():
     (go,) = layers["runtime_heap"].detail["runtimes"]
     assert layers["runtime_heap"].resident == 285 * MiB
     assert (go["in_use"], go["retained"], go["in_use_told"]) == (158 * MiB, 127 * MiB, 230 * MiB)
+
+
+# --- a library's own allocator (issue 31 item 3) ---------------------------------------------------
+
+def test_a_library_allocators_arenas_are_their_own_layer_per_allocator_and_library():
+    # as label_regions names them: libarrow's mimalloc arena, 300 MiB resident of its 1 GiB, across two
+    # mappings; beside it 5 MiB unclaimed anonymous and a glibc heap of 8 MiB with 2 MiB free in its top chunk
+    arrow = "mimalloc in /venv/pyarrow/libarrow.so.2600"
+    rs = [Region(0x40000000, 0x60000000, "library-pool", 200 * MiB, "rw-p", arrow, 200 * MiB, 200 * MiB),
+          Region(0x60000000, 0x80000000, "library-pool", 100 * MiB, "rw-p", arrow, 100 * MiB, 100 * MiB),
+          Region(0x90000000, 0x90800000, "anon", 5 * MiB, "rw-p", "[anon]", 5 * MiB, 5 * MiB),
+          Region(0x14000000, 0x14800000, "glibc-heap", 8 * MiB, "rw-p", "[heap]", 8 * MiB, 8 * MiB)]
+    main = ArenaLayout(0x7000, True, top_resident=2 * MiB, bins_free_resident=0, walk_complete=True,
+                       top_on_resident=2 * MiB, bins_free_on_resident=0, small_walk_complete=True, fastbin_chunks={})
+    layers, unexplained = attribute(Measurements(313 * MiB, rs, "glibc", GlibcLayout([main], True)))
+    pools = layers["library_allocators"]
+    assert list(layers).index("library_allocators") == list(layers).index("allocator_free") + 1
+    assert (pools.resident, pools.virtual, pools.private, pools.pss) == (300 * MiB, 1 << 30, 300 * MiB, 300 * MiB)
+    assert pools.detail == {"pools": [{"allocator": "mimalloc", "library": "/venv/pyarrow/libarrow.so.2600",
+                                       "resident": 300 * MiB, "reserved": 1 << 30, "regions": 2}]}
+    assert layers["other_anon"].resident == 5 * MiB and unexplained == 0  # the arenas left other_anon
+    # a process without one has no such layer (its documents and tables as before)
+    layers, _ = attribute(Measurements(13 * MiB, rs[2:], "glibc", GlibcLayout([main], True)))
+    assert "library_allocators" not in layers

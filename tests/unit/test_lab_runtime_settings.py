@@ -69,8 +69,8 @@ def test_runtime_settings_combine_with_the_allocators_and_cost_only_the_environm
     ("node:semi_space=1.5", "variant 'node:semi_space=1.5': semi_space=1.5: a whole number from 1 to 1024"),
     ("go:gogc=50+go:gogc=25", "variant 'go:gogc=50+go:gogc=25': go named twice"),
     ("glibc+jemalloc", "variant 'glibc+jemalloc': one allocator per variant, not 2"),
-    ("ruby:gc=1", "variant 'ruby:gc=1': unknown allocator or runtime 'ruby' (choose from glibc, jemalloc, tcmalloc, "
-                  "mimalloc, go, jvm, node)"),
+    ("ruby:gc=1", "variant 'ruby:gc=1': unknown allocator, runtime or library 'ruby' (choose from glibc, "
+                  "jemalloc, tcmalloc, mimalloc, go, jvm, node, arrow)"),
 ])
 def test_a_bad_setting_is_refused_in_one_line(spec, message):
     with pytest.raises(UsageError) as raised:
@@ -166,3 +166,33 @@ def test_the_remedy_lines_carry_the_runtimes_variables_in_every_form():
     assert forms["setup"] == [] and any("JAVA_TOOL_OPTIONS" in note for note in forms["notes"])
     go = remedy_forms(recommendation_lines(parse_variant("go:gogc=50"), python=False))
     assert (go["shell"], go["systemd"], go["dockerfile"]) == (["GOGC=50"], ['Environment="GOGC=50"'], "ENV GOGC=50")
+
+
+def test_arrows_pool_settings_become_the_variables_libarrow_and_its_mimalloc_read():
+    assert parse_variant("arrow:pool=system").env({}) == {"ARROW_DEFAULT_MEMORY_POOL": "system"}
+    assert parse_variant("arrow:purge_delay=0,allow_thp=0").env({}) == {"MIMALLOC_PURGE_DELAY": "0",
+                                                                       "MIMALLOC_ALLOW_THP": "0"}
+    assert parse_variant("arrow:purge_delay=-1").env({}) == {"MIMALLOC_PURGE_DELAY": "-1"}
+    assert parse_variant("arrow:pool=jemalloc+glibc:arena_max=2").env({}) == {
+        "ARROW_DEFAULT_MEMORY_POOL": "jemalloc", "MALLOC_ARENA_MAX": "2"}
+    with pytest.raises(UsageError, match="pool=tcmalloc: one of mimalloc, jemalloc, system"):
+        parse_variant("arrow:pool=tcmalloc")
+    with pytest.raises(UsageError, match="purge_delay=-2: milliseconds"):
+        parse_variant("arrow:purge_delay=-2")
+
+
+def test_a_library_found_with_its_own_allocator_adds_its_pool_settings():
+    """What the baseline's snapshots found (an allocator beside malloc's, in libarrow) adds Arrow's pool
+    settings; a library with no settings module adds nothing."""
+    from memgap.lab.choose import run_libraries
+
+    found = [{"name": "glibc", "library": "/lib/libc.so.6", "serves_malloc": True},
+             {"name": "mimalloc", "library": "/venv/pyarrow/libarrow.so.2600", "prefix": "arrow_",
+              "serves_malloc": False}]
+    run = RunDocument([ProcessRecord(1, [{"phase": "quiet", "allocator": {"name": "glibc", "found": found}}])])
+    assert run_libraries(run) == {"/venv/pyarrow/libarrow.so.2600"}
+    got = choose([], {"glibc"}, python=True, libraries=run_libraries(run))
+    assert [c.spec for c in got] == ["arrow:pool=system", "arrow:pool=jemalloc", "arrow:purge_delay=0",
+                                     "arrow:allow_thp=0"]
+    assert all(c.reason.startswith("libarrow.so.2600 bundles its own allocator") for c in got)
+    assert choose([], {"glibc"}, python=True, libraries={"/usr/lib/librjem.so"}) == []

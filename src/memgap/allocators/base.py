@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from memgap.sources.glibc_heaps import GlibcLayout
     from memgap.sources.jemalloc import JemallocStats
     from memgap.sources.memory_map import MemoryMap
+    from memgap.sources.mimalloc_arenas import MemoryReader
     from memgap.sources.procfs import Mapping, ProcReader
 
 
@@ -209,6 +210,9 @@ class AllocatorReader:
     # the lab's variants of its own settings for giving memory back, tried where a workload already runs on it
     # (memgap.lab.choose)
     own_variants: tuple[str, ...] = ()
+    # ``library_arenas`` tells a library's bundled copy by its memory alone (no symbol needed): asked of every
+    # mapped library where no symbol table is read (a snapshot in the process itself)
+    by_memory = False
 
     # --- from outside, in the process, from the agent ----------------------------------------
 
@@ -238,6 +242,16 @@ class AllocatorReader:
     def outside_note(self, detection: AllocatorDetection) -> str:
         """Where it serves malloc: what memgap cannot read of it from outside, and what would."""
         return unread_note(detection, "", False)
+
+    def library_arenas(self, reader: MemoryReader, maps: list[Mapping], found: FoundAllocator) -> list[tuple[int, int]]:
+        """Where a copy of this allocator that a library bundles under a prefix (``found``, beside malloc's)
+        keeps its memory, read from outside: sorted (start, end) ranges; [] where memgap cannot tell."""
+        return []
+
+    def library_release(self, found: FoundAllocator, root: str) -> str | None:
+        """The gdb call that gives back what a library's copy of this allocator (``found``) keeps, where gdb
+        can make it (its prefixed symbol in the library's symbol tables, read under ``root``); None otherwise."""
+        return None
 
     # --- the layers -----------------------------------------------------------------------------
 

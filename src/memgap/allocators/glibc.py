@@ -62,10 +62,15 @@ class Glibc(AllocatorReader):
 
     def release(self, pid: int, before: Snapshot, start_time: int | None, options: GdbOptions,
                 plan: GdbPlan | None) -> TrimRecord:
-        """malloc_trim(0) through gdb; where a jemalloc sits beside glibc's malloc, both trimmed."""
+        """malloc_trim(0) through gdb; where a library's own allocator was found keeping memory (pyarrow's
+        mimalloc), its release call first; else where a jemalloc sits beside glibc's malloc, both trimmed."""
         from memgap.allocators.gdb_routes import malloc_trim
         from memgap.allocators.jemalloc_beside import beside_jemalloc, trim_glibc_and_jemalloc
+        from memgap.allocators.library_release import library_releases, trim_libraries_and_glibc
 
+        calls = library_releases(pid, before, options.proc_root)
+        if calls:
+            return trim_libraries_and_glibc(pid, before, start_time, options, calls)
         symbol = beside_jemalloc(pid, before, options.proc_root)[0]
         if symbol:
             return trim_glibc_and_jemalloc(pid, before, start_time, options, symbol)

@@ -208,7 +208,7 @@ def _parse_runtime(spec: str, part: str, variant: Variant) -> None:
     head, _, rest = part.partition(":")
     settings = runtime_settings(head)
     if settings is None:
-        raise UsageError(f"variant {spec!r}: unknown allocator or runtime {head!r} (choose from "
+        raise UsageError(f"variant {spec!r}: unknown allocator, runtime or library {head!r} (choose from "
                          f"{', '.join((*ALLOCATORS, *settings_prefixes()))})")
     if head in variant.runtime:
         raise UsageError(f"variant {spec!r}: {head} named twice")

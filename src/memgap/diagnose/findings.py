@@ -13,6 +13,7 @@ told from what the program uses (``inspect --trim`` measures what mi_collect ret
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Sequence
 
 from memgap.diagnose.copies import WorkerCopies, copies_finding
@@ -67,10 +68,15 @@ def _other_allocators(snap: Snapshot) -> list[Finding]:
     others = [allocator_label(f) for f in beside] or snap.allocator.others
     if not others:
         return []
+    pools = _library_pools(snap)
     read = [allocator_label(f) for f in beside if f.name in snap.allocator.gdb]
-    unread = [f for f in beside if f.name not in snap.allocator.gdb]
+    unread = [f for f in beside if f.name not in snap.allocator.gdb and (f.name, f.library) not in pools]
     evidence = [f"{allocator_label(f)}: present, its code found in {f.library} ({f.how or 'its symbols'})"
                 for f in unread] or ([] if beside else [f"present: {', '.join(others)}"])
+    evidence += [f"{name} in {os.path.basename(path)}: its arenas hold {mib(resident)} MiB resident, found from "
+                 "outside by their own records (the library_allocators layer: in use and free together; the "
+                 "library's own release call gives its free memory back, `memgap inspect --trim` makes it)"
+                 for (name, path), resident in pools.items()]
     if unread or not beside:
         evidence.append("memgap read neither its mappings nor its own counters: whether it holds any memory is not "
                         "known (its code in an object says nothing of its pages); what it would hold is not told "
@@ -79,10 +85,21 @@ def _other_allocators(snap: Snapshot) -> list[Finding]:
         evidence.append(f"{', '.join(read)}: its own counters read through gdb (--deep): its memory is in the "
                         "allocator layers")
     evidence.append("memory it holds is out of reach of LD_PRELOAD and of malloc_trim")
+    held = "; ".join(f"{name} in {os.path.basename(path)} holds {mib(resident)} MiB" for (name, path), resident
+                     in pools.items())
+    state = ("present; its memory read" if (read or pools) and not unread else
+             f"present; {held}, no memory of the others measured" if pools else "present; no memory of it measured")
     return [Finding("second-allocator", "info",
                     f"another allocator beside {snap.allocator.name}, which serves malloc: {', '.join(others)} "
-                    f"({'present; its memory read' if read and not unread else 'present; no memory of it measured'})",
-                    evidence)]
+                    f"({state})", evidence)]
+
+
+def _library_pools(snap: Snapshot) -> dict[tuple[str, str], int]:
+    """(allocator, library) -> resident bytes of each library's own allocator the library_allocators layer holds."""
+    layer = snap.layers.get("library_allocators")
+    pools = layer.detail.get("pools") if layer is not None else None
+    return {(str(p.get("allocator")), str(p.get("library"))): int(p.get("resident") or 0)
+            for p in pools if isinstance(p, dict)} if isinstance(pools, list) else {}
 
 
 def allocator_findings(snap: Snapshot, serving_malloc: bool = False) -> list[Finding]:

@@ -33,13 +33,14 @@ LAYER_NAMES = (
     "runtime_metadata",
     "allocator_in_use",
     "allocator_free",
+    "library_allocators",  # allocators a library bundles beside malloc's (pyarrow's mimalloc): what they keep
     "stacks",
     "static_data",        # libraries' and the program's zero-filled static data (.bss)
     "other_anon",
 )
 # Layers added after documents were saved: a table shows one only where a document holds it, so an older
 # document reports as it did (its phases and its lab's page have no such column)
-LATER_LAYERS = frozenset({"static_data", "gpu_driver", "pinned_host"})
+LATER_LAYERS = frozenset({"static_data", "gpu_driver", "pinned_host", "library_allocators"})
 PYTHON_LAYERS = ("python_objects", "pymalloc_free")
 # The Python layers' note in a process with no Python interpreter: tables then leave those layers out
 NOT_PYTHON = "not a Python process (no Python interpreter in its maps)"

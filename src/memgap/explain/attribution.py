@@ -13,6 +13,8 @@ from memgap.documents.snapshot import Layer
 from memgap.sources.gpu_maps import DRIVER_WHY, GPU_DRIVER, PINNED_LIKELY, PINNED_WHY
 from memgap.sources.static_data import LIKELY, STATIC_DATA, STATIC_LIKELY
 
+LIBRARY_POOL = "library-pool"  # the owner of the arenas of an allocator a library bundles (its regions)
+
 MiB = 1 << 20
 
 
@@ -48,8 +50,8 @@ def attribute(m: Measurements) -> tuple[dict[str, Layer], int]:
     allocator_in_use, allocator_free = _allocator_layers(m, c, in_use, moved)
     layers = {"files": files, "shared_memory": shared_memory, **_gpu_layers(m, owned), "python_objects": python,
               "pymalloc_free": pymalloc_free, **_runtime_layers(m, owned), "allocator_in_use": allocator_in_use,
-              "allocator_free": allocator_free, "stacks": stacks, "static_data": _static_layer(m, owned),
-              "other_anon": _other_anon_layer(m, c, owned)}
+              "allocator_free": allocator_free, **_library_layer(m, owned), "stacks": stacks,
+              "static_data": _static_layer(m, owned), "other_anon": _other_anon_layer(m, c, owned)}
     small_part = arenas_part.take((python.resident or 0) - moved)
     _set_shares(layers, {"files": owned.part("file"), "shared_memory": owned.part("shmem"),
                          "stacks": owned.part("stack"), "static_data": owned.part(STATIC_DATA, STATIC_LIKELY),
@@ -57,6 +59,7 @@ def attribute(m: Measurements) -> tuple[dict[str, Layer], int]:
                          "runtime_heap": owned.part("runtime-heap", "runtime-free"),
                          "runtime_metadata": owned.part("runtime-meta"),
                          "allocator_in_use": in_use_part, "allocator_free": c.free_part,
+                         "library_allocators": owned.part(LIBRARY_POOL),
                          "other_anon": c.other_part + owned.part("file-cow"),
                          "gpu_driver": owned.part(GPU_DRIVER), "pinned_host": owned.part(PINNED_LIKELY)})
     total = sum(layer.resident or 0 for layer in layers.values())
@@ -135,6 +138,34 @@ def _gpu_layers(m: Measurements, owned: _Owners) -> dict[str, Layer]:
         detail={"confidence": PINNED_WHY, "mappings": owned.count.get(PINNED_LIKELY, 0)},
     )
     return {"gpu_driver": driver, "pinned_host": pinned}
+
+
+def _library_layer(m: Measurements, owned: _Owners) -> dict[str, Layer]:
+    """library_allocators where a library's own allocator was found holding memory (none otherwise: a process
+    without one shows no such layer): the resident pages of its arenas, per allocator and library."""
+    if not owned.count.get(LIBRARY_POOL):
+        return {}
+    by_label: dict[str, list[int]] = {}  # its label -> [resident, reserved, regions (an arena per mapping)]
+    for r in m.regions:
+        if r.owner == LIBRARY_POOL:
+            sizes = by_label.setdefault(r.path, [0, 0, 0])
+            sizes[0] += r.resident
+            sizes[1] += r.end - r.start
+            sizes[2] += 1
+    return {"library_allocators": Layer(
+        "library_allocators", owned(LIBRARY_POOL), virtual=owned.virtual.get(LIBRARY_POOL, 0),
+        derivation="pagemap: resident pages of the arenas of an allocator a library bundles beside malloc's (a "
+                   "mimalloc 3 under its prefix, as pyarrow's pool uses), each arena found from outside by its own "
+                   "record at its start (its address, its size in 64 KiB slices, its sub-process in the library's "
+                   "static data); in use and free together: the allocator's own count of what is in use is the "
+                   "library's (pyarrow: default_memory_pool().bytes_allocated())",
+        source="arena records, pagemap",
+        # a region is labelled "ALLOCATOR in PATH" (explain.snapshot.library_pools): no allocator name has " in "
+        detail={"pools": [{"allocator": label.partition(" in ")[0], "library": label.partition(" in ")[2],
+                           "resident": sizes[0], "reserved": sizes[1], "regions": sizes[2]}
+                          for label, sizes in sorted(by_label.items(), key=lambda item: -item[1][0])]},
+        note="what a library's own allocator keeps: released by its own call (pyarrow: "
+             "default_memory_pool().release_unused(); `memgap inspect --trim` calls it), not by malloc_trim")}
 
 
 LARGEST_OBJECTS = 10  # the static data layer's detail lists this many objects, the largest first

@@ -23,7 +23,7 @@ from memgap.documents.allocator import AllocatorInfo
 from memgap.documents.gpu import GpuMemory
 from memgap.documents.snapshot import NOT_PYTHON, Layer, Region, Snapshot
 from memgap.errors import MemgapError, NoSuchProcess
-from memgap.explain.attribution import PSS_DERIVATION, attribute
+from memgap.explain.attribution import LIBRARY_POOL, PSS_DERIVATION, attribute
 from memgap.sources import allocator as allocator_source
 from memgap.sources.anon_objects import find_anon_objects
 from memgap.sources.cgroup import read_memory_cgroup
@@ -87,6 +87,48 @@ def allocator_mappings(reader: ProcReader, maps: list[Mapping], allocator: str) 
     return (own.owner, ranges) if ranges is not None else None
 
 
+def library_pools(reader: ProcReader, maps: list[Mapping], detection: allocator_source.AllocatorDetection,
+                  in_process: bool = False) -> list[tuple[int, int, str, str]]:
+    """(start, end, owner, label) of the memory each allocator a library bundles beside malloc's keeps, where
+    its reader finds it (a bundled mimalloc's arenas): one reading per library, its prefixed copy first.
+
+    ``in_process``: detection read no symbol table here (their names would be allocated in the program
+    measured), so every mapped shared object but malloc's is a candidate for each reader that tells its
+    bundled copy by its memory alone (``AllocatorReader.by_memory``); each mapping's first bytes read once."""
+    from memgap.documents.allocator import FoundAllocator
+
+    candidates = list(detection.beside)
+    if in_process:
+        libraries = dict.fromkeys(m.path for m in maps if ".so" in os.path.basename(m.path)
+                                  and m.path != detection.library)
+        candidates += [FoundAllocator(r.name, path, how="in this process: no symbol table read")
+                       for r in registry.all_readers().values() if r.by_memory for path in libraries]
+    headers = _ReadOnce(reader)
+    ranges: list[tuple[int, int, str, str]] = []
+    seen: set[str] = set()
+    for found in sorted(candidates, key=lambda f: f.prefix == ""):
+        if found.library in seen:
+            continue
+        owned = reader_for(found.name).library_arenas(headers, maps, found)
+        if owned:  # "mimalloc in /path/libarrow.so.2600": the layer sums them per allocator and library
+            seen.add(found.library)
+            ranges += [(start, end, LIBRARY_POOL, f"{found.name} in {found.library}") for start, end in owned]
+    return sorted(ranges)
+
+
+class _ReadOnce:
+    """A process's memory, each (address, size) read once: the libraries' readers ask the same mappings."""
+
+    def __init__(self, reader: ProcReader) -> None:
+        self.reader = reader
+        self.read: dict[tuple[int, int], bytes | None] = {}
+
+    def read_memory(self, address: int, size: int) -> bytes | None:
+        if (address, size) not in self.read:
+            self.read[address, size] = self.reader.read_memory(address, size)
+        return self.read[address, size]
+
+
 def _in_ranges(ranges: list[tuple[int, int]], address: int) -> bool:
     i = bisect.bisect_right(ranges, (address, float("inf"))) - 1
     return i >= 0 and ranges[i][0] <= address < ranges[i][1]
@@ -128,7 +170,10 @@ def label_regions(reader: ProcReader, memmap: MemoryMap, glibc: GlibcLayout | No
                 regions.append(Region(m.start, m.end, owner, mp.anon_resident, m.perms, label,
                                       *_whole(res, mp.anon_resident, mp.anon_private, share)))
             continue
-        if mp.file_resident:  # shared memory without an inode (a SysV segment whose shmid is 0, [anon_shmem])
+        # shared memory without an inode (a SysV segment whose shmid is 0); in a private writable anonymous mapping
+        # such pages are the huge zero page, mapped where memory freed by MADV_DONTNEED in a huge page is read
+        # again (30 MiB of a mimalloc arena, one frame): not in VmRSS, nobody's
+        if mp.file_resident and not (m.perms.startswith("rw") and m.perms[3:4] == "p" and not m.path):
             regions.append(Region(m.start, m.end, shared_owner(m.path, cuda), mp.file_resident, m.perms, m.path,
                                   *_whole(res, mp.file_resident, mp.file_private, res.share_at(m.start))))
         regions += labeller.regions(mp)
@@ -308,6 +353,7 @@ def _snapshot_self(phase: str | None, options: SnapshotOptions | None) -> Snapsh
         owned = allocator_mappings(reader, maps, own.name) if own.counts(figures) else None
         # the objects' static data: their files read before the pagemap, which VmRSS is read beside
         static = read_static_ranges(maps, allocator_source.process_root(reader.base))
+        pools = library_pools(reader, maps, detection, in_process=True)  # a few bytes of big mappings, read now
         # Python threads: their pthread struct (the ident) sits at the top of their stack
         py_threads = [t for t in threading.enumerate() if t is not threading.main_thread() and t.ident]
         memmap = read_memory_map(reader, tuple(t.ident for t in py_threads if t.ident), maps,
@@ -319,7 +365,7 @@ def _snapshot_self(phase: str | None, options: SnapshotOptions | None) -> Snapsh
         if mallinfo is not None and malloc_info is not None:
             layout = own.heaps(reader, memmap, detection)
         regions = label_regions(reader, memmap, layout, pm.arena_size if pm else None,
-                                pm.pool_size if pm else None, owned, static=static)
+                                pm.pool_size if pm else None, owned, pools, static)
     rss = status_int(status, "VmRSS")
     measured = Measurements(rss, regions, detection.name, layout, mallinfo=mallinfo, malloc_info=malloc_info,
                             jemalloc=jemalloc, pymalloc=pm, python_heap=heap, notes=notes)
@@ -405,6 +451,7 @@ def snapshot_pid(pid: int, options: SnapshotOptions | None = None, proc_root: st
         layout = _heaps_outside(reader, memmap, detection, agent_stats, notes)
         sizes: tuple[int | None, int | None] = (DEFAULT_ARENA_SIZE, DEFAULT_POOL_SIZE) if is_python else (None, None)
         runtimes, ranges = _read_runtimes(reader, maps, notes)
+        ranges = sorted(ranges + library_pools(reader, maps, detection))
         regions = label_regions(reader, memmap, layout, *sizes, owned, ranges, static)
         status = _with_pss(reader, smaps)
         # after VmRSS, which belongs beside the pagemap; headers only on the pages that pagemap saw resident

@@ -10,6 +10,7 @@ here names a runtime.
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -65,13 +66,15 @@ class Choice:
 
 
 def choose(findings: Iterable[Finding], allocators: Collection[str], python: bool,
-           runtimes: Collection[str] = (), peak: int | None = None) -> list[Choice]:
+           runtimes: Collection[str] = (), peak: int | None = None,
+           libraries: Collection[str] = ()) -> list[Choice]:
     """The variants the baseline's evidence points to, in the tables' order, each once (the
     first reason that named it): ``findings`` on its processes, ``allocators`` the ones its
     processes ran on, ``python`` whether it ran Python (else Python's settings are left out),
     ``runtimes`` the runtimes whose heaps its snapshots read (memgap.runtimes' names), ``peak``
-    its peak RSS (a runtime's setting may be sized from it)."""
-    from memgap.runtimes import runtime_variants  # the runtimes' settings modules, not their readers
+    its peak RSS (a runtime's setting may be sized from it), ``libraries`` the objects in which its
+    snapshots found an allocator beside malloc's (a library's own pool settings: Arrow's)."""
+    from memgap.runtimes import library_variants, runtime_variants  # the settings modules, not the readers
 
     out: dict[str, str] = {}
     seen: set[str] = set()
@@ -88,6 +91,10 @@ def choose(findings: Iterable[Finding], allocators: Collection[str], python: boo
     for name in sorted(runtimes):
         for spec in runtime_variants(name, peak):
             out.setdefault(spec, f"the workload runs on the {name} runtime: its own settings for its heap")
+    for path in sorted(libraries):
+        for spec in library_variants(path, peak):
+            out.setdefault(spec, f"{os.path.basename(path)} bundles its own allocator beside malloc's: its memory "
+                                 "pool's own settings")
     return [Choice(spec, why) for spec, why in out.items() if python or not parse_variant(spec).python_only]
 
 
@@ -119,6 +126,19 @@ def run_evidence(run: RunDocument) -> tuple[list[Finding], set[str]]:
             if name:
                 allocators.add(str(name))
     return findings, allocators
+
+
+def run_libraries(run: RunDocument) -> set[str]:
+    """The objects in which a run's snapshots found an allocator beside the one serving malloc (a library's
+    own, as libarrow's mimalloc), by path."""
+    paths: set[str] = set()
+    for p in run.processes:
+        for snap in [*p.snapshots, *([p.peak] if p.peak else [])]:
+            found = (snap.get("allocator") or {}).get("found")
+            for f in found if isinstance(found, list) else []:
+                if isinstance(f, dict) and not f.get("serves_malloc") and f.get("library"):
+                    paths.add(str(f["library"]))
+    return paths
 
 
 def run_runtimes(run: RunDocument) -> set[str]:

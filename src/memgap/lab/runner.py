@@ -18,7 +18,7 @@ from memgap.documents.records import LabDocument, RunDocument, RunFigures, RunSt
 from memgap.errors import Unsupported
 from memgap.lab.adaptive import cannot_win, needs_every_rep
 from memgap.lab.cgroup_limit import CgroupParent, find_parent, make_run_cgroup
-from memgap.lab.choose import add_choices, choose, run_evidence, run_runtimes
+from memgap.lab.choose import add_choices, choose, run_evidence, run_libraries, run_runtimes
 from memgap.lab.document import cell_objective, cell_verdict, lab_document
 from memgap.lab.figures import run_figures
 from memgap.lab.fork_probe import ForkProbe
@@ -123,7 +123,7 @@ def _follow_findings(state: LabState, run: RunDocument, result: RunFigures, prob
     findings, allocators = run_evidence(run)
     before = dict(state.chosen)
     new = add_choices(choose([*probe.findings, *findings], allocators | probe.allocators, result.python,
-                             run_runtimes(run), result.peak), state.chosen)
+                             run_runtimes(run), result.peak, run_libraries(run)), state.chosen)
     ready, skipped = resolve([parse_variant(spec) for spec in new])
     for line in skipped:
         state.skipped.append(line)

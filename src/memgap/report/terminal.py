@@ -31,6 +31,7 @@ LAYER_TITLES = {
     "allocator_in_use": "C allocator in use",
     "allocator_free": "C allocator free (retained)",
     "allocator_held": "C allocator held (in use + free)",
+    "library_allocators": "libraries' own allocators (kept)",
     "stacks": "thread stacks",
     "static_data": "static data (.bss) of its objects",
     "other_anon": "other anonymous",
@@ -43,7 +44,7 @@ LAYER_SHORT = {
     "pinned_host": "pinned?", "python_objects": "py objs", "pymalloc_free": "pymalloc free",
     "runtime_heap": "rt heap", "runtime_metadata": "rt meta",
     "allocator_in_use": "alloc used", "allocator_free": "alloc free", "allocator_held": "alloc held",
-    "stacks": "stacks", "static_data": "static",
+    "library_allocators": "lib alloc", "stacks": "stacks", "static_data": "static",
     "other_anon": "other anon",
 }
 
@@ -53,7 +54,7 @@ LAYER_SHORT = {
 LAYER_RANK = {"allocator_free": 1, "python_objects": 2, "runtime_heap": 2, "allocator_in_use": 3, "files": 4,
               "shared_memory": 5, "pinned_host": 5,
               "gpu_driver": 6, "pymalloc_free": 6, "runtime_metadata": 6, "other_anon": 7, "static_data": 7,
-              "stacks": 8}
+              "library_allocators": 3, "stacks": 8}
 UNEXPLAINED_RANK = 9
 
 

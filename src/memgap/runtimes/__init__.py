@@ -23,7 +23,7 @@ from memgap.runtimes.settings import RuntimeSettings
 
 READERS: dict[str, RuntimeReader] = {}
 SETTINGS: dict[str, RuntimeSettings] = {}  # by the spec's head ("go", "jvm", "node")
-SETTINGS_MODULES = ("go_settings", "jvm_settings", "v8_settings")
+SETTINGS_MODULES = ("go_settings", "jvm_settings", "v8_settings", "arrow_settings")
 
 
 def register(name: str, reader: RuntimeReader) -> None:
@@ -122,6 +122,16 @@ def runtime_variants(name: str, peak: int | None = None) -> tuple[str, ...]:
     return next((s.variants(peak) for s in SETTINGS.values() if s.runtime == name), ())
 
 
+def library_variants(path: str, peak: int | None = None) -> tuple[str, ...]:
+    """The variants that try the own settings of the library at ``path`` (its file name's beginning among a
+    settings module's ``libraries``: Arrow's memory pool), () for a library with none."""
+    import os
+
+    _load_settings()
+    base = os.path.basename(path)
+    return next((s.variants(peak) for s in SETTINGS.values() if s.libraries and base.startswith(s.libraries)), ())
+
+
 def _load_settings() -> None:
     import importlib
 
@@ -142,5 +152,5 @@ def _load_all() -> None:
 
 
 __all__ = ["READERS", "SETTINGS", "ProcessView", "RuntimeHeap", "RuntimeInfo", "RuntimeReader", "RuntimeSettings",
-           "all_readers", "detect_runtimes", "read_deep", "register", "register_settings", "remedy",
+           "all_readers", "detect_runtimes", "library_variants", "read_deep", "register", "register_settings", "remedy",
            "runtime_settings", "runtime_variants", "settings_prefixes"]

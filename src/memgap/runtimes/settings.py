@@ -11,6 +11,10 @@ variants and the lab ask it. Each module declares:
   environment already holds there (later entries win in GODEBUG, JAVA_TOOL_OPTIONS and NODE_OPTIONS);
 - ``variants(peak)``: the specs the lab tries where the baseline ran on that runtime (``peak``: the
   baseline's peak RSS in bytes, for a setting sized from it; None where not measured).
+
+A library with its own memory pool and allocator (Arrow's: ``arrow_settings``) registers its settings the
+same way, with the file names of its objects (``libraries``): the lab tries them where the baseline's
+processes carry an allocator bundled in such an object (memgap.lab.choose).
 """
 from __future__ import annotations
 
@@ -32,6 +36,9 @@ class RuntimeSettings:
     variants: Callable[[int | None], tuple[str, ...]]
     check_all: Callable[[Mapping[str, str]], str] = field(default=lambda options: "")  # what the keys' mix breaks
     notes: tuple[str, ...] = ()  # said with a recommendation that sets them
+    # a library's settings (arrow's memory pool): the beginnings of its objects' file names, where an allocator
+    # it bundles beside malloc's was found in the baseline (memgap.lab.choose); () for a runtime's
+    libraries: tuple[str, ...] = ()
 
 
 def check(settings: RuntimeSettings, spec: str, options: Mapping[str, str]) -> str:
