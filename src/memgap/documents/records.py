@@ -256,6 +256,9 @@ class RunFigures:
     work_mean: int | None = None
     work_span: list[float] | None = None
     rests: list[float] | None = None
+    # added since issue 32 item 2, written where known: the CPU seconds of the tree's bursts within the work,
+    # from its first rest to its final one (a run that rested during its work, without --load)
+    work_cpu: float | None = None
 
     def __post_init__(self) -> None:
         self.status = RunStatus(self.status)  # a status given as its word is the same status
@@ -263,7 +266,7 @@ class RunFigures:
     def to_dict(self) -> JsonObject:
         out = dataclasses.asdict(self)
         out["status"] = self.status.value
-        for name in ("process_peak", "work_mean", "work_span", "rests"):  # added since 8a6ec88, issue 32
+        for name in ("process_peak", "work_mean", "work_span", "rests", "work_cpu"):  # added since 8a6ec88, issue 32
             if out[name] is None:
                 del out[name]
         return out

@@ -56,6 +56,7 @@ class Work:
     end: float
     mean: int | None
     rests: list[float] | None  # each rest's length, in order; None where the samples hold no CPU time
+    cpu: float | None = None   # CPU seconds the tree used in its bursts over the span (bursts_cpu)
 
 
 def rounds_of(timeline: list[RecordedSample], pids: set[int] | None = None) -> list[Round]:
@@ -148,6 +149,16 @@ def rests_within(parts: list[tuple[float, float, bool]], start: float, end: floa
     return [round(to - a, 2) for k, (a, to, rest) in enumerate(inside) if rest and 0 < k < len(inside) - 1]
 
 
+def bursts_cpu(intervals: list[tuple[float, float, float]], parts: list[tuple[float, float, bool]],
+               start: float, end: float) -> float:
+    """The CPU seconds the tree used in the bursts between ``start`` and ``end`` (the rests' blips
+    left out). The bursts' own time as the samples can tell it: where the span's ends fall in rests,
+    which used no CPU, its figure does not hang on where in a sampling step a burst began or ended
+    (their lengths, cut at the samples' 0.1 s steps, do: bursts of 0.1-0.2 s)."""
+    bursts = [(a, b) for a, b, rest in parts if not rest and a >= start and b <= end]
+    return round(sum(used for a, b, used in intervals if any(x <= a and b <= y for x, y in bursts)), 3)
+
+
 def time_weighted_mean(rounds: list[Round], start: float, end: float) -> int | None:
     """The mean of the rounds' RSS over [start, end], each round's figure holding until the next."""
     if end <= start:
@@ -187,4 +198,7 @@ def work_of(rounds: list[Round], start: float, idle_at: float | None, duration: 
     rests = rests_within(parts, start, end) if parts is not None else None
     if rests and load_end is None and parts is not None:  # a bursty run: its steady state, from its first rest
         start = next(a for a, _, rest in parts if rest and a >= start)
-    return Work(round(start, 4), round(end, 4), time_weighted_mean(rounds, start, end), rests)
+    # the bursts' CPU from the raw intervals: a trim's own CPU in a rest is in no burst
+    raw = intervals_of(rounds) if trims else intervals
+    used = bursts_cpu(raw, parts, start, end) if raw is not None and parts is not None else None
+    return Work(round(start, 4), round(end, 4), time_weighted_mean(rounds, start, end), rests, used)
