@@ -44,20 +44,34 @@ def test_a_bursty_service_has_two_rests_in_its_work_and_its_mean_is_its_steady_s
 
 
 def test_the_bursts_cpu_is_theirs_alone_whatever_the_samples_steps():
-    """The bursts' time as the samples tell it: the CPU the tree used in its bursts after the first,
-    so a burst that began or ended anywhere in a sampling step counts the same; a blip in a rest,
-    or the idle trimmer's trim there, is in no burst."""
+    """A burst's time as the samples tell it: the CPU the tree used in it, the median over the bursts
+    after the first, so a burst that began or ended anywhere in a sampling step counts the same; a
+    blip in a rest, or the idle trimmer's trim there, is in no burst; a trim that cut a rest short,
+    or a rest the samples missed, leaves a typical burst's figure as it was."""
     rounds = rounds_of(_timeline(SERVICE))
-    assert work_of(rounds, 0.0, idle_at=rounds[-1].t, duration=rounds[-1].t).cpu == 0.18
+    assert work_of(rounds, 0.0, idle_at=rounds[-1].t, duration=rounds[-1].t).cpu == 0.09
     # the same bursts cut across the steps (a first and last interval with a part of the burst's CPU each)
     split = [(100, 0.01)] + [(100, 0.03)] * 2 + [(100, 0.02)]
     shifted = rounds_of(_timeline([(30, 0.05)] + BURST + REST + split + REST + split + REST))
-    assert work_of(shifted, 0.0, idle_at=shifted[-1].t, duration=shifted[-1].t).cpu == 0.18
+    assert work_of(shifted, 0.0, idle_at=shifted[-1].t, duration=shifted[-1].t).cpu == 0.09
     # a blip in a rest, and a trim's own CPU in the final rest (stamped as it returned): no burst's
     blip, trim = [(100, 0.01)], [(100, 0.0)] * 5 + [(60, 0.03)] + [(60, 0.0)] * 8
     quiet = rounds_of(_timeline([(30, 0.05)] + BURST + REST + blip + REST + BURST + REST + BURST + trim))
     work = work_of(quiet, 0.0, idle_at=quiet[-1].t, duration=quiet[-1].t, trims=[quiet[46].t + 0.02])
-    assert work.rests == [2.1, 1.0] and work.cpu == 0.18, work
+    assert work.rests == [2.1, 1.0] and work.cpu == 0.09, work
+    # a trim every second in a rest (0.03 s: a burst of its own, cutting the rest in two) and one rest missed
+    every = [(100, 0.0)] * 5 + [(60, 0.03)] + [(60, 0.0)] * 5
+    cut = rounds_of(_timeline([(30, 0.05)] + BURST + REST + BURST + every + BURST + REST + BURST + BURST + REST))
+    work = work_of(cut, 0.0, idle_at=cut[-1].t, duration=cut[-1].t)
+    assert work.cpu == 0.09, work
+
+
+def test_a_tick_in_the_middle_of_a_rest_leaves_the_rest():
+    """The test service's poll (every 0.5 s) used a tick 0.5 s into a 1 s rest (load 15): the two
+    quiet halves, 0.49 s each, were too short for a rest, and the run lost its first one."""
+    half = [(100, 0.0)] * 5
+    rounds = rounds_of(_timeline([(30, 0.05)] + BURST + half + [(100, 0.01)] + half + BURST + REST + BURST + REST))
+    assert work_of(rounds, 0.0, idle_at=rounds[-1].t, duration=rounds[-1].t).rests == [1.1, 1.0]
 
 
 def test_a_quiet_spell_read_a_burst_early_ends_the_work_at_the_final_rest():
@@ -241,4 +255,4 @@ def test_a_bursty_runs_figures_come_from_its_samples():
     assert m.rests == [1.0, 1.0] and m.work_span == [0.3, 2.9], (m.rests, m.work_span)
     assert m.work_mean == 120 * MiB  # the tree: the driver's 20 and the server's 100, from the first rest on
     assert m.wall == 2.9  # the work's time: from the start to its final rest (a quiet spell may misplace it)
-    assert m.work_cpu == 0.18  # its bursts after the first: 2 x 3 intervals of 0.03 s of the server's CPU
+    assert m.work_cpu == 0.09  # a burst after the first: 3 intervals of 0.03 s of the server's CPU
