@@ -70,7 +70,7 @@ class VariantSummary(_Summary):
     within_budget: bool = True
     reason: str = ""
     mean: Spread | None = None      # the time-weighted mean RSS over the work (since issue 32: where known)
-    # since issue 32 item 2: a typical burst's CPU seconds (RunFigures.work_cpu), where its slowdown is by them,
+    # since issue 32 item 2: a burst's CPU seconds (RunFigures.work_cpu), where its slowdown is by them,
     # and what its slowdown is by where not by its throughput or wall time (verdict.BURSTS_CPU)
     work_cpu: Spread | None = None
     slowdown_by: str = ""

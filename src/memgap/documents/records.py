@@ -256,8 +256,8 @@ class RunFigures:
     work_mean: int | None = None
     work_span: list[float] | None = None
     rests: list[float] | None = None
-    # added since issue 32 item 2, written where known: the CPU seconds the tree used in a typical burst
-    # within the work (the median from its first rest to its final one; without --load: memgap.lab.work)
+    # added since issue 32 item 2, written where known: the CPU seconds the tree used in a burst within the
+    # work, their mean from its first rest to its final one (without --load: memgap.lab.work.bursts_cpu)
     work_cpu: float | None = None
 
     def __post_init__(self) -> None:

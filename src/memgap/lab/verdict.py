@@ -77,8 +77,8 @@ def summarize(variant: Variant, runs: list[RunFigures], baseline_runs: list[RunF
 def _slowdown(s: VariantSummary, ok: list[RunFigures], baseline_runs: list[RunFigures]) -> tuple[float | None, str]:
     """The median over reps of the variant's time over the baseline's in the same rep, and by what:
     the workload's throughput where it reports one; for a workload that works in bursts (its
-    baseline's runs, memgap.lab.objective) the CPU time of a typical burst of its, where each of its
-    runs has one (RunFigures.work_cpu); else the wall time."""
+    baseline's runs, memgap.lab.objective) the CPU time of a burst of its, where each of its runs
+    has one (RunFigures.work_cpu); else the wall time."""
     base_ok = [r for r in baseline_runs if r.status == "ok"]
     if s.throughput is not None:  # the workload's own figure, higher is better
         base_tp = {r.rep: r.throughput for r in base_ok if r.throughput}

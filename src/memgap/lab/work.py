@@ -56,7 +56,7 @@ class Work:
     end: float
     mean: int | None
     rests: list[float] | None  # each rest's length, in order; None where the samples hold no CPU time
-    cpu: float | None = None   # CPU seconds the tree used in a typical burst within the span (bursts_cpu)
+    cpu: float | None = None   # CPU seconds the tree used in a burst within the span, their mean (bursts_cpu)
 
 
 def rounds_of(timeline: list[RecordedSample], pids: set[int] | None = None) -> list[Round]:
@@ -162,16 +162,21 @@ def rests_within(parts: list[tuple[float, float, bool]], start: float, end: floa
 
 def bursts_cpu(intervals: list[tuple[float, float, float]], parts: list[tuple[float, float, bool]],
                start: float, end: float) -> float | None:
-    """The CPU seconds the tree used in a typical burst between ``start`` and ``end``: the median
-    of its bursts' (None where there is none). A burst's CPU is its bursts' own time as the samples
-    can tell it: its ends lie in rests, which used no CPU, so it does not hang on where in a sampling
-    step the burst began or ended (their lengths, cut at the samples' 0.1 s steps, do: bursts of
-    0.1-0.2 s). The median stands where the samples cut the bursts otherwise: a first rest missed
-    (one burst fewer), a trim that cut a rest short (a small burst of its own), one rest missed
-    between two bursts (one twice as large)."""
+    """The CPU seconds the tree used in a burst between ``start`` and ``end``, their mean (None
+    where there is none). A burst's CPU is its time as the samples can tell it: its ends lie in
+    rests, which used no CPU, so it does not hang on where in a sampling step the burst began or
+    ended (their lengths, cut at the samples' 0.1 s steps, do: bursts of 0.1-0.2 s). The mean is
+    taken by the typical burst (the median's CPU), so that it stands where the samples cut the
+    bursts otherwise: a first rest missed (one burst fewer), a trim that cut a rest short (a small
+    burst of its own, under half the median: left out), a rest missed between two bursts (one burst
+    twice the median: counted as two). Over all of them, not the median alone: the CPU is read in
+    ticks of 0.01 s, a seventh of one burst of the test service's."""
     bursts = [(a, b) for a, b, rest in parts if not rest and a >= start and b <= end]
     each = [sum(u for a, b, u in intervals if x <= a and b <= y) for x, y in bursts]
-    return round(statistics.median(each), 4) if each else None
+    typical = statistics.median(each) if each else 0.0
+    kept = [c for c in each if c >= typical / 2]
+    count = sum(max(1, round(c / typical)) for c in kept)
+    return round(sum(kept) / count, 4) if count else None
 
 
 def time_weighted_mean(rounds: list[Round], start: float, end: float) -> int | None:
