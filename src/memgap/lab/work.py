@@ -174,9 +174,11 @@ def bursts_cpu(intervals: list[tuple[float, float, float]], parts: list[tuple[fl
     bursts = [(a, b) for a, b, rest in parts if not rest and a >= start and b <= end]
     each = [sum(u for a, b, u in intervals if x <= a and b <= y) for x, y in bursts]
     typical = statistics.median(each) if each else 0.0
+    if typical <= 0:
+        return None
     kept = [c for c in each if c >= typical / 2]
     count = sum(max(1, round(c / typical)) for c in kept)
-    return round(sum(kept) / count, 4) if count else None
+    return round(sum(kept) / count, 4)
 
 
 def time_weighted_mean(rounds: list[Round], start: float, end: float) -> int | None:
