@@ -14,8 +14,10 @@ Two workloads, neither of which imports memgap:
 
 Observers, interleaved (A B C, A B C, ...) after one warm-up each: ``alone`` (plain-8s only),
 ``run-base``: ``memgap run --interval 0.1`` of the sources at ``--base`` (default ``main``, taken
-with ``git archive``), and ``run-new``: this tree's. Medians and ranges; the machine's load
-average beside them.
+with ``git archive``, with this tree's native builds where their C sources are the same: git keeps
+none, and without them the base builds its own into TMPDIR and looks them up there each run, which
+no install pays), and ``run-new``: this tree's.
+Medians and ranges; the machine's load average beside them.
 
 Run from the repository root (about 4 minutes with the defaults on 2 cores)::
 
@@ -24,6 +26,7 @@ Run from the repository root (about 4 minutes with the defaults on 2 cores)::
 from __future__ import annotations
 
 import argparse
+import glob
 import itertools
 import json
 import os
@@ -69,7 +72,24 @@ def base_sources(rev: str, folder: str) -> str:
         fh.write(archive)
     with tarfile.open(path) as tar:
         tar.extractall(folder, filter="data")
+    # this tree's native builds beside them (git keeps none), where the base's C sources in their folder
+    # are this tree's: without them the base compiles its own into TMPDIR on first use, and each run's
+    # processes import memgap.native.build (hashlib, subprocess) to find them there
+    for lib in glob.glob(os.path.join(ROOT, "src", "memgap", "**", "*.so"), recursive=True):
+        into = os.path.join(folder, os.path.relpath(lib, ROOT))
+        there = os.path.dirname(into)
+        sources = glob.glob(os.path.join(os.path.dirname(lib), "*.c"))
+        if os.path.isdir(there) and all(_same(c, os.path.join(there, os.path.basename(c))) for c in sources):
+            shutil.copy2(lib, into)
     return os.path.join(folder, "src")
+
+
+def _same(a: str, b: str) -> bool:
+    try:
+        with open(a, "rb") as fa, open(b, "rb") as fb:
+            return fa.read() == fb.read()
+    except OSError:
+        return False
 
 
 def timeline(doc_path: str, run: Run) -> None:

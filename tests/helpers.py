@@ -42,9 +42,9 @@ def check_adds_up(snap):
     assert abs(snap["unexplained"]) <= 0.05 * rss, (snap["unexplained"], rss)
     status = snap["status"]
     # Independent of the pagemap walk: the kernel's counters, read in the same snapshot.
-    mapped = layers["files"] + (layers.get("shared_memory") or 0)
+    mapped = layers["files"] + sum(layers.get(k) or 0 for k in ("shared_memory", "gpu_driver", "pinned_host"))
     assert abs(mapped - status["RssFile"] - status.get("RssShmem", 0)) <= 0.03 * rss + MiB
-    anon = sum(v for k, v in measured.items() if k not in ("files", "shared_memory"))
+    anon = sum(v for k, v in measured.items() if k not in ("files", "shared_memory", "gpu_driver", "pinned_host"))
     assert abs(anon - status["RssAnon"]) <= 0.03 * rss + MiB
     if snap.get("pymalloc"):
         detail = snap["layers"]["pymalloc_free"]["detail"]
@@ -298,3 +298,21 @@ def joined_heap_ranges(ranges):
         else:
             out.append((r.start, r.end))
     return out
+
+
+def private_dirty_in_inherited(pid, parent):
+    """The witness: Private_Dirty of the worker's mappings that its parent maps at the same
+    addresses, summed from smaps in the test (memgap reads pagemap's bits instead)."""
+    with open(f"/proc/{parent}/maps") as fh:
+        theirs = [tuple(int(x, 16) for x in line.split()[0].split("-")) for line in fh
+                  if line.split()[1][1] == "w" and line.split()[1][3] == "p"]
+    total, inherited = 0, False
+    with open(f"/proc/{pid}/smaps") as fh:
+        for line in fh:
+            fields = line.split()
+            if "-" in fields[0] and len(fields) >= 5:
+                lo, hi = (int(x, 16) for x in fields[0].split("-"))
+                inherited = fields[1][1] == "w" and fields[1][3] == "p" and any(a < hi and lo < b for a, b in theirs)
+            elif fields[0] == "Private_Dirty:" and inherited:
+                total += int(fields[1]) * 1024
+    return total

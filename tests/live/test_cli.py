@@ -13,7 +13,7 @@ import pytest
 
 from conftest import child_env
 from helpers import MiB, check_adds_up, memgap
-from memgap.record.recorder import load_run
+from memgap.record.assemble import load_run
 
 HOLDER = (
     "import sys, time\n"

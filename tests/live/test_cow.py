@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from conftest import HERE
-from helpers import MiB, memgap, pss_sum
+from helpers import MiB, memgap, private_dirty_in_inherited, pss_sum
 
 PREFORK_GC = os.path.join(HERE, "programs", "prefork_gc.py")
 FORKED_TREE = os.path.join(HERE, "programs", "forked_tree.py")
@@ -34,24 +34,6 @@ def tree(tmp_path):
         proc.wait()
 
 
-def private_dirty_in_inherited(pid, parent):
-    """The witness: Private_Dirty of the worker's mappings that its parent maps at the same
-    addresses, summed from smaps in the test (memgap reads pagemap's bits instead)."""
-    with open(f"/proc/{parent}/maps") as fh:
-        theirs = [tuple(int(x, 16) for x in line.split()[0].split("-")) for line in fh
-                  if line.split()[1][1] == "w" and line.split()[1][3] == "p"]
-    total, inherited = 0, False
-    with open(f"/proc/{pid}/smaps") as fh:
-        for line in fh:
-            fields = line.split()
-            if "-" in fields[0] and len(fields) >= 5:
-                lo, hi = (int(x, 16) for x in fields[0].split("-"))
-                inherited = fields[1][1] == "w" and fields[1][3] == "p" and any(a < hi and lo < b for a, b in theirs)
-            elif fields[0] == "Private_Dirty:" and inherited:
-                total += int(fields[1]) * 1024
-    return total
-
-
 def test_workers_whose_collections_copied_the_masters_objects(tree):
     master, workers = tree(PREFORK_GC, 4, "hold")
     proc = memgap("inspect", "--tree", str(master), "--json", "-")
@@ -68,7 +50,9 @@ def test_workers_whose_collections_copied_the_masters_objects(tree):
     assert doc["totals"]["copied_from_parent"] >= 3 * 20 * MiB
     assert [f["code"] for f in doc["findings"]] == ["copied-from-parent"]
     text = " ".join(memgap("inspect", "--tree", str(master)).stdout.split())
-    assert "3 forked processes copied" in text and "Python's objects" in text and "gc.freeze()" in text, text
+    # without the lab's measurement with the collector frozen, both causes are said, each with its remedy
+    assert "3 workers each copied" in text and "of their parent's Python objects" in text, text
+    assert "gc.freeze()" in text and "numpy or Arrow arrays" in text, text
 
 
 def test_workers_that_filled_memory_of_their_own_copied_little(tree):
@@ -94,7 +78,7 @@ def test_top_tree_shows_each_workers_copies_as_they_are(tree):
         private, copied, _own = (float(x) for x in rows[pid])
         witness = private_dirty_in_inherited(pid, master) / MiB
         assert abs(copied - witness) <= 0.1 * witness and copied <= private, (pid, rows[pid], witness)
-    assert "3 forked processes copied" in " ".join(text.split()), text
+    assert "3 workers each copied" in " ".join(text.split()), text
 
 
 POOL = r"""

@@ -112,7 +112,7 @@ def test_inspect_tree_totals_pss_and_each_workers_copies(server):
         assert split["by_group"]["Python objects (pymalloc arenas)"] >= 0.9 * split["copied"], split
     assert [f["code"] for f in doc["findings"]] == ["copied-from-parent"]
     text = " ".join(memgap("inspect", "--tree", str(master)).stdout.split())
-    assert text.startswith("5 processes: PSS ") and "4 forked processes copied" in text, text[:300]
+    assert text.startswith("5 processes: PSS ") and "4 workers each copied" in text, text[:300]
 
 
 def test_top_tree_totals_pss_and_each_workers_copies(server):
@@ -133,4 +133,4 @@ def test_top_tree_totals_pss_and_each_workers_copies(server):
         private, copied, _own = (float(x) * MiB for x in rows[w])
         assert abs(copied - witness[w]) <= 0.1 * witness[w] and copied <= private + 0.1 * MiB, \
             (w, rows[w], witness[w] / MiB)
-    assert "4 forked processes copied" in heading, heading
+    assert "4 workers each copied" in heading, heading

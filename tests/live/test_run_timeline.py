@@ -101,7 +101,7 @@ def _gone(pid):
 
 
 def test_the_recording_loads_after_memgap_is_killed_mid_read(tmp_path, alloc_hold):
-    from memgap.record.recorder import load_run
+    from memgap.record.assemble import load_run
 
     proc, _gate, out, pid = _start(tmp_path, alloc_hold)
     memgaps = [c for c in _children(proc.pid) if c != pid]  # its reader and its watchdog

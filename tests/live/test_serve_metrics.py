@@ -378,3 +378,25 @@ def test_the_collector_without_prometheus_client_says_how_to_get_it():
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == ("memgap.prometheus needs prometheus_client, which is not installed: "
                                   "pip install prometheus-client (or memgap[prometheus])")
+
+
+def test_a_trees_workers_copies_of_their_masters_objects(servers):
+    """programs/fork_readers.py (no memgap in it): 4 `multiprocessing` workers that read their parent's
+    dicts, then rest; each worker's copies, by where they fall, nearly all its private memory."""
+    proc = start(os.path.join(HERE, "programs", "fork_readers.py"), "50000", "60")
+    try:
+        for _ in range(4):  # "read PID" as each worker's passes end: it rests from then on
+            assert read_line(proc, timeout=120).startswith("read ")
+        server = servers("--refresh", "0", "--tree", str(proc.pid))
+        families, took = server.scrape()
+        uss = by_role(families, "memgap_uss_bytes")
+        copied = {}
+        for labels, value in samples(families, "memgap_copied_from_parent_bytes"):
+            key = (labels["role"], int(labels["index"]))
+            copied.setdefault(key, {})[labels["group"]] = value
+        assert set(copied) == {("worker", i) for i in range(4)}, copied  # the master copied from no one
+        for key, groups in copied.items():
+            assert groups["Python objects (pymalloc arenas)"] >= 0.8 * uss[key], (key, groups, uss[key])
+        check_scrape_cost(families, took)
+    finally:
+        stop(proc)

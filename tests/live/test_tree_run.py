@@ -127,3 +127,33 @@ def test_a_process_without_a_command_line_is_named_by_its_comm(tree_work):
         assert command_of(reader, reader.status()) == ["[tree_work]"]
     finally:
         child.wait()
+
+
+def test_a_shims_passing_processes_are_let_go_unread_and_its_python_is_recorded(tmp_path):
+    """A pyenv-like shim (programs/shim/python3: a bash script whose command substitutions fork subshells
+    and exec short commands, then execs Python): those that lived under an interval with a small VmHWM
+    are let go at their exit unread, and say so; the Python program it became is recorded as ever."""
+    out = tmp_path / "run.json"
+    shim = os.path.join(PROGRAMS, "shim", "python3")
+    proc = memgap("run", "--interval", "0.5", "--json", str(out), "--", shim, "-c", "import time; time.sleep(1)",
+                  env=child_env(SHIM_PYTHON=sys.executable), timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    run = json.loads(out.read_text())
+    root, *passing = run["processes"]  # the command memgap started (the shim, then Python): the lowest PID
+    # Python's own phases at its exit (sys.argv names it: ['-c'])
+    assert [s["phase"] for s in root["snapshots"]][-2:] == ["before-exit", "exit"], root["snapshots"]
+    assert root["snapshots"][-1]["route"] == "in-process" and root["cmd"] == ["-c"], root
+    assert len(passing) == 20, [p["cmd"] for p in passing]  # 10 subshells, 10 basenames
+    passed = [p for p in passing if (p["exit"] or {}).get("passed")]
+    assert passed, [p["exit"] for p in passing]
+    lines = re.sub(r"\n(?!- PID )", " ", proc.stdout)
+    for p in passed:
+        lived, hwm = p["exit"]["passed"]
+        assert 0 <= lived < 0.5 and 0 < hwm < 16 * MiB, p["exit"]
+        assert p["exit"]["by"] == "agent" and p["exit"]["answered"], p["exit"]
+        assert not any(s["phase"] == "before-exit" for s in p["snapshots"]), p["snapshots"]
+        # its line (wrapped at the terminal's width: its words joined again)
+        assert re.search(rf"- PID {p['pid']} [^\n]* it passed through \(lived {lived:.3f} s", lines), lines
+    for p in passing:  # the others, read at exit as before
+        if p not in passed:
+            assert p["snapshots"][-1]["phase"] == "before-exit" and p["snapshots"][-1].get("held_exit"), p

@@ -195,7 +195,7 @@ def test_the_tree_fields_are_a_trees_keys(tmp_path, capsys):
 
 
 def test_the_run_fields_are_a_runs_keys(tmp_path):
-    from memgap.record.recorder import load_run
+    from memgap.record.assemble import load_run
 
     doc = load_run(str(tmp_path)).to_dict()  # an empty recording: every field, as a run cut short at once has them
     (top,) = json_tables("Run: `memgap.run/1`")
@@ -222,7 +222,7 @@ def test_the_lab_fields_are_a_labs_keys(tmp_path):
     doc = lab_document(options, state, 1.0).to_dict()
     top, run, variant = json_tables("Lab: `memgap.lab/1`")
     assert doc["schema"] == "memgap.lab/1" and top == set(doc), (top - set(doc), set(doc) - top)
-    written = set(doc["runs"][0]) | {"process_peak"}  # written where the peak is a tree's
+    written = set(doc["runs"][0]) | {"process_peak", "copied"}  # written where the peak is a tree's, where it forked
     assert run == written, (run ^ written)
     assert variant == set(doc["variants"][0]), (variant ^ set(doc["variants"][0]))
     statuses = re.findall(r"`([\w-]+)`", next(r for r in tables(section(read("docs", "json.md"),
@@ -266,7 +266,8 @@ def test_the_layer_tables_name_every_layer():
 
 def test_every_finding_is_documented():
     readers = sorted(os.listdir(os.path.join(ROOT, "src", "memgap", "allocators")))  # each reader's findings
-    sources = read("src", "memgap", "diagnose", "findings.py") + "".join(
+    diagnose = sorted(os.listdir(os.path.join(ROOT, "src", "memgap", "diagnose")))
+    sources = "".join(read("src", "memgap", "diagnose", name) for name in diagnose if name.endswith(".py")) + "".join(
         read("src", "memgap", "allocators", name) for name in readers if name.endswith(".py"))
     codes = set(re.findall(r'Finding\(\s*"([a-z-]+)"', sources))
     assert len(codes) >= 13

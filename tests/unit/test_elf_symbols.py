@@ -2,6 +2,7 @@
 built in the test, 32- and 64-bit, both byte orders, with string tables whose names share their tails
 (``malloc`` pointing into ``__libc_malloc``), version suffixes, a name run to the table's end and
 offsets outside it; fuzzed. The reference below decodes each entry as memgap did before issue 30."""
+import os
 import struct
 
 import pytest
@@ -183,3 +184,57 @@ def test_rodata_is_searched_piece_by_piece_and_across_pieces(monkeypatch, at):
     data = build_elf(True, False, [], rodata=bytes(rodata))
     assert parse_elf_bytes(data, signs().query).rodata_has == {b"<jemalloc>: "}
     assert parse_elf_bytes(data, SymbolQuery(rodata=(b"<jemalloc>: x",))).rodata_has == frozenset()
+
+
+def _machine_libraries():
+    """This machine's C libraries that carry (or may carry) an allocator's messages, LLVM's among them."""
+    import glob
+
+    names = ("libc.so.6", "libjemalloc.so.2", "libtcmalloc.so.4", "libtcmalloc_minimal.so.4", "libmimalloc.so.2",
+             "libLLVM-14.so.1", "libLLVM-15.so.1", "libclang-cpp.so.14")
+    found = {}
+    for name in names:
+        hits = sorted(glob.glob(f"/usr/lib/x86_64-linux-gnu/{name}") + glob.glob(f"/usr/lib/llvm-*/lib/{name}"))
+        if hits:
+            found[name] = os.path.realpath(hits[0])
+    return found
+
+
+@pytest.mark.parametrize("piece", [None, 1 << 16])
+def test_the_anchored_rodata_search_finds_what_a_search_per_string_finds(monkeypatch, piece):
+    """On this machine's libraries (glibc, jemalloc, tcmalloc, mimalloc, LLVM's), each .rodata searched
+    once per shared anchor finds the messages that searching the whole .rodata for each one finds; with
+    small pieces too, where many pieces' borders fall in real data."""
+    from memgap.sources import elf
+
+    if piece:
+        monkeypatch.setattr(elf, "RODATA_PIECE", piece)
+    query = signs().query
+    libraries = _machine_libraries()
+    assert {"libc.so.6", "libjemalloc.so.2", "libmimalloc.so.2", "libLLVM-14.so.1"} <= set(libraries)
+    seen = set()
+    for name, path in libraries.items():
+        with open(path, "rb") as fh:
+            fd = fh.fileno()
+            size = os.fstat(fd).st_size
+            info = elf.parse_elf(lambda offset, length, fd=fd: os.pread(fd, length, offset), size, query)
+            offset, length = info.sections[".rodata"]
+            rodata = os.pread(fd, min(length, elf.RODATA_LIMIT), offset)
+        expected = {marker for marker in query.rodata if marker in rodata}
+        assert info.rodata_has == expected, name
+        seen |= expected
+    # not a comparison of empty sets: glibc's, jemalloc's and mimalloc's own messages were found
+    assert {b"malloc(): corrupted top size", b"<jemalloc>: ", b"mimalloc: "} <= seen
+
+
+def test_rodata_anchors_group_strings_by_what_they_share():
+    from memgap.sources.elf_symbols import rodata_anchors, strings_in
+
+    anchors = rodata_anchors((b"malloc(): x", b"<jemalloc>: ", b"TCMALLOC_X", b"ab"))
+    assert anchors == ((b"malloc", ((b"<jemalloc>: ", 3), (b"malloc(): x", 0))), (b"TCMALLOC_X", ((b"TCMALLOC_X", 0),)),
+                       (b"ab", ((b"ab", 0),)))
+    found = set()
+    strings_in(b"jemalloc>: malloc(): x TCMALLOC_", anchors, found)  # one cut at the start, one at the end
+    assert found == {b"malloc(): x"}
+    strings_in(b"malloc" * 1000 + b"<jemalloc>: ab", anchors, found)  # an anchor everywhere: each searched whole
+    assert found == {b"malloc(): x", b"<jemalloc>: ", b"ab"}

@@ -12,9 +12,11 @@ malloc, so it adds no glibc arena. See agent.c for the protocol.
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING, Any
 
-from memgap.agent.client import query, socket_path, trim
-from memgap.agent.reply import AgentReport, parse_report
+if TYPE_CHECKING:
+    from memgap.agent.client import query, socket_path, trim
+    from memgap.agent.reply import AgentReport, parse_report
 
 __all__ = ["AgentReport", "agent_env", "library_path", "parse_report", "query", "socket_path",
            "trim", "AGENT_ENV"]
@@ -23,6 +25,17 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.join(HERE, "agent.c")
 AGENT_ENV = "MEMGAP_AGENT"  # off | auto (not in Python interpreters) | on
 FLAGS = ["-O2", "-shared", "-fPIC", "-pthread"]
+_LATER = {"query": "client", "socket_path": "client", "trim": "client", "AgentReport": "reply", "parse_report": "reply"}
+
+
+def __getattr__(name: str) -> Any:
+    """The client and the reply's parsers, imported on first use: `memgap run` preloads the agent
+    (agent_env) before it starts its command, and asks no agent until the command runs."""
+    if name not in _LATER:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f"{__name__}.{_LATER[name]}"), name)
 
 
 def library_path() -> str:

@@ -219,14 +219,13 @@ def _stopped_line(stop: Stopped, record_dir: str) -> str:
 def make_record_folder(record_dir: str) -> None:
     """The run's recording folder, made for it alone (memgap.record.recording.make_record_folder): FILE.d of an
     earlier run of this user's with the same --json goes, as FILE does; any other folder is refused."""
-    from memgap.record.recorder import SAMPLES_FILE
-    from memgap.record.recording import make_record_folder as make
+    from memgap.record.recording import SAMPLES_FILE, make_record_folder as make
 
     make(record_dir, lambda names: SAMPLES_FILE in names, "a memgap recording", "--json")
 
 
 def _write_and_show(record_dir: str, json_path: str | None) -> None:
-    from memgap.record.recorder import load_run
+    from memgap.record.assemble import load_run
     from memgap.report.run import render_run
 
     run = load_run(record_dir)

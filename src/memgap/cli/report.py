@@ -18,7 +18,8 @@ from memgap.documents.fields import parse_json
 from memgap.documents.records import LabDocument, RunDocument, load_document
 from memgap.errors import MalformedInput, UsageError
 from memgap.lab.journal import LAB_EVENTS, is_lab_folder, rebuild
-from memgap.record.recorder import SAMPLES_FILE, load_run
+from memgap.record.assemble import load_run
+from memgap.record.recording import SAMPLES_FILE
 from memgap.report.run import render_run
 
 

@@ -24,7 +24,7 @@ from rich.console import Group, RenderableType
 
 from memgap.cli import _common
 from memgap.documents.records import TreeDocument
-from memgap.documents.snapshot import TreeSnapshot, by_pss, layer_figure
+from memgap.documents.snapshot import TreeSnapshot, by_pss, layer_figure, tree_layer_names
 from memgap.errors import MemgapError, NoSuchProcess, PidReused
 from memgap.explain.snapshot import SnapshotOptions, snapshot_pid
 from memgap.explain.tree import snapshot_tree, tree_document
@@ -141,8 +141,8 @@ def refresh_of(history: deque[TreeDocument]) -> Refresh:
     it, else by resident bytes)."""
     now = history[-1]
     pss = len(now.processes) > 1 and all(by_pss(tree.processes) for tree in history)
-    layers = {name: [sum(layer_figure(s.layers[name], pss) or 0 for s in tree.processes) for tree in history]
-              for name in now.processes[0].layers}
+    layers = {name: [sum(layer_figure(s.layers[name], pss) or 0 for s in tree.processes if name in s.layers)
+                     for tree in history] for name in tree_layer_names(now.processes)}
     private = {s.pid: [next((p.uss or 0 for p in tree.processes if p.pid == s.pid), 0) for tree in history]
                for s in now.processes}
     return Refresh(now, len(history), pss, layers, private)

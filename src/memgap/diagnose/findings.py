@@ -15,7 +15,9 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 
+from memgap.diagnose.copies import WorkerCopies, copies_finding
 from memgap.diagnose.floors import FLOOR, RETAINED_FLOOR, SHARE, SHARED_MOST, Base, _resident, own_memory, ratio_base
+from memgap.diagnose.gpu import gpu_findings
 from memgap.documents.snapshot import Finding, Layer, Snapshot, by_pss
 from memgap.report.units import MiB, mib, pct
 
@@ -153,7 +155,7 @@ def diagnose(snap: Snapshot) -> list[Finding]:
     """Findings for one snapshot."""
     # the allocators' first (the C allocator's, then pymalloc's): the order findings have always been listed in
     return [*allocator_findings(snap), *_runtime_retention(snap), *_threads(snap),
-            *_unexplained(snap), *_other_allocators(snap), *_shared_memory(snap)]
+            *_unexplained(snap), *_other_allocators(snap), *_shared_memory(snap), *gpu_findings(snap)]
 
 
 def diagnose_series(snaps: Sequence[Snapshot]) -> list[Finding]:
@@ -239,32 +241,8 @@ def _shared_memory_tree(snaps: Sequence[Snapshot]) -> list[Finding]:
 
 
 def _copied_from_parent(snaps: Sequence[Snapshot]) -> list[Finding]:
-    cows = [(s, cow) for s in snaps if (cow := s.copied_from_parent) and cow.copied]
-    forked = [s for s, _ in cows]
-    copied = sum(cow.copied for _, cow in cows)
-    private = sum(s.uss or 0 for s in forked)
-    if copied < FLOOR or not private or copied < SHARE * private:
-        return []
-    groups: dict[str, int] = {}
-    for _, cow in cows:
-        for group, n in cow.by_group.items():
-            groups[group] = groups.get(group, 0) + n
-    python = groups.get("Python objects (pymalloc arenas)", 0)
-    evidence = [f"PID {s.pid}: copied {mib(cow.copied)} MiB of its parent's pages, "
-                f"its own {mib(cow.own)} MiB; USS {mib(s.uss)} MiB" for s, cow in cows]
-    evidence.append("copied, by where: " + ", ".join(f"{g} {mib(n)} MiB" for g, n in sorted(groups.items(),
-                                                                                         key=lambda kv: -kv[1])))
-    evidence.append("method: private pages (pagemap bit 56) at addresses where the parent has a page of its own; "
-                    "either side's write makes the copy")
-    cause = ("reference counts and collections write into objects the parent built before the fork (a full "
-             "collection touches every tracked one)" if python >= copied / 2 else
-             "writes after the fork into memory the parent filled before it")
-    return [Finding(
-        "copied-from-parent", "warning",
-        f"{len(forked)} forked processes copied {mib(copied)} MiB of their parent's pages ({pct(copied, private)} "
-        f"of their private memory), {mib(python)} MiB of it Python's objects: likely {cause}",
-        evidence,
-        "freeze the collector at fork (gc.disable() early in the parent, gc.freeze() before each fork, "
-        "gc.enable() in the child; `memgap lab --variant glibc:gc=freeze-at-fork` measures it on your tree), "
-        "or build the data after the fork",
-    )]
+    """A tree read at one moment (``inspect --tree``): what its forked processes copied, in the words of
+    the cause (memgap.diagnose.copies: without the lab's measurement, both causes said)."""
+    workers = [WorkerCopies(s.pid, cow, s.uss or 0) for s in snaps if (cow := s.copied_from_parent)]
+    finding = copies_finding(workers)
+    return [finding] if finding else []

@@ -1,5 +1,5 @@
 """The JSON shapes of ``memgap run``'s recording and of the run document assembled from it
-(memgap.record.recorder.load_run, memgap.documents.records.RunDocument): a recording's events, the
+(memgap.record.assemble.load_run, memgap.documents.records.RunDocument): a recording's events, the
 snapshots and samples a run keeps as JSON, and what it adds about each process (its agent's last
 words, its exit, the tree at idle). TypedDicts: the run document keeps them as the JSON it read (its
 keys in their order, and a newer memgap's keys with them), and its reader checks the keys they name
@@ -11,6 +11,8 @@ from typing import TypedDict
 
 from memgap.documents.fields import signed_keys
 from memgap.documents.json_value import JsonObject
+
+RUN_SCHEMA = "memgap.run/1"  # the run document's; the recording's header names it too
 
 
 class RecordedLayer(TypedDict, total=False):
@@ -61,6 +63,7 @@ class RecordedSnapshot(TypedDict, total=False):
     read_seconds: float  # ...and how long the read took
     asked: float         # when the recorder asked for it (the reads asked before it came first)
     held_exit: bool      # read as its agent held its exit
+    copies_seconds: float  # how long measuring what it copied from its parent took (memgap.explain.cow)
     moving: bool         # its RSS moved by more than a quiet spell's slack while it was read
 
 
@@ -77,6 +80,7 @@ class RecordedSample(_Sampled, total=False):
     file: int
     threads: int
     cpu: float  # user + system seconds the process has run so far (since issue 32: the lab's rests)
+    gpu: int    # device memory the driver counts for it, over its GPUs (NVML): only where it has some (issue 33)
 
 
 class AgentTrimmer(TypedDict, total=False):
@@ -144,6 +148,7 @@ class ProcessExit(_ExitBy, total=False):
 
     held: float | None   # by its agent: how long it held the exit
     answered: bool       # ...and whether memgap answered
+    passed: list[float]  # [seconds it lived, its VmHWM]: it passed through, its exit let go unread
     last_snapshot: float | None
     gap: float | None
 
@@ -202,6 +207,27 @@ class _Entry(TypedDict):
     snapshots: list[RecordedSnapshot]
 
 
+class RecordedSplit(TypedDict):
+    """``CowSplit``'s JSON: what a forked process copied from its parent (memgap.explain.cow)."""
+
+    parent: int
+    copied: int
+    own: int
+    inherited: int
+    by_group: dict[str, int]
+
+
+class CopiesRead(TypedDict):
+    """What a forked process had copied from its parent at one read from outside (a run's process's
+    ``copies``, oldest first): when, at what (its peak, a quiet spell, ...), its private memory (USS)
+    then, and the split (``CowSplit``'s JSON: parent, copied, own, inherited, by_group)."""
+
+    time: float
+    phase: str
+    uss: int | None
+    split: RecordedSplit
+
+
 class ProcessEntry(_Entry, total=False):
     """A run's process as load_run assembles it from the events (``ProcessRecord``'s JSON), with what
     it gathers on the way and drops before the document (``peak_reads``, ``gone``)."""
@@ -214,13 +240,15 @@ class ProcessEntry(_Entry, total=False):
     idle: JsonObject | None
     peak: RecordedSnapshot | None
     exit: ProcessExit | None
+    copies: list[CopiesRead]
     peak_reads: list[RecordedSnapshot]  # its new highs read on the way (best_peak keeps one)
     gone: float                         # when the sampler found it gone (seconds after the start)
+    passed: list[float]                 # it passed through (a ``passed`` event): [seconds it lived, VmHWM]
 
 
 class RecordedEvent(TypedDict, total=False):
     """A line of a recording, any kind (``type``): the keys of every kind the reader takes apart
-    (header, process, sample, snapshot, peak, gone, quiet-end, pss, metric, error, trimmer,
+    (header, process, sample, snapshot, peak, gone, passed, quiet-end, pss, metric, error, trimmer,
     trimmer-start, load, cgroup, end); a trimmer's line holds its trim record's keys besides."""
 
     type: str
@@ -245,6 +273,8 @@ class RecordedEvent(TypedDict, total=False):
     anon: int
     file: int
     threads: int
+    lived: float  # a process that passed through: how long it lived (its VmHWM: ``hwm``)
+    hwm: int
     phase: str
     error: str
     limit: int | None

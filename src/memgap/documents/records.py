@@ -24,6 +24,7 @@ from memgap.documents.lab_summary import AcrossCell, Cell, Recommendation, Sweep
 from memgap.documents.recorded import (
     AgentExit,
     CgroupCharge,
+    CopiesRead,
     MachineInfo,
     ProcessEntry,
     ProcessExit,
@@ -111,6 +112,7 @@ class ProcessRecord:
     pss_reads: list[list[float]] | None = None  # [time, Pss, Rss] read again while it was quiet (a tree's idle)
     peak: RecordedSnapshot | None = None  # the snapshot read from outside at its highest RSS (memgap.record.tree_watch)
     exit: ProcessExit | None = None  # when it exited and how close its last snapshot came (tree_watch.exit_of)
+    copies: list[CopiesRead] | None = None  # a forked process: what it had copied from its parent at each read
 
     def to_dict(self) -> ProcessEntry:
         out: ProcessEntry = {"pid": self.pid, "ppid": self.ppid, "cmd": self.cmd, "snapshots": self.snapshots}
@@ -129,6 +131,8 @@ class ProcessRecord:
             out["peak"] = self.peak
         if self.exit is not None:
             out["exit"] = self.exit
+        if self.copies is not None:
+            out["copies"] = self.copies
         out["idle"] = self.idle.to_dict() if self.idle is not None else None
         return out
 
@@ -256,6 +260,9 @@ class RunFigures:
     work_mean: int | None = None
     work_span: list[float] | None = None
     rests: list[float] | None = None
+    # added by issue 31: what the tree's forked processes had copied from their parents, summed at their
+    # idles (memgap.record.tree_copies; None: none of its processes was forked from another)
+    copied: int | None = None
     # added since issue 32 item 2, written where known: the CPU seconds the tree used in a burst within the
     # work, their mean from its first rest to its final one (without --load: memgap.lab.work.bursts_cpu)
     work_cpu: float | None = None
@@ -266,7 +273,7 @@ class RunFigures:
     def to_dict(self) -> JsonObject:
         out = dataclasses.asdict(self)
         out["status"] = self.status.value
-        for name in ("process_peak", "work_mean", "work_span", "rests", "work_cpu"):  # added since 8a6ec88, issue 32
+        for name in ("process_peak", "work_mean", "work_span", "rests", "copied", "work_cpu"):  # since 8a6ec88
             if out[name] is None:
                 del out[name]
         return out

@@ -12,18 +12,21 @@ from typing import Any
 from memgap.documents.allocator import AllocatorInfo
 from memgap.documents.display import as_html
 from memgap.documents.fields import check_schema, dataclass_fields, of_type
+from memgap.documents.gpu import GpuMemory
 from memgap.documents.json_value import JsonObject
 from memgap.documents.parts import CgroupMemory, PymallocStats, PythonHeap
+from memgap.documents.recorded import RUN_SCHEMA as RUN_SCHEMA  # re-exported: named here since schema 1
 from memgap.documents.trim import TrimRecord
 
 SCHEMA = "memgap.snapshot/1"
 MIB = 1 << 20
-RUN_SCHEMA = "memgap.run/1"
 
 # Layer names in the order they are shown; they add up to RSS with ``unexplained``.
 LAYER_NAMES = (
     "files",
     "shared_memory",
+    "gpu_driver",         # only in a process that maps the GPU driver's device files (/dev/nvidia*)
+    "pinned_host",        # ...and its shared anonymous memory there: likely CUDA's pinned host memory
     "python_objects",
     "pymalloc_free",
     "runtime_heap",       # only where a runtime with its own heap (Go, a JVM, V8) was read
@@ -36,7 +39,7 @@ LAYER_NAMES = (
 )
 # Layers added after documents were saved: a table shows one only where a document holds it, so an older
 # document reports as it did (its phases and its lab's page have no such column)
-LATER_LAYERS = frozenset({"static_data"})
+LATER_LAYERS = frozenset({"static_data", "gpu_driver", "pinned_host"})
 PYTHON_LAYERS = ("python_objects", "pymalloc_free")
 # The Python layers' note in a process with no Python interpreter: tables then leave those layers out
 NOT_PYTHON = "not a Python process (no Python interpreter in its maps)"
@@ -130,6 +133,7 @@ class Snapshot:
     pss_unexplained: int | None = None  # PSS (smaps_rollup) minus the layers' pss; None where they have none
     pss_note: str = ""                  # how the layers' pss was derived, or why there is none
     start_time: int | None = None       # /proc/PID/stat's starttime (clock ticks after boot): with the PID, one process
+    gpu: GpuMemory | None = None        # device memory beside RSS, never in it (where a GPU context is: sources.nvml)
 
     @property
     def not_python(self) -> bool:
@@ -212,11 +216,17 @@ class TreeTotals:
     copied_from_parent: int = 0      # forked processes: their private pages the parent has its own copy of
 
 
+def tree_layer_names(snaps: list[Snapshot]) -> list[str]:
+    """The layers any process of a tree holds, the first process's first: a layer only some hold (a GPU's, a
+    runtime's) is the tree's too."""
+    return list(dict.fromkeys(name for s in snaps for name in s.layers))
+
+
 def tree_totals(snaps: list[Snapshot]) -> TreeTotals:
     """A process tree's snapshots summed (TreeTotals)."""
     pss = by_pss(snaps)
     layers: dict[str, int | None] = {}
-    for name in snaps[0].layers if snaps else ():
+    for name in tree_layer_names(snaps):
         values = [layer_figure(s.layers[name], pss) for s in snaps if name in s.layers]
         known = [v for v in values if v is not None]
         layers[name] = sum(known) if known else None

@@ -10,6 +10,7 @@ from memgap.allocators.base import Share, unread_share
 from memgap.allocators.measured import Measurements, Owners as _Owners, Sizes as _Sizes
 from memgap.allocators.pymalloc import READER as PYMALLOC
 from memgap.documents.snapshot import Layer
+from memgap.sources.gpu_maps import DRIVER_WHY, GPU_DRIVER, PINNED_LIKELY, PINNED_WHY
 from memgap.sources.static_data import LIKELY, STATIC_DATA, STATIC_LIKELY
 
 MiB = 1 << 20
@@ -45,7 +46,7 @@ def attribute(m: Measurements) -> tuple[dict[str, Layer], int]:
     python, pymalloc_free = PYMALLOC.python_layers(m, owned, small, large, moved, py_how)
     files, shared_memory, stacks = _mapped_layers(owned)
     allocator_in_use, allocator_free = _allocator_layers(m, c, in_use, moved)
-    layers = {"files": files, "shared_memory": shared_memory, "python_objects": python,
+    layers = {"files": files, "shared_memory": shared_memory, **_gpu_layers(m, owned), "python_objects": python,
               "pymalloc_free": pymalloc_free, **_runtime_layers(m, owned), "allocator_in_use": allocator_in_use,
               "allocator_free": allocator_free, "stacks": stacks, "static_data": _static_layer(m, owned),
               "other_anon": _other_anon_layer(m, c, owned)}
@@ -56,7 +57,8 @@ def attribute(m: Measurements) -> tuple[dict[str, Layer], int]:
                          "runtime_heap": owned.part("runtime-heap", "runtime-free"),
                          "runtime_metadata": owned.part("runtime-meta"),
                          "allocator_in_use": in_use_part, "allocator_free": c.free_part,
-                         "other_anon": c.other_part + owned.part("file-cow")})
+                         "other_anon": c.other_part + owned.part("file-cow"),
+                         "gpu_driver": owned.part(GPU_DRIVER), "pinned_host": owned.part(PINNED_LIKELY)})
     total = sum(layer.resident or 0 for layer in layers.values())
     return layers, m.rss - total
 
@@ -106,6 +108,33 @@ def _mapped_layers(owned: _Owners) -> tuple[Layer, Layer, Layer]:
         detail={"count": owned.count.get("stack", 0)},
     )
     return files, shared_memory, stacks
+
+
+def _gpu_layers(m: Measurements, owned: _Owners) -> dict[str, Layer]:
+    """gpu_driver and pinned_host where the process maps the GPU driver's device files (none otherwise:
+    a process without a GPU context shows no such layer), each saying how sure its name is."""
+    if not owned.count.get(GPU_DRIVER) and not owned.count.get(PINNED_LIKELY):
+        return {}
+    devices: dict[str, int] = {}
+    for r in m.regions:
+        if r.owner == GPU_DRIVER:
+            devices[r.path] = devices.get(r.path, 0) + r.resident
+    driver = Layer(
+        "gpu_driver", owned(GPU_DRIVER), virtual=owned.virtual.get(GPU_DRIVER, 0),
+        derivation="pagemap: present pages of mappings of the GPU driver's device files (/dev/nvidiactl, "
+                   "/dev/nvidia0, /dev/nvidia-uvm, ...), told by their paths in maps; entries with no page behind "
+                   "them (the GPU's registers and memory window, VM_PFNMAP) count in no RSS and are left out",
+        source="maps (/dev/nvidia*), pagemap",
+        detail={"confidence": DRIVER_WHY, "mappings": owned.count.get(GPU_DRIVER, 0), "devices": devices},
+    )
+    pinned = Layer(
+        "pinned_host", owned(PINNED_LIKELY), virtual=owned.virtual.get(PINNED_LIKELY, 0),
+        derivation="pagemap: present pages of shared anonymous mappings (/dev/zero (deleted)) in a process that uses "
+                   "CUDA, taken out of shared_memory; " + PINNED_WHY,
+        source="likely: MAP_SHARED in a CUDA process; maps, pagemap",
+        detail={"confidence": PINNED_WHY, "mappings": owned.count.get(PINNED_LIKELY, 0)},
+    )
+    return {"gpu_driver": driver, "pinned_host": pinned}
 
 
 LARGEST_OBJECTS = 10  # the static data layer's detail lists this many objects, the largest first

@@ -11,7 +11,7 @@ import os
 import threading
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from memgap.allocators import registry
@@ -20,6 +20,7 @@ from memgap.allocators.detect import detect_in_process, detect_pid
 from memgap.allocators.measured import Measurements
 from memgap.allocators.registry import reader_for
 from memgap.documents.allocator import AllocatorInfo
+from memgap.documents.gpu import GpuMemory
 from memgap.documents.snapshot import NOT_PYTHON, Layer, Region, Snapshot
 from memgap.errors import MemgapError, NoSuchProcess
 from memgap.explain.attribution import PSS_DERIVATION, attribute
@@ -28,6 +29,7 @@ from memgap.sources.anon_objects import find_anon_objects
 from memgap.sources.cgroup import read_memory_cgroup
 from memgap.sources.glibc import Mallinfo2, MallocInfo
 from memgap.sources.glibc_heaps import GlibcLayout
+from memgap.sources.gpu_maps import GPU_DRIVER, is_driver_device, shared_owner, uses_cuda
 from memgap.sources.jemalloc import JemallocStats
 from memgap.sources.memory_map import MappedPages, MemoryMap, read_memory_map
 from memgap.sources.processes import ProcessIdentity
@@ -109,21 +111,25 @@ def label_regions(reader: ProcReader, memmap: MemoryMap, glibc: GlibcLayout | No
     likely = {r.start: r.path for r in static or [] if not r.from_elf}
     labeller = _AnonLabeller(reader, res, owners, allocator or ("", []), (arena_size, pool_size), likely)
     regions: list[Region] = []
+    cuda = uses_cuda(memmap.plain_mappings)
     for mp in memmap.mappings:
         m = mp.mapping
         if m.is_file:
-            share = res.share_at(m.start)
-            if mp.file_resident:  # shared memory has an inode too: told by its path
-                regions.append(Region(m.start, m.end, "shmem" if shared_memory_kind(m.path) else "file",
-                                      mp.file_resident, m.perms, m.path,
+            share, driver = res.share_at(m.start), is_driver_device(m.path)
+            if mp.file_resident or driver:  # shared memory has an inode too: told by its path; the driver's
+                owner = (GPU_DRIVER if driver else  # mappings kept with nothing resident: a GPU context is open
+                         shared_owner(m.path, cuda) if shared_memory_kind(m.path) else "file")
+                regions.append(Region(m.start, m.end, owner, mp.file_resident, m.perms, m.path,
                                       *_whole(res, mp.file_resident, mp.file_private, share)))
+            if driver:  # present entries with no page (VM_PFNMAP: the GPU's registers, its memory's window)
+                continue  # are in no RSS; a shared mapping has no private copy
             if mp.anon_resident:  # private copies of a file's pages: a runtime's where it owns them (a CDS archive)
                 owner, label = _runtime_owner(owned_by_runtimes, m) or ("file-cow", m.path)
                 regions.append(Region(m.start, m.end, owner, mp.anon_resident, m.perms, label,
                                       *_whole(res, mp.anon_resident, mp.anon_private, share)))
             continue
-        if mp.file_resident:  # shared memory without an inode (a SysV segment whose shmid is 0)
-            regions.append(Region(m.start, m.end, "shmem", mp.file_resident, m.perms, m.path,
+        if mp.file_resident:  # shared memory without an inode (a SysV segment whose shmid is 0, [anon_shmem])
+            regions.append(Region(m.start, m.end, shared_owner(m.path, cuda), mp.file_resident, m.perms, m.path,
                                   *_whole(res, mp.file_resident, mp.file_private, res.share_at(m.start))))
         regions += labeller.regions(mp)
     return regions
@@ -475,12 +481,28 @@ def _take_agent_figures(measured: Measurements, report: AgentReport | None) -> N
         measured.tcmalloc = figures.tcmalloc
 
 
+def read_gpu(pid: int, in_process: bool = False) -> GpuMemory | None:
+    """The process's device memory per GPU as the driver counts it (NVML), beside its RSS; in this process,
+    PyTorch's caching allocator too where the program runs it, and NVML only where the program loaded it
+    (PyTorch does, with CUDA). None where the driver does not list it."""
+    from memgap.sources.nvml import gpu_memory
+    from memgap.sources.torch_cuda import torch_cache
+
+    gpu = gpu_memory([pid], only_loaded=in_process).get(pid)
+    torch = torch_cache(gpu) if in_process else None
+    if torch is not None:
+        gpu = replace(gpu or GpuMemory(), torch=torch)
+    return gpu
+
+
 def _finish(snap: Snapshot, started: float, proc_root: str = "/proc") -> Snapshot:
     """Add the memory cgroup's view, stamp the collection time and add the findings."""
     from memgap.diagnose.findings import diagnose
 
     cgroup = read_memory_cgroup(snap.pid if snap.route != "in-process" else "self", proc_root)
     snap.cgroup = cgroup
+    if "gpu_driver" in snap.layers:  # a GPU context: only then is the driver asked (a process without loads nothing)
+        snap.gpu = read_gpu(snap.pid, snap.route == "in-process")
     snap.collect_seconds = time.perf_counter() - started
     snap.findings = diagnose(snap)
     return snap

@@ -6,9 +6,12 @@ Dockerfile, systemd, Kubernetes and Python are rendered at the edge (``report.re
 """
 from __future__ import annotations
 
+import statistics
 import sys
 
 from memgap.allocators.variants import Variant
+from memgap.diagnose.copies import FrozenCopies, copies_remain
+from memgap.diagnose.floors import FLOOR
 from memgap.documents.lab_summary import AcrossCell, Cell, Recommendation, SweepRow
 from memgap.documents.records import LabDocument, RunFigures, RunStatus, TrimMode
 from memgap.lab.objective import IDLE, decide_objective, quiet_warnings
@@ -46,6 +49,8 @@ def cell_verdict(options: LabOptions, variants: list[Variant],
                            f"to {base.after_trim[0] / 2**20:.0f} MiB, and no trim variant ran: try "
                            "--variant glibc:trim=idle")
     if verdict.recommended is None:
+        remain = _copies_remain(variants, runs, baseline)
+        verdict.reason += f"; {remain}" if remain else ""
         return verdict, None
     chosen = next(v for v in variants if v.spec == verdict.recommended.spec)
     lines = recommendation_lines(chosen, any(r.python for r in runs) or not runs)
@@ -63,6 +68,21 @@ def cell_verdict(options: LabOptions, variants: list[Variant],
             "of going quiet; a long-running process gets its trims, this workload as run here does not; "
             "MEMGAP_TRIM_AFTER=idle applies the measured trim where the program marks its idle phase")
     return verdict, recommendation
+
+
+def _copies_remain(variants: list[Variant], runs: list[RunFigures], baseline: Variant | None) -> str:
+    """Where the baseline's forked workers copied their parent's pages (its runs' medians, at least the findings'
+    floor): why the copies remain, told by the runs with the collector frozen at fork where some ran."""
+    def copied(specs: set[str]) -> int | None:
+        values = [r.copied for r in runs if r.variant in specs and r.status == RunStatus.OK and r.copied is not None]
+        return int(statistics.median(values)) if values else None
+
+    base = copied({baseline.spec}) if baseline is not None else None
+    if base is None or base < FLOOR:
+        return ""
+    freezes = [v for v in variants if v.gc_freeze and not v.is_baseline]
+    frozen = copied({v.spec for v in freezes})
+    return copies_remain(base, FrozenCopies(base, frozen, freezes[0].spec) if frozen is not None else None)
 
 
 def _sweep(cells: list[Cell]) -> dict[str, list[SweepRow]]:

@@ -11,6 +11,7 @@ from memgap.documents.recorded import CgroupCharge, RecordedSnapshot
 from memgap.documents.records import ProcessIdle, ProcessRecord, RunDocument, RunFigures, RunStatus, TrimMode
 from memgap.lab.work import BURSTY_RESTS, rounds_of, work_of
 from memgap.record.idle import BEFORE_EXIT_PHASE, QUIET_PHASE, idle_of_process
+from memgap.record.tree_copies import copied_at_idle
 from memgap.record.tree_idle import peak_of_tree, tree_at_idle
 
 MiB = 1 << 20  # the lab stores figures, the report formats them: its own constant, not report.units'
@@ -312,6 +313,7 @@ def _tree_total(m: RunFigures, run: RunDocument, proc: ProcessRecord, variant: V
         total += max(0, (p.idle.pss if p.idle.pss is not None else p.idle.rss) - released)
     m.process_idle, m.idle = m.idle, total
     m.tree_how = tree.how() + (", less what the variant's trims released" if variant.trim else "")
+    m.copied = copied_at_idle(run)
     peak = peak_of_tree(run.timeline)
     if peak is not None:  # never below the measured process's own (its VmHWM may pass its samples)
         m.process_peak, m.peak = m.peak, max(peak[0], m.peak or 0)

@@ -24,8 +24,9 @@ from memgap.lab.figures import run_figures
 from memgap.lab.fork_probe import ForkProbe
 from memgap.lab.journal import Journal, worth_running
 from memgap.lab.state import LabOptions, LabState
+from memgap.record.assemble import load_run
 from memgap.record.envnames import TRIM_AFTER_ENV
-from memgap.record.recorder import RunOptions, load_run, record_run
+from memgap.record.recorder import RunOptions, record_run
 from memgap.sources.cgroup import read_memory_cgroup
 
 

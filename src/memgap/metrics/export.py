@@ -126,6 +126,9 @@ def process_families(targets: Sequence[Target]) -> list[Family]:
                          "Of the allocator_free layer, free bytes on pages that also hold a live chunk: no trim "
                          "releases them (glibc).")
     arenas = _family("memgap_glibc_arenas", "glibc malloc arenas in the process (main arena included).")
+    copied = _family("memgap_copied_from_parent_bytes", "A forked worker's private bytes that its parent has its "
+                     "own copy of (copy on write; --tree only), by where they fall (pymalloc's arenas, glibc's heaps, "
+                     "...): reads and collections of the parent's Python objects copy their pages.")
     cg_usage = _family("memgap_cgroup_usage_bytes", "Memory charged to the memory cgroup (page cache and "
                        "kernel memory included): what its OOM killer acts on.")
     cg_limit = _family("memgap_cgroup_limit_bytes", "The lowest memory limit from the cgroup up its tree.")
@@ -149,6 +152,8 @@ def process_families(targets: Sequence[Target]) -> list[Family]:
         releasable.add(labels, detail.get("trim_releasable"))
         fragmented.add(labels, detail.get("fragmented"))
         arenas.add(labels, detail.get("arena_count"))
+        for group, n in (s.copied_from_parent.by_group if s.copied_from_parent else {}).items():
+            copied.add(labels + (("group", group),), n)
         cg = s.cgroup
         if cg is not None and (cg.version, cg.path) not in cgroups_seen:
             cgroups_seen.add((cg.version, cg.path))
@@ -157,8 +162,27 @@ def process_families(targets: Sequence[Target]) -> list[Family]:
             cg_limit.add(where, cg.limit)
             cg_ws.add(where, cg.working_set)
             cg_reclaim.add(where, cg.reclaimable)
-    return [rss, layer, unexplained, pss, uss, layer_pss, pss_unexplained, releasable, fragmented, arenas,
-            cg_usage, cg_limit, cg_ws, cg_reclaim]
+    return [rss, layer, unexplained, pss, uss, layer_pss, pss_unexplained, releasable, fragmented, arenas, copied,
+            cg_usage, cg_limit, cg_ws, cg_reclaim, *gpu_families(targets)]
+
+
+def gpu_families(targets: Sequence[Target]) -> list[Family]:
+    """Device memory beside RSS, per GPU (its index: a label of few values), where a process has a GPU
+    context and the driver counts it; and PyTorch's caching allocator where it was read in the process."""
+    device = _family("memgap_gpu_memory_bytes", "GPU memory used by the process as the driver counts it (NVML), "
+                     "per GPU: beside memgap_rss_bytes, never in it. Only for processes with a GPU context.")
+    torch = _family("memgap_torch_cuda_bytes", "PyTorch's CUDA caching allocator in the process "
+                    "(torch.cuda.memory_stats()): allocated, reserved, inactive_split.")
+    for t in targets:
+        gpu = t.snapshot.gpu
+        for d in gpu.devices if gpu is not None else []:
+            device.add(t.labels + (("gpu", str(d.index)),), d.used)
+        cache = gpu.torch if gpu is not None else None
+        if cache is not None:
+            for kind, value in (("allocated", cache.allocated), ("reserved", cache.reserved),
+                                ("inactive_split", cache.inactive_split)):
+                torch.add(t.labels + (("kind", kind),), value)
+    return [device, torch]
 
 
 def scrape_families(processes: int, seconds: float, errors_total: int, up: bool | None = None) -> list[Family]:

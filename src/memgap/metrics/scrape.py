@@ -18,6 +18,7 @@ from typing import TextIO
 import psutil
 
 from memgap.errors import MemgapError, NoSuchProcess
+from memgap.explain.cow import add_copied_from_parent
 from memgap.explain.snapshot import SnapshotOptions, snapshot_pid
 from memgap.metrics.export import (
     Process,
@@ -129,7 +130,8 @@ class Scraper:
         self._wake = threading.Event()
 
     def _read(self, proc: Process, headers: TreeHeaders) -> Target:
-        snap = snapshot_pid(proc.pid, SnapshotOptions(regions=False), tree=headers)
+        # a tree's regions split each worker's copies of its master's pages by layer (then they go)
+        snap = snapshot_pid(proc.pid, SnapshotOptions(regions=self.selection.tree), tree=headers)
         # a PID reused since it was found names another process (PidReused): it is found afresh next scrape
         ProcessIdentity(proc.pid, proc.start).check()
         return Target(snap, "", 0)
@@ -166,6 +168,10 @@ class Scraper:
                 continue
             read.append((proc, target))
         procs = [p for p, _ in read]
+        if self.selection.tree:  # what each forked worker copied from its parent (memgap.explain.cow)
+            add_copied_from_parent([t.snapshot for _, t in read])
+            for _, t in read:
+                t.snapshot.regions = []
         labels = label_tree(procs) if self.selection.tree else label_by_command(procs)
         self.errors_total += len(errors)
         self.last_errors = errors

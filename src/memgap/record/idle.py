@@ -27,13 +27,17 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from memgap.documents.recorded import ProcessEntry, RecordedSample, RecordedSnapshot
-from memgap.documents.records import ProcessIdle
 from memgap.record.envnames import (
     BEFORE_EXIT_PHASE as BEFORE_EXIT_PHASE,  # a snapshot taken as the interpreter began to shut down
 )
 from memgap.report.units import MiB
+
+if TYPE_CHECKING:  # the run document's module, imported by idle_of_process (at the run's end): the
+    # recorder imports this module for its constants before it starts the command
+    from memgap.documents.records import ProcessIdle
 
 QUIET_AFTER = 1.0     # seconds of quiet that make a spell (MEMGAP_QUIET overrides it)
 BUSY_SHARE = 0.1      # of one CPU: using more than this over a spell ends it
@@ -175,6 +179,8 @@ def _spell(snap: RecordedSnapshot, last_seen: float | None) -> str:
 def idle_of_process(entry: ProcessEntry, timeline: list[RecordedSample],
                     start: float | None) -> ProcessIdle | None:
     """A run document's process entry -> its idle, as the run document keeps it."""
+    from memgap.documents.records import ProcessIdle  # see the TYPE_CHECKING import above
+
     samples = [s for s in timeline if s["pid"] == entry["pid"]]
     last_seen = max([s.get("time", 0) for s in entry["snapshots"]]
                     + ([start + samples[-1]["t"]] if samples and start else []), default=None)

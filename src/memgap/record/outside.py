@@ -24,6 +24,7 @@ from typing import NoReturn, cast
 
 from memgap.documents.json_value import shaped
 from memgap.documents.recorded import RecordedSnapshot
+from memgap.documents.snapshot import Snapshot
 from memgap.errors import MemgapError
 from memgap.record.idle import RSS_SHARE, RSS_SLACK
 from memgap.record.recording import RecordingWriter
@@ -67,12 +68,14 @@ def outside_snapshot(writer: RecordingWriter, pid: int, phase: str, start: float
             rss_at_mark, read_began = at_mark[0], at_mark[1]
         # at a held exit, glibc's heaps walked from outside are enough: its agent's exit record has
         # its mallinfo2, and the question would cost the wait 4 ms more (3 times the read)
-        snap = snapshot_pid(pid, SnapshotOptions(regions=False, recorded=True, agent_beside_glibc=not held_exit))
+        snap = snapshot_pid(pid, SnapshotOptions(regions=True, recorded=True, agent_beside_glibc=not held_exit))
     except MemgapError as exc:
         if event == "snapshot":
             writer.write({"type": "error", "pid": pid, "phase": phase, "error": str(exc)})
         return None
     read_seconds = time.time() - read_started
+    # not at a held exit: the hold is short (1 s at most), and the reads before it measured the copies
+    copies_seconds = None if held_exit else add_copies(snap)
     snap.phase = phase
     snap.quiet_since, snap.rested_since = quiet_since, rested_since
     record = cast(RecordedSnapshot, snap.to_dict(regions=False))  # a snapshot's keys, as the run keeps them
@@ -80,6 +83,8 @@ def outside_snapshot(writer: RecordingWriter, pid: int, phase: str, start: float
     record["read_started"], record["read_seconds"] = read_started, round(read_seconds, 4)
     if asked is not None:
         record["asked"] = asked
+    if copies_seconds is not None:
+        record["copies_seconds"] = round(copies_seconds, 4)
     if held_exit:
         record["held_exit"] = True
     if abs(snap.rss - rss_at_mark) > rss_slack(snap.rss):
@@ -88,6 +93,25 @@ def outside_snapshot(writer: RecordingWriter, pid: int, phase: str, start: float
     if phase == trim_after and snap.allocator.agent is not None:
         _agent_trim(writer, pid, start)
     return record
+
+
+def add_copies(snap: Snapshot) -> float | None:
+    """What a forked process copied from its parent (memgap.explain.cow, as ``inspect --tree`` measures it),
+    set on its snapshot (``snap.regions`` split it by layer, then go); returns the seconds it took, None
+    where it has no parent in the tree: the command itself, an orphan come back to memgap (their parent is
+    memgap's recorder: this process's parent, or this process where the reads are made in a thread)."""
+    from memgap.explain.cow import copied_from_parent
+
+    regions, snap.regions = snap.regions, []
+    try:
+        parent = ProcReader(snap.pid).stat().ppid
+        if parent in (0, 1, os.getpid(), os.getppid()):
+            return None
+        began = time.perf_counter()
+        snap.copied_from_parent = copied_from_parent(snap.pid, parent, regions)
+        return time.perf_counter() - began
+    except (MemgapError, OSError):
+        return None  # it, or its parent, exited meanwhile: the snapshot stands without
 
 
 def _agent_trim(writer: RecordingWriter, pid: int, start: float) -> None:

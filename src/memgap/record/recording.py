@@ -17,6 +17,7 @@ from memgap.documents.json_value import JsonObject
 from memgap.errors import InputTooLarge, MalformedInput, MemgapError, UsageError
 from memgap.record.envnames import RECORD_DIR_ENV
 
+SAMPLES_FILE = "samples.jsonl"  # a run's folder: the recorder's header, samples, reads and end
 CREATE_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 

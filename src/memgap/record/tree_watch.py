@@ -41,6 +41,7 @@ from memgap.record.idle import QUIET_PHASE, QuietSpell, quiet_after
 from memgap.record.outside import OutsideReads, ReadAsked, ReadMade, rss_slack
 from memgap.record.recording import child_recording_path
 from memgap.report.units import MiB
+from memgap.sources.nvml import device_memory
 from memgap.sources.processes import tree_pids
 from memgap.sources.procfs import ProcReader, status_int
 
@@ -55,6 +56,7 @@ PEAK_WAIT_MOST = 2.0     # ...but the next waits this long at most (s): a first 
                          # seconds, the reader's next ones far less (what it parsed, it keeps: its caches)
 HOLD_SECONDS = 1.0       # the agent waits this long at most (EXIT_HOLD_MS in agent.c)
 SUN_PATH_MAX = 108       # sizeof(sockaddr_un.sun_path), the terminating zero included
+PASSING_PEAK = 16 * MiB  # VmHWM: a shell's subshell (bash: 4 MiB), a script's short command (coreutils: 1-2 MiB)
 TOO_MANY = "not read: too many reads from outside were waiting (memgap.record.outside.MAX_PENDING)"
 
 
@@ -107,7 +109,9 @@ class TreeSampler:
         self._peaks_read()
         now = time.time() - self.start
         seen: set[int] = set()
-        for pid in tree_pids(root):
+        pids = list(tree_pids(root))
+        gpu = device_memory(pids)
+        for pid in pids:
             reader = ProcReader(pid)
             try:
                 status = reader.status()
@@ -121,7 +125,8 @@ class TreeSampler:
             rss = status_int(status, "VmRSS")
             self.writer.write({"type": "sample", "t": round(now, 4), "pid": pid, "rss": rss,
                                "anon": status_int(status, "RssAnon"), "file": status_int(status, "RssFile"),
-                               "threads": status_int(status, "Threads"), "cpu": round(cpu / self.hz, 2)})
+                               "threads": status_int(status, "Threads"), "cpu": round(cpu / self.hz, 2),
+                               **({"gpu": gpu[pid]} if pid in gpu else {})})
             if self.quiet is not None:
                 self.quiet.update(self.reads, pid, cpu, rss, self.start)
             prev, self.last_rss[pid] = self.last_rss.get(pid), rss
@@ -304,16 +309,39 @@ class ExitHold:
                 pass
 
 
+def passing_through(pid: int, interval: float) -> tuple[float, int] | None:
+    """(seconds it lived, its VmHWM) of a process that says it exits and only passed through the tree,
+    its exit not worth a read from outside: it lived less than one interval (it came and went between
+    two rounds of samples), its RSS never reached PASSING_PEAK, and memgap did not start it (nor
+    adopt it: its parent is not memgap). A pyenv-like shim's subshells and short commands, 20 of them
+    each read at exit, made a 1 s Python program's run take 6 s. None otherwise, or where it cannot
+    be told: then it is read."""
+    reader = ProcReader(pid)
+    try:
+        stat, status = reader.stat(), reader.status()
+    except (MemgapError, OSError):
+        return None
+    lived = time.clock_gettime(time.CLOCK_BOOTTIME) - stat.start_time / os.sysconf("SC_CLK_TCK")
+    hwm = status_int(status, "VmHWM")
+    if stat.ppid == os.getpid() or lived >= interval or hwm >= PASSING_PEAK:
+        return None
+    return max(0.0, round(lived, 3)), hwm
+
+
 def exit_of(entry: ProcessEntry, start: float | None) -> ProcessExit | None:
     """How close a process's last snapshot came to its exit (the run document's ``exit``), from a
     run document's process entry: the exit's time by its agent (which held it for the recorder),
     else the first round of samples that found it gone (the exit came at or before then: ``gap``
-    is an upper bound); None where neither is known (it ran to the end, or was stopped)."""
+    is an upper bound); None where neither is known (it ran to the end, or was stopped). A process
+    that passed through (``passing_through``) has its exit let go unread: ``passed`` says why."""
     held = (entry.get("agent_exit") or {}).get("exit") or {}
     gone = entry.pop("gone", None)
+    passed = entry.pop("passed", None)
     if held.get("time"):
         out: ProcessExit = {"time": held["time"], "by": "agent", "held": held.get("held"),
                                "answered": bool(held.get("answered"))}
+        if passed:
+            out["passed"] = passed
     elif gone is not None and start is not None:
         out = {"time": round(start + gone, 4), "by": "sampled"}
     else:

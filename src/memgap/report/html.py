@@ -32,7 +32,8 @@ from memgap.report.lab import (
 )
 
 LAYER_COLORS = {
-    "files": "#9e9e9e", "shared_memory": "#78909c", "python_objects": "#3f51b5", "pymalloc_free": "#9fa8da",
+    "files": "#9e9e9e", "shared_memory": "#78909c", "gpu_driver": "#558b2f", "pinned_host": "#9ccc65",
+    "python_objects": "#3f51b5", "pymalloc_free": "#9fa8da",
     "runtime_heap": "#6a1b9a", "runtime_metadata": "#ce93d8", "allocator_in_use": "#e65100", "allocator_free": "#ffb74d", "stacks": "#00897b", "static_data": "#a1887f", "other_anon": "#8d6e63",
 }
 

@@ -10,6 +10,7 @@ from rich.console import Group, RenderableType
 
 from memgap.documents.records import TreeDocument
 from memgap.report.fit import CUT, WRAP, Col, fit_table
+from memgap.report.gpu import gpu_lines, tree_gpu_lines
 from memgap.report.run import sparkline, squeeze
 from memgap.report.terminal import LAYER_TITLES, arenas_table, layers_table, tree_findings, tree_title
 from memgap.report.units import mib, pct
@@ -82,7 +83,7 @@ def _trend_table(refresh: Refresh, width: int) -> RenderableType:
     rows = []
     for name, values in refresh.layers.items():
         now = values[-1]
-        measured = any(s.layers[name].resident is not None for s in snaps)
+        measured = any(name in s.layers and s.layers[name].resident is not None for s in snaps)
         rows.append([LAYER_TITLES.get(name, name), mib(now) if measured else "-",
                      pct(now, total) if measured else "-", sparkline(values, 40) if measured else "not measured"])
     return fit_table(title, cols, rows, width)
@@ -94,8 +95,10 @@ def frame(refresh: Refresh, width: int = 120) -> Group:
     main = snaps[0]
     if len(snaps) == 1:
         parts.append(layers_table(main, width))
+        parts.extend(gpu_lines(main))
     else:
         parts.append(_private_table(refresh, width))
+        parts.extend(tree_gpu_lines(snaps))
     arenas = arenas_table(main, limit=5, width=width)
     if arenas is not None:
         parts.append(arenas)

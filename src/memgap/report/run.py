@@ -75,15 +75,23 @@ def phase_table(process: ProcessRecord, width: int = 120) -> RenderableType:
 
 
 def timeline_table(run: RunDocument, width: int = 120) -> RenderableType:
-    cols = [Col("PID"), Col("command", CUT, optional=1, most=40), Col("samples", optional=3), Col("first"),
-            Col("peak"), Col("last"), Col("shape", CUT, optional=2, shorten=squeeze)]
+    """Each process's RSS over the run; its GPU memory's peak and last beside it (not in it), where the
+    driver counted some for a process."""
     by_pid: dict[int, list[int]] = {}
+    gpu: dict[int, list[int]] = {}
     for s in run.timeline:
         by_pid.setdefault(s["pid"], []).append(s["rss"])
+        if "gpu" in s:
+            gpu.setdefault(s["pid"], []).append(s["gpu"])
+    cols = [Col("PID"), Col("command", CUT, optional=1, most=40), Col("samples", optional=3), Col("first"),
+            Col("peak"), Col("last"), *([Col("GPU peak"), Col("GPU last")] if gpu else []),
+            Col("shape", CUT, optional=2, shorten=squeeze)]
     cmds = {p.pid: " ".join(p.cmd) for p in run.processes}
     rows = [[str(pid), cmds.get(pid, ""), str(len(values)), mib(values[0]), mib(max(values)), mib(values[-1]),
+             *([mib(max(gpu[pid])), mib(gpu[pid][-1])] if pid in gpu else ["-", "-"] if gpu else []),
              sparkline(values)] for pid, values in by_pid.items()]
-    return fit_table(f"RSS over time, every {run.interval} s (MiB)", cols, rows, width)
+    beside = "; GPU: device memory, beside RSS" if gpu else ""
+    return fit_table(f"RSS over time, every {run.interval} s (MiB{beside})", cols, rows, width)
 
 
 def _at_rest(process: ProcessRecord) -> tuple[RecordedSnapshot, str]:
@@ -141,6 +149,10 @@ def process_that_matters(run: RunDocument) -> ProcessRecord | None:
 def exit_words(ended: ProcessExit | None) -> str:
     """How close a process's last snapshot came to its exit (a process record's ``exit``)."""
     gap = ended.get("gap") if ended else None
+    passed = ended.get("passed") if ended else None
+    if passed:
+        return (f"it passed through (lived {passed[0]:.3f} s, under an interval, its VmHWM {mib(int(passed[1]))} "
+                "MiB): its exit was let go unread")
     if not ended or gap is None:
         return ""
     if ended["by"] == "agent":

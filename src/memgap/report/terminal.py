@@ -13,6 +13,7 @@ from memgap.documents.allocator import AllocatorInfo
 from memgap.documents.snapshot import PYTHON_LAYERS, Finding, Snapshot, TreeTotals, layer_figure
 from memgap.report.cgroup import cgroup_lines
 from memgap.report.fit import CUT, WRAP, Col, fit_table
+from memgap.report.gpu import gpu_lines, tree_gpu_lines
 from memgap.report.units import mib, pct
 
 if TYPE_CHECKING:  # a tree's document comes with the run's and the lab's: `inspect PID` needs none of them
@@ -21,6 +22,8 @@ if TYPE_CHECKING:  # a tree's document comes with the run's and the lab's: `insp
 LAYER_TITLES = {
     "files": "files (code, libraries, mapped files)",
     "shared_memory": "shared memory (SysV, POSIX, memfd, MAP_SHARED)",
+    "gpu_driver": "GPU driver's mappings (/dev/nvidia*)",
+    "pinned_host": "likely pinned host memory (CUDA)",
     "python_objects": "Python objects",
     "pymalloc_free": "pymalloc free",
     "runtime_heap": "runtime heap (Go, Java, V8)",
@@ -36,7 +39,8 @@ LAYER_TITLES = {
 
 # Short column names for tables with one column per layer.
 LAYER_SHORT = {
-    "files": "files", "shared_memory": "shmem", "python_objects": "py objs", "pymalloc_free": "pymalloc free",
+    "files": "files", "shared_memory": "shmem", "gpu_driver": "gpu drv",
+    "pinned_host": "pinned?", "python_objects": "py objs", "pymalloc_free": "pymalloc free",
     "runtime_heap": "rt heap", "runtime_metadata": "rt meta",
     "allocator_in_use": "alloc used", "allocator_free": "alloc free", "allocator_held": "alloc held",
     "stacks": "stacks", "static_data": "static",
@@ -47,7 +51,8 @@ LAYER_SHORT = {
 # Where a terminal is too narrow for every layer's column, the order in which they give way
 # (the last first): what the allocator holds free is what memgap is most often asked about.
 LAYER_RANK = {"allocator_free": 1, "python_objects": 2, "runtime_heap": 2, "allocator_in_use": 3, "files": 4,
-              "shared_memory": 5, "pymalloc_free": 6, "runtime_metadata": 6, "other_anon": 7, "static_data": 7,
+              "shared_memory": 5, "pinned_host": 5,
+              "gpu_driver": 6, "pymalloc_free": 6, "runtime_metadata": 6, "other_anon": 7, "static_data": 7,
               "stacks": 8}
 UNEXPLAINED_RANK = 9
 
@@ -187,6 +192,8 @@ def static_table(snap: Snapshot, width: int = 120) -> RenderableType | None:
 def render_snapshot(snap: Snapshot, stream: TextIO, width: int | None = None) -> None:
     console = console_on(stream, width)
     console.print(layers_table(snap, console.width))
+    for line in gpu_lines(snap):
+        console.print(line)
     lines = allocator_lines(snap.allocator)
     if lines:
         console.print("Allocators:")
@@ -237,7 +244,7 @@ def render_tree(tree: TreeDocument, stream: TextIO, width: int | None = None) ->
     process's layers have no pss (an in-process snapshot)."""
     console = console_on(stream, width)
     snaps, totals = tree.processes, tree.totals
-    names = list(snaps[0].layers) if snaps else []
+    names = list(totals.layers)  # every layer a process holds; a process without one shows "-" there
     pss = totals.layers_by == "pss"
     label = f"{len(snaps)} processes"
     copies = any(s.copied_from_parent for s in snaps)
@@ -248,7 +255,7 @@ def render_tree(tree: TreeDocument, stream: TextIO, width: int | None = None) ->
         cmd = " ".join([os.path.basename(s.cmd[0]), *s.cmd[1:]]) if s.cmd else ""
         copied = [mib(s.copied_from_parent.copied if s.copied_from_parent else None)] if copies else []
         rows.append([str(s.pid), cmd, mib(s.rss), mib(s.pss), mib(s.uss), *copied,
-                     *(mib(layer_figure(s.layers[n], pss)) for n in names),
+                     *(mib(layer_figure(s.layers[n], pss)) if n in s.layers else "-" for n in names),
                      mib(s.pss_unexplained if pss else s.unexplained)])
     rows.append(["total", label, mib(totals.rss_sum), mib(totals.pss), mib(totals.uss),
                  *([mib(totals.copied_from_parent)] if copies else []),
@@ -256,6 +263,8 @@ def render_tree(tree: TreeDocument, stream: TextIO, width: int | None = None) ->
     layers_by = "layers by PSS (shared pages split among their sharers)" if pss else "layers by resident bytes"
     console.print(fit_table(f"{tree_title(totals)}. In MiB; USS: private pages; {layers_by}", cols, rows,
                             console.width, [None] * len(snaps) + ["bold"]))
+    for line in tree_gpu_lines(snaps):
+        console.print(line)
     findings = tree_findings(tree)
     if findings:
         console.print("Findings:")

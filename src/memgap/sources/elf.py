@@ -32,6 +32,8 @@ from memgap.sources.elf_symbols import (
     SymbolQuery as SymbolQuery,  # re-exported: every caller asks with one
     entries_named,
     name_starts,
+    rodata_anchors,
+    strings_in,
 )
 
 SHT_SYMTAB, SHT_STRTAB, SHT_DYNAMIC, SHT_DYNSYM = 2, 3, 6, 11
@@ -245,16 +247,18 @@ class _Symbols:
 def _in_rodata(read: Read, size: int, sections: dict[str, tuple[int, int]],
                wanted: tuple[bytes, ...]) -> frozenset[bytes]:
     """Which of ``wanted`` the file's ``.rodata`` holds (of it, what lies within the file, at most
-    RODATA_LIMIT), read a piece at a time: a C++ library's is 30 MiB."""
+    RODATA_LIMIT), read a piece at a time: a C++ library's is 30 MiB. Each piece is searched once per
+    anchor the strings share (memgap.sources.elf_symbols.rodata_anchors), not once per string."""
     offset, length = sections.get(".rodata", (0, 0))
     length = min(length, size - offset, RODATA_LIMIT)
     if not wanted or length <= 0 or offset < 0:
         return frozenset()
     overlap = max(map(len, wanted)) - 1   # a string across two pieces is whole in the first
+    anchors = rodata_anchors(wanted)
     found: set[bytes] = set()
     for start in range(0, length, RODATA_PIECE):
         data = read(offset + start, min(RODATA_PIECE + overlap, length - start))
-        found.update(w for w in wanted if w not in found and w in data)
+        strings_in(data, anchors, found)
         if len(found) == len(set(wanted)):
             break
     return frozenset(found)

@@ -164,3 +164,44 @@ def entries_named(table: bytes, entsize: int, big_endian: bool, spans: list[tupl
     return [i for i, value in enumerate(values)
             if (k := bisect.bisect_right(firsts, value) - 1) >= 0 and value <= spans[k][1]]
 
+
+
+ANCHOR_LEAST = 6     # bytes: a shorter anchor turns up too often in any binary's strings
+ANCHOR_CHECKS = 256  # anchors checked one by one in a piece; more, and its strings are searched for whole
+Anchors = tuple[tuple[bytes, tuple[tuple[bytes, int], ...]], ...]
+
+
+@functools.lru_cache(maxsize=64)
+def rodata_anchors(strings: tuple[bytes, ...]) -> Anchors:
+    """``strings`` grouped by an anchor they share (the allocators' messages share ``malloc``): each
+    anchor with the strings that hold it and where. Searching a piece of ``.rodata`` once for the
+    anchor, then checking the few places it occurs, beats searching it once per string. Greedy: the
+    substring (``ANCHOR_LEAST`` bytes or more) held by the most strings left, the longest of those;
+    a string that shares none is its own anchor."""
+    left = sorted(set(strings))
+    groups = []
+    while left:
+        candidates = {s[i:j] for s in left for i in range(len(s)) for j in range(i + ANCHOR_LEAST, len(s) + 1)}
+        candidates.update(left)
+        anchor = max(candidates, key=lambda a: (sum(a in s for s in left), len(a), a))
+        held = [s for s in left if anchor in s]
+        groups.append((anchor, tuple((s, s.find(anchor)) for s in held)))
+        left = [s for s in left if anchor not in s]
+    return tuple(groups)
+
+
+def strings_in(data: bytes, anchors: Anchors, found: set[bytes]) -> None:
+    """Add to ``found`` each string of ``anchors`` (``rodata_anchors``) that starts within ``data``
+    and fits in it (one that starts in it and runs past its end is for the next piece to find)."""
+    for anchor, held in anchors:
+        wanted = [(s, at) for s, at in held if s not in found]
+        pos = data.find(anchor) if wanted else -1
+        checks = 0
+        while pos >= 0:
+            checks += 1
+            if checks > ANCHOR_CHECKS:  # an anchor everywhere: a search per string costs less than this loop
+                found.update(s for s, _at in wanted if s in data)
+                break
+            # a negative start would count from the end: a string that starts before data is not in it
+            found.update(s for s, at in wanted if pos >= at and data.startswith(s, pos - at))
+            pos = data.find(anchor, pos + 1)

@@ -1,0 +1,54 @@
+"""A GPU process's findings: pinned host memory a large part of its RSS (from the pinned_host layer, a
+likelihood from outside), and PyTorch's caching allocator holding much more than its tensors use (from its own
+statistics, read in the process: ``Snapshot.gpu``'s ``torch``)."""
+from __future__ import annotations
+
+from memgap.diagnose.floors import FLOOR, SHARE, _resident
+from memgap.documents.snapshot import Finding, Snapshot
+from memgap.report.units import mib, pct
+
+CACHE_FLOOR = 256 << 20  # device memory: cheap to hold below this
+CACHE_RATIO = 1.25       # reserved over allocated above this: the cache holds a quarter more than is in use
+EXPANDABLE = "PYTORCH_ALLOC_CONF=expandable_segments:True"
+
+
+def _pinned(snap: Snapshot) -> list[Finding]:
+    """Likely pinned host memory over the floor and the share of RSS."""
+    layer = snap.layers.get("pinned_host")
+    pinned = _resident(snap, "pinned_host")
+    if layer is None or pinned < FLOOR or pinned < SHARE * snap.rss:
+        return []
+    pss = f", PSS {mib(layer.pss)} MiB" if layer.pss is not None else ""
+    return [Finding(
+        "pinned-host-memory", "info",
+        f"likely pinned host memory: {mib(pinned)} MiB, {pct(pinned, snap.rss)} of its RSS{pss}: page-locked "
+        "buffers CUDA copies through, resident for as long as they live",
+        [f"{layer.detail.get('mappings', 0)} shared anonymous mappings (/dev/zero (deleted)); "
+         f"{layer.detail.get('confidence', '')}",
+         "from inside, PyTorch counts its own: torch.cuda.host_memory_stats()['allocated_bytes.current']"],
+        "fewer or smaller pinned buffers (tensor.pin_memory(), DataLoader(pin_memory=True) per worker); "
+        "PyTorch keeps freed pinned blocks cached for reuse")]
+
+
+def _torch_cache(snap: Snapshot) -> list[Finding]:
+    """PyTorch's caching allocator reserving much more device memory than its tensors are allocated."""
+    torch = snap.gpu.torch if snap.gpu is not None else None
+    if torch is None:
+        return []
+    cached = torch.reserved - torch.allocated
+    if cached < CACHE_FLOOR or torch.reserved < CACHE_RATIO * torch.allocated:
+        return []
+    return [Finding(
+        "torch-cache-retained", "warning",
+        f"PyTorch's CUDA cache holds {mib(cached)} MiB of device memory beyond its tensors: reserved "
+        f"{mib(torch.reserved)} MiB, allocated {mib(torch.allocated)} MiB",
+        [f"torch.cuda.memory_stats(): reserved_bytes.all.current {torch.reserved}, allocated_bytes.all.current "
+         f"{torch.allocated}, inactive_split_bytes.all.current {torch.inactive_split} (free bytes in blocks split "
+         f"for a tensor: fragmentation), {torch.segments} segments"],
+        f"{EXPANDABLE} in its environment (segments that grow and shrink in place of fixed-size blocks, so freed "
+        "memory is not stranded in split ones), or torch.cuda.empty_cache() after a peak")]
+
+
+def gpu_findings(snap: Snapshot) -> list[Finding]:
+    """The GPU findings of one snapshot (none in a process without a GPU)."""
+    return [*_pinned(snap), *_torch_cache(snap)]
