@@ -43,6 +43,37 @@ def test_a_bursty_service_has_two_rests_in_its_work_and_its_mean_is_its_steady_s
     assert time_weighted_mean(rounds, 0.0, 0.2) == round((50 * 0.1 + 120 * 0.1) / 0.2 * MiB)
 
 
+def test_the_bursts_cpu_is_theirs_alone_whatever_the_samples_steps():
+    """A burst's time as the samples tell it: the CPU the tree used in it, the median over the bursts
+    after the first, so a burst that began or ended anywhere in a sampling step counts the same; a
+    blip in a rest, or the idle trimmer's trim there, is in no burst; a trim that cut a rest short,
+    or a rest the samples missed, leaves a typical burst's figure as it was."""
+    rounds = rounds_of(_timeline(SERVICE))
+    assert work_of(rounds, 0.0, idle_at=rounds[-1].t, duration=rounds[-1].t).cpu == 0.09
+    # the same bursts cut across the steps (a first and last interval with a part of the burst's CPU each)
+    split = [(100, 0.01)] + [(100, 0.03)] * 2 + [(100, 0.02)]
+    shifted = rounds_of(_timeline([(30, 0.05)] + BURST + REST + split + REST + split + REST))
+    assert work_of(shifted, 0.0, idle_at=shifted[-1].t, duration=shifted[-1].t).cpu == 0.09
+    # a blip in a rest, and a trim's own CPU in the final rest (stamped as it returned): no burst's
+    blip, trim = [(100, 0.01)], [(100, 0.0)] * 5 + [(60, 0.03)] + [(60, 0.0)] * 8
+    quiet = rounds_of(_timeline([(30, 0.05)] + BURST + REST + blip + REST + BURST + REST + BURST + trim))
+    work = work_of(quiet, 0.0, idle_at=quiet[-1].t, duration=quiet[-1].t, trims=[quiet[46].t + 0.02])
+    assert work.rests == [2.1, 1.0] and work.cpu == 0.09, work
+    # a trim every second in a rest (0.03 s: a burst of its own, cutting the rest in two) and one rest missed
+    every = [(100, 0.0)] * 5 + [(60, 0.03)] + [(60, 0.0)] * 5
+    cut = rounds_of(_timeline([(30, 0.05)] + BURST + REST + BURST + every + BURST + REST + BURST + BURST + REST))
+    work = work_of(cut, 0.0, idle_at=cut[-1].t, duration=cut[-1].t)
+    assert work.cpu == 0.09, work
+
+
+def test_a_tick_in_the_middle_of_a_rest_leaves_the_rest():
+    """The test service's poll (every 0.5 s) used a tick 0.5 s into a 1 s rest (load 15): the two
+    quiet halves, 0.49 s each, were too short for a rest, and the run lost its first one."""
+    half = [(100, 0.0)] * 5
+    rounds = rounds_of(_timeline([(30, 0.05)] + BURST + half + [(100, 0.01)] + half + BURST + REST + BURST + REST))
+    assert work_of(rounds, 0.0, idle_at=rounds[-1].t, duration=rounds[-1].t).rests == [1.1, 1.0]
+
+
 def test_a_quiet_spell_read_a_burst_early_ends_the_work_at_the_final_rest():
     """The quiet-spell rule (10% of a CPU) took the light bursts for rest and read the idle in the
     second rest, or inside the third burst: the work still ends where the final rest began."""
@@ -140,6 +171,31 @@ def test_the_mean_over_the_work_decides_where_the_idle_would_mislead():
     assert by_mean.reason.startswith("mean RSS over the work 101 MiB (range 100-102)") and by_mean.objective == "mean"
 
 
+def test_a_bursty_workloads_slowdown_is_its_bursts_cpu():
+    """A trim every second lowers the memory held between the bursts, and each burst faults its pages
+    back in: x1.2 the bursts' CPU, where the driver's wall time, its sleeps in it, moved by 2%. It is
+    too slow by the bursts' time; a remedy that costs them nothing is picked."""
+    def run(spec, rep, mean, cpu, wall):
+        return RunFigures(spec, rep, 0, "ok", wall=wall, idle=60 * MiB, work_mean=mean * MiB, rests=[1.0, 1.0, 1.0],
+                          work_cpu=cpu, peak=200 * MiB)
+
+    table = {"glibc": [(100, 0.30, 4.0), (101, 0.31, 4.1)], "glibc:trim=every:1": [(50, 0.36, 4.08), (52, 0.37, 4.2)],
+             "jemalloc:dirty_decay_ms=1000": [(70, 0.30, 4.0), (72, 0.31, 4.1)]}
+    base = [run("glibc", k + 1, *row) for k, row in enumerate(table["glibc"])]
+    summaries = [summarize(V.parse_variant(spec), [run(spec, k + 1, *row) for k, row in enumerate(rows)], base)
+                 for spec, rows in table.items()]
+    trims = summaries[1]
+    assert trims.slowdown_by == "its bursts' CPU time" and round(trims.slowdown, 2) == 1.2
+    verdict = decide(summaries, "glibc", 0.05, "mean")
+    assert not trims.within_budget and verdict.recommended.spec == "jemalloc:dirty_decay_ms=1000", verdict.reason
+    assert "(by its bursts' CPU time)" in verdict.reason
+    # a run without the figure (a lab of an earlier memgap, or a baseline that did not rest): by wall time
+    for r in base:
+        r.work_cpu = None
+    again = summarize(V.parse_variant("glibc:trim=every:1"), [run("glibc:trim=every:1", 1, 50, 0.36, 4.08)], base)
+    assert again.slowdown_by == "" and round(again.slowdown, 2) == 1.02 and again.work_cpu is None
+
+
 def test_a_remedy_that_waits_for_a_quiet_spell_the_workload_never_has_is_said_so():
     variants = [V.parse_variant(s) for s in ("glibc", "glibc:arena_max=2,trim=quiet", "glibc:trim=every:1")]
     runs = [_run("glibc", 1, 100, 120, rests=[1.0, 0.9]), _run("glibc:arena_max=2,trim=quiet", 1, 40, 110)]
@@ -177,11 +233,12 @@ def test_the_document_carries_the_objective_and_an_earlier_lab_keeps_its_bytes()
     assert "Better: its whole work mean range below the baseline's" in text
     # without the new figures (a lab of an earlier memgap) nothing of them is written
     for r in runs:
-        r.work_mean = r.rests = None
+        r.work_mean = r.rests = r.work_cpu = None
     state.results = runs
     old = lab_document(options, state, 1.0).to_dict()
     assert "objective" not in old and all("mean" not in v for v in old["variants"])
-    assert all("work_mean" not in r and "rests" not in r for r in old["runs"])
+    assert all("work_mean" not in r and "rests" not in r and "work_cpu" not in r for r in old["runs"])
+    assert all("work_cpu" not in v and "slowdown_by" not in v for v in old["variants"])
 
 
 def test_a_bursty_runs_figures_come_from_its_samples():
@@ -198,3 +255,4 @@ def test_a_bursty_runs_figures_come_from_its_samples():
     assert m.rests == [1.0, 1.0] and m.work_span == [0.3, 2.9], (m.rests, m.work_span)
     assert m.work_mean == 120 * MiB  # the tree: the driver's 20 and the server's 100, from the first rest on
     assert m.wall == 2.9  # the work's time: from the start to its final rest (a quiet spell may misplace it)
+    assert m.work_cpu == 0.09  # a burst after the first: 3 intervals of 0.03 s of the server's CPU

@@ -44,6 +44,12 @@ def test_a_saved_lab_reports_its_own_figures(path, tmp_path, capsys):
         for row in rows_of_variant:
             assert re.search(rf"│ {' '.join(f'{k}={v}' for k, v in row['params'].items())} +│ +"
                              rf"{row['idle'] / MiB:.0f} │", shown), row
+    # saved before issue 32: none of its fields (the objective, the work's mean and rests, the bursts' CPU
+    # a slowdown is by), and the report says nothing of them: judged by idle, slowdowns by wall time
+    assert not {"objective", "objective_why"} & set(raw)
+    assert not any({"work_mean", "rests", "work_cpu"} & set(r) for r in raw["runs"])
+    assert not any({"mean", "work_cpu", "slowdown_by"} & set(v) for v in raw["variants"])
+    assert "Judged by" not in shown and "work mean" not in shown and "Too slow: beyond" in shown
     if recommended:
         assert f"Apply {recommended}:" in shown and " ".join(raw["recommendation"]["shell"]) in shown
     # --markdown: one row per variant, in the file's order, its idle cell and its verdict word

@@ -70,11 +70,16 @@ class VariantSummary(_Summary):
     within_budget: bool = True
     reason: str = ""
     mean: Spread | None = None      # the time-weighted mean RSS over the work (since issue 32: where known)
+    # since issue 32 item 2: a burst's CPU seconds (RunFigures.work_cpu), where its slowdown is by them,
+    # and what its slowdown is by where not by its throughput or wall time (verdict.BURSTS_CPU)
+    work_cpu: Spread | None = None
+    slowdown_by: str = ""
 
     def to_dict(self) -> JsonObject:
         out = super().to_dict()
-        if out["mean"] is None:  # a lab saved before it is written back as it was
-            del out["mean"]
+        for name in ("mean", "work_cpu", "slowdown_by"):  # a lab saved before them is written back as it was
+            if not out[name]:
+                del out[name]
         return out
 
     def word(self, recommended: str | None, baseline: str | None) -> str:

@@ -263,6 +263,9 @@ class RunFigures:
     # added by issue 31: what the tree's forked processes had copied from their parents, summed at their
     # idles (memgap.record.tree_copies; None: none of its processes was forked from another)
     copied: int | None = None
+    # added since issue 32 item 2, written where known: the CPU seconds the tree used in a burst within the
+    # work, their mean from its first rest to its final one (without --load: memgap.lab.work.bursts_cpu)
+    work_cpu: float | None = None
 
     def __post_init__(self) -> None:
         self.status = RunStatus(self.status)  # a status given as its word is the same status
@@ -270,7 +273,7 @@ class RunFigures:
     def to_dict(self) -> JsonObject:
         out = dataclasses.asdict(self)
         out["status"] = self.status.value
-        for name in ("process_peak", "work_mean", "work_span", "rests", "copied"):  # added since 8a6ec88, issues 32, 31
+        for name in ("process_peak", "work_mean", "work_span", "rests", "copied", "work_cpu"):  # since 8a6ec88
             if out[name] is None:
                 del out[name]
         return out

@@ -273,6 +273,8 @@ def _over_the_work(m: RunFigures, run: RunDocument, proc: ProcessRecord, found: 
     m.work_mean, m.work_span, m.rests = work.mean, [work.start, work.end], work.rests
     if load_end is None and work.rests is not None and len(work.rests) >= BURSTY_RESTS:
         m.wall = work.end  # a bursty run's work, to the final rest its CPU shows (a quiet spell misses light bursts)
+    if load_end is None:
+        m.work_cpu = work.cpu  # its bursts' time, as the samples can tell it (memgap.lab.work.bursts_cpu)
 
 
 def _idle_after_the_trimmer(m: RunFigures, proc: ProcessRecord) -> None:

@@ -43,6 +43,12 @@ def bursty_runs(runs: list[RunFigures]) -> list[RunFigures]:
     return [r for r in runs if r.rests is not None and len(r.rests) >= BURSTY_RESTS]
 
 
+def works_in_bursts(base_runs: list[RunFigures]) -> bool:
+    """Whether most of the baseline's usable runs rested at least BURSTY_RESTS times during their work."""
+    usable = [r for r in base_runs if r.status == RunStatus.OK and r.rests is not None]
+    return bool(usable) and 2 * len(bursty_runs(usable)) > len(usable)
+
+
 def decide_objective(asked: str, load: bool, base_runs: list[RunFigures]) -> tuple[str, str]:
     """(the objective, why) for one cell of a lab, from what was asked and the baseline's runs there."""
     if asked:

@@ -27,12 +27,13 @@ from typing import Any
 from memgap.allocators.variants import COST_WORDS, Variant
 from memgap.documents.lab_summary import Spread, VariantSummary
 from memgap.documents.records import LabMaterial, RunFigures
-from memgap.lab.objective import IDLE, summary_figure, words
+from memgap.lab.objective import IDLE, summary_figure, words, works_in_bursts
 
 # The share is the default slowdown budget (5% of time), asked of memory in turn. The bytes
 # are one transparent huge page: where THP is on, one touched byte can move RSS by 2 MiB.
 MATERIAL_SHARE = 0.05  # a lower idle median by less than this share is not worth a remedy
 MATERIAL_BYTES = 2 << 20  # ... nor by fewer bytes than this, against the baseline
+BURSTS_CPU = "its bursts' CPU time"  # what a bursty workload's slowdown is by (RunFigures.work_cpu)
 
 
 def material() -> LabMaterial:
@@ -65,18 +66,34 @@ def summarize(variant: Variant, runs: list[RunFigures], baseline_runs: list[RunF
     s.wall = _spread([r.wall for r in ok])
     s.throughput = _spread([r.throughput for r in ok if r.throughput is not None])
     s.tree = any(r.tree_how for r in ok)
-    if s.throughput is not None:  # the workload's own figure, higher is better
-        base_tp = {r.rep: r.throughput for r in baseline_runs if r.status == "ok" and r.throughput}
-        ratios = [base_tp[r.rep] / r.throughput for r in ok if r.rep in base_tp and r.throughput]
-    else:
-        base_by_rep = {r.rep: r.wall for r in baseline_runs if r.status == "ok" and r.wall > 0}
-        ratios = [r.wall / base_by_rep[r.rep] for r in ok if r.rep in base_by_rep]
-    s.slowdown = statistics.median(ratios) if ratios else None
+    s.slowdown, s.slowdown_by = _slowdown(s, ok, baseline_runs)
     s.patterns = sorted({r.pattern for r in ok if r.pattern})
     for r in ok:
         if r.pattern:
             s.pattern_counts[r.pattern] = s.pattern_counts.get(r.pattern, 0) + 1
     return s
+
+
+def _slowdown(s: VariantSummary, ok: list[RunFigures], baseline_runs: list[RunFigures]) -> tuple[float | None, str]:
+    """The median over reps of the variant's time over the baseline's in the same rep, and by what:
+    the workload's throughput where it reports one; for a workload that works in bursts (its
+    baseline's runs, memgap.lab.objective) the CPU time of a burst of its, where each of its runs
+    has one (RunFigures.work_cpu); else the wall time."""
+    base_ok = [r for r in baseline_runs if r.status == "ok"]
+    if s.throughput is not None:  # the workload's own figure, higher is better
+        base_tp = {r.rep: r.throughput for r in base_ok if r.throughput}
+        ratios = [base_tp[r.rep] / r.throughput for r in ok if r.rep in base_tp and r.throughput]
+        by = ""
+    elif works_in_bursts(base_ok) and ok and all(r.work_cpu for r in [*ok, *base_ok]):
+        s.work_cpu = _spread([r.work_cpu for r in ok if r.work_cpu])
+        base_cpu = {r.rep: r.work_cpu for r in base_ok if r.work_cpu}
+        ratios = [r.work_cpu / base_cpu[r.rep] for r in ok if r.rep in base_cpu and r.work_cpu]
+        by = BURSTS_CPU
+    else:
+        base_by_rep = {r.rep: r.wall for r in base_ok if r.wall > 0}
+        ratios = [r.wall / base_by_rep[r.rep] for r in ok if r.rep in base_by_rep]
+        by = ""
+    return (statistics.median(ratios) if ratios else None), by
 
 
 @dataclass
@@ -89,8 +106,9 @@ class Verdict:
 
 
 def run_to_run_spread(summary: VariantSummary | None) -> float:
-    """(max - min) / median of a variant's throughputs, else of its wall times; 0 when unknown."""
-    figures = summary and (summary.throughput or summary.wall)
+    """(max - min) / median of a variant's throughputs, else of the times its slowdown is by (its
+    bursts' CPU, or its wall times); 0 when unknown."""
+    figures = summary and (summary.throughput or (summary.work_cpu if summary.slowdown_by else summary.wall))
     if not figures or figures[0] <= 0:
         return 0.0
     return (figures[2] - figures[1]) / figures[0]
@@ -154,12 +172,17 @@ def decide(summaries: list[VariantSummary], baseline_spec: str, max_slowdown: fl
     reason = (f"{_figure_words(objective, choice.tree)} {idle[0] / 2**20:.0f} MiB "
               f"(range {idle[1] / 2**20:.0f}-{idle[2] / 2**20:.0f}) against the baseline's "
               f"{base_idle[0] / 2**20:.0f} ({base_idle[1] / 2**20:.0f}-{base_idle[2] / 2**20:.0f}), "
-              f"slowdown x{choice.slowdown or 1:.2f} (by {'its throughput' if choice.throughput else 'wall time'}); "
+              f"slowdown x{choice.slowdown or 1:.2f} (by {_by_words(choice)}); "
               f"{COST_WORDS[choice.cost]}")
     if choice is not eligible[0]:
         reason += (f"; chosen over {eligible[0].spec} ({_idle(eligible[0], objective)[0] / 2**20:.0f} MiB) "
                    f"as the simpler remedy: that one's range does not clear it by {MATERIAL_SHARE:.0%}")
     return Verdict(ranked, base, choice, reason, objective)
+
+
+def _by_words(s: VariantSummary) -> str:
+    """What a variant's slowdown is measured by, in words."""
+    return "its throughput" if s.throughput else s.slowdown_by or "wall time"
 
 
 def _within_the_limit(summaries: list[VariantSummary], base: VariantSummary) -> Verdict:

@@ -157,7 +157,8 @@ def pattern_evidence(lab: LabDocument, spec: str) -> list[str]:
 
 def too_slow_line(lab: LabDocument) -> str:
     spread = lab.time_spread
-    return (f"Too slow: beyond x{1 + lab.max_slowdown + spread:.2f} (the {lab.max_slowdown:.0%} budget"
+    by = next((f" by {v.slowdown_by}" for v in lab.variants if v.slowdown_by), "")  # a bursty workload's
+    return (f"Too slow{by}: beyond x{1 + lab.max_slowdown + spread:.2f} (the {lab.max_slowdown:.0%} budget"
             + (f", plus the baseline's own {spread:.1%} spread between its runs)" if spread else ")"))
 
 

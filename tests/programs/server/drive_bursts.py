@@ -2,7 +2,8 @@
 start the server as a child, wait until it answers, send BURSTS bursts of CONCURRENCY concurrent
 requests, each followed by a rest of REST seconds, and read the server's RSS from
 /proc/PID/status after each rest; then stop the server. It appends to READINGS a line
-"rest BYTES" per rest and one "work SECONDS" (the bursts' time, without the rests).
+"rest BYTES" per rest, one "burst SECONDS CPU" per burst (its time, and the CPU seconds the
+server and the driver used in it), and one "work SECONDS" (the bursts' time, without the rests).
 
     python drive_bursts.py READINGS [BURSTS [REST [CONCURRENCY]]]
 """
@@ -13,12 +14,12 @@ import subprocess
 import sys
 import time
 
-from load_tools import burst, free_port, rss  # beside this script
+from load_tools import burst, cpu, free_port, rss  # beside this script
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 readings = sys.argv[1]
-bursts = int(sys.argv[2]) if len(sys.argv) > 2 else 3
+bursts = int(sys.argv[2]) if len(sys.argv) > 2 else 4
 rest = float(sys.argv[3]) if len(sys.argv) > 3 else 1.0
 concurrency = int(sys.argv[4]) if len(sys.argv) > 4 else 8
 port = free_port()
@@ -33,9 +34,11 @@ while time.time() < deadline:
 lines = []
 work = 0.0
 for _ in range(bursts):
-    began = time.perf_counter()
+    began, cpu_began = time.perf_counter(), cpu(server.pid) + sum(os.times()[:2])
     burst(port, concurrency)
-    work += time.perf_counter() - began
+    took = time.perf_counter() - began
+    work += took
+    lines.append(f"burst {took:.4f} {cpu(server.pid) + sum(os.times()[:2]) - cpu_began:.2f}")
     time.sleep(rest)
     lines.append(f"rest {rss(server.pid)}")
 with open(readings, "a") as out:

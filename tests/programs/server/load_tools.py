@@ -1,5 +1,6 @@
 """What the load drivers beside this file share (standard library only, no memgap): a free port, a
-process's VmRSS and PSS from /proc, and a burst of concurrent requests."""
+process's VmRSS, PSS and CPU time from /proc, and a burst of concurrent requests."""
+import os
 import socket
 import threading
 import urllib.request
@@ -19,6 +20,13 @@ def rss(pid: int) -> int:
 def pss(pid: int) -> int:
     with open(f"/proc/{pid}/smaps_rollup") as fh:
         return next(int(line.split()[1]) * 1024 for line in fh if line.startswith("Pss:"))
+
+
+def cpu(pid: int) -> float:
+    """The process's CPU seconds so far, user and system (/proc/PID/stat's utime and stime)."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def burst(port: int, n: int) -> None:
