@@ -25,17 +25,12 @@ from typing import NoReturn, cast
 from memgap.documents.json_value import shaped
 from memgap.documents.recorded import RecordedSnapshot
 from memgap.errors import MemgapError
-from memgap.record.idle import RSS_SHARE, RSS_SLACK
+from memgap.record.idle import rss_slack
 from memgap.record.recording import RecordingWriter
 from memgap.record.tree_end import die_with_parent
 from memgap.sources.procfs import ProcReader, status_int
 
 MAX_PENDING = 64  # reads waiting at most: a flood of marks is refused past this, and said so
-
-
-def rss_slack(rss: int) -> int:
-    """RSS that moves less than this is still (memgap.record.idle's slack for a quiet spell)."""
-    return max(RSS_SLACK, int(RSS_SHARE * rss))
 
 
 def outside_snapshot(writer: RecordingWriter, pid: int, phase: str, start: float, trim_after: str = "",

@@ -37,8 +37,8 @@ from typing import TYPE_CHECKING
 from memgap.documents.json_value import JsonObject
 from memgap.documents.recorded import ProcessEntry, ProcessExit, RecordedSnapshot
 from memgap.errors import MemgapError
-from memgap.record.idle import QUIET_PHASE, QuietSpell, quiet_after
-from memgap.record.outside import OutsideReads, ReadAsked, ReadMade, rss_slack
+from memgap.record.idle import QUIET_PHASE, QuietSpell, quiet_after, rss_slack
+from memgap.record.outside import OutsideReads, ReadAsked, ReadMade
 from memgap.record.recording import child_recording_path
 from memgap.report.units import MiB
 from memgap.sources.processes import tree_pids
