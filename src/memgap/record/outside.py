@@ -162,7 +162,8 @@ Done = Callable[[ReadMade], None]
 
 
 class OutsideReads:
-    """The recorder's reads from outside, made one at a time beside the sampler, in the order asked:
+    """The recorder's reads from outside, made one at a time beside the sampler, in the order asked
+    (the reads of a moment before the peak reads: ``_next_key``):
     by a process of memgap's own, forked as the recording starts (``ReaderProcess``), so that a read
     that parses for seconds holding Python's GIL (a look at large C++ libraries: 0.6 s at a time
     here) never holds up the sampler's thread; in a thread of this process where none could be forked.
@@ -183,8 +184,9 @@ class OutsideReads:
         self._thread.start()
 
     def ask(self, read: ReadAsked, key: Hashable | None = None, done: Done | None = None) -> bool:
-        """Have ``read`` made as soon as the reads asked before it are (``done`` told what it found, in
-        the reads' thread); False where it is refused (too many wait, or the recording is ending)."""
+        """Have ``read`` made once the reads asked before it are (a peak read also waits for the reads of a
+        moment asked later: ``_next_key``), ``done`` told what it found, in the reads' thread; False
+        where it is refused (too many wait, or the recording is ending)."""
         with self._cond:
             if self._closed:
                 return False
@@ -239,7 +241,7 @@ class OutsideReads:
                     self._cond.wait()
                 if not self._pending:
                     return  # closed, and every read made
-                key = next(iter(self._pending))
+                key = _next_key(self._pending)
                 read, done = self._pending.pop(key)
                 self._busy = key
             try:
@@ -262,6 +264,15 @@ class OutsideReads:
             self.writer.write({"type": "error", "pid": None, "phase": "read from outside",
                                "error": "memgap's reader process ended: reads go on beside the sampler's thread"})
         return make_read(self.writer, read)
+
+
+def _next_key(pending: dict[Hashable, tuple[ReadAsked, Done | None]]) -> Hashable:
+    """The read to make next: the first asked of a moment (a mark, a quiet spell: the moment passes, and
+    a tree's PSS is summed from what its quiet reads found while it rested), else the first peak read
+    (a process at rest holds what a peak read of it would find). Beside 2 busy loops a read of a
+    300 MiB Python worker took 2-4 s, and quiet reads waited 10-20 s behind the peak reads of 4
+    workers first seen: a 3 s rest had ended, its tree shutting down, before they were made."""
+    return next((key for key, (read, _) in pending.items() if read.event != "peak"), next(iter(pending)))
 
 
 def _failed(writer: RecordingWriter, read: ReadAsked, exc: Exception) -> None:
