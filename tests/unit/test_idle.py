@@ -214,12 +214,17 @@ def test_a_tree_is_summed_from_pss_read_while_every_process_was_there():
 
 
 def test_the_reads_of_a_moment_go_before_the_peak_reads_waiting():
-    """A quiet spell's read waits for no peak read: beside busy loops, peak reads of a tree's 300 MiB
-    workers took 2-4 s each, and quiet reads made 10-20 s after they were asked came after the rest."""
-    from memgap.record.outside import ReadAsked, _next_key
+    """A quiet spell's read waits for no peak read, and the tree's PSS read as it went quiet for no
+    snapshot: beside busy loops, peak reads of a tree's 300 MiB workers took 2-4 s each, and quiet
+    reads made 10-20 s after they were asked came after the rest."""
+    from memgap.record.outside import PSS_EVENT, ReadAsked, _next_key
 
     peak, quiet = ReadAsked(2, "peak", 0.0, 1.0, event="peak"), ReadAsked(3, "quiet", 0.0, 2.0)
-    pending = {("peak", 2): (peak, None), ("peak", 4): (peak, None), ("once", 0): (quiet, None)}
+    batch = ReadAsked(3, "quiet", 0.0, 2.0, event=PSS_EVENT, then_pss=(2, 4))  # the quiet ones' PSS: first
+    pending = {("peak", 2): (peak, None), ("peak", 4): (peak, None), ("once", 0): (quiet, None),
+               PSS_EVENT: (batch, None)}
+    assert _next_key(pending) == PSS_EVENT
+    del pending[PSS_EVENT]
     assert _next_key(pending) == ("once", 0)
     del pending[("once", 0)]
     assert _next_key(pending) == ("peak", 2)  # then the peak reads, in the order asked

@@ -20,6 +20,7 @@ from memgap.documents.records import ProcessRecord, RunDocument
 from memgap.record.idle import rss_slack
 
 ALIVE_SLACK = 0.5  # s: a process last sampled this long before the idle moment was still there
+SAME_READING = 0.01  # s: a spell's end this close after a spell's start ended the one before
 
 
 @dataclass(frozen=True)
@@ -104,18 +105,22 @@ def pss_while_whole(run: RunDocument, alive: list[ProcessRecord]) -> dict[int, i
 
 
 def _readings(p: ProcessRecord) -> list[tuple[float, int]]:
-    """(time, PSS) of a process at its idle, in time order: its idle snapshot's, then its PSS read again
-    within that spell at its idle RSS (the RSS is unknown in a recording made before it was kept)."""
+    """(time, PSS) of a process at its idle, in time order: its idle snapshot's, and its PSS read from
+    outside within the spell that snapshot opened, at its idle RSS (the RSS is unknown in a recording
+    made before it was kept)."""
     idle = p.idle
     if idle is None or idle.time is None:
         return []
-    snap = next((s for s in p.snapshots if s.get("time") == idle.time), None)
-    pss = (snap.get("status") or {}).get("Pss") if snap is not None else None
-    out = [(idle.time, int(pss))] if pss is not None else []
-    end = min((t for t in p.quiet_ends or [] if t > idle.time), default=float("inf"))
+    snap = next((s for s in p.snapshots if s.get("time") == idle.time), None) or RecordedSnapshot()
+    # the spell from its start: its snapshot's read may have waited for others, its PSS read meanwhile
+    since = snap.get("quiet_since") or idle.time
+    # a spell's end is stamped at the reading that began the next one (before, a few microseconds after it)
+    end = min((t for t in p.quiet_ends or [] if t > since + SAME_READING), default=float("inf"))
+    pss = (snap.get("status") or {}).get("Pss")
+    out = [(idle.time, int(pss))] if pss is not None and idle.time < end else []
     slack = rss_slack(idle.rss)
     out += [(read[0], int(read[1])) for read in p.pss_reads or []
-            if idle.time < read[0] < end and (len(read) < 3 or abs(read[2] - idle.rss) <= slack)]
+            if since <= read[0] < end and (len(read) < 3 or abs(read[2] - idle.rss) <= slack)]
     return sorted(out)
 
 
