@@ -310,7 +310,7 @@ def _tree_total(m: RunFigures, run: RunDocument, proc: ProcessRecord, variant: V
             continue  # tree_at_idle keeps only processes with an idle
         after = m.idle if p is proc else _after_variant(p, variant)
         released = max(0, p.idle.rss - after)
-        total += max(0, (p.idle.pss if p.idle.pss is not None else p.idle.rss) - released)
+        total += max(0, tree.each[p.pid] - released)  # its PSS read while the tree was whole
     m.process_idle, m.idle = m.idle, total
     m.tree_how = tree.how() + (", less what the variant's trims released" if variant.trim else "")
     m.copied = copied_at_idle(run)

@@ -50,6 +50,11 @@ QUIET_ENV = "MEMGAP_QUIET"
 SHUTDOWN = 1.5  # seconds: a spell that ended this close to the process's end ended in its shutdown
 
 
+def rss_slack(rss: int) -> int:
+    """RSS that moves less than this is still: a quiet spell's slack."""
+    return max(RSS_SLACK, int(RSS_SHARE * rss))
+
+
 def quiet_after() -> float:
     """Seconds of quiet that make a spell: MEMGAP_QUIET, else QUIET_AFTER."""
     try:
@@ -98,7 +103,7 @@ class QuietSpell:
                 or cpu - cpu0 > BUSY_SHARE * (now - t0) + CPU_SLACK
                 or wanted - self._wanted0 > WANTED_SHARE * elapsed + CPU_SLACK
                 or wanted - wanted0 > WANTED_SHARE * (now - t0) + CPU_SLACK)
-        slack = max(RSS_SLACK, RSS_SHARE * self._rss0)
+        slack = rss_slack(self._rss0)
         if not busy and rss < self._rss0 - slack:
             # memory given back at rest (a runtime's scavenger, a collector shrinking its heap, a trim):
             # still rest; the spell keeps its start, and its figure is the lower one. A spell told
@@ -208,5 +213,5 @@ def _pss_at_idle(snap: RecordedSnapshot, entry: ProcessEntry) -> int | None:
     end = min((t for t in entry.get("quiet_ends", []) if t > snap["time"]), default=float("inf"))
     rss = snap.get("rss") or 0
     later = [read[1] for read in entry.get("pss_reads", []) if snap["time"] < read[0] < end
-             and (len(read) < 3 or abs(read[2] - rss) <= max(RSS_SLACK, RSS_SHARE * rss))]
+             and (len(read) < 3 or abs(read[2] - rss) <= rss_slack(rss))]
     return int(later[-1]) if later else pss  # a PSS read: bytes, kept in a list of floats with its time

@@ -4,16 +4,23 @@ quiet. ``memgap run``'s document (``RunDocument.tree``) and the lab's figures bo
 here, and the lab's peak of a tree too (``peak_of_tree``: the samples of one round summed).
 
 A forked worker shares its master's pages: the RSS sum counts each such page once per
-process that maps it, the PSS sum splits it among them, and is what the tree costs.
+process that maps it, the PSS sum splits it among them, and is what the tree costs. So a
+process's PSS is summed as read while the tree was whole (``pss_while_whole``): a sharer that
+has begun to exit splits its pages among fewer, and the others' PSS rises with no RSS of their
+own (a gunicorn master read at 150 MiB at rest was read again at 281 MiB as its 4 workers
+exited, and the lab summed its tree at 910 MiB where the driver read 763 MiB at rest).
 """
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 
 from memgap.documents.recorded import RecordedSample, RecordedSnapshot, TreeIdle
 from memgap.documents.records import ProcessRecord, RunDocument
+from memgap.record.idle import rss_slack
 
 ALIVE_SLACK = 0.5  # s: a process last sampled this long before the idle moment was still there
+SAME_READING = 0.01  # s: a spell's end this close after a spell's start ended the one before
 
 
 @dataclass(frozen=True)
@@ -24,6 +31,7 @@ class TreeAtIdle:
     pss: int     # each one's PSS at its idle, summed (its RSS where no PSS was read)
     rss: int     # each one's RSS at its idle, summed: a shared page counted once per process
     by_rss: int  # how many had no PSS read: their RSS stands in
+    each: dict[int, int]  # pid -> what was summed of it: its PSS read while the tree was whole (pss_while_whole)
 
     def how(self) -> str:
         """How the total was summed, in words."""
@@ -69,9 +77,64 @@ def tree_at_idle(run: RunDocument, proc: ProcessRecord | None = None) -> TreeAtI
     alive = alive_at_idle(run, proc) if proc is not None else []
     if len(alive) < 2:
         return None
-    idles = [p.idle for p in alive if p.idle is not None]
-    return TreeAtIdle(alive, sum(i.pss if i.pss is not None else i.rss for i in idles),
-                      sum(i.rss for i in idles), sum(i.pss is None for i in idles))
+    whole = pss_while_whole(run, alive)
+    each = {p.pid: pss if (pss := whole.get(p.pid)) is not None else p.idle.rss for p in alive if p.idle}
+    return TreeAtIdle(alive, sum(each.values()), sum(p.idle.rss for p in alive if p.idle),
+                      sum(whole.get(p.pid) is None for p in alive), each)
+
+
+def pss_while_whole(run: RunDocument, alive: list[ProcessRecord]) -> dict[int, int | None]:
+    """Each process's PSS at its idle, as read while the tree was whole: its last reading from
+    outside within the spell its idle opened (memgap.record.idle's ``_pss_at_idle``), at its idle
+    RSS, made while every other process of ``alive`` was there at a steady RSS (``_whole_at``);
+    else its idle's own PSS (None where it has none)."""
+    start = run.start or 0.0
+    series: dict[int, list[tuple[float, int]]] = {p.pid: [] for p in alive}
+    for s in run.timeline:
+        if s["pid"] in series:
+            series[s["pid"]].append((start + s["t"], s["rss"]))
+    exited = {p.pid: p.exit is not None for p in alive}
+    out: dict[int, int | None] = {}
+    for p in alive:
+        if p.idle is None:
+            continue
+        whole = [pss for t, pss in _readings(p)
+                 if all(_whole_at(series[q.pid], exited[q.pid], t) for q in alive if q is not p)]
+        out[p.pid] = whole[-1] if whole else p.idle.pss
+    return out
+
+
+def _readings(p: ProcessRecord) -> list[tuple[float, int]]:
+    """(time, PSS) of a process at its idle, in time order: its idle snapshot's, and its PSS read from
+    outside within the spell that snapshot opened, at its idle RSS (the RSS is unknown in a recording
+    made before it was kept)."""
+    idle = p.idle
+    if idle is None or idle.time is None:
+        return []
+    snap = next((s for s in p.snapshots if s.get("time") == idle.time), None) or RecordedSnapshot()
+    # the spell from its start: its snapshot's read may have waited for others, its PSS read meanwhile
+    since = snap.get("quiet_since") or idle.time
+    # a spell's end is stamped at the reading that began the next one (before, a few microseconds after it)
+    end = min((t for t in p.quiet_ends or [] if t > since + SAME_READING), default=float("inf"))
+    pss = (snap.get("status") or {}).get("Pss")
+    out = [(idle.time, int(pss))] if pss is not None and idle.time < end else []
+    slack = rss_slack(idle.rss)
+    out += [(read[0], int(read[1])) for read in p.pss_reads or []
+            if since <= read[0] < end and (len(read) < 3 or abs(read[2] - idle.rss) <= slack)]
+    return sorted(out)
+
+
+def _whole_at(samples: list[tuple[float, int]], exited: bool, when: float) -> bool:
+    """Whether a process was there, its pages all mapped, at ``when``: sampled before it and after it
+    at one RSS (a process that exits frees them on its way out); with no sample after it, one that
+    was never seen to exit (still running as the recording ended)."""
+    i = bisect.bisect_right(samples, (when, float("inf")))
+    if i == 0:
+        return False
+    if i == len(samples):
+        return not exited
+    before, after = samples[i - 1][1], samples[i][1]
+    return after > 0 and abs(after - before) <= rss_slack(before)
 
 
 def peak_of_tree(timeline: list[RecordedSample]) -> tuple[int, int] | None:

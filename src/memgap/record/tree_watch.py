@@ -37,8 +37,8 @@ from typing import TYPE_CHECKING
 from memgap.documents.json_value import JsonObject
 from memgap.documents.recorded import ProcessEntry, ProcessExit, RecordedSnapshot
 from memgap.errors import MemgapError
-from memgap.record.idle import QUIET_PHASE, QuietSpell, quiet_after
-from memgap.record.outside import OutsideReads, ReadAsked, ReadMade, rss_slack
+from memgap.record.idle import QUIET_PHASE, QuietSpell, quiet_after, rss_slack
+from memgap.record.outside import PSS_EVENT, OutsideReads, ReadAsked, ReadMade
 from memgap.record.recording import child_recording_path
 from memgap.report.units import MiB
 from memgap.sources.nvml import device_memory
@@ -230,12 +230,15 @@ class OutsideQuiet:
         event = spell.update(asked, cpu_ticks / self.hz, rss, ProcReader(pid).run_delay())
         if event == "quiet":
             others = tuple(other for other, known in self.spells.items() if other != pid and known.reported)
+            if others:  # the quiet ones' PSS now, before the snapshot (its read may wait for others): one
+                # batch waiting, the newest (all that are quiet then); memgap.record.tree_idle sums a tree by it
+                reads.ask(ReadAsked(pid, QUIET_PHASE, start, asked, event=PSS_EVENT, then_pss=others), PSS_EVENT)
             read = ReadAsked(pid, QUIET_PHASE, start, asked, quiet_since=spell.since,
                              rested_since=spell.rested_since, then_pss=others)
             if not reads.ask(read):
                 writer.write({"type": "error", "pid": pid, "phase": QUIET_PHASE, "error": TOO_MANY})
         elif event == "end":
-            writer.write({"type": "quiet-end", "pid": pid, "time": time.time()})
+            writer.write({"type": "quiet-end", "pid": pid, "time": asked})  # the reading that began the next spell
 
 
 class ExitHold:
