@@ -15,7 +15,6 @@ Without that measurement both causes are possible, and the finding says both.
 """
 from __future__ import annotations
 
-import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -92,7 +91,7 @@ def _words(copying: Sequence[WorkerCopies], copied: int, private: int, python: i
         return (f"{who} copied {mib(copied)} MiB of their parent's pages ({share}), {mib(python)} MiB of it Python's "
                 "objects: writes after the fork into memory the parent filled before it",
                 "build that memory after the fork, or keep it read-only in the workers")
-    head = (f"{who} {'each ' if len(each) > 1 else ''}copied ~{mib(statistics.median(each))} MiB{spread} of their "
+    head = (f"{who} {'each ' if len(each) > 1 else ''}copied ~{mib(_median(each))} MiB{spread} of their "
             f"parent's Python objects ({mib(python)} MiB of the {mib(copied)} MiB copied, {share})")
     if frozen is None:
         return (f"{head}, {READS} or {COLLECTOR}: both are possible until the copies are measured with the collector "
@@ -136,3 +135,11 @@ def copies_remain(baseline: int, frozen: FrozenCopies | None) -> str:
     return (f"{head}, and {mib(frozen.frozen)} MiB with the collector frozen at fork ({frozen.spec}): no setting "
             "removes them, as they are the workers' reads of the parent's Python objects (reference counts are "
             f"written on every read); {READS_REMEDY}")
+
+
+def _median(values: list[int]) -> float:
+    """The median, by hand: `statistics` brings decimal and fractions (0.7 MiB), and this module is loaded
+    by an in-process snapshot, inside the program it measures, before it reads the program's RSS."""
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
