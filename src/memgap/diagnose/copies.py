@@ -121,15 +121,18 @@ def _evidence(copying: Sequence[WorkerCopies], groups: dict[str, int], frozen: F
     return out
 
 
-def copies_remain(baseline: int, frozen: FrozenCopies | None) -> str:
-    """The lab's words where no setting it tried helped and the baseline's workers copied ``baseline`` bytes
-    of their parent's pages (at their idles): why the copies remain, and what would remove them."""
+def copies_remain(baseline: int, frozen: FrozenCopies | None, chosen: str | None = None) -> str:
+    """The lab's words where the baseline's workers copied ``baseline`` bytes of their parent's pages (at
+    their idles): why the copies remain, and what would remove them, whatever the lab recommends (``chosen``,
+    None where it keeps the defaults): a setting that saves something else leaves the reads' copies."""
     head = f"the forked workers copied {mib(baseline)} MiB of their parent's pages (summed at idle, the median run)"
     if frozen is None:
         return (f"{head}, and no variant that freezes the collector at fork ran: they are the parent's objects "
                 f"written by the workers' reads or by their collections; if by collections: {FREEZE_REMEDY}; "
                 f"if by reads: {READS_REMEDY}")
     if frozen.collector:
+        if chosen == frozen.spec:  # the recommendation removes them: nothing remains to say
+            return ""
         return (f"{head}, {mib(frozen.frozen)} MiB with the collector frozen at fork ({frozen.spec}): its writes "
                 "were most of them, but that variant did not qualify (its row says why)")
     return (f"{head}, and {mib(frozen.frozen)} MiB with the collector frozen at fork ({frozen.spec}): no setting "

@@ -48,9 +48,9 @@ def cell_verdict(options: LabOptions, variants: list[Variant],
         verdict.reason += (f"; note: one malloc_trim(0) at idle took the baseline from {base.idle[0] / 2**20:.0f} "
                            f"to {base.after_trim[0] / 2**20:.0f} MiB, and no trim variant ran: try "
                            "--variant glibc:trim=idle")
+    remain = _copies_remain(variants, runs, baseline, verdict.recommended.spec if verdict.recommended else None)
+    verdict.reason += f"; {remain}" if remain else ""
     if verdict.recommended is None:
-        remain = _copies_remain(variants, runs, baseline)
-        verdict.reason += f"; {remain}" if remain else ""
         return verdict, None
     chosen = next(v for v in variants if v.spec == verdict.recommended.spec)
     lines = recommendation_lines(chosen, any(r.python for r in runs) or not runs)
@@ -70,9 +70,11 @@ def cell_verdict(options: LabOptions, variants: list[Variant],
     return verdict, recommendation
 
 
-def _copies_remain(variants: list[Variant], runs: list[RunFigures], baseline: Variant | None) -> str:
+def _copies_remain(variants: list[Variant], runs: list[RunFigures], baseline: Variant | None,
+                   chosen: str | None) -> str:
     """Where the baseline's forked workers copied their parent's pages (its runs' medians, at least the findings'
-    floor): why the copies remain, told by the runs with the collector frozen at fork where some ran."""
+    floor): why the copies remain, told by the runs with the collector frozen at fork where some ran, beside
+    the recommendation (``chosen``) if any."""
     def copied(specs: set[str]) -> int | None:
         values = [r.copied for r in runs if r.variant in specs and r.status == RunStatus.OK and r.copied is not None]
         return int(statistics.median(values)) if values else None
@@ -82,7 +84,7 @@ def _copies_remain(variants: list[Variant], runs: list[RunFigures], baseline: Va
         return ""
     freezes = [v for v in variants if v.gc_freeze and not v.is_baseline]
     frozen = copied({v.spec for v in freezes})
-    return copies_remain(base, FrozenCopies(base, frozen, freezes[0].spec) if frozen is not None else None)
+    return copies_remain(base, FrozenCopies(base, frozen, freezes[0].spec) if frozen is not None else None, chosen)
 
 
 def _sweep(cells: list[Cell]) -> dict[str, list[SweepRow]]:
