@@ -228,3 +228,38 @@ def test_the_reads_of_a_moment_go_before_the_peak_reads_waiting():
     assert _next_key(pending) == ("once", 0)
     del pending[("once", 0)]
     assert _next_key(pending) == ("peak", 2)  # then the peak reads, in the order asked
+
+
+def test_a_quiet_spell_told_but_read_after_the_process_exited_is_still_its_idle():
+    """The recorder tells each spell as it begins and asks its snapshot; the reads are made one at a time,
+    and beside 4 busy loops a gunicorn master told quiet after its 4 workers (0.6-0.8 s a worker's read)
+    was read 3.3 s later, after its driver had stopped it: the read failed, and its idle was taken from
+    its snapshot before exit, after its workers had exited (the tree summed at 530 MiB where the driver
+    read 321 MiB at rest, 3 runs of 4). The spell told is its idle, its PSS the one read as it was told."""
+    from memgap.documents.records import RunDocument
+    from memgap.record.idle import BEFORE_EXIT_PHASE, idle_of_process
+    from memgap.record.tree_idle import tree_at_idle
+
+    start = 1000.0
+    before_exit = {"phase": BEFORE_EXIT_PHASE, "pid": 1, "time": start + 5.9, "rss": 287 * MiB,
+                   "status": {"Pss": 287 * MiB}, "layers": {}, "unexplained": 0, "allocator": {"name": "glibc"}}
+    told = [[start + 2.78, start + 1.78, start + 1.7, 286 * MiB]]  # when, since, rested since, RSS
+    master = {"pid": 1, "snapshots": [before_exit], "quiet_told": told,
+              "pss_reads": [[start + 2.79, 65 * MiB, 286 * MiB]]}
+    timeline = [{"pid": pid, "t": t / 10, "rss": (286 if pid == 1 else 278) * MiB, "anon": 0, "file": 0}
+                for t in range(10, 60) for pid in (1, 2)]
+    idle = idle_of_process(master, timeline, start)
+    assert (idle.rule, idle.rss, idle.pss) == ("quiet", 286 * MiB, 65 * MiB), idle
+    assert idle.label == "idle (quiet 4.1 s; not read: it exited first)" and idle.work_ended == start + 1.7
+    # a spell whose snapshot was read is not told twice; one read before a second telling (its RSS lowered) is
+    read = {**before_exit, "phase": "quiet", "time": start + 3.1, "quiet_since": start + 1.78, "rss": 286 * MiB}
+    assert idle_of_process({**master, "snapshots": [read, before_exit]}, timeline, start).time == start + 3.1
+    lowered = [*master["quiet_told"], [start + 4.0, start + 1.78, start + 1.7, 270 * MiB]]
+    assert idle_of_process({**master, "snapshots": [read, before_exit], "quiet_told": lowered},
+                           timeline, start).rss == 270 * MiB
+    # the tree: the master by the PSS read as it was told, while its worker was there
+    worker = _quiet_process(2, 278 * MiB, 60 * MiB, start + 2.5, [(start + 2.79, 59 * MiB, 278 * MiB)])
+    run = RunDocument.from_dict({"schema": "memgap.run/1", "start": start, "timeline": timeline,
+                                 "processes": [{**master, "idle": idle.to_dict()}, worker]})
+    tree = tree_at_idle(run, run.processes[0])
+    assert tree is not None and tree.each == {1: 65 * MiB, 2: 59 * MiB}, tree

@@ -235,6 +235,7 @@ class ProcessEntry(_Entry, total=False):
     trimmer: str
     trims: list[JsonObject]
     quiet_ends: list[float]
+    quiet_told: list[list[float]]
     agent_exit: AgentExit
     pss_reads: list[list[float]]
     idle: JsonObject | None
@@ -248,7 +249,7 @@ class ProcessEntry(_Entry, total=False):
 
 class RecordedEvent(TypedDict, total=False):
     """A line of a recording, any kind (``type``): the keys of every kind the reader takes apart
-    (header, process, sample, snapshot, peak, gone, passed, quiet-end, pss, metric, error, trimmer,
+    (header, process, sample, snapshot, peak, gone, passed, quiet, quiet-end, pss, metric, error, trimmer,
     trimmer-start, load, cgroup, end); a trimmer's line holds its trim record's keys besides."""
 
     type: str
@@ -275,6 +276,8 @@ class RecordedEvent(TypedDict, total=False):
     threads: int
     lived: float  # a process that passed through: how long it lived (its VmHWM: ``hwm``)
     hwm: int
+    since: float  # a quiet spell told: when it began (``rested_since``: when the process's rest did)
+    rested_since: float | None
     phase: str
     error: str
     limit: int | None

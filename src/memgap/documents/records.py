@@ -107,6 +107,7 @@ class ProcessRecord:
     trimmer: str | None = None          # the bootstrap started a trimmer in it: its mode
     trims: list[TrimRecord] | None = None  # the trimmer's trims
     quiet_ends: list[float] | None = None  # when its quiet spells ended
+    quiet_told: list[list[float]] | None = None  # its quiet spells as told: [when, start, rest's start, RSS]
     agent_exit: AgentExit | None = None  # the statistics its agent wrote as it exited
     idle: ProcessIdle | None = None  # the idle found, with its rule
     pss_reads: list[list[float]] | None = None  # [time, Pss, Rss] read again while it was quiet (a tree's idle)
@@ -123,6 +124,8 @@ class ProcessRecord:
             out["trims"] = [t.to_dict() for t in self.trims]
         if self.quiet_ends is not None:
             out["quiet_ends"] = self.quiet_ends
+        if self.quiet_told is not None:
+            out["quiet_told"] = self.quiet_told
         if self.agent_exit is not None:
             out["agent_exit"] = self.agent_exit
         if self.pss_reads is not None:

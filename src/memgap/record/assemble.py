@@ -50,6 +50,9 @@ def _add_event(processes: dict[int, ProcessEntry], errors: list[RecordedError], 
             cast(JsonObject, {k: v for k, v in event.items() if k not in ("type", "pid")}))
     elif kind == "trimmer-start":  # memgap's bootstrap started a trimmer in this process
         _process_entry(processes, event)["trimmer"] = event.get("mode", "")
+    elif kind == "quiet":  # a spell told: [when, its start, its rest's start, its RSS]
+        told = [event["time"], event["since"], event.get("rested_since") or event["since"], event.get("rss") or 0]
+        _process_entry(processes, event).setdefault("quiet_told", []).append(told)
     elif kind == "quiet-end":
         _process_entry(processes, event).setdefault("quiet_ends", []).append(event["time"])
     elif kind == "pss":  # a quiet process's PSS read again as another one went quiet

@@ -140,25 +140,44 @@ class FoundIdle:
     snapshot: RecordedSnapshot | None  # the layered snapshot at that moment, when there is one
 
 
+def told_spells(snapshots: list[RecordedSnapshot], told: list[list[float]] | None) -> list[RecordedSnapshot]:
+    """The quiet spells the recorder told (``told``: [when, its start, its rest's start, its RSS]) that no
+    quiet snapshot read, each as a snapshot's record of that moment with no layers: its read waited
+    behind the others' and the process had exited first (beside 2-4 busy loops, a gunicorn master told
+    quiet after its 4 workers was read 3-4 s later, 0.6-0.8 s a worker: its tree had stopped)."""
+    read = [s for s in snapshots if s.get("phase") == QUIET_PHASE]
+    out = []
+    for when, since, rested, rss in (t[:4] for t in told or []):
+        if not any(s.get("quiet_since") == since and s.get("time", 0.0) >= when for s in read):
+            out.append(RecordedSnapshot(phase=QUIET_PHASE, time=when, quiet_since=since, rested_since=rested,
+                                        rss=int(rss), status={}))
+    return out
+
+
 def find_idle(snapshots: list[RecordedSnapshot], quiet_ends: list[float],
-              last_seen: float | None, last_rss: int | None) -> FoundIdle | None:
+              last_seen: float | None, last_rss: int | None,
+              told: list[list[float]] | None = None) -> FoundIdle | None:
     """The idle of one process from what its run recorded (snapshots in time order,
-    the times its quiet spells ended, when it was last seen, its last sampled RSS)."""
+    the times its quiet spells ended, when it was last seen, its last sampled RSS, its
+    quiet spells as the recorder told them: ``told_spells``)."""
     marked = [s for s in snapshots if s.get("phase") == "idle"]
     if marked:
         snap = marked[-1]
         if snap.get("quiet_since"):  # found by the recorder's --idle-after
             return FoundIdle(_rss(snap), "quiet", f"idle (quiet {_spell(snap, last_seen)}, --idle-after)", snap)
         return FoundIdle(_rss(snap), "marked", "idle (marked)", snap)
-    quiet = [s for s in snapshots if s.get("phase") == QUIET_PHASE]
+    unread = told_spells(snapshots, told)
+    quiet = sorted([s for s in snapshots if s.get("phase") == QUIET_PHASE] + unread, key=lambda s: s.get("time", 0.0))
     last_quiet = quiet[-1] if quiet else None
     ended = [t for t in quiet_ends if last_quiet is not None and t > last_quiet["time"]]
+    unread_said = "; not read: it exited first" if any(last_quiet is s for s in unread) else ""
     if last_quiet is not None and not ended:
-        return FoundIdle(_rss(last_quiet), "quiet", f"idle (quiet {_spell(last_quiet, last_seen)})", last_quiet)
+        return FoundIdle(_rss(last_quiet), "quiet", f"idle (quiet {_spell(last_quiet, last_seen)}{unread_said})",
+                         last_quiet)
     if last_quiet is not None and last_seen is not None and last_seen - ended[0] <= SHUTDOWN:
         # what ended it was the process's own shutdown (a server told to stop), not more work
         return FoundIdle(_rss(last_quiet), "quiet",
-                         f"idle (quiet {_spell(last_quiet, ended[0])}, then its shutdown)", last_quiet)
+                         f"idle (quiet {_spell(last_quiet, ended[0])}, then its shutdown{unread_said})", last_quiet)
     before = [s for s in snapshots if s.get("phase") == BEFORE_EXIT_PHASE]
     if before:
         return FoundIdle(_rss(before[-1]), "before exit", "idle (before exit)", before[-1])
@@ -191,7 +210,7 @@ def idle_of_process(entry: ProcessEntry, timeline: list[RecordedSample],
                     + ([start + samples[-1]["t"]] if samples and start else []), default=None)
     # a process read as it exits (a zombie) shows no RSS: the last figure is the last one it had
     last_rss = next((s["rss"] for s in reversed(samples) if s["rss"]), None)
-    found = find_idle(entry["snapshots"], entry.get("quiet_ends", []), last_seen, last_rss)
+    found = find_idle(entry["snapshots"], entry.get("quiet_ends", []), last_seen, last_rss, entry.get("quiet_told"))
     if found is None:
         return None
     snap = found.snapshot or {}

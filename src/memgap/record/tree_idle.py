@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from memgap.documents.recorded import RecordedSample, RecordedSnapshot, TreeIdle
 from memgap.documents.records import ProcessRecord, RunDocument
-from memgap.record.idle import rss_slack
+from memgap.record.idle import rss_slack, told_spells
 
 ALIVE_SLACK = 0.5  # s: a process last sampled this long before the idle moment was still there
 SAME_READING = 0.01  # s: a spell's end this close after a spell's start ended the one before
@@ -49,8 +49,14 @@ def idle_began(proc: ProcessRecord) -> float | None:
     alive during that spell are its tree at idle), else the idle moment."""
     if proc.idle is None:
         return None
-    snap: RecordedSnapshot = next((s for s in proc.snapshots if s.get("time") == proc.idle.time), RecordedSnapshot())
-    return snap.get("quiet_since") or proc.idle.time
+    return _idle_snapshot(proc).get("quiet_since") or proc.idle.time
+
+
+def _idle_snapshot(proc: ProcessRecord) -> RecordedSnapshot:
+    """The snapshot of its idle: one read, or a quiet spell told and never read (``told_spells``)."""
+    at = proc.idle.time if proc.idle is not None else None
+    snaps = [*proc.snapshots, *told_spells(proc.snapshots, proc.quiet_told)]
+    return next((s for s in snaps if at is not None and s.get("time") == at), RecordedSnapshot())
 
 
 def alive_at_idle(run: RunDocument, proc: ProcessRecord) -> list[ProcessRecord]:
@@ -111,7 +117,7 @@ def _readings(p: ProcessRecord) -> list[tuple[float, int]]:
     idle = p.idle
     if idle is None or idle.time is None:
         return []
-    snap = next((s for s in p.snapshots if s.get("time") == idle.time), None) or RecordedSnapshot()
+    snap = _idle_snapshot(p)
     # the spell from its start: its snapshot's read may have waited for others, its PSS read meanwhile
     since = snap.get("quiet_since") or idle.time
     # a spell's end is stamped at the reading that began the next one (before, a few microseconds after it)

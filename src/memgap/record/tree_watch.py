@@ -229,6 +229,10 @@ class OutsideQuiet:
         # wall time: the recording's clock; its run-queue wait: a process starved of CPU is not at rest
         event = spell.update(asked, cpu_ticks / self.hz, rss, ProcReader(pid).run_delay())
         if event == "quiet":
+            # the spell itself, apart from its snapshot: a read that waits behind others may come after the
+            # process exited, and the idle found is still this spell (memgap.record.idle.told_spells)
+            writer.write({"type": "quiet", "pid": pid, "time": asked, "since": spell.since,
+                          "rested_since": spell.rested_since, "rss": rss})
             others = tuple(other for other, known in self.spells.items() if other != pid and known.reported)
             if others:  # the quiet ones' PSS now, before the snapshot (its read may wait for others): one
                 # batch waiting, the newest (all that are quiet then); memgap.record.tree_idle sums a tree by it
