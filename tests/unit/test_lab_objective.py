@@ -320,13 +320,18 @@ def test_a_trimmer_variants_wall_ends_where_its_final_rest_began_whatever_its_tr
             "pid": 2, "unexplained": 0, "route": "in-process", "time": 1000.0 + 6.3}
     trim = {"time": 1005.38, "rss_before": 100 * MiB, "rss_after": 60 * MiB, "started": 1004.92, "cpu": 0.0973}
 
-    def figures(recorded):
+    def figures(recorded, by_agent=False):
+        proc = {"pid": 2, "snapshots": [snap], "trimmer": "idle", "trims": [recorded]}
+        if by_agent:  # a C server: its agent's trimmer, whose exit record lists its trims
+            proc = {"pid": 2, "snapshots": [snap], "agent_exit": {"allocator": "glibc", "trims": [recorded],
+                                                                  "trimmer": {"mode": "idle", "trims": 1.0}}}
         run = RunDocument.from_dict({"schema": "memgap.run/1", "start": 1000.0, "exit_code": 0, "duration": 6.4,
-                                     "timeline": _timeline(pattern), "processes": [
-                                         {"pid": 2, "snapshots": [snap], "trimmer": "idle", "trims": [recorded]}]})
+                                     "timeline": _timeline(pattern), "processes": [proc]})
         return run_figures(run, "glibc:trim=quiet", 1, 1, 0.0)
 
     m = figures(trim)
     assert m.status == "ok" and m.idle == 60 * MiB and m.rests == [1.0, 1.0] and m.wall == 2.9, m
+    by_agent = figures(trim, by_agent=True)
+    assert by_agent.rests == [1.0, 1.0] and by_agent.wall == 2.9, by_agent
     old = figures({k: trim[k] for k in ("time", "rss_before", "rss_after")})
     assert old.idle == 60 * MiB and old.wall == 5.2 and old.rests == [1.0, 1.0, 2.0], old  # as before: the flake
