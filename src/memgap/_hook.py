@@ -18,6 +18,7 @@ from memgap.record.envnames import (
 
 if TYPE_CHECKING:
     from memgap.documents.json_value import JsonObject
+    from memgap.remedies import TrimTimes
 
 _installed = False  # the bootstrap's sitecustomize and memgap's .pth file may both ask
 _events = None  # this process's file for its trimmers' events (a recording.ProcessFile)
@@ -32,13 +33,13 @@ def _at_exit() -> None:
         pass
 
 
-def _record_trim(rss_before: int, rss_after: int) -> None:
-    """Under `memgap run`/`lab`: what each of the idle trimmer's trims did, into the recording."""
-    import time
-
+def _record_trim(rss_before: int, rss_after: int, times: TrimTimes) -> None:
+    """Under `memgap run`/`lab`: what each of the trimmers' trims did, when, and its CPU, into the
+    recording (the lab tells memgap's own CPU from the workload's bursts by them: memgap.lab.work)."""
     from memgap.documents.trim import TrimRecord, TrimRoute
 
-    record = TrimRecord(rss_before, rss_after, TrimRoute.TRIMMER, time=time.time())
+    record = TrimRecord(rss_before, rss_after, TrimRoute.TRIMMER, time=times.ended, started=times.started,
+                        cpu=round(times.cpu, 6))
     _write_event({"type": "trimmer", "pid": os.getpid(), **record.to_dict()})
 
 
@@ -47,6 +48,7 @@ def _trim_periodically(seconds: float) -> None:
     from memgap.allocators.detect import detect_in_process
     from memgap.allocators.registry import reader_for
     from memgap.inside.pymalloc_release import release_if_asked
+    from memgap.remedies import timed_trim
     from memgap.sources.glibc import glibc_malloc
     from memgap.sources.procfs import ProcReader
 
@@ -59,10 +61,19 @@ def _trim_periodically(seconds: float) -> None:
     stop = threading.Event()
     atexit.register(stop.set)
 
+    def trim() -> None:
+        libc.trim(0)
+        release_if_asked()
+
+    recorded = bool(os.environ.get(RECORD_DIR_ENV))
+    status = ProcReader("self")
+
     def loop() -> None:
         while not stop.wait(seconds):
-            libc.trim(0)
-            release_if_asked()
+            if recorded:  # each trim with its span and CPU, as the idle trimmer's
+                _record_trim(*timed_trim(trim, status))
+            else:
+                trim()
 
     threading.Thread(target=loop, name="memgap-trimmer", daemon=True).start()
     _trimmer_started(f"every {seconds:g} s")
@@ -128,7 +139,7 @@ def _start_trimmer() -> bool:
     from memgap.remedies import Trimmer
 
     try:
-        trimmer = Trimmer(on_trim=_record_trim if os.environ.get(RECORD_DIR_ENV) else None).start()
+        trimmer = Trimmer(on_timed_trim=_record_trim if os.environ.get(RECORD_DIR_ENV) else None).start()
     except Unsupported:
         return False  # not glibc: nothing to trim, and the program runs as it would
     atexit.register(trimmer.stop)

@@ -123,7 +123,7 @@ class TrimResult(TrimRecord):
     def record(self) -> TrimRecord:
         """The trim as a recording keeps it (a plain in-process trim record)."""
         return TrimRecord(self.rss_before, self.rss_after, self.route, self.performed, self.released,
-                          self.seconds, self.reason, self.time, TrimDetails(**self.details))
+                          self.seconds, self.reason, self.time, details=TrimDetails(**self.details))
 
     def __repr__(self) -> str:
         return (f"TrimResult(performed={self.performed!r}, rss_before={self.rss_before!r}, "

@@ -46,11 +46,13 @@ class Trimmer:
 
     def __init__(self, interval: float = 1.0, quiet: float = 2.0, min_free: int = 16 * MiB,
                  quiet_change: float = 0.02, min_gap: float = 10.0,
-                 on_trim: Callable[[int, int], None] | None = None) -> None:
-        """``on_trim(rss_before, rss_after)`` is called after each trim, from the trimmer's thread."""
+                 on_trim: Callable[[int, int], None] | None = None,
+                 on_timed_trim: Callable[[int, int, TrimTimes], None] | None = None) -> None:
+        """``on_trim(rss_before, rss_after)`` is called after each trim, from the trimmer's thread;
+        ``on_timed_trim(rss_before, rss_after, times)`` too, with the trim's ``TrimTimes``."""
         self.interval, self.quiet, self.min_free = interval, quiet, min_free
         self.quiet_change, self.min_gap = quiet_change, min_gap
-        self.on_trim = on_trim
+        self.on_trim, self.on_timed_trim = on_trim, on_timed_trim
         self.stats = TrimmerStats()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -108,20 +110,49 @@ class Trimmer:
             if (not burst_since_trim or now - quiet_since < self.quiet or now < next_allowed
                     or (info.fordblks < self.min_free and not pools)):
                 continue
-            before = status_int(status.status(), "VmRSS")
-            started = time.perf_counter()
-            self._libc.trim(0)
-            self._release()
-            self.stats.seconds += time.perf_counter() - started
-            after = status_int(status.status(), "VmRSS")
-            released = max(0, before - after)
-            if self.on_trim is not None:
-                self.on_trim(before, after)
-            self.stats.trims += 1
-            self.stats.released += released
+            released = self._trim(status)
             burst_since_trim = False
             gap = self.min_gap if released >= MiB else min(gap * 2, self.min_gap * 64)
             next_allowed = now + gap
+
+    def _trim(self, status: ProcReader) -> int:
+        """One trim, timed, and its callbacks; the RSS it gave back."""
+        before, after, times = timed_trim(self._trim_calls, status)
+        if self.on_trim is not None:
+            self.on_trim(before, after)
+        if self.on_timed_trim is not None:
+            self.on_timed_trim(before, after, times)
+        self.stats.trims += 1
+        self.stats.seconds += times.inside
+        self.stats.released += max(0, before - after)
+        return max(0, before - after)
+
+    def _trim_calls(self) -> None:
+        self._libc.trim(0)
+        self._release()
+
+
+@dataclass(frozen=True)
+class TrimTimes:
+    """When one trim ran (``time.time()`` as it began and as it ended: a lab tells memgap's own CPU
+    from the workload's by them), its thread's CPU seconds meanwhile (``time.thread_time()``: the
+    trim's, the kernel's freeing of the pages included), and the seconds inside the trim calls."""
+
+    started: float
+    ended: float
+    cpu: float
+    inside: float
+
+
+def timed_trim(trim: Callable[[], object], status: ProcReader) -> tuple[int, int, TrimTimes]:
+    """Call ``trim`` between two reads of this process's VmRSS: (RSS before, RSS after, its times)."""
+    started, cpu = time.time(), time.thread_time()
+    before = status_int(status.status(), "VmRSS")
+    took = time.perf_counter()
+    trim()
+    inside = time.perf_counter() - took
+    after = status_int(status.status(), "VmRSS")
+    return before, after, TrimTimes(started, time.time(), time.thread_time() - cpu, inside)
 
 
 def spawn_env(base: dict[str, str] | None = None, **settings: str) -> dict[str, str]:

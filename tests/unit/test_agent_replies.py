@@ -49,6 +49,23 @@ def test_parse_trim_reply():
         parse_trim(fixture("trim-glibc.txt").replace("released=15450112", "released=15450113"))
 
 
+def test_parse_an_exit_record_with_its_trimmers_trims():
+    """A C program's exit record under `memgap run` with MEMGAP_TRIM_EVERY=0.5 (a burst of 120 MiB in
+    2 KiB blocks, one in sixteen kept, then 4 s asleep): each trim with its span and its thread's CPU."""
+    from memgap.agent.reply import parse_report
+    from memgap.documents.trim import TrimRecord, TrimRoute
+
+    report = parse_report(fixture("exit-trim-every.txt"))
+    assert report.trimmer["mode"] == "every" and len(report.trims) == report.trimmer["trims"] == 8
+    # its CPU within its span (printed to the microsecond): the trim ran on the CPU all along
+    assert all(t.route is TrimRoute.TRIMMER and t.started < t.time and 0 < t.cpu <= t.time - t.started + 1e-5
+               for t in report.trims), report.trims
+    assert sum(t.released for t in report.trims) == report.trimmer["released"]  # the first gave back the burst
+    assert [t.time for t in report.trims] == sorted(t.time for t in report.trims) < [report.exit["time"]] * 8
+    summary = report.summary()
+    assert [TrimRecord.from_dict(t) for t in summary["trims"]] == report.trims
+
+
 @pytest.mark.parametrize("cut", [10, 200, 5000, -6])
 def test_cut_short_reply_is_an_error(cut):
     from memgap.agent.reply import parse_report

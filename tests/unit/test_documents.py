@@ -154,6 +154,10 @@ def test_the_trim_records_of_each_version():
     trimmer = _process(read(os.path.join(CURRENT, "run-trimmer.json")))
     assert trimmer.trims and all(t.route is TrimRoute.TRIMMER for t in trimmer.trims)
     assert trimmer.trims[0].released == trimmer.trims[0].rss_before - trimmer.trims[0].rss_after
+    assert all(t.started is None and t.cpu is None for t in trimmer.trims)  # saved before the trims were timed
+    timed = TrimRecord(100, 40, TrimRoute.TRIMMER, time=12.5, started=12.25, cpu=0.03)
+    assert timed.to_dict() == {"time": 12.5, "rss_before": 100, "rss_after": 40, "started": 12.25, "cpu": 0.03}
+    assert TrimRecord.from_dict(timed.to_dict()) == timed
 
 
 def _process(data):

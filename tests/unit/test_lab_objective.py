@@ -7,7 +7,16 @@ from memgap.allocators import variants as V  # noqa: N812 - a short alias, as in
 from memgap.documents.records import LabDocument, RunFigures
 from memgap.lab.objective import decide_objective, quiet_warnings
 from memgap.lab.verdict import decide, summarize
-from memgap.lab.work import MIN_REST, intervals_of, rests_within, rounds_of, stretches, time_weighted_mean, work_of
+from memgap.lab.work import (
+    MIN_REST,
+    OwnTrim,
+    intervals_of,
+    rests_within,
+    rounds_of,
+    stretches,
+    time_weighted_mean,
+    work_of,
+)
 
 MiB = 1 << 20
 
@@ -100,6 +109,47 @@ def test_the_idle_trimmers_trim_in_the_final_rest_is_no_burst_of_the_workload():
     stamped = rounds[50].t + 0.02  # the trimmer stamps its trim as it returns, after the round that read its CPU
     work = work_of(rounds, 0.0, idle_at=rounds[-1].t, duration=rounds[-1].t, trims=[stamped])
     assert work.end == rounds[29].t and work.rests == [1.0, 1.0], work
+
+
+# the final rest of the trimmer variant in test_remedy_ships (load 6): its trim's CPU, 0.1 s of the server's,
+# spread over the half second the trim took, began 2 s into the rest and returned 0.46 s later
+SLOW_TRIM = [(100, 0.0)] * 20 + [(70, 0.02)] * 5 + [(60, 0.0)] * 10
+
+
+def test_a_slow_trims_cpu_over_its_whole_span_is_no_burst_of_the_workload():
+    """Stamped as it returned, the trim's interval and the one on either side counted as used none:
+    its first intervals (0.06 s of CPU) made a burst, and the work ended 2.3 s after its final rest
+    began. Its span and its thread's CPU (0.0973 s, two ticks of the samples' ten in one) take it all."""
+    rounds = rounds_of(_timeline([(30, 0.05)] + BURST + REST + BURST + REST + BURST + SLOW_TRIM))
+    began, returned = rounds[49].t + 0.02, rounds[53].t + 0.08
+    stamped = work_of(rounds, 0.0, idle_at=rounds[-1].t, duration=rounds[-1].t, trims=[returned])
+    assert stamped.end == rounds[52].t and stamped.rests == [1.0, 1.0, 2.0], stamped  # the flake
+    spanned = OwnTrim(began, returned, 0.0973)
+    work = work_of(rounds, 0.0, idle_at=rounds[-1].t, duration=rounds[-1].t, trims=[spanned])
+    assert work.end == rounds[29].t and work.rests == [1.0, 1.0] and work.cpu == 0.09, work
+    # the trim's CPU alone is taken: a burst that ran beside it is still one
+    busy = rounds_of(_timeline([(30, 0.05)] + BURST + REST + BURST + REST + BURST + SLOW_TRIM[:20]
+                               + [(70, 0.05)] * 5 + SLOW_TRIM[25:]))
+    assert work_of(busy, 0.0, idle_at=busy[-1].t, duration=busy[-1].t, trims=[spanned]).end == busy[54].t
+
+
+def test_a_periodic_trim_in_a_rest_leaves_the_rest_and_at_a_bursts_end_leaves_its_end():
+    """trim=every trims whatever the workload does. In a rest, its CPU (0.04 s over three intervals)
+    is no burst that cuts the rest in two halves too short for rests; in the last interval of a burst
+    its CPU alone is taken from it (counted as used none, with the one on either side, as a trim
+    stamped at its return was, the burst ended two intervals early)."""
+    in_rest = [(100, 0.0)] * 4 + [(90, 0.01), (90, 0.02), (90, 0.01)] + [(90, 0.0)] * 4
+    rounds = rounds_of(_timeline([(30, 0.05)] + BURST + in_rest + BURST + REST + BURST + REST))
+    resting = OwnTrim(rounds[7].t + 0.01, rounds[10].t - 0.01, 0.038)
+    assert work_of(rounds, 0.0, idle_at=rounds[-1].t, duration=rounds[-1].t).rests == [1.0]  # the rest lost
+    work = work_of(rounds, 0.0, idle_at=rounds[-1].t, duration=rounds[-1].t, trims=[resting])
+    assert work.rests == [1.1, 1.0] and work.end == rounds[30].t, work
+    in_burst = OwnTrim(rounds[29].t + 0.02, rounds[30].t - 0.05, 0.004)  # a tick of the burst's last interval
+    stamped = work_of(rounds, 0.0, idle_at=rounds[-1].t, duration=rounds[-1].t, trims=[resting, in_burst.end])
+    assert stamped.end == rounds[28].t, stamped
+    work = work_of(rounds, 0.0, idle_at=rounds[-1].t, duration=rounds[-1].t, trims=[resting, in_burst])
+    assert work.end == rounds[30].t and work.rests == [1.1, 1.0], work
+    assert [round(u, 4) for _, _, u in intervals_of(rounds, [in_burst])[26:30]] == [0.0, 0.03, 0.03, 0.02]
 
 
 def test_a_late_round_with_a_tick_in_a_rest_leaves_the_rest():
@@ -256,3 +306,32 @@ def test_a_bursty_runs_figures_come_from_its_samples():
     assert m.work_mean == 120 * MiB  # the tree: the driver's 20 and the server's 100, from the first rest on
     assert m.wall == 2.9  # the work's time: from the start to its final rest (a quiet spell may misplace it)
     assert m.work_cpu == 0.09  # a burst after the first: 3 intervals of 0.03 s of the server's CPU
+
+
+def test_a_trimmer_variants_wall_ends_where_its_final_rest_began_whatever_its_trim_took():
+    """test_remedy_ships' flake on a run document made by hand: the trimmer variant's trim 2 s into
+    the final rest took 0.46 s and 0.1 s of the server's CPU. Recorded with its span and CPU, the
+    work ends where the final rest began; a recording from before (its return alone) still loads."""
+    from memgap.documents.records import RunDocument
+    from memgap.lab.figures import run_figures
+
+    pattern = [(30, 0.05)] + BURST + REST + BURST + REST + BURST + SLOW_TRIM
+    snap = {"phase": "before-exit", "rss": 60 * MiB, "layers": {}, "status": {}, "allocator": {"name": "glibc"},
+            "pid": 2, "unexplained": 0, "route": "in-process", "time": 1000.0 + 6.3}
+    trim = {"time": 1005.38, "rss_before": 100 * MiB, "rss_after": 60 * MiB, "started": 1004.92, "cpu": 0.0973}
+
+    def figures(recorded, by_agent=False):
+        proc = {"pid": 2, "snapshots": [snap], "trimmer": "idle", "trims": [recorded]}
+        if by_agent:  # a C server: its agent's trimmer, whose exit record lists its trims
+            proc = {"pid": 2, "snapshots": [snap], "agent_exit": {"allocator": "glibc", "trims": [recorded],
+                                                                  "trimmer": {"mode": "idle", "trims": 1.0}}}
+        run = RunDocument.from_dict({"schema": "memgap.run/1", "start": 1000.0, "exit_code": 0, "duration": 6.4,
+                                     "timeline": _timeline(pattern), "processes": [proc]})
+        return run_figures(run, "glibc:trim=quiet", 1, 1, 0.0)
+
+    m = figures(trim)
+    assert m.status == "ok" and m.idle == 60 * MiB and m.rests == [1.0, 1.0] and m.wall == 2.9, m
+    by_agent = figures(trim, by_agent=True)
+    assert by_agent.rests == [1.0, 1.0] and by_agent.wall == 2.9, by_agent
+    old = figures({k: trim[k] for k in ("time", "rss_before", "rss_after")})
+    assert old.idle == 60 * MiB and old.wall == 5.2 and old.rests == [1.0, 1.0, 2.0], old  # as before: the flake

@@ -196,3 +196,18 @@ def test_a_library_found_with_its_own_allocator_adds_its_pool_settings():
                                      "arrow:allow_thp=0"]
     assert all(c.reason.startswith("libarrow.so.2600 bundles its own allocator") for c in got)
     assert choose([], {"glibc"}, python=True, libraries={"/usr/lib/librjem.so"}) == []
+
+
+def test_the_fork_probe_judges_a_trees_quiet_by_its_run_queue_waits_too():
+    """The fork probe's look at a tree carries its threads' waits on a run queue to its quiet spell,
+    as a run's process's does (QuietSpell's WANTED_SHARE): read from this process, a tree of one."""
+    import os
+
+    from memgap.lab.fork_probe import _tree_state
+    from memgap.sources.procfs import ProcReader
+
+    own = ProcReader(os.getpid())
+    before = own.run_delay()
+    processes, _, rss, waited = _tree_state(os.getpid())
+    assert processes == 1 and rss > 0
+    assert 0 < before <= waited <= own.run_delay(), (before, waited)  # this process has waited on a run queue

@@ -9,7 +9,8 @@
  *   MEMGAP_AGENT_DIR    folder of the control socket (default: MEMGAP_RECORD_DIR,
  *                       else, or when the path would not fit in a socket address,
  *                       /tmp/memgap-agent-UID, created mode 0700).
- *   MEMGAP_RECORD_DIR   also: at exit, the final statistics go to agent-PID.txt there.
+ *   MEMGAP_RECORD_DIR   also: at exit, the final statistics go to agent-PID.txt there, with
+ *                       the trimmers' trims ("trimmed" lines: span, thread CPU, RSS before and after).
  *   MEMGAP_EXIT_SOCKET  a socket of memgap run's recorder: at exit, the agent says "exit" there
  *                       and waits (EXIT_HOLD_MS at most) for the recorder to read the process
  *                       from outside, so its last snapshot is taken as it exits.
@@ -119,9 +120,10 @@ static void detect_allocator(void) {
     }
 }
 
-/* One trim with the allocator's own call; returns the RSS it gave back. */
-static long long trim_now(double *seconds) {
+/* One trim with the allocator's own call; returns the RSS it gave back (*before: VmRSS before it). */
+static long long trim_now(double *seconds, long long *before_out) {
     long long before = rss_bytes();
+    if (before_out) *before_out = before;
     double started = now_seconds();
     if (allocator == ALLOC_GLIBC) {
         malloc_trim(0);
@@ -140,11 +142,47 @@ static long long trim_now(double *seconds) {
     return before >= 0 && after >= 0 ? before - after : 0;
 }
 
-/* The exit record's own lines: the hold, when the process went on to exit, and its command line
-   (hex, its arguments NUL-separated: the recorder's name for a process it never read). */
+/* The trimmers' trims, each with its span (the wall clock) and its thread's CPU, for the exit record:
+   the lab tells memgap's own CPU from the workload's bursts by them (memgap.lab.work). The last
+   TRIM_SPANS are kept; a slot is filled before the count that shows it is raised. */
+#define TRIM_SPANS 256
+static struct {
+    double started, ended, cpu;
+    long long before, after;
+} trim_spans[TRIM_SPANS];
+static unsigned long trim_spans_n;
+
+static double clock_seconds(clockid_t clock) {
+    struct timespec ts;
+    clock_gettime(clock, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* A trimmer's trim, timed and kept in trim_spans; returns the RSS it gave back. */
+static long long trimmer_trim(double *seconds) {
+    double started = clock_seconds(CLOCK_REALTIME), cpu = clock_seconds(CLOCK_THREAD_CPUTIME_ID);
+    long long before;
+    long long released = trim_now(seconds, &before);
+    unsigned long n = __atomic_load_n(&trim_spans_n, __ATOMIC_RELAXED);
+    trim_spans[n % TRIM_SPANS].started = started;
+    trim_spans[n % TRIM_SPANS].ended = clock_seconds(CLOCK_REALTIME);
+    trim_spans[n % TRIM_SPANS].cpu = clock_seconds(CLOCK_THREAD_CPUTIME_ID) - cpu;
+    trim_spans[n % TRIM_SPANS].before = before;
+    trim_spans[n % TRIM_SPANS].after = before - released;
+    __atomic_store_n(&trim_spans_n, n + 1, __ATOMIC_RELEASE);
+    return released;
+}
+
+/* The exit record's own lines: the hold, when the process went on to exit, its trimmers' trims, and
+   its command line (hex, its arguments NUL-separated: the recorder's name for a process it never read). */
 static void write_exit(FILE *out) {
     fprintf(out, "exit time=%.6f held=%.6f answered=%d tried=%d\n", exit_hold.at, exit_hold.held,
             exit_hold.answered, exit_hold.tried);
+    unsigned long kept = __atomic_load_n(&trim_spans_n, __ATOMIC_ACQUIRE);
+    for (unsigned long k = kept > TRIM_SPANS ? kept - TRIM_SPANS : 0; k < kept; k++)
+        fprintf(out, "trimmed time=%.6f started=%.6f cpu=%.6f rss_before=%lld rss_after=%lld\n",
+                trim_spans[k % TRIM_SPANS].ended, trim_spans[k % TRIM_SPANS].started, trim_spans[k % TRIM_SPANS].cpu,
+                trim_spans[k % TRIM_SPANS].before, trim_spans[k % TRIM_SPANS].after);
     unsigned char raw[2048];
     int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
     ssize_t n = fd >= 0 ? read(fd, raw, sizeof raw) : -1;
@@ -262,7 +300,7 @@ static void serve(int conn) {
         send_reply(conn, write_stats);
     } else if (strncmp(line, "trim", 4) == 0) {
         last_trim_before = rss_bytes();
-        last_trim_released = trim_now(&last_trim_seconds);
+        last_trim_released = trim_now(&last_trim_seconds, NULL);
         send_reply(conn, write_trim);
     } else {
         send(conn, "error unknown command\n", 22, MSG_NOSIGNAL);
@@ -307,7 +345,7 @@ static void *idle_trimmer(void *arg) {
         if (!burst_since_trim || now - quiet_since < quiet || now < next_allowed || mi.fordblks < min_free)
             continue;
         double seconds;
-        long long released = trim_now(&seconds);
+        long long released = trimmer_trim(&seconds);
         trimmer.trims++;
         trimmer.seconds += seconds;
         trimmer.released += released > 0 ? released : 0;
@@ -324,7 +362,7 @@ static void *periodic_trimmer(void *arg) {
         struct timespec pause = {(time_t)trimmer.every, (long)((trimmer.every - (time_t)trimmer.every) * 1e9)};
         nanosleep(&pause, NULL);
         double seconds;
-        long long released = trim_now(&seconds);
+        long long released = trimmer_trim(&seconds);
         trimmer.trims++;
         trimmer.checks++;
         trimmer.seconds += seconds;
@@ -460,6 +498,7 @@ static void after_fork_in_child(void) {
     trimmer.released = 0;
     trimmer.seconds = 0;
     trimmer.mode = "off";
+    trim_spans_n = 0; /* the parent's trims are its own */
     start_listener();
     start_trimmers();
 }

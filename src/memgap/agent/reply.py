@@ -36,6 +36,7 @@ class AgentReport:
     # and the process's command line
     exit: dict[str, float] = field(default_factory=dict)
     cmdline: list[str] = field(default_factory=list)
+    trims: list[TrimRecord] = field(default_factory=list)  # its trimmers' (exit record: the last 256)
 
     def summary(self) -> AgentExit:
         """A JSON-ready digest (the XML itself is not kept)."""
@@ -57,6 +58,8 @@ class AgentReport:
             out["exit"] = dict(self.exit)
         if self.cmdline:
             out["cmdline"] = list(self.cmdline)
+        if self.trims:
+            out["trims"] = [t.to_dict() for t in self.trims]
         return out
 
 
@@ -145,6 +148,10 @@ def _parse_report(text: str, source: str) -> AgentReport:
             report.tcmalloc = {k: _int(x, source) for k, x in values.items()}
         elif name == "exit":
             report.exit = {k: float(x) for k, x in values.items()}
+        elif name == "trimmed":  # one of its trimmers' trims, with its span and its thread's CPU
+            report.trims.append(TrimRecord(_int(values["rss_before"], source), _int(values["rss_after"], source),
+                                           TrimRoute.TRIMMER, time=float(values["time"]),
+                                           started=float(values["started"]), cpu=float(values["cpu"])))
     if xml:
         report.malloc_info = parse_malloc_info(xml, bins=False)
     return report

@@ -122,6 +122,7 @@ class AgentExit(TypedDict, total=False):
     tcmalloc: dict[str, int]
     exit: dict[str, float]  # time, held, answered, tried
     cmdline: list[str]
+    trims: list[JsonObject]  # its trimmers' trims (TrimRecord.to_dict: time, rss_before, rss_after, started, cpu)
 
 
 class _Found(TypedDict):

@@ -71,7 +71,8 @@ class TrimDetails(TypedDict, total=False):
 
 
 # The keys of a trim record that are its typed fields; any other key is the route's detail.
-_TRIM_CORE = ("performed", "route", "by", "rss_before", "rss_after", "released", "seconds", "reason", "time")
+_TRIM_CORE = ("performed", "route", "by", "rss_before", "rss_after", "released", "seconds", "reason", "time",
+              "started", "cpu")
 
 
 @dataclass
@@ -90,7 +91,9 @@ class TrimRecord:
     released: int | None = None   # None: VmRSS before less after (never below 0)
     seconds: float | None = None  # what the trim call took; the trimmer's records have none
     reason: str = ""              # why it was not performed
-    time: float | None = None     # the trimmer's records: when
+    time: float | None = None     # the trimmer's records: when it returned (time.time())
+    started: float | None = None  # the trimmers' records since their spans: when it began (time.time())
+    cpu: float | None = None      # ... and its thread's CPU seconds from then to ``time``
     # what the route adds, in its order: the call and what it returned, the estimate beside the
     # release (estimate, estimate_complete, estimate_route, estimate_rss, ...), gdb's timings, notes
     details: TrimDetails = field(default_factory=lambda: TrimDetails(), metadata={"flat": True})
@@ -100,10 +103,12 @@ class TrimRecord:
             self.released = max(0, self.rss_before - self.rss_after)
 
     def to_dict(self) -> JsonObject:
-        """The record as JSON: the trimmer's is ``time``, ``rss_before``, ``rss_after``; any
+        """The record as JSON: the trimmer's is ``time``, ``rss_before``, ``rss_after`` (and its
+        ``started`` and ``cpu`` where timed: recordings before them hold neither); any
         other carries ``performed``, its ``route`` (none in-process), the figures and ``reason``."""
         if self.route is TrimRoute.TRIMMER:
             out: JsonObject = {"time": self.time, "rss_before": self.rss_before, "rss_after": self.rss_after}
+            out.update({k: v for k, v in (("started", self.started), ("cpu", self.cpu)) if v is not None})
         else:
             out = {"performed": self.performed}
             if self.route is not TrimRoute.IN_PROCESS:

@@ -9,7 +9,8 @@ import statistics
 from memgap.allocators.variants import Variant, parse_variant
 from memgap.documents.recorded import CgroupCharge, RecordedSnapshot
 from memgap.documents.records import ProcessIdle, ProcessRecord, RunDocument, RunFigures, RunStatus, TrimMode
-from memgap.lab.work import BURSTY_RESTS, rounds_of, work_of
+from memgap.documents.trim import TrimRecord
+from memgap.lab.work import BURSTY_RESTS, OwnTrim, rounds_of, work_of
 from memgap.record.idle import BEFORE_EXIT_PHASE, QUIET_PHASE, idle_of_process
 from memgap.record.tree_copies import copied_at_idle
 from memgap.record.tree_idle import peak_of_tree, tree_at_idle
@@ -267,14 +268,20 @@ def _over_the_work(m: RunFigures, run: RunDocument, proc: ProcessRecord, found: 
     if found is not None and found.rule == "quiet" and found.work_ended and run.start:
         rested = found.work_ended - run.start  # the quiet spell's rest began there
     idle_at = found.time - run.start if found is not None and found.time and run.start else None
-    # the idle trimmer's trims (trim=quiet) in the tree, by the time each returned: no burst of the workload's
-    trims = [t.time - run.start for p in run.processes for t in p.trims or [] if t.time is not None and run.start]
+    # memgap's own trims in the tree (its trimmers'), each over its span, with its CPU: no burst of the workload's
+    trims = [OwnTrim((t.started or t.time) - run.start, t.time - run.start, t.cpu)
+             for p in run.processes for t in [*(p.trims or []), *_agent_trims(p)] if t.time is not None and run.start]
     work = work_of(rounds, start, idle_at, m.duration, load_end, rested, trims)
     m.work_mean, m.work_span, m.rests = work.mean, [work.start, work.end], work.rests
     if load_end is None and work.rests is not None and len(work.rests) >= BURSTY_RESTS:
         m.wall = work.end  # a bursty run's work, to the final rest its CPU shows (a quiet spell misses light bursts)
     if load_end is None:
         m.work_cpu = work.cpu  # its bursts' time, as the samples can tell it (memgap.lab.work.bursts_cpu)
+
+
+def _agent_trims(proc: ProcessRecord) -> list[TrimRecord]:
+    """The trims its native agent's trimmer made, as its exit record lists them (none before they were)."""
+    return [TrimRecord.from_dict(t, "agent's trim") for t in (proc.agent_exit or {}).get("trims") or []]
 
 
 def _idle_after_the_trimmer(m: RunFigures, proc: ProcessRecord) -> None:

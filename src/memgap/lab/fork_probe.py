@@ -5,10 +5,10 @@ A run's recording holds each process's snapshots, not what a forked worker copie
 master: that takes both processes' pagemaps at one moment, while they live. So around the
 baseline's first run the lab watches the processes it started; whenever their tree holds a
 process started by another one of it and has gone quiet (memgap.record.idle's rule, over the
-tree's CPU and RSS), it reads the whole tree (memgap.explain.tree.snapshot_tree: from /proc only,
-nothing stopped) and keeps its findings (memgap.diagnose.findings.diagnose_tree, and each process's
-own). A workload of one process is never read; a tree at most MAX_READS times, and no more
-once it has shown its copies.
+tree's CPU, its threads' waits on a run queue and its RSS, as for a run's process), it reads the
+whole tree (memgap.explain.tree.snapshot_tree: from /proc only, nothing stopped) and keeps its
+findings (memgap.diagnose.findings.diagnose_tree, and each process's own). A workload of one
+process is never read; a tree at most MAX_READS times, and no more once it has shown its copies.
 """
 from __future__ import annotations
 
@@ -67,10 +67,12 @@ class ForkProbe:
                     self._look(root)
 
     def _look(self, root: int) -> None:
-        """One look at a tree: its CPU and RSS to its quiet spell; read at the spell's start."""
-        processes, cpu, rss = _tree_state(root)
+        """One look at a tree: its CPU, run-queue waits and RSS to its quiet spell; read at the spell's
+        start. A tree starved of CPU on a busy machine uses little of it and is working, not resting
+        (QuietSpell's WANTED_SHARE): read then, its workers would not yet hold what they copy."""
+        processes, cpu, rss, waited = _tree_state(root)
         spell = self._spells.setdefault(root, QuietSpell(quiet_after()))
-        if spell.update(time.time(), cpu / self._hz, rss) != "quiet" or processes < 2:
+        if spell.update(time.time(), cpu / self._hz, rss, waited) != "quiet" or processes < 2:
             return
         self._reads[root] = self._reads.get(root, 0) + 1
         if self._read(root) or self._reads[root] >= MAX_READS:
@@ -99,9 +101,10 @@ def _children(pid: int) -> list[int]:
         return []
 
 
-def _tree_state(root: int) -> tuple[int, int, int]:
-    """(how many processes the tree has, their CPU ticks, their RSS)."""
-    processes, ticks, rss = 0, 0, 0
+def _tree_state(root: int) -> tuple[int, int, int, float]:
+    """(how many processes the tree has, their CPU ticks, their RSS, the seconds their threads
+    have waited on a run queue)."""
+    processes, ticks, rss, waited = 0, 0, 0, 0.0
     for pid in tree_pids(root):
         reader = ProcReader(pid)
         try:
@@ -109,4 +112,5 @@ def _tree_state(root: int) -> tuple[int, int, int]:
         except MemgapError:
             continue  # exited between the listing and the reading
         processes, ticks, rss = processes + 1, ticks + stat.cpu_ticks, rss + status_int(status, "VmRSS")
-    return processes, ticks, rss
+        waited += reader.run_delay()
+    return processes, ticks, rss, waited

@@ -25,6 +25,7 @@ lab judges it by the mean over its work by default (memgap.lab.objective).
 from __future__ import annotations
 
 import itertools
+import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from dataclasses import dataclass
 from memgap.documents.recorded import RecordedSample
 
 TICK = 0.005          # CPU seconds: less than this in an interval is no clock tick (USER_HZ is 100)
+CPU_TICK = 0.01       # CPU seconds: one clock tick, the samples' unit (/proc/PID/stat counts USER_HZ ticks)
 MIN_BURST_CPU = 0.02  # CPU seconds: a stretch between rests that used less is a blip, not a burst
 MIN_REST = 0.5        # seconds: a shorter stretch without work is a pause within a burst
 BURSTY_RESTS = 2      # rests within the work that make a workload bursty (three bursts or more)
@@ -74,25 +76,55 @@ def rounds_of(timeline: list[RecordedSample], pids: set[int] | None = None) -> l
     return rounds
 
 
-def intervals_of(rounds: list[Round], trims: Sequence[float] = ()) -> list[tuple[float, float, float]] | None:
-    """(from, to, CPU seconds the tree used) for each pair of consecutive rounds (a process first
-    seen in the later round counts with all its CPU time). None where a round has no CPU time.
+@dataclass(frozen=True)
+class OwnTrim:
+    """One of memgap's own trims in the tree (its idle or periodic trimmer's; seconds after the run's
+    start): from ``start`` to ``end``, using ``cpu`` seconds of its thread's CPU (None in a recording
+    from before they were timed, which holds only when the trim returned: ``start`` = ``end``)."""
 
-    ``trims``: when memgap's idle trimmer trimmed in the tree (seconds after the start, stamped as
-    each trim returned): the interval that holds one, and the one on either side (the trim began
-    before its stamp; its record is written after), count as used no CPU. The trimmer trims only
-    after 2 s in which malloc's figures did not move, so those intervals are the workload's rest;
-    the trim's own CPU (the kernel freeing the pages it gives back: 0.02 s and more for 130 MiB
-    under load) is the remedy's, not a burst of the workload's."""
+    start: float
+    end: float
+    cpu: float | None = None
+
+
+def intervals_of(rounds: list[Round], trims: Sequence[OwnTrim | float] = ()) -> list[tuple[float, float, float]] | None:
+    """(from, to, CPU seconds the tree used) for each pair of consecutive rounds (a process first
+    seen in the later round counts with all its CPU time), less memgap's own trims' CPU
+    (``_less_trims``). None where a round has no CPU time. ``trims``: memgap's trims in the tree
+    (a bare float: a trim's moment as it returned, as recordings before their span held them)."""
     if any(r.cpu is None for r in rounds):
         return None
     out = []
     for a, b in itertools.pairwise(rounds):
         assert a.cpu is not None and b.cpu is not None
         out.append((a.t, b.t, sum(cpu - a.cpu.get(pid, 0.0) for pid, cpu in b.cpu.items())))
-    holding = {k for m in trims for k, (a, b, _) in enumerate(out) if a < m <= b}
-    near = {j for k in holding for j in (k - 1, k, k + 1)}
-    return [(a, b, 0.0 if k in near else used) for k, (a, b, used) in enumerate(out)]
+    return _less_trims(out, [t if isinstance(t, OwnTrim) else OwnTrim(t, t) for t in trims])
+
+
+def _less_trims(out: list[tuple[float, float, float]], trims: list[OwnTrim]) -> list[tuple[float, float, float]]:
+    """The intervals less each trim's CPU: a trim's CPU (the kernel freeing the pages it gives back:
+    0.02 s and more for 130 MiB under load) is the remedy's, not a burst of the workload's. It is
+    taken from the intervals its span overlaps, then from the one on either side (a round's stamp
+    comes before its reads of /proc, which may see the trim's CPU a round late), in whole ticks
+    rounded up (the samples count whole ticks; 0.013 s of the thread's may read as two). A trim
+    without its CPU (an older recording) had its interval and the one on either side count as
+    used none: the idle trimmer trims only after 2 s in which malloc's figures did not move."""
+    used = [u for _, _, u in out]
+    for trim in trims:
+        span = [k for k, (a, b, _) in enumerate(out)  # the intervals it overlaps; a moment's, the one that holds it
+                if (a < trim.end and b > trim.start) or a < trim.start == trim.end <= b]
+        if not span:
+            continue
+        near = span + [k for k in (span[0] - 1, span[-1] + 1) if 0 <= k < len(out)]
+        if trim.cpu is None:
+            for k in near:
+                used[k] = 0.0
+            continue
+        left = math.ceil(trim.cpu / CPU_TICK - 1e-6) * CPU_TICK
+        for k in near:
+            taken = min(left, used[k])
+            used[k], left = used[k] - taken, left - taken
+    return [(a, b, u) for (a, b, _), u in zip(out, used, strict=True)]
 
 
 def stretches(intervals: list[tuple[float, float, float]]) -> list[tuple[float, float, bool]]:
@@ -197,12 +229,13 @@ def time_weighted_mean(rounds: list[Round], start: float, end: float) -> int | N
 
 
 def work_of(rounds: list[Round], start: float, idle_at: float | None, duration: float,
-            load_end: float | None = None, rested: float | None = None, trims: Sequence[float] = ()) -> Work:
+            load_end: float | None = None, rested: float | None = None,
+            trims: Sequence[OwnTrim | float] = ()) -> Work:
     """The work span and its figures. ``start``: where the work begins (0, or the load's start);
     ``load_end``: where the load ended (the work ends there); ``idle_at``: the moment of the idle
     figure (None: the run's end, ``duration``); ``rested``: where its quiet spell says the rest
     began, for an idle found in a quiet spell (the end itself where the samples hold no CPU time);
-    ``trims``: the idle trimmer's trims in the tree (``intervals_of``)."""
+    ``trims``: memgap's own trims in the tree (``intervals_of``)."""
     intervals = intervals_of(rounds, trims)
     parts = stretches(intervals) if intervals is not None else None
     moment = idle_at if idle_at is not None else duration
