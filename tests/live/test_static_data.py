@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -62,6 +63,18 @@ class Resting:
             self.lines.append(line)
         else:
             raise AssertionError((cmd, "no ready", self.proc.poll(), self.lines))
+        self._wait_blocked_in_read()
+
+    def _wait_blocked_in_read(self, timeout=10.0):
+        """At rest only once blocked reading its stdin: Python's ``sys.stdin.read()`` mallocs its 8 KiB buffer
+        after "ready" is printed (a snapshot before it saw 8,240 bytes still free that the next saw in use)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with open(f"/proc/{self.proc.pid}/syscall") as fh:
+                if fh.read().split()[0] == "0":  # read(2), x86-64's number 0: blocked in it
+                    return
+            time.sleep(0.01)
+        raise AssertionError(("not blocked in read", self.proc.pid))
 
     def inspect(self, *args):
         out = memgap("inspect", str(self.proc.pid), *args)
