@@ -72,8 +72,11 @@ def test_the_process_that_worked_is_read_at_its_peak_and_its_exit_and_shown_firs
     assert abs(last["rss"] - rss_at_exit) <= max(MiB, 0.02 * rss_at_exit), (last["rss"], rss_at_exit)
     ended = worker["exit"]
     assert ended["by"] == "agent" and ended["answered"] and ended["last_snapshot"] >= last["time"], (ended, last)
-    # the exit came right after the read it waited for
-    assert 0 <= ended["gap"] <= ended["held"] + 0.05, (ended, last["time"], last["read_began"])
+    # the exit came right after the read it waited for; a peak read of its own may end later still,
+    # during the exit (CI: 0.0098 s after the agent let go), so the document's gap may be below 0
+    waited = ended["time"] - last["time"]
+    assert 0 <= waited <= ended["held"] + 0.05, (ended, last["time"], last["read_began"])
+    assert ended["gap"] <= waited + 1e-3, (ended, waited)
     assert worker["idle"] and worker["idle"]["rule"] in ("quiet", "before exit"), worker["idle"]
     # the terminal: the worker's peak breakdown first, every other process in a line
     first = re.search(r"^Breakdown of PID (\d+) .*?at (its peak|\S+)", proc.stdout, re.M)
