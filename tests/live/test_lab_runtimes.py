@@ -194,10 +194,13 @@ def test_the_lab_ranks_gos_own_settings_on_an_unmodified_go_program(tmp_path, go
                                                   str(tmp_path / "own.txt")])
     idle = _check_runs(lab, witness, variants, gives_back_at_rest=True)
     assert idle["glibc"] > 200 * MiB  # the retention the settings are for
-    # GOGC=25 holds less at rest than the defaults; by how much depends on how far Go's background scavenger
-    # got with the defaults' free pages during the rest (0.70 of it on a quiet machine, 0.93 once in a fresh
-    # clone at load 5): each run's idle is checked against the program's own figure above
-    assert idle["go:gogc=25"] < idle["glibc"]
+    # GOGC=25 grows the heap less before each collection: its peak is lower (256 MB against 347, ranges
+    # 252-260 and 319-375, load 1-3). Its idle is not always: how far Go's background scavenger got with the
+    # defaults' free pages by the lab's quiet read decides it (0.70 of it on a quiet machine; 259 MB
+    # against the defaults' 224 in fresh clone 11 at load 8): each run's idle is checked against the
+    # program's own figure above
+    peak = {s["spec"]: s["peak"][0] for s in lab["variants"]}
+    assert peak["go:gogc=25"] < 0.9 * peak["glibc"], peak
     assert idle["go:memlimit=100MiB"] < 0.5 * idle["glibc"]
     assert lab["recommendation"]["variant"] in variants[1:]
     assert set(lab["recommendation"]["env"]) <= {"GOGC", "GOMEMLIMIT"}
