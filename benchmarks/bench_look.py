@@ -10,7 +10,10 @@ Targets, each a program that does not import memgap, started here and stopped at
 - ``tree9``: a master and 8 forked workers (``tests/programs/big/tree9.py``), looked at with
   ``inspect --tree``;
 - ``service``: the standard library's threaded HTTP server after a few requests
-  (``tests/programs/service/http_service.py``).
+  (``tests/programs/service/http_service.py``);
+- ``anon``: a Python process holding 1.5 GiB of private anonymous memory it wrote through its own
+  ``mmap`` (no allocator's: a GPU process's driver memory is such), searched for mmapped chunks and
+  pymalloc arenas as memgap searches any unclaimed anonymous memory.
 
 For each of ``--rounds`` rounds, target after target (A B C D E, A B C D E, ...):
 
@@ -144,6 +147,11 @@ def _service() -> Target:
     return Target("service", proc, [proc.pid])
 
 
+ANON = ("import mmap, os, sys\nm = mmap.mmap(-1, 1536 << 20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)\n"
+        "for at in range(0, 1536 << 20, 1 << 20):\n    m[at:at + (1 << 20)] = b'\\1' * (1 << 20)\n"
+        "print('ready', os.getpid(), flush=True)\nsys.stdin.read()\n")
+
+
 def start_targets(folder: str) -> list[Target]:
     exe = os.path.join(folder, "many_chunks")
     subprocess.run(["gcc", "-O2", "-o", exe, os.path.join(BIG, "many_chunks.c")], check=True)
@@ -154,6 +162,7 @@ def start_targets(folder: str) -> list[Target]:
         targets.append(_started("chunks", [exe]))
         targets.append(_started("tree9", [PYTHON, os.path.join(BIG, "tree9.py")], ("--tree",)))
         targets.append(_service())
+        targets.append(_started("anon", [PYTHON, "-c", ANON]))
     except BaseException:
         for t in targets:
             t.stop()

@@ -9,11 +9,15 @@ unowned anonymous mapping from its start, page by page, and recognise:
   (``maxnextoffset == pool_size - block_size`` and bounded counters; the
   header's format and checks live in pymalloc_pools).
 Only resident pages are read (a header is always written, hence resident), so
-reading never faults a page into the target.
+reading never faults a page into the target. A run of resident pages is read a block at a
+time and only the pages whose first words could start an object are checked one by one: a
+look at a process holding 1.5 GiB of private anonymous memory took 3.2 s page by page, 0.45-0.49
+s so (load 4; a GPU process's driver memory is such).
 """
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from memgap.sources.procfs import PAGE_SIZE
@@ -70,27 +74,86 @@ def _arena_from(reader: MemoryReader, resident: ResidentMap, pool: int, limit: i
     return min(limit - pool, pools * pool_size)
 
 
+BLOCK = 256 * PAGE_SIZE  # bytes read at once from a run of resident pages (1 MiB: 16, 64 and 1,024 pages were slower)
+_WORDS = PAGE_SIZE // 8  # 8-byte words per page
+
+
 def find_anon_objects(reader: MemoryReader, regions: list[tuple[int, int]], resident: ResidentMap,
                       arena_size: int | None, pool_size: int | None) -> tuple[list[AnonObject], int]:
     """Objects found in ``regions`` (start, end), and the resident bytes left unclaimed."""
     found: list[AnonObject] = []
     unclaimed = 0
+    pools = pool_size if arena_size and pool_size else 0
+    # one buffer for every block: no allocation per read in a process that reads itself
+    buffer = bytearray(min(BLOCK, max((end - start for start, end in regions), default=0)))
     for start, end in regions:
         pos = start
         while pos < end:
-            if resident.resident(pos, pos + PAGE_SIZE) == 0:
+            run = resident.runs(pos, min(end, pos + BLOCK))
+            if not run or not run[0][2]:
                 pos = _next_resident(resident, pos, end)
                 continue
-            size, kind = _chunk_at(reader, pos, end), "mmapped-chunk"
-            if not size and arena_size and pool_size and pos % pool_size == 0:
-                size, kind = _arena_from(reader, resident, pos, end, arena_size, pool_size), "pymalloc-arena"
-            if size:
-                found.append(AnonObject(pos, pos + size, kind, resident.resident(pos, pos + size)))
-                pos += size
-            else:
-                unclaimed += PAGE_SIZE
-                pos += PAGE_SIZE
+            block_end = run[0][1]
+            checked = _candidates(reader, buffer, pos, block_end, pools)
+            # unreadable as a block (unmapped since pagemap was read): page by page
+            candidates: Iterable[int] = range(pos, block_end, PAGE_SIZE) if checked is None else checked
+            for address in candidates:
+                if address < pos:
+                    continue  # inside the object found before it
+                unclaimed += address - pos  # resident pages where no object can start
+                size, kind = _object_at(reader, resident, address, end, arena_size, pools)
+                if size:
+                    found.append(AnonObject(address, address + size, kind, resident.resident(address, address + size)))
+                    pos = address + size
+                else:
+                    unclaimed += PAGE_SIZE
+                    pos = address + PAGE_SIZE
+            if pos < block_end:
+                unclaimed += block_end - pos
+                pos = block_end
     return found, unclaimed
+
+
+def _object_at(reader: MemoryReader, resident: ResidentMap, address: int, limit: int,
+               arena_size: int | None, pool_size: int) -> tuple[int, str]:
+    """(bytes, kind) of the mmapped chunk or pymalloc arena starting at ``address``, or (0, "")."""
+    size = _chunk_at(reader, address, limit)
+    if size:
+        return size, "mmapped-chunk"
+    if arena_size and pool_size and address % pool_size == 0:
+        size = _arena_from(reader, resident, address, limit, arena_size, pool_size)
+        if size:
+            return size, "pymalloc-arena"
+    return 0, ""
+
+
+def _candidates(reader: MemoryReader, buffer: bytearray, start: int, end: int, pool_size: int) -> list[int] | None:
+    """The pages of resident [start, end) whose first words could start an object: a chunk's header
+    (prev_size 0, the flags IS_MMAPPED alone) or, at a pool boundary, a pool header's size class and
+    its last offset (``maxnextoffset == pool_size - (szidx + 1) * 16``, which _valid requires). None
+    where the block cannot be read at once."""
+    view = memoryview(buffer)[:end - start]
+    read_into = getattr(reader, "read_memory_into", None)
+    if read_into is not None:
+        if not read_into(start, view):
+            return None
+    else:
+        data = reader.read_memory(start, end - start)
+        if data is None:
+            return None
+        view[:] = data
+    words = view.cast("Q")
+    out = [start + i * PAGE_SIZE for i, (prev, raw) in enumerate(zip(words[0::_WORDS], words[1::_WORDS], strict=True))
+           if not prev and raw & 0x7 == IS_MMAPPED]
+    if pool_size:
+        first = -(-start // pool_size) * pool_size
+        step = pool_size // 8
+        at = (first - start) // 8
+        sizes, offsets = words[at + 4::step], words[at + 5::step]  # (arenaindex, szidx), (nextoffset, maxnext)
+        out += [first + i * pool_size for i, (szidx, maxnext) in enumerate(zip(sizes, offsets, strict=False))
+                if maxnext >> 32 == pool_size - ((szidx >> 32) + 1) * 16]
+        out.sort()
+    return out
 
 
 def _next_resident(resident: ResidentMap, pos: int, end: int) -> int:
