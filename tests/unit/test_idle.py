@@ -213,6 +213,36 @@ def test_a_tree_is_summed_from_pss_read_while_every_process_was_there():
     assert tree_at_idle(whole, whole.processes[0]).each[1] == 281 * MiB
 
 
+def test_a_tree_is_summed_from_pss_read_before_any_process_began_to_exit():
+    """A gunicorn worker told to stop finalizes its interpreter for seconds (beside busy loops, 6 s with
+    memgap's trim at exit) and writes every object it frees: its pages are copied, its RSS does not move,
+    and its master's PSS read then rose from 151 to 166 MiB, its workers' from 147 to 167-177 (the lab's
+    tree 843 MiB where the driver read 754 at rest). A reading counts before any process's ``before-exit``
+    began (its snapshot's start), or its agent's hold of its exit."""
+    from memgap.documents.records import RunDocument
+    from memgap.record.idle import BEFORE_EXIT_PHASE
+    from memgap.record.tree_idle import exit_began, tree_at_idle
+
+    start = 1000.0
+    master = _quiet_process(1, 286 * MiB, 151 * MiB, start + 5, [(start + 9.6, 151 * MiB, 286 * MiB),
+                                                                   (start + 10.5, 166 * MiB, 286 * MiB)])
+    worker = _quiet_process(2, 279 * MiB, 147 * MiB, start + 8, [(start + 9.7, 147 * MiB, 279 * MiB),
+                                                                   (start + 10.6, 177 * MiB, 279 * MiB)])
+    worker["snapshots"].append({"phase": BEFORE_EXIT_PHASE, "pid": 2, "time": start + 10.2, "collect_seconds": 0.05,
+                                "rss": 279 * MiB, "layers": {}, "unexplained": 0, "allocator": {"name": "glibc"}})
+    timeline = [{"pid": pid, "t": t / 10, "rss": (286 if pid == 1 else 279) * MiB, "anon": 0, "file": 0}
+                for t in range(10, 160) for pid in (1, 2)]
+    run = RunDocument.from_dict({"schema": "memgap.run/1", "start": start, "timeline": timeline,
+                                 "processes": [master, worker]})
+    assert abs(exit_began(run.processes[1]) - (start + 10.15)) < 1e-6 and exit_began(run.processes[0]) is None
+    tree = tree_at_idle(run, run.processes[0])
+    assert tree is not None and tree.each == {1: 151 * MiB, 2: 147 * MiB}, tree
+    # an agent that held the exit 0.7 s: it began to exit as the hold began
+    held = {**worker, "snapshots": worker["snapshots"][:1], "exit": {"time": start + 11.0, "by": "agent", "held": 0.7}}
+    run = RunDocument.from_dict({"schema": "memgap.run/1", "start": start, "timeline": timeline, "processes": [held]})
+    assert abs(exit_began(run.processes[0]) - (start + 10.3)) < 1e-6
+
+
 def test_the_reads_of_a_moment_go_before_the_peak_reads_waiting():
     """A quiet spell's read waits for no peak read, and the tree's PSS read as it went quiet for no
     snapshot: beside busy loops, peak reads of a tree's 300 MiB workers took 2-4 s each, and quiet
