@@ -41,6 +41,7 @@ class RuntimeSettings:
     # where the baseline's snapshots found one (memgap.lab.choose); () for a runtime's
     libraries: tuple[str, ...] = ()
     found: str = ""  # why such an object found adds them, after its file name (the lab's reason)
+    device: bool = False  # they change the GPU's memory, not RSS: the lab judges them on it (memgap.lab.objective)
 
 
 def check(settings: RuntimeSettings, spec: str, options: Mapping[str, str]) -> str:

@@ -66,7 +66,7 @@ SETTINGS = RuntimeSettings(
     runtime="torch", prefix="torch",
     keys={"expandable_segments": one_of("True", "False"), "garbage_collection_threshold": _fraction,
           "max_split_size_mb": _split_size, "roundup_power2_divisions": _power_of_two},
-    env=env, variants=variants, libraries=("libc10_cuda.so", "libtorch_cuda.so"),
+    env=env, variants=variants, libraries=("libc10_cuda.so", "libtorch_cuda.so"), device=True,
     found="is PyTorch's CUDA build, and the process has a CUDA context: its caching allocator's own settings",
     notes=("torch 2.9 and later read PYTORCH_ALLOC_CONF (and PYTORCH_CUDA_ALLOC_CONF only where it is unset, with "
            "a deprecation warning), older ones PYTORCH_CUDA_ALLOC_CONF: both are set to the same value; a program "
