@@ -336,6 +336,27 @@ def test_device_memory_is_shown_beside_rss_not_in_it():
     assert "GPU" not in plain and "pinned" not in plain
 
 
+def test_the_html_snapshot_shows_the_gpu_lines_the_terminal_shows():
+    from html import escape
+
+    from memgap.documents.gpu import GpuMemory
+    from memgap.report.gpu import gpu_lines
+    from memgap.report.snapshot_html import snapshot_fragment, snapshot_page
+
+    snap = _gpu_snapshot()
+    page = snapshot_page(snap)
+    lines = gpu_lines(snap)
+    assert len(lines) == 5 and all(escape(line.strip()) in page for line in lines), lines
+    assert f'<li data-gpu="0" data-bytes="{4842 * MiB}">GPU 0 NVIDIA H200: 4842.0 MiB of 143771.0 MiB</li>' in page
+    # PyTorch's cache read from inside, where NVML listed no GPU for the process: its lines alone
+    inside = _snapshot({}, 100 * MiB, GpuMemory(torch=snap.gpu.torch))
+    fragment = snapshot_fragment(inside)
+    assert all(escape(line.strip()) in fragment for line in gpu_lines(inside))
+    assert "NVIDIA H200" not in fragment and "beside RSS (not in it)" not in fragment
+    plain = snapshot_fragment(_snapshot({}, 100 * MiB))  # no GPU read: nothing of it
+    assert 'class="gpu"' not in plain and "GPU" not in plain and "PyTorch" not in plain
+
+
 def test_prometheus_serves_device_memory_per_gpu():
     from memgap.metrics.export import Target, process_families, render
 
