@@ -83,6 +83,7 @@ def _lab(runs, specs):
 def test_the_lab_compares_pytorchs_setting_on_device_memory_and_shows_it_beside_rss():
     """expandable segments: RSS the same (900 MiB), the GPU's memory 3,600 against 4,050 MiB: recommended on
     it, the verdict saying so; the table carries both."""
+    from memgap.report.html import lab_fragment, render_html
     from memgap.report.lab import markdown_table, render_lab, table_rows
 
     runs = [r for rep in (1, 2) for r in (_lab_run("glibc", rep, 4000 + 100 * rep), _lab_run(EXPANDABLE, rep, 3600))]
@@ -102,14 +103,19 @@ def test_the_lab_compares_pytorchs_setting_on_device_memory_and_shows_it_beside_
     text = " ".join(out.getvalue().split())
     assert "GPU idle" in text and "GPU peak" in text
     assert "Judged by the tree's GPU memory at idle (device memory as the driver counts it, NVML" in text
+    assert "(--objective mean, idle, peak or gpu chooses)" in text
     assert "PYTORCH_ALLOC_CONF=expandable_segments:True" in text  # the lines that apply it
     header, _, *lines = markdown_table(again).splitlines()  # Markdown and HTML share the columns and cells
     heads = [c.strip() for c in header.strip("|").split("|")]
     assert heads[heads.index("idle") + 1:heads.index("idle") + 3] == ["GPU idle", "GPU peak"]
     assert all(len(line.strip("|").split("|")) == len(heads) for line in lines)
+    assert '"GPU idle"' in render_html(again)  # the page's table, drawn from its data
+    fragment = lab_fragment(again)  # a notebook's
+    assert f'data-gpu-idle="{3600 * MiB}' in fragment and "<th>GPU idle</th>" in fragment  # a median: may be x.0
 
 
 def test_without_a_gpu_the_lab_and_its_report_are_as_they_were():
+    from memgap.report.html import lab_fragment, render_html
     from memgap.report.lab import render_lab
 
     runs = [r for rep in (1, 2) for r in (_lab_run("glibc", rep, None, idle=900),
@@ -121,3 +127,4 @@ def test_without_a_gpu_the_lab_and_its_report_are_as_they_were():
     out = io.StringIO()
     render_lab(LabDocument.from_dict(data), out, width=200)
     assert "GPU" not in out.getvalue()
+    assert "GPU" not in render_html(LabDocument.from_dict(data)) + lab_fragment(LabDocument.from_dict(data))

@@ -120,7 +120,7 @@ def objective_lines(lab: LabDocument) -> list[str]:
     if not lab.objective or not lab.objective_why:
         return []
     return [f"Judged by {OBJECTIVE_WORDS.get(lab.objective, lab.objective)}: {lab.objective_why} "
-            f"(--objective mean, idle or peak{' or gpu' if _gpu(lab) else ''} chooses)"]
+            f"(--objective {'mean, idle, peak or gpu' if _gpu(lab) else 'mean, idle or peak'} chooses)"]
 
 
 def cgroup_lines(lab: LabDocument) -> list[str]:
