@@ -10,11 +10,18 @@ scripts/test.sh). Run it through scripts/gpu_check.sh, which puts src/ on the pa
 2. The same program under `memgap run`: its timeline's samples carry its device memory (within 1% of the
    nvidia-smi figure the program read of itself just before it exits), and its in-process exit snapshot's PyTorch
    cache equals the torch.cuda.memory_stats() the program printed at that moment.
-3. A fragmenting loop (200 tensors of 12-84 MiB, one in three kept) under `memgap run`, by default and with
-   PYTORCH_ALLOC_CONF=expandable_segments:True: reserved, allocated, split blocks and the loop's step time
-   beside each (the lab has no variant for an environment variable of this kind yet, so two runs side by side).
+   The lab's default set, asked of that run's document, adds torch:expandable_segments=True (the process has a
+   CUDA context and maps PyTorch's CUDA build).
+3. A fragmenting loop (tests/programs/torch_fragment.py: rounds of 200 tensors of 12-84 MiB, one in three kept,
+   the older half of those dropped each round) under `memgap run`, by default and with
+   PYTORCH_ALLOC_CONF=expandable_segments:True: its cache read at exit, and the loop's step time beside each.
+4. `memgap lab` on the same loop, the baseline against torch:expandable_segments=True (3 repetitions, its rate
+   as --metric): judged by the tree's GPU memory at idle (the gpu objective), every run recording device
+   memory; the verdict, each variant's device memory (idle and peak), idle RSS and step time are written out.
 
-Every figure goes to OUT_DIR/gpu_check.json; the script exits 1 where a check failed, and says which.
+Every figure goes to OUT_DIR/gpu_check.json, each command's output to OUT_DIR/<step>.stdout and .stderr; each
+step's seconds are in the JSON (the whole lane should take under 8 minutes on a 16-core H100 or H200 machine);
+the script exits 1 where a check failed, and says which.
 """
 import json
 import os
@@ -25,6 +32,10 @@ import tempfile
 import time
 
 MiB = 1 << 20
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FRAGMENT = os.path.join(ROOT, "tests", "programs", "torch_fragment.py")
+EXPANDABLE = "torch:expandable_segments=True"
+OUT = {"dir": tempfile.gettempdir()}  # where each command's output is kept (main sets it)
 HOLDER = r"""
 import subprocess, sys, json, os, torch
 x = torch.ones(4 << 30, dtype=torch.uint8, device="cuda")            # a 4 GiB GPU tensor
@@ -41,22 +52,17 @@ if len(sys.argv) > 1:  # under memgap run: say its own figures, then exit (memga
 else:
     sys.stdin.readline()
 """
-FRAGMENT = r"""
-import time, torch
-torch.ones(1, device="cuda")
-kept, began = [], time.perf_counter()
-for i in range(200):
-    t = torch.empty((12 + (i * 37) % 73) << 20, dtype=torch.uint8, device="cuda")
-    if i % 3 == 0:
-        kept.append(t)
-    del t
-torch.cuda.synchronize()
-print("STEP %.4f" % ((time.perf_counter() - began) / 200), flush=True)
-"""
 
 
-def memgap(*args, **kw):
-    return subprocess.run([sys.executable, "-m", "memgap", *args], capture_output=True, text=True, timeout=300, **kw)
+def memgap(*args, name="", timeout=300, **kw):
+    """memgap from this tree; its output kept as OUT_DIR/<name>.stdout and .stderr."""
+    done = subprocess.run([sys.executable, "-m", "memgap", *args], capture_output=True, text=True, timeout=timeout,
+                          **kw)
+    if name:
+        for what, text in (("stdout", done.stdout), ("stderr", done.stderr)):
+            with open(os.path.join(OUT["dir"], f"{name}.{what}"), "w") as fh:
+                fh.write(text)
+    return done
 
 
 def smi_mib(pid):
@@ -98,7 +104,7 @@ def check_holder(c):
     try:
         assert proc.stdout.readline().strip() == "ready"
         pid, smi = proc.pid, smi_mib(proc.pid)
-        out = memgap("inspect", str(pid), "--json", "-")
+        out = memgap("inspect", str(pid), "--json", "-", name="inspect")
         snap = json.loads(out.stdout)
         layers = {k: v["resident"] for k, v in snap["layers"].items()}
         used = (snap.get("gpu") or {}).get("devices", [{}])[0].get("used")
@@ -112,7 +118,7 @@ def check_holder(c):
                 within(layers.get("gpu_driver"), driver, 0.05), memgap=layers.get("gpu_driver"), smaps=driver)
         c.check("inspect: the layers add up", abs(snap["unexplained"]) <= 0.02 * snap["rss"],
                 unexplained=snap["unexplained"], rss=snap["rss"], shared_memory=layers.get("shared_memory"))
-        top = memgap("top", str(pid), "--iterations", "1", "--interval", "1")
+        top = memgap("top", str(pid), "--iterations", "1", "--interval", "1", name="top")
         shown = re.search(r"GPU 0 [^:]*: ([0-9.]+) MiB", top.stdout)
         c.check("top: device memory within 1% of nvidia-smi", shown and within(float(shown[1]), smi),
                 top_mib=shown and float(shown[1]), nvidia_smi_mib=smi, stderr=top.stderr[-300:])
@@ -122,8 +128,10 @@ def check_holder(c):
 
 
 def run_json(out_dir, name, program, *args, env=None):
+    """``memgap run`` of a program (its source with -c, else its path), its document as JSON."""
     path = os.path.join(out_dir, f"{name}.json")
-    done = memgap("run", "--json", path, "--", sys.executable, "-c", program, *args, env=env)
+    argv = [program] if os.path.isfile(program) else ["-c", program]
+    done = memgap("run", "--json", path, "--", sys.executable, *argv, *args, env=env, name=name)
     with open(path) as fh:
         return done, json.load(fh)
 
@@ -142,34 +150,77 @@ def check_run(c, out_dir):
             "inactive_split": stats["inactive_split_bytes.all.current"]}
     c.check("run: the exit snapshot's PyTorch cache equals memory_stats()", torch is not None and
             all(torch[k] == v for k, v in want.items()), memgap=torch, memory_stats=want)
+    from memgap.documents.records import RunDocument
+    from memgap.lab.choose import choose, run_libraries
+
+    libraries = run_libraries(RunDocument.from_dict(run))
+    chosen = {ch.spec: ch.reason for ch in choose([], set(), True, libraries=libraries)}
+    c.check("lab: the default set adds expandable segments for this process", EXPANDABLE in chosen,
+            libraries=sorted(libraries), chosen=chosen)
 
 
 def check_fragmenting(c, out_dir):
     for name, conf in (("default", None), ("expandable", "expandable_segments:True")):
-        env = dict(os.environ)
+        env = {**os.environ, "FRAG_REST": "0"}
         if conf:
             env["PYTORCH_ALLOC_CONF"] = conf
         began = time.perf_counter()
         done, run = run_json(out_dir, f"fragment_{name}", FRAGMENT, env=env)
-        step = re.search(r"STEP ([0-9.]+)", done.stdout)
+        step = re.search(r"step_ms ([0-9.]+)", done.stdout)
         exits = [s for p in run["processes"] for s in p["snapshots"] if s.get("phase") == "exit" and s.get("gpu")]
         torch = (exits[-1]["gpu"] or {}).get("torch") if exits else None
         codes = [f["code"] for f in exits[-1]["findings"]] if exits else []
         c.check(f"fragmenting loop, {name}: the cache read at exit", torch is not None, torch=torch, findings=codes,
-                step_seconds=step and float(step[1]), wall=round(time.perf_counter() - began, 2))
+                step_ms=step and float(step[1]), wall=round(time.perf_counter() - began, 2))
+
+
+def _mib(spread):
+    return round(spread[0] / MiB, 1) if spread else None
+
+
+def check_lab(c, out_dir):
+    """The lab over PYTORCH_ALLOC_CONF on the fragmenting loop: judged on the GPU's memory, each variant's
+    figures written out (the verdict is measured, not expected: expandable segments may or may not win)."""
+    path = os.path.join(out_dir, "lab_fragment.json")
+    done = memgap("lab", "--variant", "glibc", "--variant", EXPANDABLE, "--reps", "3", "--timeout", "120",
+                  "--metric", "steps_per_s", "--metric-regex", r"steps_per_s ([0-9.]+)", "--json", path,
+                  "--markdown", os.path.join(out_dir, "lab_fragment.md"), "--", sys.executable, FRAGMENT,
+                  name="lab_fragment", timeout=420)
+    with open(path) as fh:
+        lab = json.load(fh)
+    variants = {v["spec"]: {"gpu_idle_mib": _mib(v.get("gpu_idle")), "gpu_peak_mib": _mib(v.get("gpu_peak")),
+                            "idle_rss_mib": _mib(v.get("idle")), "steps_per_s": v.get("throughput"),
+                            "step_ms": round(1000 / v["throughput"][0], 3) if v.get("throughput") else None,
+                            "slowdown": v.get("slowdown"), "better": v.get("better"),
+                            "within_budget": v.get("within_budget"), "reason": v.get("reason")}
+                for v in lab["variants"]}
+    c.check("lab: judged by the tree's GPU memory at idle", lab.get("objective") == "gpu", exit_code=done.returncode,
+            objective=lab.get("objective"), why=lab.get("objective_why"), verdict=lab.get("verdict"),
+            recommended=(lab.get("recommendation") or {}).get("variant"), variants=variants)
+    c.check("lab: every variant's runs recorded device memory", all(v["gpu_idle_mib"] for v in variants.values())
+            and all(r.get("gpu_idle") for r in lab["runs"] if r["status"] == "ok"),
+            runs=[(r["variant"], r["status"], r.get("gpu_idle"), r.get("gpu_peak")) for r in lab["runs"]])
 
 
 def main():
     out_dir = sys.argv[1] if len(sys.argv) > 1 else tempfile.mkdtemp(prefix="gpu_check-")
     os.makedirs(out_dir, exist_ok=True)
+    OUT["dir"] = out_dir
     c = Checks()
-    for step in (check_holder, lambda c: check_run(c, out_dir), lambda c: check_fragmenting(c, out_dir)):
+    seconds = {}
+    steps = {"holder": check_holder, "run": lambda c: check_run(c, out_dir),
+             "fragmenting": lambda c: check_fragmenting(c, out_dir), "lab": lambda c: check_lab(c, out_dir)}
+    for name, step in steps.items():
+        began = time.perf_counter()
+        print(f"--- {name}", flush=True)
         try:
             step(c)
         except Exception as exc:  # noqa: BLE001 - one step's failure is reported, the next still runs
-            c.check(f"step raised {type(exc).__name__}", False, error=str(exc)[-500:])
+            c.check(f"{name}: step raised {type(exc).__name__}", False, error=str(exc)[-500:])
+        seconds[name] = round(time.perf_counter() - began, 1)
+        print(f"--- {name}: {seconds[name]} s", flush=True)
     with open(os.path.join(out_dir, "gpu_check.json"), "w") as fh:
-        json.dump({"failed": c.failed, "checks": c.figures}, fh, indent=1, default=str)
+        json.dump({"failed": c.failed, "checks": c.figures, "seconds": seconds}, fh, indent=1, default=str)
     print(f"{len(c.figures) - len(c.failed)} of {len(c.figures)} checks held; figures in {out_dir}/gpu_check.json")
     return 1 if c.failed else 0
 

@@ -1,6 +1,8 @@
 """A GPU process's host memory named (issue 33), the half that runs without a GPU: a Python process (it does not
 import memgap) with shared anonymous memory but no CUDA context is NOT named pinned, even with a file called
-``libcuda.so.1`` mapped, its layers add up as before, and nothing about a GPU is printed, nor any error.
+``libcuda.so.1`` mapped, its layers add up as before, and nothing about a GPU is printed, nor any error; one
+that maps files named as PyTorch's CUDA build without a context (``import torch`` of a CUDA wheel on a
+machine without a GPU) gets no PyTorch variant from the lab's default set.
 Witnesses: the process's smaps (the shared mapping's Rss) and its status, read by the test. The captured CUDA
 processes: ``tests/unit/test_gpu_units.py``; the GPU machine's check: ``scripts/gpu_check.sh``.
 """
@@ -73,3 +75,35 @@ def test_without_a_gpu_nothing_is_said(shared_no_cuda):
     for word in ("pinned", "gpu", "nvml", "device memory", "cuda"):  # ...and no word of a GPU
         assert word not in text, word
     assert os.path.exists(f"/proc/{shared_no_cuda.pid}")  # the target lives on
+
+
+MAPS_FILES = """
+import mmap, sys, time
+libs = []
+for path in sys.argv[1:]:                            # files named like PyTorch's CUDA build and CUDA's driver
+    with open(path, "rb") as fh:
+        libs.append(mmap.mmap(fh.fileno(), 0, prot=mmap.PROT_READ))
+        libs[-1].read(4096)                          # a resident page of each
+time.sleep(0.5)
+"""
+
+
+def test_pytorchs_cuda_build_without_a_context_adds_no_lab_variant(tmp_path):
+    """The lab's default set tries PyTorch's cache settings only where a process has a CUDA context: a real
+    process mapping libc10_cuda.so, libtorch_cuda.so and libcuda.so.1, recorded by `memgap run`, gives the lab
+    nothing to add (its snapshots have no gpu_driver layer)."""
+    from memgap.documents.records import RunDocument
+    from memgap.lab.choose import choose, run_libraries
+
+    libs = []
+    for name in ("libc10_cuda.so", "libtorch_cuda.so", "libcuda.so.1"):
+        libs.append(tmp_path / name)
+        libs[-1].write_bytes(b"\x7fELF" + bytes(8188))
+    path = tmp_path / "run.json"
+    proc = memgap("run", "--json", str(path), "--", sys.executable, "-c", MAPS_FILES, *map(str, libs))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    run = RunDocument.from_dict(json.loads(path.read_text()))
+    snaps = [s for p in run.processes for s in p.snapshots]
+    assert snaps and not [s for s in snaps if "gpu_driver" in s["layers"]]
+    assert run_libraries(run) == set()
+    assert not [c for c in choose([], {"glibc"}, True, libraries=run_libraries(run)) if c.spec.startswith("torch:")]

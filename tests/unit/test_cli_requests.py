@@ -169,7 +169,7 @@ MISUSE = [
     (["lab", "--param", "N=,", "--", "true"], "--param 'N=,': expected NAME=V1,V2,..."),
     (["lab", "--variant", "bogus", "--", "true"],
      "variant 'bogus': unknown allocator, runtime or library 'bogus' (choose from glibc, jemalloc, tcmalloc, "
-     "mimalloc, go, jvm, node, arrow)"),
+     "mimalloc, go, jvm, node, arrow, torch)"),
     (["demo", "nope"], "no scenario 'nope'; choose from threadpool, asyncburst, trie, multiproc, blockingpool"),
     (["serve-metrics"], "serve-metrics: give a PID, --tree PID or --match REGEX (one of them)"),
     (["serve-metrics", "1", "--match", "x"], "serve-metrics: give a PID, --tree PID or --match REGEX (one of them)"),

@@ -112,6 +112,52 @@ def test_a_process_that_only_loaded_cuda_shows_no_gpu_layer():
     assert unexplained == 0
 
 
+def _recorded(layers):
+    """A run of one process whose snapshot holds ``layers``, as a recording keeps them (JSON)."""
+    from dataclasses import asdict
+
+    from memgap.documents.records import ProcessRecord, RunDocument
+
+    return RunDocument([ProcessRecord(1, [{"phase": "quiet", "allocator": {"name": "glibc"},
+                                           "layers": {name: asdict(layer) for name, layer in layers.items()}}])])
+
+
+def test_the_lab_tries_pytorchs_cache_settings_where_a_cuda_context_maps_its_cuda_build():
+    """The captured CUDA process: its gpu_driver layer names the objects that say CUDA, PyTorch's among them, so
+    the lab's default set adds expandable segments; the CPU-only one maps them too (``import torch`` of a CUDA
+    wheel loads libc10_cuda.so, libtorch_cuda.so and libcuda.so) but opens no context: nothing is added."""
+    from memgap.lab.choose import choose, run_libraries
+
+    cuda, _, _, _ = _layers("cuda")
+    assert cuda["gpu_driver"].detail["libraries"] == ["libc10_cuda.so", "libcuda.so.580.159.04", "libcudart.so.13",
+                                                      "libtorch_cuda.so"]
+    run = _recorded(cuda)
+    assert run_libraries(run) == set(cuda["gpu_driver"].detail["libraries"])
+    (got,) = choose([], {"glibc"}, python=True, libraries=run_libraries(run))
+    assert got.spec == "torch:expandable_segments=True"
+    assert got.reason == ("libc10_cuda.so is PyTorch's CUDA build, and the process has a CUDA context: its caching "
+                          "allocator's own settings")
+    cpu, _, _, entries = _layers("cpu")
+    mapped = {os.path.basename(e.mapping.path) for e in entries}
+    assert {"libc10_cuda.so", "libtorch_cuda.so", "libcuda.so.580.159.04"} <= mapped  # loaded, no context
+    assert run_libraries(_recorded(cpu)) == set() and choose([], {"glibc"}, True, libraries=set()) == []
+
+
+def test_the_caches_finding_adds_expandable_segments_and_names_it():
+    from memgap.diagnose.gpu import gpu_findings
+    from memgap.documents.gpu import GpuMemory
+    from memgap.lab.choose import choose
+    from memgap.sources.torch_cuda import cache_from_stats
+
+    held = cache_from_stats({"allocated_bytes.all.current": 1 << 30, "reserved_bytes.all.current": 3 << 30,
+                             "inactive_split_bytes.all.current": 512 * MiB, "segment.all.current": 40}, None)
+    (finding,) = gpu_findings(_snapshot({}, 1 << 30, GpuMemory(torch=held)))
+    assert "`memgap lab` measures it as torch:expandable_segments=True" in finding.remedy
+    (got,) = choose([finding], {"glibc"}, python=True)
+    assert got.spec == "torch:expandable_segments=True"
+    assert got.reason.startswith("finding torch-cache-retained: PyTorch's CUDA cache holds 2048.0 MiB")
+
+
 def _m(path, perms="rw-s"):
     return Mapping(0x1000, 0x2000, perms, 0, "00:01", 1 if path.startswith("/") else 0, path)
 
@@ -288,6 +334,27 @@ def test_device_memory_is_shown_beside_rss_not_in_it():
     assert "context and libraries" in text and "allocated 4256.0 MiB" in text
     plain = render_text(_snapshot({}, 100 * MiB))
     assert "GPU" not in plain and "pinned" not in plain
+
+
+def test_the_html_snapshot_shows_the_gpu_lines_the_terminal_shows():
+    from html import escape
+
+    from memgap.documents.gpu import GpuMemory
+    from memgap.report.gpu import gpu_lines
+    from memgap.report.snapshot_html import snapshot_fragment, snapshot_page
+
+    snap = _gpu_snapshot()
+    page = snapshot_page(snap)
+    lines = gpu_lines(snap)
+    assert len(lines) == 5 and all(escape(line.strip()) in page for line in lines), lines
+    assert f'<li data-gpu="0" data-bytes="{4842 * MiB}">GPU 0 NVIDIA H200: 4842.0 MiB of 143771.0 MiB</li>' in page
+    # PyTorch's cache read from inside, where NVML listed no GPU for the process: its lines alone
+    inside = _snapshot({}, 100 * MiB, GpuMemory(torch=snap.gpu.torch))
+    fragment = snapshot_fragment(inside)
+    assert all(escape(line.strip()) in fragment for line in gpu_lines(inside))
+    assert "NVIDIA H200" not in fragment and "beside RSS (not in it)" not in fragment
+    plain = snapshot_fragment(_snapshot({}, 100 * MiB))  # no GPU read: nothing of it
+    assert 'class="gpu"' not in plain and "GPU" not in plain and "PyTorch" not in plain
 
 
 def test_prometheus_serves_device_memory_per_gpu():

@@ -70,7 +70,7 @@ def test_runtime_settings_combine_with_the_allocators_and_cost_only_the_environm
     ("go:gogc=50+go:gogc=25", "variant 'go:gogc=50+go:gogc=25': go named twice"),
     ("glibc+jemalloc", "variant 'glibc+jemalloc': one allocator per variant, not 2"),
     ("ruby:gc=1", "variant 'ruby:gc=1': unknown allocator, runtime or library 'ruby' (choose from glibc, "
-                  "jemalloc, tcmalloc, mimalloc, go, jvm, node, arrow)"),
+                  "jemalloc, tcmalloc, mimalloc, go, jvm, node, arrow, torch)"),
 ])
 def test_a_bad_setting_is_refused_in_one_line(spec, message):
     with pytest.raises(UsageError) as raised:
@@ -179,6 +179,50 @@ def test_arrows_pool_settings_become_the_variables_libarrow_and_its_mimalloc_rea
         parse_variant("arrow:pool=tcmalloc")
     with pytest.raises(UsageError, match="purge_delay=-2: milliseconds"):
         parse_variant("arrow:purge_delay=-2")
+
+
+def test_torchs_cache_settings_set_both_variables_after_what_the_user_set():
+    """torch >= 2.9 reads PYTORCH_ALLOC_CONF (and PYTORCH_CUDA_ALLOC_CONF only where it is unset), older ones
+    PYTORCH_CUDA_ALLOC_CONF: both get the user's settings torch 2.11 would read, then the variant's."""
+    both = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")
+    assert parse_variant("torch:expandable_segments=True").env({}) == dict.fromkeys(both, "expandable_segments:True")
+    assert parse_variant("torch:garbage_collection_threshold=0.6,max_split_size_mb=128").env({}) == dict.fromkeys(
+        both, "garbage_collection_threshold:0.6,max_split_size_mb:128")
+    user = {"PYTORCH_ALLOC_CONF": "roundup_power2_divisions:4", "PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:64"}
+    assert parse_variant("torch:expandable_segments=True").env(user) == dict.fromkeys(
+        both, "roundup_power2_divisions:4,expandable_segments:True")
+    older = {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:64"}
+    assert parse_variant("torch:roundup_power2_divisions=8").env(older) == dict.fromkeys(
+        both, "max_split_size_mb:64,roundup_power2_divisions:8")
+    assert parse_variant("torch:expandable_segments=True+glibc:arena_max=2").env({}) == {
+        **dict.fromkeys(both, "expandable_segments:True"), "MALLOC_ARENA_MAX": "2"}
+    assert parse_variant("torch:expandable_segments=True").cost == COST_ENV
+
+
+@pytest.mark.parametrize("spec, wrong", [
+    ("torch:expandable_segments=true", "expandable_segments=true: one of True, False"),
+    ("torch:garbage_collection_threshold=1", "garbage_collection_threshold=1: a fraction between 0 and 1"),
+    ("torch:garbage_collection_threshold=0", "a fraction between 0 and 1"),
+    ("torch:max_split_size_mb=20", "max_split_size_mb=20: MiB: a whole number over 20"),
+    ("torch:roundup_power2_divisions=6", "roundup_power2_divisions=6: a power of two"),
+    ("torch:roundup_power2_divisions=0", "a power of two"),
+    ("torch:backend=cudaMallocAsync", "torch has no setting 'backend'"),
+    ("torch:", "name a torch setting"),
+])
+def test_a_bad_torch_setting_is_refused_before_any_run(spec, wrong):
+    with pytest.raises(UsageError, match=wrong):
+        parse_variant(spec)
+
+
+def test_torchs_remedy_lines_set_both_variables_and_say_what_they_change():
+    forms = remedy_forms(recommendation_lines(parse_variant("torch:expandable_segments=True"), python=True))
+    assert forms["env"] == {"PYTORCH_ALLOC_CONF": "expandable_segments:True",
+                            "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+    assert forms["shell"] == ["PYTORCH_ALLOC_CONF=expandable_segments:True",
+                              "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"]
+    assert forms["setup"] == []
+    assert any("PYTORCH_CUDA_ALLOC_CONF only where it is unset" in note for note in forms["notes"])
+    assert any("the GPU's memory, not RSS" in note for note in forms["notes"])
 
 
 def test_a_library_found_with_its_own_allocator_adds_its_pool_settings():

@@ -128,6 +128,13 @@ class Variant:
         return self.allocator != "glibc" or bool(self.options or self.trim)
 
     @property
+    def device_memory(self) -> bool:
+        """It sets what holds a GPU's memory (a framework's device cache): it changes device memory, not RSS."""
+        from memgap.runtimes import runtime_settings
+
+        return any(getattr(runtime_settings(head), "device", False) for head in self.runtime)
+
+    @property
     def python_only(self) -> bool:
         """It sets something only a Python interpreter reads (pymalloc, the collector)."""
         return self.pymalloc_off or self.pymalloc_release or self.gc_freeze

@@ -6,7 +6,8 @@ the lab is adaptive: after one round, variants that cannot win are dropped and
 the rest run on (up to 3 times) until two rounds agree; --reps N runs the full
 grid. The figure that decides is --objective's: for a driven service (--load,
 or a workload whose baseline rested between bursts during its work) the mean
-RSS over the work, time-weighted, else the idle. Idle is the program's phase
+RSS over the work, time-weighted; where a variant sets PyTorch's CUDA cache, the
+tree's GPU memory at idle (NVML, beside RSS); else the idle. Idle is the program's phase
 named idle (memgap.phase("idle") or a --phase-regex line), else found: its last quiet spell (under 10% of a CPU, RSS
 steady, 1 s), else the moment before it exits; the output says which. The
 figures are those of the tree: where several of its processes live at idle, idle
@@ -102,8 +103,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--objective", choices=OBJECTIVES, default="",
                    help="the figure that decides: mean (the time-weighted mean RSS of the tree over the work: "
                         "from the start, or the load's, to the final rest), idle (at the end, after the final "
-                        "rest) or peak; default: mean for a driven service (--load, or a workload whose "
-                        "baseline rested between bursts during its work), else idle")
+                        "rest), peak, or gpu (the tree's GPU memory at idle, NVML); default: gpu where a "
+                        "variant sets PyTorch's CUDA cache and the baseline recorded device memory, mean for a "
+                        "driven service (--load, or a workload whose baseline rested between bursts during its "
+                        "work), else idle")
     p.add_argument("--process", metavar="REGEX", default="",
                    help="rank on one process of the workload's tree, by its command line (default: the tree's "
                         "PSS total at idle where several processes live then, and the largest process's figures)")

@@ -10,6 +10,7 @@ from memgap.report.units import mib, pct
 CACHE_FLOOR = 256 << 20  # device memory: cheap to hold below this
 CACHE_RATIO = 1.25       # reserved over allocated above this: the cache holds a quarter more than is in use
 EXPANDABLE = "PYTORCH_ALLOC_CONF=expandable_segments:True"
+LAB_VARIANT = "torch:expandable_segments=True"  # memgap.runtimes.torch_settings: the lab adds it on this finding
 
 
 def _pinned(snap: Snapshot) -> list[Finding]:
@@ -46,7 +47,8 @@ def _torch_cache(snap: Snapshot) -> list[Finding]:
          f"{torch.allocated}, inactive_split_bytes.all.current {torch.inactive_split} (free bytes in blocks split "
          f"for a tensor: fragmentation), {torch.segments} segments"],
         f"{EXPANDABLE} in its environment (segments that grow and shrink in place of fixed-size blocks, so freed "
-        "memory is not stranded in split ones), or torch.cuda.empty_cache() after a peak")]
+        f"memory is not stranded in split ones), or torch.cuda.empty_cache() after a peak; `memgap lab` measures "
+        f"it as {LAB_VARIANT}, on the GPU's memory and the step time")]
 
 
 def gpu_findings(snap: Snapshot) -> list[Finding]:

@@ -74,10 +74,14 @@ class VariantSummary(_Summary):
     # and what its slowdown is by where not by its throughput or wall time (verdict.BURSTS_CPU)
     work_cpu: Spread | None = None
     slowdown_by: str = ""
+    # since issue 33, where its runs recorded device memory: the tree's GPU memory at idle and at its highest
+    gpu_idle: Spread | None = None
+    gpu_peak: Spread | None = None
 
     def to_dict(self) -> JsonObject:
         out = super().to_dict()
-        for name in ("mean", "work_cpu", "slowdown_by"):  # a lab saved before them is written back as it was
+        for name in ("mean", "work_cpu", "slowdown_by", "gpu_idle", "gpu_peak"):  # a lab saved before them is
+            # written back as it was
             if not out[name]:
                 del out[name]
         return out

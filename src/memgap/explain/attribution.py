@@ -10,7 +10,7 @@ from memgap.allocators.base import Share, unread_share
 from memgap.allocators.measured import Measurements, Owners as _Owners, Sizes as _Sizes
 from memgap.allocators.pymalloc import READER as PYMALLOC
 from memgap.documents.snapshot import Layer
-from memgap.sources.gpu_maps import DRIVER_WHY, GPU_DRIVER, PINNED_LIKELY, PINNED_WHY
+from memgap.sources.gpu_maps import DRIVER_WHY, GPU_DRIVER, PINNED_LIKELY, PINNED_WHY, cuda_objects
 from memgap.sources.static_data import LIKELY, STATIC_DATA, STATIC_LIKELY
 
 LIBRARY_POOL = "library-pool"  # the owner of the arenas of an allocator a library bundles (its regions)
@@ -128,7 +128,9 @@ def _gpu_layers(m: Measurements, owned: _Owners) -> dict[str, Layer]:
                    "/dev/nvidia0, /dev/nvidia-uvm, ...), told by their paths in maps; entries with no page behind "
                    "them (the GPU's registers and memory window, VM_PFNMAP) count in no RSS and are left out",
         source="maps (/dev/nvidia*), pagemap",
-        detail={"confidence": DRIVER_WHY, "mappings": owned.count.get(GPU_DRIVER, 0), "devices": devices},
+        detail={"confidence": DRIVER_WHY, "mappings": owned.count.get(GPU_DRIVER, 0), "devices": devices,
+                # the objects naming CUDA it maps (resident): the lab picks a framework's settings by them
+                "libraries": cuda_objects(r.path for r in m.regions if r.path.startswith("/"))},
     )
     pinned = Layer(
         "pinned_host", owned(PINNED_LIKELY), virtual=owned.virtual.get(PINNED_LIKELY, 0),

@@ -33,6 +33,8 @@ BASELINE_REASON = "the baseline: every other variant is measured against it"
 # - glibc-fragmentation: free memory a trim cannot give back: the same, the lower threshold alone
 #   (blocks served by mmap leave no holes in a heap), and an allocator that returns its free pages
 #   on its own (jemalloc with a 1 s decay)
+# - torch-cache-retained: PyTorch's CUDA cache holding much more device memory than its tensors use: segments
+#   that grow and shrink in place, so freed memory is not stranded in split blocks (memgap.runtimes.torch_settings)
 FINDING_VARIANTS: dict[str, tuple[str, ...]] = {
     "copied-from-parent": ("glibc:gc=freeze-at-fork",),
     "glibc-retention": ("glibc:arena_max=2", "glibc:arena_max=1", "glibc:arena_max=2,mmap_threshold=65536"),
@@ -40,6 +42,7 @@ FINDING_VARIANTS: dict[str, tuple[str, ...]] = {
     "glibc-fragmentation": ("glibc:arena_max=2", "glibc:arena_max=1", "glibc:mmap_threshold=65536",
                             "glibc:arena_max=2,mmap_threshold=65536",
                             "jemalloc:background_thread=true,dirty_decay_ms=1000"),
+    "torch-cache-retained": ("torch:expandable_segments=True",),
 }
 
 # The allocator the workload already runs on -> its own settings for giving memory back: each reader's
@@ -73,8 +76,9 @@ def choose(findings: Iterable[Finding], allocators: Collection[str], python: boo
     processes ran on, ``python`` whether it ran Python (else Python's settings are left out),
     ``runtimes`` the runtimes whose heaps its snapshots read (memgap.runtimes' names), ``peak``
     its peak RSS (a runtime's setting may be sized from it), ``libraries`` the objects in which its
-    snapshots found an allocator beside malloc's (a library's own pool settings: Arrow's)."""
-    from memgap.runtimes import library_variants, runtime_variants  # the settings modules, not the readers
+    snapshots found an allocator beside malloc's, or that a process with a CUDA context mapped (a library's
+    own pool settings: Arrow's, PyTorch's CUDA cache's)."""
+    from memgap.runtimes import library_settings, runtime_variants  # the settings modules, not the readers
 
     out: dict[str, str] = {}
     seen: set[str] = set()
@@ -92,9 +96,11 @@ def choose(findings: Iterable[Finding], allocators: Collection[str], python: boo
         for spec in runtime_variants(name, peak):
             out.setdefault(spec, f"the workload runs on the {name} runtime: its own settings for its heap")
     for path in sorted(libraries):
-        for spec in library_variants(path, peak):
-            out.setdefault(spec, f"{os.path.basename(path)} bundles its own allocator beside malloc's: its memory "
-                                 "pool's own settings")
+        settings = library_settings(path)
+        if settings is None:
+            continue
+        for spec in settings.variants(peak):
+            out.setdefault(spec, f"{os.path.basename(path)} {settings.found}")
     return [Choice(spec, why) for spec, why in out.items() if python or not parse_variant(spec).python_only]
 
 
@@ -130,7 +136,8 @@ def run_evidence(run: RunDocument) -> tuple[list[Finding], set[str]]:
 
 def run_libraries(run: RunDocument) -> set[str]:
     """The objects in which a run's snapshots found an allocator beside the one serving malloc (a library's
-    own, as libarrow's mimalloc), by path."""
+    own, as libarrow's mimalloc), by path; and the objects naming CUDA that a process with a CUDA context
+    mapped (its gpu_driver layer's ``libraries``: PyTorch's libc10_cuda.so), by file name."""
     paths: set[str] = set()
     for p in run.processes:
         for snap in [*p.snapshots, *([p.peak] if p.peak else [])]:
@@ -138,6 +145,9 @@ def run_libraries(run: RunDocument) -> set[str]:
             for f in found if isinstance(found, list) else []:
                 if isinstance(f, dict) and not f.get("serves_malloc") and f.get("library"):
                     paths.add(str(f["library"]))
+            driver = (snap.get("layers") or {}).get("gpu_driver") or {}
+            cuda = (driver.get("detail") or {}).get("libraries")
+            paths.update(str(name) for name in (cuda if isinstance(cuda, list) else []))
     return paths
 
 

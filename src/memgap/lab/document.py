@@ -28,7 +28,7 @@ def cell_objective(options: LabOptions, variants: list[Variant], runs: list[RunF
     """The figure that decides one cell's verdict, and why (memgap.lab.objective)."""
     baseline = next((v for v in variants if v.is_baseline), None)
     base_runs = [r for r in runs if baseline is not None and r.variant == baseline.spec]
-    return decide_objective(options.objective, bool(options.load), base_runs)
+    return decide_objective(options.objective, bool(options.load), base_runs, any(v.device_memory for v in variants))
 
 
 def cell_verdict(options: LabOptions, variants: list[Variant],

@@ -141,7 +141,23 @@ def run_figures(run: RunDocument, variant: Variant | str, rep: int, order: int, 
         _idle_after_the_trimmer(m, proc)
     if not process:
         _tree_total(m, run, proc, variant)
+    m.gpu_idle, m.gpu_peak = gpu_of_tree(run, found.time if found is not None else None)
     return m
+
+
+def gpu_of_tree(run: RunDocument, idle_at: float | None) -> tuple[int | None, int | None]:
+    """The tree's device memory (NVML's per-process figures, summed per sampling round): at the last round at
+    or before ``idle_at`` (the idle's time; its last round where None), and at its highest round; (None, None)
+    where no sample held any (no GPU: a run's samples then are as they always were)."""
+    rounds: dict[float, int] = {}
+    for s in run.timeline:
+        if "gpu" in s:
+            rounds[s["t"]] = rounds.get(s["t"], 0) + s["gpu"]
+    if not rounds:
+        return None, None
+    at = idle_at - run.start if idle_at is not None and run.start else None
+    before = [t for t in rounds if at is None or t <= at] or [min(rounds)]
+    return rounds[max(before)], max(rounds.values())
 
 
 def _ending(m: RunFigures, run: RunDocument, metric: str) -> None:

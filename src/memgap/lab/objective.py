@@ -1,11 +1,15 @@
-"""Which figure decides a lab's verdict (pure): the idle at the end, the mean over the work, or the peak.
+"""Which figure decides a lab's verdict (pure): the idle at the end, the mean over the work, the peak, or the
+GPU's memory at idle.
 
 ``--objective`` names it. Without it, a driven workload is judged by the memory it holds while it
 works, as a service's chart shows it: a service under ``--load``, or a workload whose baseline
 rested again and again during its work (memgap.lab.work: at least BURSTY_RESTS rests of MIN_REST
 seconds or more, in most of the baseline's runs). Any other workload is judged by its idle, as
 the lab always did; so is a lab whose runs' samples hold no CPU time (recorded before memgap
-sampled it), which says nothing about it then (``why`` is "").
+sampled it), which says nothing about it then (``why`` is ""). A lab that runs a setting of what holds
+a GPU's memory (PyTorch's CUDA cache: memgap.runtimes.torch_settings) is judged by the tree's device
+memory at idle (NVML, sampled with RSS), where its baseline recorded some: those settings change it,
+not RSS. Without a GPU nothing changes.
 
 A remedy that acts only after a quiet spell (memgap's idle trimmer: trim=quiet, and trim=idle as
 it is deployed) is said to wait for one the workload never has when every rest its runs had during
@@ -18,24 +22,24 @@ from memgap.documents.lab_summary import Spread, VariantSummary
 from memgap.documents.records import RunFigures, RunStatus
 from memgap.lab.work import BURSTY_RESTS, MIN_REST
 
-OBJECTIVES = ("mean", "idle", "peak")
-IDLE, MEAN, PEAK = "idle", "mean", "peak"
+OBJECTIVES = ("mean", "idle", "peak", "gpu")
+IDLE, MEAN, PEAK, GPU = "idle", "mean", "peak", "gpu"
 ASKED = "chosen with --objective"
 
 
 def words(objective: str) -> str:
     """The figure in words, as the verdict and the tables say it."""
-    return {MEAN: "mean over the work", PEAK: "peak"}.get(objective, "idle")
+    return {MEAN: "mean over the work", PEAK: "peak", GPU: "GPU memory at idle"}.get(objective, "idle")
 
 
 def summary_figure(s: VariantSummary, objective: str) -> Spread | None:
     """A variant's (median, min, max) of the figure that decides."""
-    return {MEAN: s.mean, PEAK: s.peak}.get(objective, s.idle)
+    return {MEAN: s.mean, PEAK: s.peak, GPU: s.gpu_idle}.get(objective, s.idle)
 
 
 def run_figure(r: RunFigures, objective: str) -> int | None:
     """One run's figure that decides."""
-    return {MEAN: r.work_mean, PEAK: r.peak}.get(objective, r.idle)
+    return {MEAN: r.work_mean, PEAK: r.peak, GPU: r.gpu_idle}.get(objective, r.idle)
 
 
 def bursty_runs(runs: list[RunFigures]) -> list[RunFigures]:
@@ -49,10 +53,16 @@ def works_in_bursts(base_runs: list[RunFigures]) -> bool:
     return bool(usable) and 2 * len(bursty_runs(usable)) > len(usable)
 
 
-def decide_objective(asked: str, load: bool, base_runs: list[RunFigures]) -> tuple[str, str]:
-    """(the objective, why) for one cell of a lab, from what was asked and the baseline's runs there."""
+def decide_objective(asked: str, load: bool, base_runs: list[RunFigures], device: bool = False) -> tuple[str, str]:
+    """(the objective, why) for one cell of a lab, from what was asked and the baseline's runs there;
+    ``device``: the lab runs a variant that sets what holds a GPU's memory (Variant.device_memory)."""
     if asked:
         return asked, ASKED
+    gpu = [r for r in base_runs if r.status == RunStatus.OK and r.gpu_idle is not None]
+    if device and gpu:
+        return GPU, (f"the default where a variant sets what holds the GPU's memory (a framework's device cache): "
+                     f"it changes device memory, not RSS, and the baseline's runs recorded it ({len(gpu)} of "
+                     f"{len(base_runs)}); RSS stays beside it in the table")
     if load:
         return MEAN, "the default for a service under --load: the memory it holds while it serves"
     usable = [r for r in base_runs if r.status == RunStatus.OK and r.rests is not None]

@@ -27,7 +27,7 @@ from typing import Any
 from memgap.allocators.variants import COST_WORDS, Variant
 from memgap.documents.lab_summary import Spread, VariantSummary
 from memgap.documents.records import LabMaterial, RunFigures
-from memgap.lab.objective import IDLE, summary_figure, words, works_in_bursts
+from memgap.lab.objective import GPU, IDLE, summary_figure, words, works_in_bursts
 
 # The share is the default slowdown budget (5% of time), asked of memory in turn. The bytes
 # are one transparent huge page: where THP is on, one touched byte can move RSS by 2 MiB.
@@ -66,6 +66,8 @@ def summarize(variant: Variant, runs: list[RunFigures], baseline_runs: list[RunF
     s.wall = _spread([r.wall for r in ok])
     s.throughput = _spread([r.throughput for r in ok if r.throughput is not None])
     s.tree = any(r.tree_how for r in ok)
+    s.gpu_idle = _spread([r.gpu_idle for r in ok if r.gpu_idle is not None])
+    s.gpu_peak = _spread([r.gpu_peak for r in ok if r.gpu_peak is not None])
     s.slowdown, s.slowdown_by = _slowdown(s, ok, baseline_runs)
     s.patterns = sorted({r.pattern for r in ok if r.pattern})
     for r in ok:
@@ -133,6 +135,8 @@ def _figure_words(objective: str, tree: bool) -> str:
     """What the verdict's figure is, in words: the idle's as it always said it."""
     if objective == IDLE:
         return f"idle {'PSS summed over the tree' if tree else 'RSS'}"
+    if objective == GPU:
+        return "idle GPU memory (the tree's device memory as the driver counts it, NVML; not RSS)"
     if objective == "mean":
         return f"mean {'RSS of the tree' if tree else 'RSS'} over the work"
     return f"peak {'RSS of the tree' if tree else 'RSS'}"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from memgap.documents.gpu import GpuDevice, TorchCache
+from memgap.documents.gpu import GpuDevice, GpuMemory, TorchCache
 from memgap.documents.snapshot import Snapshot
 from memgap.report.units import mib
 
@@ -29,13 +29,18 @@ def torch_lines(cache: TorchCache) -> list[str]:
               if context is not None else [])]
 
 
+def heading(gpu: GpuMemory) -> str:
+    """The line above a process's GPUs: where their figures come from."""
+    return f"{HEAD} (driver {gpu.driver})"
+
+
 def gpu_lines(snap: Snapshot) -> list[str]:
     """One process's device memory: a heading, a line per GPU, then PyTorch's cache where read; none without
     ``gpu``."""
     gpu = snap.gpu
     if gpu is None:
         return []
-    lines = [f"{HEAD} (driver {gpu.driver})", *(f"  {device_text(d)}" for d in gpu.devices)] if gpu.devices else []
+    lines = [heading(gpu), *(f"  {device_text(d)}" for d in gpu.devices)] if gpu.devices else []
     return lines + (torch_lines(gpu.torch) if gpu.torch is not None else [])
 
 

@@ -266,12 +266,14 @@ def _median(value: Spread | None) -> str:
 
 def _variants_table(lab: LabDocument) -> str:
     """The variants table as the terminal prints it; each row also carries the variant's idle,
-    after-trim and peak medians in exact bytes (data- attributes), for programs reading it."""
+    after-trim and peak medians (and its GPU memory at idle, where recorded) in exact bytes (data- attributes),
+    for programs reading it."""
     head = "<tr>" + "".join(f"<th>{escape(c.header)}</th>" for c in variant_columns(lab)) + "</tr>"
     rows = []
     for v, cells in zip(lab.variants, table_rows(lab), strict=True):
         attrs = (f' data-variant="{escape(v.spec)}" data-idle="{_median(v.idle)}"'
                  f' data-after-trim="{_median(v.after_trim)}" data-peak="{_median(v.peak)}"'
+                 + (f' data-gpu-idle="{_median(v.gpu_idle)}"' if v.gpu_idle else "")  # a GPU process's device memory
                  + (' class="recommended"' if v.spec == recommended(lab) else ""))
         rows.append(f"<tr{attrs}>" + "".join(f"<td>{escape(c)}</td>" for c in cells) + "</tr>")
     return "<table>" + head + "".join(rows) + "</table>"

@@ -44,9 +44,15 @@ def table_rows(lab: LabDocument) -> list[list[str]]:
         peaks = ([_spread(v.peak)] + ([_spread(v.cgroup_peak)] if cgroup else [])
                  + ([_spread(v.mean)] if means else []))
         rate = [_rates(v.throughput)] if _metric(lab) else []
-        rows.append([v.spec, _spread(v.baseline), *peaks, _spread(v.idle), *rate, _spread(v.after_trim), wall,
+        gpu = [_spread(v.gpu_idle), _spread(v.gpu_peak)] if _gpu(lab) else []
+        rows.append([v.spec, _spread(v.baseline), *peaks, _spread(v.idle), *gpu, *rate, _spread(v.after_trim), wall,
                      slow, _pattern(v), v.word(recommended(lab), lab.baseline)])
     return rows
+
+
+def _gpu(lab: LabDocument) -> bool:
+    """Whether the lab's runs recorded device memory (a GPU process, NVML): shown beside RSS, never in it."""
+    return any(v.gpu_idle is not None or v.gpu_peak is not None for v in lab.variants)
 
 
 def _metric(lab: LabDocument) -> str:
@@ -88,10 +94,13 @@ COLUMNS = tuple(c.header for c in VARIANT_COLUMNS)
 def variant_columns(lab: LabDocument) -> tuple[Col, ...]:
     """The columns of this lab's table: the run cgroups' peak after the RSS peak where runs had
     cgroups of their own (under --memory-limit it is what the limit met, so it always stays);
-    the workload's throughput (--metric), higher is better, after idle."""
+    the workload's throughput (--metric), higher is better, after idle; the tree's GPU memory at idle and
+    at its peak (device memory beside RSS, NVML) after idle, where the runs recorded some."""
     cols = list(VARIANT_COLUMNS)
     if _metric(lab):
         cols.insert(4, Col(_metric(lab), optional=1))
+    if _gpu(lab):  # after idle, before the metric: essential where the GPU's memory decides
+        cols[4:4] = [Col("GPU idle", optional=0 if lab.objective == "gpu" else 2), Col("GPU peak", optional=3)]
     if _means(lab):  # essential where it decides
         cols.insert(3, Col("work mean", optional=0 if lab.objective == "mean" else 2))
     if _cgroup_peaks(lab):
@@ -101,7 +110,9 @@ def variant_columns(lab: LabDocument) -> tuple[Col, ...]:
 
 
 OBJECTIVE_WORDS = {"mean": "the mean RSS over the work (time-weighted; a tree's processes summed per sampling "
-                           "round), the \"work mean\" column", "idle": "the idle", "peak": "the peak"}
+                           "round), the \"work mean\" column", "idle": "the idle", "peak": "the peak",
+                   "gpu": "the tree's GPU memory at idle (device memory as the driver counts it, NVML, beside RSS: "
+                          "the \"GPU idle\" column)"}
 
 
 def objective_lines(lab: LabDocument) -> list[str]:
@@ -109,7 +120,7 @@ def objective_lines(lab: LabDocument) -> list[str]:
     if not lab.objective or not lab.objective_why:
         return []
     return [f"Judged by {OBJECTIVE_WORDS.get(lab.objective, lab.objective)}: {lab.objective_why} "
-            "(--objective mean, idle or peak chooses)"]
+            f"(--objective {'mean, idle, peak or gpu' if _gpu(lab) else 'mean, idle or peak'} chooses)"]
 
 
 def cgroup_lines(lab: LabDocument) -> list[str]:

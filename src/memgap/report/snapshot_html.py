@@ -3,6 +3,7 @@ and a page for the web middleware (``memgap.web``).
 
 No script and no network: a stacked bar of the layers drawn as inline SVG, the layers table
 (each figure also in a ``data-bytes`` attribute, exact, for programs reading the page), the
+device memory per GPU and PyTorch's cache beside RSS where the snapshot has them, the
 allocators, the memory cgroup and the findings, in the words the terminal report uses. Every
 string from the process (paths, command lines) is escaped; the page embeds the snapshot's
 JSON document with ``safe_json``, which cannot close its script block.
@@ -14,6 +15,7 @@ from html import escape
 from memgap.documents.json_value import JsonObject
 from memgap.documents.snapshot import Snapshot
 from memgap.report.cgroup import cgroup_lines
+from memgap.report.gpu import device_text, heading, torch_lines
 from memgap.report.html import LAYER_COLORS, safe_json
 from memgap.report.terminal import LAYER_TITLES, allocator_lines
 from memgap.report.units import mib, pct
@@ -73,6 +75,23 @@ def _list(title: str, items: list[str]) -> str:
     return f"<p>{escape(title)}</p><ul>" + "".join(f"<li>{escape(i)}</li>" for i in items) + "</ul>"
 
 
+def _gpu(snap: Snapshot) -> str:
+    """Device memory beside RSS, in the terminal's words: a line per GPU (its bytes in ``data-bytes``, exact),
+    then PyTorch's cache where read from inside; nothing where the snapshot has no ``gpu``."""
+    gpu = snap.gpu
+    if gpu is None:
+        return ""
+    out = ""
+    if gpu.devices:
+        items = "".join(f'<li data-gpu="{d.index}"' + (f' data-bytes="{d.used}"' if d.used is not None else "")
+                        + f">{escape(device_text(d))}</li>" for d in gpu.devices)
+        out += f"<p>{escape(heading(gpu))}</p><ul>{items}</ul>"
+    if gpu.torch is not None:
+        first, *rest = torch_lines(gpu.torch)
+        out += _list(first, [line.strip() for line in rest])
+    return f'<div class="gpu">{out}</div>'
+
+
 def snapshot_fragment(snap: Snapshot) -> str:
     """The snapshot as an HTML fragment (a ``div`` with its own scoped style), no script."""
     where = f"PID {snap.pid}" + (f" at {snap.phase}" if snap.phase else "")
@@ -85,7 +104,7 @@ def snapshot_fragment(snap: Snapshot) -> str:
     allocators = [f"{which} ({how})" if how else which for which, how in allocator_lines(snap.allocator)]
     cgroup = cgroup_lines(snap.cgroup, snap.rss, snap.pss) if snap.cgroup else []
     findings = [f.summary + (f" Remedy: {f.remedy}" if f.remedy else "") for f in snap.findings]
-    return ('<div class="memgap-snapshot">' + _STYLE + head + _bar(snap) + _layers_table(snap) + trim
+    return ('<div class="memgap-snapshot">' + _STYLE + head + _bar(snap) + _layers_table(snap) + trim + _gpu(snap)
             + _list("Allocators:", allocators) + _list("Memory cgroup:", [c.strip() for c in cgroup])
             + _list("Findings:", findings) + "</div>")
 

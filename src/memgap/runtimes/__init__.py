@@ -10,7 +10,8 @@ Each runtime is one module here (``go.py``, ``jvm.py``, ``v8.py``) with the same
 
 Each runtime's own settings, as lab variants (``go:gogc=50``), are a small module beside its reader
 (``go_settings.py``, ``jvm_settings.py``, ``v8_settings.py``: memgap.runtimes.settings says what each
-declares), registered apart from the readers so that parsing a variant loads no reader.
+declares), registered apart from the readers so that parsing a variant loads no reader; so are a library's own
+(``arrow_settings.py``: Arrow's memory pool; ``torch_settings.py``: PyTorch's CUDA caching allocator).
 
 The registry (``READERS``, ``detect_runtimes``, ``SETTINGS``, ``runtime_settings``, ``runtime_variants``)
 is the only place that knows their names.
@@ -23,7 +24,7 @@ from memgap.runtimes.settings import RuntimeSettings
 
 READERS: dict[str, RuntimeReader] = {}
 SETTINGS: dict[str, RuntimeSettings] = {}  # by the spec's head ("go", "jvm", "node")
-SETTINGS_MODULES = ("go_settings", "jvm_settings", "v8_settings", "arrow_settings")
+SETTINGS_MODULES = ("go_settings", "jvm_settings", "v8_settings", "arrow_settings", "torch_settings")
 
 
 def register(name: str, reader: RuntimeReader) -> None:
@@ -122,14 +123,21 @@ def runtime_variants(name: str, peak: int | None = None) -> tuple[str, ...]:
     return next((s.variants(peak) for s in SETTINGS.values() if s.runtime == name), ())
 
 
-def library_variants(path: str, peak: int | None = None) -> tuple[str, ...]:
-    """The variants that try the own settings of the library at ``path`` (its file name's beginning among a
-    settings module's ``libraries``: Arrow's memory pool), () for a library with none."""
+def library_settings(path: str) -> RuntimeSettings | None:
+    """The settings of the library at ``path`` (its file name's beginning among a settings module's
+    ``libraries``: Arrow's memory pool, PyTorch's CUDA cache), None for a library with none."""
     import os
 
     _load_settings()
     base = os.path.basename(path)
-    return next((s.variants(peak) for s in SETTINGS.values() if s.libraries and base.startswith(s.libraries)), ())
+    return next((s for s in SETTINGS.values() if s.libraries and base.startswith(s.libraries)), None)
+
+
+def library_variants(path: str, peak: int | None = None) -> tuple[str, ...]:
+    """The variants that try the own settings of the library at ``path`` (``library_settings``), () for a
+    library with none."""
+    settings = library_settings(path)
+    return settings.variants(peak) if settings is not None else ()
 
 
 def _load_settings() -> None:
@@ -152,5 +160,5 @@ def _load_all() -> None:
 
 
 __all__ = ["READERS", "SETTINGS", "ProcessView", "RuntimeHeap", "RuntimeInfo", "RuntimeReader", "RuntimeSettings",
-           "all_readers", "detect_runtimes", "library_variants", "read_deep", "register", "register_settings", "remedy",
-           "runtime_settings", "runtime_variants", "settings_prefixes"]
+           "all_readers", "detect_runtimes", "library_settings", "library_variants", "read_deep", "register",
+           "register_settings", "remedy", "runtime_settings", "runtime_variants", "settings_prefixes"]

@@ -46,6 +46,7 @@ SETTINGS = RuntimeSettings(
     keys={"pool": one_of("mimalloc", "jemalloc", "system"), "purge_delay": _purge_delay,
           "allow_thp": one_of("0", "1"), "arena_eager_commit": one_of("0", "1", "2")},
     env=env, variants=variants, libraries=("libarrow.so",),
+    found="bundles its own allocator beside malloc's: its memory pool's own settings",
     notes=("libarrow reads ARROW_DEFAULT_MEMORY_POOL when its default pool is first used, and its bundled "
            "mimalloc reads its MIMALLOC_* options when it starts; a program that picks a pool itself "
            "(pyarrow.set_memory_pool, a pool passed to a call) overrides the first",))

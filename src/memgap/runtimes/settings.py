@@ -12,9 +12,10 @@ variants and the lab ask it. Each module declares:
 - ``variants(peak)``: the specs the lab tries where the baseline ran on that runtime (``peak``: the
   baseline's peak RSS in bytes, for a setting sized from it; None where not measured).
 
-A library with its own memory pool and allocator (Arrow's: ``arrow_settings``) registers its settings the
-same way, with the file names of its objects (``libraries``): the lab tries them where the baseline's
-processes carry an allocator bundled in such an object (memgap.lab.choose).
+A library with its own memory pool and allocator (Arrow's: ``arrow_settings``; PyTorch's CUDA caching allocator:
+``torch_settings``) registers its settings the same way, with the file names of its objects (``libraries``) and
+why finding one adds them (``found``): the lab tries them where the baseline's processes carry an allocator
+bundled in such an object, or map such an object with a CUDA context open (memgap.lab.choose).
 """
 from __future__ import annotations
 
@@ -36,9 +37,11 @@ class RuntimeSettings:
     variants: Callable[[int | None], tuple[str, ...]]
     check_all: Callable[[Mapping[str, str]], str] = field(default=lambda options: "")  # what the keys' mix breaks
     notes: tuple[str, ...] = ()  # said with a recommendation that sets them
-    # a library's settings (arrow's memory pool): the beginnings of its objects' file names, where an allocator
-    # it bundles beside malloc's was found in the baseline (memgap.lab.choose); () for a runtime's
+    # a library's settings (arrow's memory pool, PyTorch's CUDA cache): the beginnings of its objects' file names,
+    # where the baseline's snapshots found one (memgap.lab.choose); () for a runtime's
     libraries: tuple[str, ...] = ()
+    found: str = ""  # why such an object found adds them, after its file name (the lab's reason)
+    device: bool = False  # they change the GPU's memory, not RSS: the lab judges them on it (memgap.lab.objective)
 
 
 def check(settings: RuntimeSettings, spec: str, options: Mapping[str, str]) -> str:

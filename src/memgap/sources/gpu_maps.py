@@ -17,6 +17,7 @@ from memgap.sources.procfs import Mapping, shared_memory_kind
 GPU_DRIVER, PINNED_LIKELY = "gpu-driver", "pinned-likely"  # the owners of their regions (explain.snapshot)
 DRIVER_DEVICE_PREFIX = "/dev/nvidia"   # nvidiactl, nvidia0..N, nvidia-uvm(-tools), nvidia-modeset, nvidia-caps/*
 DRIVER_LIBRARY_PREFIX = "libcuda.so"   # the driver API: libcuda.so.1 -> libcuda.so.<driver version>
+CUDA_WORD = "cuda"  # in an object's file name: CUDA's own libraries, and a framework's CUDA build of its own
 PINNED_WHY = ("likely: shared anonymous memory (/dev/zero (deleted)) in a process that uses CUDA (libcuda.so loaded, "
               "the driver's device files mapped), as CUDA's pinned host allocations are; from outside nothing "
               "else tells them from another MAP_SHARED buffer")
@@ -38,6 +39,13 @@ def uses_cuda(maps: Iterable[Mapping]) -> bool:
         if library and device:
             return True
     return False
+
+
+def cuda_objects(paths: Iterable[str]) -> list[str]:
+    """The file names of the mapped objects whose names say CUDA (``libcuda.so.1``, ``libcudart.so.13``,
+    PyTorch's ``libc10_cuda.so`` and ``libtorch_cuda.so``), each once, sorted: what the lab reads of a
+    recording to tell which framework's device memory settings to try (memgap.lab.choose)."""
+    return sorted({name for name in map(os.path.basename, paths) if CUDA_WORD in name.lower() and ".so" in name})
 
 
 def shared_owner(path: str, cuda: bool) -> str:
