@@ -18,6 +18,9 @@ scripts/test.sh). Run it through scripts/gpu_check.sh, which puts src/ on the pa
 4. `memgap lab` on the same loop, the baseline against torch:expandable_segments=True (3 repetitions, its rate
    as --metric): judged by the tree's GPU memory at idle (the gpu objective), every run recording device
    memory; the verdict, each variant's device memory (idle and peak), idle RSS and step time are written out.
+5. Issue 31's data loader on PyTorch's own DataLoader (tests/programs/torch_loader.py: 1,000,000 dicts, 4
+   persistent forked workers, 2 epochs) under `memgap run` with no option: each worker's parent and copies,
+   and the words that name them.
 
 Every figure goes to OUT_DIR/gpu_check.json, each command's output to OUT_DIR/<step>.stdout and .stderr; each
 step's seconds are in the JSON (the whole lane should take under 8 minutes on a 16-core H100 or H200 machine);
@@ -35,6 +38,7 @@ MiB = 1 << 20
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FRAGMENT = os.path.join(ROOT, "tests", "programs", "torch_fragment.py")
 EXPANDABLE = "torch:expandable_segments=True"
+LOADER = [os.path.join(ROOT, "tests", "programs", "torch_loader.py")]  # the program and its arguments
 OUT = {"dir": tempfile.gettempdir()}  # where each command's output is kept (main sets it)
 HOLDER = r"""
 import subprocess, sys, json, os, torch
@@ -174,6 +178,29 @@ def check_fragmenting(c, out_dir):
                 step_ms=step and float(step[1]), wall=round(time.perf_counter() - began, 2))
 
 
+def check_loader(c, out_dir):
+    """Issue 31 on PyTorch's own DataLoader (tests/programs/torch_loader.py: 4 persistent forked workers reading
+    a Dataset of 1,000,000 dicts for 2 epochs), under `memgap run` with no option: each worker recorded with its
+    parent and what it copied from it (at least 80% of its private memory at rest), and the output says the
+    copies are the parent's Python objects read by the workers."""
+    done, run = run_json(out_dir, "run_loader", LOADER[0], *LOADER[1:])
+    workers = {int(line.split()[1]) for line in done.stdout.splitlines() if line.startswith("read ")}
+    by_pid = {p["pid"]: p for p in run["processes"]}
+    copied = {}
+    for pid in workers:
+        rest = [x for x in (by_pid.get(pid) or {}).get("copies") or [] if x.get("phase") == "quiet"]
+        split = rest[-1]["split"] if rest else {}
+        copied[pid] = {"ppid": (by_pid.get(pid) or {}).get("ppid"), "uss_mib": round(rest[-1]["uss"] / MiB, 1)
+                       if rest else None, "copied_mib": round(split.get("copied", 0) / MiB, 1)}
+    c.check("loader: 4 workers, each with its parent and its copies at rest", len(workers) == 4 and all(
+        w["ppid"] and w["uss_mib"] and w["copied_mib"] >= 0.8 * w["uss_mib"] for w in copied.values()),
+        workers=copied, exit_code=done.returncode)
+    said = " ".join(done.stdout.split())
+    c.check("loader: the output names the copies and their cause", "of their parent's Python objects" in said
+            and "by reading them" in said, finding=[f["summary"] for f in run.get("findings", [])
+                                                    if f["code"] == "copied-from-parent"])
+
+
 def _mib(spread):
     return round(spread[0] / MiB, 1) if spread else None
 
@@ -209,7 +236,8 @@ def main():
     c = Checks()
     seconds = {}
     steps = {"holder": check_holder, "run": lambda c: check_run(c, out_dir),
-             "fragmenting": lambda c: check_fragmenting(c, out_dir), "lab": lambda c: check_lab(c, out_dir)}
+             "fragmenting": lambda c: check_fragmenting(c, out_dir), "lab": lambda c: check_lab(c, out_dir),
+             "loader": lambda c: check_loader(c, out_dir)}
     for name, step in steps.items():
         began = time.perf_counter()
         print(f"--- {name}", flush=True)
