@@ -108,6 +108,18 @@ def test_a_spell_ended_by_the_process_shutting_down_still_counts_as_lasting():
     assert "work followed" in found.label
 
 
+def test_a_long_shutdown_that_began_as_the_spell_ended_is_still_a_shutdown():
+    """A gunicorn master with PYTHONMALLOC=malloc, told to stop beside busy loops: its spell ended at 21.96 s,
+    its interpreter began to shut down at 22.09 (its before-exit snapshot) and took 3 s to free its objects;
+    judged by when it was last seen, its idle was "before exit", after its workers had exited."""
+    snaps = [_snap("quiet", 5.1, 324, quiet_since=3.26), _snap("before-exit", 22.09, 324, collect_seconds=0.05)]
+    found = find_idle(snaps, quiet_ends=[21.96], last_seen=24.96, last_rss=326)
+    assert (found.rule, found.rss, found.label) == ("quiet", 324, "idle (quiet 18.7 s, then its shutdown)")
+    # work of its own between the spell and the exit (3 s) is not a shutdown
+    snaps[1] = _snap("before-exit", 25.0, 330, collect_seconds=0.05)
+    assert find_idle(snaps, quiet_ends=[21.96], last_seen=25.1, last_rss=330).rule == "before exit"
+
+
 def test_memory_given_back_at_rest_is_told_again_once_it_holds():
     """A trim during the rest drops RSS: still the same rest and spell, told again at the lower figure
     at the first reading that holds (its snapshot then shows it); RSS that rises after it is work."""

@@ -174,11 +174,11 @@ def find_idle(snapshots: list[RecordedSnapshot], quiet_ends: list[float],
     if last_quiet is not None and not ended:
         return FoundIdle(_rss(last_quiet), "quiet", f"idle (quiet {_spell(last_quiet, last_seen)}{unread_said})",
                          last_quiet)
-    if last_quiet is not None and last_seen is not None and last_seen - ended[0] <= SHUTDOWN:
+    before = [s for s in snapshots if s.get("phase") == BEFORE_EXIT_PHASE]
+    if last_quiet is not None and _ended_in_shutdown(ended[0], last_seen, before):
         # what ended it was the process's own shutdown (a server told to stop), not more work
         return FoundIdle(_rss(last_quiet), "quiet",
                          f"idle (quiet {_spell(last_quiet, ended[0])}, then its shutdown{unread_said})", last_quiet)
-    before = [s for s in snapshots if s.get("phase") == BEFORE_EXIT_PHASE]
     if before:
         return FoundIdle(_rss(before[-1]), "before exit", "idle (before exit)", before[-1])
     if last_quiet is not None:
@@ -186,6 +186,16 @@ def find_idle(snapshots: list[RecordedSnapshot], quiet_ends: list[float],
     if last_rss:
         return FoundIdle(last_rss, "last sample", "idle (last sample before exit)", None)
     return None
+
+
+def _ended_in_shutdown(ended: float, last_seen: float | None, before: list[RecordedSnapshot]) -> bool:
+    """Whether a quiet spell that ended at ``ended`` ended in the process's shutdown: it was last seen within
+    SHUTDOWN of it, or its exit began then (its ``before-exit`` snapshot's start: a long shutdown is still
+    one, as a gunicorn master's with PYTHONMALLOC=malloc, 3 s of freeing its objects beside busy loops)."""
+    if last_seen is not None and last_seen - ended <= SHUTDOWN:
+        return True
+    began = [s.get("read_began") or s["time"] - float(s.get("collect_seconds") or 0.0) for s in before if s.get("time")]
+    return any(0 <= t - ended <= SHUTDOWN for t in began)
 
 
 def _rss(snap: RecordedSnapshot) -> int:
