@@ -42,17 +42,20 @@ class MemoryInto(Memory):
 
 def _lay_out(memory):
     """A 64 KiB mmapped chunk, garbage, a page that looks like a chunk's header but overruns the region, a
-    pymalloc arena of 64 pools (size class 3: 64-byte blocks), garbage; returns what is there."""
+    32 KiB chunk, a pymalloc arena of 64 pools (size class 3: 64-byte blocks), garbage; returns what is there."""
     rng = random.Random(7)
     data = memory.data
     for page in range(len(data) // PAGE_SIZE):  # garbage: no page starts with a zero word
         data[page * PAGE_SIZE:page * PAGE_SIZE + 64] = bytes(rng.randrange(1, 256) for _ in range(64))
     struct.pack_into("<QQ", data, 0, 0, 64 * KiB | 0x2)
     struct.pack_into("<QQ", data, 100 * PAGE_SIZE, 0, len(data) | 0x2)  # larger than what is left
+    struct.pack_into("<QQ", data, 300 * PAGE_SIZE, 0, 32 * KiB | 0x2)  # inside a block read whole
     arena = 2 * MiB
     for pool in range(ARENA // POOL):
         _HEADER.pack_into(data, arena + pool * POOL, 5, 0, 0, 0, 9, 3, 48 + 64, POOL - 64)
-    return [(BASE, BASE + 64 * KiB, "mmapped-chunk"), (BASE + arena, BASE + arena + ARENA, "pymalloc-arena")]
+    return [(BASE, BASE + 64 * KiB, "mmapped-chunk"), (BASE + 300 * PAGE_SIZE, BASE + 300 * PAGE_SIZE + 32 * KiB,
+                                                       "mmapped-chunk"),
+            (BASE + arena, BASE + arena + ARENA, "pymalloc-arena")]
 
 
 def _resident(memory, holes):
@@ -70,7 +73,7 @@ def test_a_block_read_finds_what_a_check_of_every_page_finds():
         res, bitmap = _resident(memory, holes)
         found, unclaimed = find_anon_objects(memory, [(BASE, BASE + 4 * MiB)], res, ARENA, POOL)
         assert [(o.start, o.end, o.kind) for o in found] == expected, type(memory)
-        assert [o.resident for o in found] == [64 * KiB, ARENA - 60 * PAGE_SIZE]  # the arena holds a hole
+        assert [o.resident for o in found] == [64 * KiB, 32 * KiB, ARENA - 60 * PAGE_SIZE]  # the arena holds a hole
         assert unclaimed == bitmap.count(1) * PAGE_SIZE - sum(o.resident for o in found)
 
 
@@ -80,5 +83,5 @@ def test_without_pymalloc_an_arena_is_not_looked_for_and_a_region_may_start_mid_
     res, _ = _resident(memory, [])
     start = BASE + 16 * PAGE_SIZE  # past the chunk: the search starts where the region does
     found, unclaimed = find_anon_objects(memory, [(start, BASE + 4 * MiB)], res, None, None)
-    assert found == []
-    assert unclaimed == 4 * MiB - 16 * PAGE_SIZE
+    assert [(o.start, o.kind) for o in found] == [(BASE + 300 * PAGE_SIZE, "mmapped-chunk")]
+    assert unclaimed == 4 * MiB - 16 * PAGE_SIZE - 32 * KiB
