@@ -5,6 +5,7 @@ import atexit
 import importlib
 import os
 import threading
+import time
 from typing import TYPE_CHECKING
 
 from memgap.record.envnames import (
@@ -122,6 +123,52 @@ def _trimmer_started(mode: str) -> None:
     _write_event({"type": "trimmer-start", "pid": os.getpid(), "mode": mode})
 
 
+_watching = False  # this process counts its full collections (memgap.record.tree_copies.Collections)
+# their own file (process-PID.gc.jsonl), written by the gc callback alone once it is registered: a
+# collection may start inside any allocation, one in a write holding a writer's lock among them
+_collections = None
+
+
+def _write_collection_event(event: JsonObject) -> None:
+    from memgap.record.recording import ProcessFile
+
+    global _collections
+    if _collections is None:
+        _collections = ProcessFile(".gc")
+    writer = _collections.writer()
+    if writer is not None:
+        writer.write(event)
+
+
+def _count_full_collections(phase: str, info: dict[str, int]) -> None:
+    """A gc callback: each full collection, as it starts, one event (the run tells by them whether a forked
+    worker's copies can be the collector's: memgap.diagnose.copies)."""
+    if phase == "start" and info.get("generation") == 2:
+        try:
+            _write_collection_event({"type": "full-collection", "pid": os.getpid(), "time": time.time()})
+        except Exception:  # noqa: BLE001 - never turn the program's collection into a failure
+            pass
+
+
+def _watch_collections() -> None:
+    """From a process's first fork on, in it and in each child it forks: their full collections counted. A
+    worker's copies of its parent's objects are its reads or the collector's writes (its own or its
+    parent's, after the fork); where no full collection ran, they are the reads. multiprocessing's workers
+    end with os._exit, so each collection is written as it starts, not at exit."""
+    global _watching
+    import gc
+
+    if _watching:
+        return
+    _watching = True
+    try:  # written before the callback is registered: its file's writer is then the callback's alone
+        _write_collection_event({"type": "forks-watched", "pid": os.getpid(), "time": time.time()})
+    except Exception:  # noqa: BLE001 - never turn the program's fork into a failure
+        return
+    if not any(cb is _count_full_collections for cb in gc.callbacks):
+        gc.callbacks.append(_count_full_collections)
+
+
 def freeze_at_fork() -> None:
     """The recipe of gc.freeze's documentation, for a program that forks workers: no
     collections in the parent (they leave holes in pages its children will share), every
@@ -160,6 +207,8 @@ def install() -> None:
         importlib.import_module(".api", __package__)
         atexit.register(_at_exit)
         _snapshot_before_exit()
+        # before its first fork: a forked child inherits the callback, and writes its own events
+        os.register_at_fork(before=_watch_collections)
     if os.environ.get(TRIMMER_ENV) == "1" and _start_trimmer():
         # a thread does not survive fork(): each forked worker (gunicorn, Celery prefork, a fork
         # Pool) starts one of its own, or MEMGAP_TRIMMER=1 would reach the master alone

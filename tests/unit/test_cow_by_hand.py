@@ -52,6 +52,32 @@ def test_copies_said_by_their_cause_with_both_remedies_until_the_collector_froze
     assert any("with the collector frozen at fork" in line for line in collector.evidence)
 
 
+def test_copies_said_as_reads_where_no_full_collection_ran_before_they_were_read():
+    """memgap run's bootstrap counts the full collections in the workers and their parent from the parent's
+    first fork (memgap._hook); none before the copies' read rules the collector out; one in any worker, or
+    a worker whose parent forked unwatched (None), leaves both causes."""
+    from dataclasses import replace
+
+    from memgap.record.tree_copies import Collections
+
+    workers = [replace(w, collections=0) for w in _workers([40, 42, 41, 40])]
+    reads = copies_finding(workers)
+    assert reads is not None and "by reading them" in reads.summary and "collecting" not in reads.summary
+    assert "no full collection ran in them nor in their parent" in reads.summary and "gc.freeze" not in reads.remedy
+    assert "(memgap's bootstrap counted them): PID 100 0, PID 101 0, PID 102 0, PID 103 0" in reads.evidence[-2]
+    for counted in (1, None):
+        either = copies_finding([*workers[:3], replace(workers[3], collections=counted)])
+        assert either is not None and "or by collecting them" in either.summary, counted
+    # counted from the events: the parent's collection at its exit, after the read, made none of the copies
+    seen = Collections()
+    for event in ({"type": "forks-watched", "pid": 99, "time": 10.0}, {"type": "full-collection", "pid": 100,
+                  "time": 12.0}, {"type": "full-collection", "pid": 99, "time": 30.0}):
+        assert seen.add(event)
+    assert not seen.add({"type": "snapshot", "pid": 99})
+    assert (seen.since_fork(100, 99, until=20.0), seen.since_fork(101, 99, until=20.0)) == (1, 0)
+    assert seen.since_fork(101, 99, until=31.0) == 1 and seen.since_fork(201, 200, until=20.0) is None
+
+
 def test_copies_below_the_floor_or_of_c_memory_are_said_as_such():
     assert copies_finding(_workers([3, 3])) is None  # 6 MiB: under the findings' floor
     assert copies_finding(_workers([40], private_mib=400)) is None  # 10% of its private memory: its own, mostly

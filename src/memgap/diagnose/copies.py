@@ -11,7 +11,10 @@ frozen at each fork, that measurement names the cause:
   removes them: the data in a few large buffers that hold no Python object per item, or workers
   started before the data is built. Those are advice, not measured here.
 
-Without that measurement both causes are possible, and the finding says both.
+Without that measurement both causes are possible, and the finding says both; unless ``memgap run``'s
+bootstrap counted no full collection in the workers nor in their parent since the fork (memgap._hook's
+gc callback, in each process it started from its first fork on): then the collector did not walk the
+parent's objects in them, and their copies are the reads.
 """
 from __future__ import annotations
 
@@ -46,6 +49,9 @@ class WorkerCopies:
     split: CowSplit
     private: int
     series: Sequence[tuple[float, str, int]] = field(default_factory=tuple)
+    # full collections in it and in its parent since the fork, as memgap's bootstrap counted them (memgap run);
+    # None where nothing counted them
+    collections: int | None = None
 
 
 @dataclass(frozen=True)
@@ -93,6 +99,10 @@ def _words(copying: Sequence[WorkerCopies], copied: int, private: int, python: i
                 "build that memory after the fork, or keep it read-only in the workers")
     head = (f"{who} {'each ' if len(each) > 1 else ''}copied ~{mib(_median(each))} MiB{spread} of their "
             f"parent's Python objects ({mib(python)} MiB of the {mib(copied)} MiB copied, {share})")
+    if frozen is None and all(w.collections == 0 for w in copying):
+        return (f"{head}, {READS}: no full collection ran in them nor in their parent between the fork and the "
+                "read of their copies (memgap's bootstrap counted them), so the collector did not walk the parent's "
+                "objects there", READS_REMEDY)
     if frozen is None:
         return (f"{head}, {READS} or {COLLECTOR}: both are possible until the copies are measured with the collector "
                 f"frozen at fork (`memgap lab` does)",
@@ -113,6 +123,10 @@ def _evidence(copying: Sequence[WorkerCopies], groups: dict[str, int], frozen: F
         if len(w.series) > 1:
             out.append(f"PID {w.pid} over time: " + ", ".join(f"{mib(n)} MiB at {t:.1f} s ({what})"
                                                               for t, what, n in w.series))
+    counted = [w for w in copying if w.collections is not None]
+    if counted:
+        out.append("full collections between the fork and the read of its copies, in each worker and its parent "
+                   "(memgap's bootstrap counted them): " + ", ".join(f"PID {w.pid} {w.collections}" for w in counted))
     if frozen is not None:
         out.append(f"with the collector frozen at fork ({frozen.spec}, measured by the lab): the workers copied "
                    f"{mib(frozen.frozen)} MiB, against {mib(frozen.baseline)} MiB without (medians over the runs)")

@@ -27,7 +27,7 @@ from memgap.documents.snapshot import RUN_SCHEMA
 from memgap.errors import MalformedInput, MemgapError
 from memgap.record.idle import idle_of_process
 from memgap.record.recording import SAMPLES_FILE, open_recorded, read_events
-from memgap.record.tree_copies import copies_over_time, tree_copies_findings
+from memgap.record.tree_copies import Collections, copies_over_time, tree_copies_findings
 from memgap.record.tree_idle import tree_at_idle
 from memgap.record.tree_watch import best_peak, exit_of
 
@@ -124,16 +124,20 @@ def _finish_entry(entry: ProcessEntry, timeline: list[RecordedSample], start: fl
 
 
 def _read_process_files(record_dir: str, processes: dict[int, ProcessEntry], errors: list[RecordedError],
-                        metrics: dict[str, float]) -> None:
-    """What the processes wrote themselves: their phases (process-PID.jsonl), their agents' last words."""
+                        metrics: dict[str, float]) -> Collections:
+    """What the processes wrote themselves: their phases (process-PID.jsonl), their agents' last words,
+    their full collections once they forked (memgap._hook: returned, not kept in the document)."""
+    collections = Collections()
     for path in sorted(glob.glob(os.path.join(record_dir, "process-*.jsonl"))):
         if os.path.islink(path):  # planted: never followed (read_events would refuse it too)
             errors.append({"error": "a link, not followed: memgap reads only the files it wrote", "file": path})
             continue
         for event in _events(path):
-            _add_event(processes, errors, metrics, event)
+            if not collections.add(event):
+                _add_event(processes, errors, metrics, event)
     for path in sorted(glob.glob(os.path.join(record_dir, "agent-*.txt"))):
         _add_agent_exit(processes, errors, path)
+    return collections
 
 
 def load_run(record_dir: str) -> RunDocument:
@@ -164,7 +168,7 @@ def load_run(record_dir: str) -> RunDocument:
             cgroup = cast(CgroupCharge, {k: v for k, v in event.items() if k != "type"})  # its keys, less its type
         else:  # snapshots read from outside, errors, metrics, quiet spells' ends
             _add_event(processes, errors, metrics, event)
-    _read_process_files(record_dir, processes, errors, metrics)
+    collections = _read_process_files(record_dir, processes, errors, metrics)
     end = ends.get("end", {})
     _finish_entries(processes, timeline, header.get("start"))
     run = RunDocument.from_dict({
@@ -191,7 +195,7 @@ def load_run(record_dir: str) -> RunDocument:
         "metrics": metrics,
         "record_dir": record_dir,
     }, f"recording {record_dir}")
-    run.findings = _series_findings(run.processes) + tree_copies_findings(run)
+    run.findings = _series_findings(run.processes) + tree_copies_findings(run, collections=collections)
     run.tree = tree.to_dict() if (tree := tree_at_idle(run)) is not None else None  # summed by PSS
     return run
 
