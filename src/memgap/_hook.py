@@ -19,10 +19,11 @@ from memgap.record.envnames import (
 
 if TYPE_CHECKING:
     from memgap.documents.json_value import JsonObject
+    from memgap.record.recording import ProcessFile
     from memgap.remedies import TrimTimes
 
 _installed = False  # the bootstrap's sitecustomize and memgap's .pth file may both ask
-_events = None  # this process's file for its trimmers' events (a recording.ProcessFile)
+_files: dict[str, ProcessFile] = {}  # this process's files for memgap's own events, by suffix
 
 
 def _at_exit() -> None:
@@ -105,15 +106,16 @@ def _snapshot_before_exit() -> None:
     threading._shutdown = before_shutdown  # type: ignore[attr-defined]  # as above
 
 
-def _write_event(event: JsonObject) -> None:
-    """A trimmer's event, into a file of its own: the recorder takes process-PID.jsonl as the
-    sign that the program marks phases itself, which a trimmer's trims are not."""
+def _write_event(event: JsonObject, suffix: str = ".trims") -> None:
+    """One of memgap's own events (a trimmer's, a collection's), into a file of its own,
+    process-PID{suffix}.jsonl: the recorder takes process-PID.jsonl as the sign that the program
+    marks phases itself, which these are not."""
     from memgap.record.recording import ProcessFile
 
-    global _events
-    if _events is None:
-        _events = ProcessFile(".trims")
-    writer = _events.writer()
+    file = _files.get(suffix)
+    if file is None:
+        file = _files[suffix] = ProcessFile(suffix)
+    writer = file.writer()
     if writer is not None:
         writer.write(event)
 
@@ -124,20 +126,9 @@ def _trimmer_started(mode: str) -> None:
 
 
 _watching = False  # this process counts its full collections (memgap.record.tree_copies.Collections)
-# their own file (process-PID.gc.jsonl), written by the gc callback alone once it is registered: a
-# collection may start inside any allocation, one in a write holding a writer's lock among them
-_collections = None
-
-
-def _write_collection_event(event: JsonObject) -> None:
-    from memgap.record.recording import ProcessFile
-
-    global _collections
-    if _collections is None:
-        _collections = ProcessFile(".gc")
-    writer = _collections.writer()
-    if writer is not None:
-        writer.write(event)
+# their own file, written by the gc callback alone once it is registered: a collection may start inside
+# any allocation, one in a write that holds another file's lock among them
+COLLECTIONS = ".gc"
 
 
 def _count_full_collections(phase: str, info: dict[str, int]) -> None:
@@ -145,7 +136,7 @@ def _count_full_collections(phase: str, info: dict[str, int]) -> None:
     worker's copies can be the collector's: memgap.diagnose.copies)."""
     if phase == "start" and info.get("generation") == 2:
         try:
-            _write_collection_event({"type": "full-collection", "pid": os.getpid(), "time": time.time()})
+            _write_event({"type": "full-collection", "pid": os.getpid(), "time": time.time()}, COLLECTIONS)
         except Exception:  # noqa: BLE001 - never turn the program's collection into a failure
             pass
 
@@ -162,7 +153,7 @@ def _watch_collections() -> None:
         return
     _watching = True
     try:  # written before the callback is registered: its file's writer is then the callback's alone
-        _write_collection_event({"type": "forks-watched", "pid": os.getpid(), "time": time.time()})
+        _write_event({"type": "forks-watched", "pid": os.getpid(), "time": time.time()}, COLLECTIONS)
     except Exception:  # noqa: BLE001 - never turn the program's fork into a failure
         return
     if not any(cb is _count_full_collections for cb in gc.callbacks):
