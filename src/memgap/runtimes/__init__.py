@@ -133,13 +133,6 @@ def library_settings(path: str) -> RuntimeSettings | None:
     return next((s for s in SETTINGS.values() if s.libraries and base.startswith(s.libraries)), None)
 
 
-def library_variants(path: str, peak: int | None = None) -> tuple[str, ...]:
-    """The variants that try the own settings of the library at ``path`` (``library_settings``), () for a
-    library with none."""
-    settings = library_settings(path)
-    return settings.variants(peak) if settings is not None else ()
-
-
 def _load_settings() -> None:
     import importlib
 
@@ -160,5 +153,5 @@ def _load_all() -> None:
 
 
 __all__ = ["READERS", "SETTINGS", "ProcessView", "RuntimeHeap", "RuntimeInfo", "RuntimeReader", "RuntimeSettings",
-           "all_readers", "detect_runtimes", "library_settings", "library_variants", "read_deep", "register",
+           "all_readers", "detect_runtimes", "library_settings", "read_deep", "register",
            "register_settings", "remedy", "runtime_settings", "runtime_variants", "settings_prefixes"]
