@@ -194,8 +194,15 @@ def _ended_in_shutdown(ended: float, last_seen: float | None, before: list[Recor
     one, as a gunicorn master's with PYTHONMALLOC=malloc, 3 s of freeing its objects beside busy loops)."""
     if last_seen is not None and last_seen - ended <= SHUTDOWN:
         return True
-    began = [s.get("read_began") or s["time"] - float(s.get("collect_seconds") or 0.0) for s in before if s.get("time")]
-    return any(0 <= t - ended <= SHUTDOWN for t in began)
+    return any(0 <= t - ended <= SHUTDOWN for t in exit_starts(before))
+
+
+def exit_starts(snapshots: list[RecordedSnapshot]) -> list[float]:
+    """When each ``before-exit`` snapshot among ``snapshots`` began: its read from outside's start (the agent
+    held the exit for it), else its time less what the snapshot took (in-process, as the interpreter began to
+    shut down)."""
+    return [s.get("read_began") or s["time"] - float(s.get("collect_seconds") or 0.0)
+            for s in snapshots if s.get("phase") == BEFORE_EXIT_PHASE and s.get("time")]
 
 
 def _rss(snap: RecordedSnapshot) -> int:

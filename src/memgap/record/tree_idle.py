@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from memgap.documents.recorded import RecordedSample, RecordedSnapshot, TreeIdle
 from memgap.documents.records import ProcessRecord, RunDocument
-from memgap.record.idle import BEFORE_EXIT_PHASE, rss_slack, told_spells
+from memgap.record.idle import exit_starts, rss_slack, told_spells
 
 ALIVE_SLACK = 0.5  # s: a process last sampled this long before the idle moment was still there
 SAME_READING = 0.01  # s: a spell's end this close after a spell's start ended the one before
@@ -119,8 +119,7 @@ def exit_began(p: ProcessRecord) -> float | None:
     """When a process began to exit, where its recording tells: its ``before-exit`` snapshot's start
     (a Python program's, as its interpreter began to shut down; a read from outside while its agent
     held the exit), or the start of that hold."""
-    starts = [s.get("read_began") or s["time"] - float(s.get("collect_seconds") or 0.0)
-              for s in p.snapshots if s.get("phase") == BEFORE_EXIT_PHASE and s.get("time")]
+    starts = exit_starts(p.snapshots)
     held = p.exit.get("held") if p.exit is not None and p.exit.get("by") == "agent" else None
     if held is not None and p.exit is not None:
         starts.append(p.exit["time"] - held)
