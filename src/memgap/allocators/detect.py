@@ -31,6 +31,7 @@ from memgap.allocators.base import AllocatorSigns
 from memgap.allocators.registry import all_readers
 from memgap.documents.allocator import FoundAllocator
 from memgap.errors import MalformedInput
+from memgap.sources import elf_ahead
 from memgap.sources.allocator import (
     AllocatorDetection,
     launch_facts,
@@ -203,6 +204,7 @@ def _classify_files(root: str, exe: str, preload: tuple[str, ...],
     objects: dict[str, ElfInfo] = {}
     markers: dict[str, list[str]] = {}
     query = signs().query
+    elf_ahead.read_ahead([root + path for path, _identity in live], query)  # a first look: on several cores
     for path, _identity in live:
         try:
             objects[path] = info = read_elf(root + path, query)

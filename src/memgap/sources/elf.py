@@ -264,6 +264,37 @@ def _in_rodata(read: Read, size: int, sections: dict[str, tuple[int, int]],
     return frozenset(found)
 
 
+def search_size(path: str, query: SymbolQuery) -> int:
+    """How many bytes ``parse_elf`` would search in the file at ``path`` for ``query``: its symbol tables'
+    strings and (what is searched of) its ``.rodata``, from its section headers alone: what a read costs,
+    for deciding whether to share reads out (memgap.sources.elf_ahead). OSError, MalformedInput as read_elf."""
+    with open(path, "rb") as fh:
+        fd = fh.fileno()
+        size = os.fstat(fd).st_size
+
+        def read(offset: int, length: int) -> bytes:
+            return os.pread(fd, length, offset)
+
+        lay = _layout(_read(read, size, 0, 16, "identification"))
+        header = _unpack(lay.order + lay.header,
+                         _read(read, size, 16, struct.calcsize(lay.order + lay.header), "header"), 0, "header")
+        if not header[5]:
+            return 0
+        sections, shstrndx = _sections(read, size, lay, header)
+        names = b""
+        if query.rodata and 0 < shstrndx < len(sections):
+            _n, _t, offset, length, _l, _e = sections[shstrndx]
+            names = _read(read, size, offset, length, "section names")
+    total = 0
+    if query.asks_symbols:
+        links = {link for _n, kind, _o, _l, link, _e in sections if kind in (SHT_DYNSYM, SHT_SYMTAB)}
+        total += sum(sections[i][3] for i in links if 0 <= i < len(sections))
+    rodata = [s for s in sections if names and _string(names, s[0]) == ".rodata"]
+    if rodata:
+        total += max(0, min(rodata[0][3], size - rodata[0][2], RODATA_LIMIT))
+    return total
+
+
 def _dynamic(lay: _Layout, data: bytes, entsize: int) -> Iterator[tuple[int, int]]:
     """(tag, value) of each dynamic entry up to DT_NULL."""
     step = max(entsize, struct.calcsize(lay.order + lay.dyn))
@@ -317,6 +348,24 @@ def _kept(identity: elf_cache.Identity, query: SymbolQuery) -> ElfInfo | Malform
         return None  # not what this version writes: read the file, and keep what it says
 
 
+def kept(path: str, query: SymbolQuery) -> bool:
+    """Whether what ``query`` asks of this version of the file at ``path`` is kept (in memory, or on disk
+    from an earlier run: then it is loaded into memory now). OSError if it cannot be looked at."""
+    identity = elf_cache.file_identity(os.stat(path))
+    if (identity, query) in _FILES:
+        return True
+    result = _kept(identity, query)
+    if result is not None:
+        _remember(identity, query, result)
+    return result is not None
+
+
+def _remember(identity: elf_cache.Identity, query: SymbolQuery, result: ElfInfo | MalformedInput) -> None:
+    if len(_FILES) >= _FILES_KEPT:
+        _FILES.pop(next(iter(_FILES)))  # the first read goes first
+    _FILES[identity, query] = result
+
+
 def read_elf(path: str, query: SymbolQuery) -> ElfInfo:
     """The ELF facts of the file at ``path`` that ``query`` asks about, read once per version of the
     file (in this process, and between memgap's runs: memgap.sources.elf_cache).
@@ -332,9 +381,7 @@ def read_elf(path: str, query: SymbolQuery) -> ElfInfo:
     if result is None:
         result, steady = _read_elf_file(path, identity, query)
     if steady and (identity, query) not in _FILES:
-        if len(_FILES) >= _FILES_KEPT:
-            _FILES.pop(next(iter(_FILES)))  # the first read goes first
-        _FILES[identity, query] = result
+        _remember(identity, query, result)
     if isinstance(result, MalformedInput):
         raise MalformedInput("ELF file", f"{path}: {str(result).removeprefix('malformed ELF file: ')}")
     return result

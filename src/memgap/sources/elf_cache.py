@@ -33,12 +33,17 @@ def file_identity(st: os.stat_result) -> Identity:
     return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
-def _entry_path(identity: Identity, fingerprint: str) -> str | None:
+def folder() -> str | None:
+    """memgap's private folder for the facts, made if missing; None where there is none of ours."""
     try:
-        folder = private_folder("elf")
+        return private_folder("elf")
     except (OSError, MemgapError):
         return None  # no folder of ours to keep facts in: every run reads the files
-    return os.path.join(folder, f"{identity[0]:x}-{identity[1]:x}-{fingerprint}.json")
+
+
+def _entry_path(identity: Identity, fingerprint: str) -> str | None:
+    kept_in = folder()
+    return None if kept_in is None else os.path.join(kept_in, f"{identity[0]:x}-{identity[1]:x}-{fingerprint}.json")
 
 
 def load(identity: Identity, fingerprint: str) -> dict[str, Any] | None:
