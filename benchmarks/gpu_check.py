@@ -26,6 +26,7 @@ Every figure goes to OUT_DIR/gpu_check.json, each command's output to OUT_DIR/<s
 step's seconds are in the JSON (the whole lane should take under 8 minutes on a 16-core H100 or H200 machine);
 the script exits 1 where a check failed, and says which.
 """
+import itertools
 import json
 import os
 import re
@@ -33,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
 MiB = 1 << 20
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -58,7 +60,7 @@ else:
 """
 
 
-def memgap(*args, name="", timeout=300, **kw):
+def memgap(*args, name="", timeout=150, **kw):
     """memgap from this tree; its output kept as OUT_DIR/<name>.stdout and .stderr."""
     done = subprocess.run([sys.executable, "-m", "memgap", *args], capture_output=True, text=True, timeout=timeout,
                           **kw)
@@ -122,6 +124,10 @@ def check_holder(c):
                 within(layers.get("gpu_driver"), driver, 0.05), memgap=layers.get("gpu_driver"), smaps=driver)
         c.check("inspect: the layers add up", abs(snap["unexplained"]) <= 0.02 * snap["rss"],
                 unexplained=snap["unexplained"], rss=snap["rss"], shared_memory=layers.get("shared_memory"))
+        time_looks(c, pid)
+        check_metrics(c, pid, smi)
+        if os.environ.get("GPU_PROFILE"):
+            profile_look(pid)
         top = memgap("top", str(pid), "--iterations", "1", "--interval", "1", name="top")
         shown = re.search(r"GPU 0 [^:]*: ([0-9.]+) MiB", top.stdout)
         c.check("top: device memory within 1% of nvidia-smi", shown and within(float(shown[1]), smi),
@@ -129,6 +135,88 @@ def check_holder(c):
     finally:
         proc.stdin.close()
         proc.wait(timeout=60)
+
+
+def check_metrics(c, pid, smi):
+    """`serve-metrics PID` (a collection at each scrape): memgap_gpu_memory_bytes within 1% of nvidia-smi."""
+    server = subprocess.Popen([sys.executable, "-m", "memgap", "serve-metrics", str(pid), "--port", "0", "--refresh",
+                               "0"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        url = re.search(r"http://\S+", server.stdout.readline())
+        body = urllib.request.urlopen(url[0], timeout=60).read().decode() if url else ""
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    with open(os.path.join(OUT["dir"], "metrics.txt"), "w") as fh:
+        fh.write(body)
+    shown = re.search(r'^memgap_gpu_memory_bytes\{[^}]*gpu="0"[^}]*\} ([0-9.e+]+)$', body, re.M)
+    c.check("serve-metrics: memgap_gpu_memory_bytes within 1% of nvidia-smi", shown and
+            within(float(shown[1]), smi * MiB if smi else None), metric=shown and float(shown[1]),
+            nvidia_smi_mib=smi)
+
+
+def profile_look(pid):
+    """cProfile of a first look (memgap's private folders empty) and of a second, their costliest calls to
+    OUT_DIR/look_profile.txt."""
+    import pstats
+
+    env = {**os.environ, "TMPDIR": tempfile.mkdtemp(prefix="memgap-prof-")}
+    with open(os.path.join(OUT["dir"], "look_profile.txt"), "w") as fh:
+        for which in ("first", "second"):
+            stats = os.path.join(OUT["dir"], f"look_{which}.prof")
+            subprocess.run([sys.executable, "-m", "cProfile", "-o", stats, "-m", "memgap", "inspect", str(pid)],
+                           env=env, capture_output=True, timeout=120)
+            fh.write(f"=== {which} look\n")
+            pstats.Stats(stats, stream=fh).sort_stats("cumulative").print_stats(45)
+            pstats.Stats(stats, stream=fh).sort_stats("tottime").print_stats(25)
+
+
+def _timed(argv, env=None, timeout=90):
+    began = time.perf_counter()
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
+    return time.perf_counter() - began, done.returncode
+
+
+def time_looks(c, pid):
+    """Issue 30: one look (`memgap inspect PID`, a new memgap process each time) at the PyTorch CUDA process,
+    first with memgap's private folders empty (a fresh TMPDIR) and second with them as the first left them,
+    beside a small Python process's look (the unit) and reading the kernel's own smaps; interleaved, 3 rounds."""
+    small = subprocess.Popen([sys.executable, "-c", "import sys; print('ready', flush=True); sys.stdin.readline()"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    small.stdout.readline()
+    look = [sys.executable, "-m", "memgap", "inspect"]
+    one_core = [sys.executable, "-c", "import sys; import memgap.sources.elf_ahead as a; a.PARALLEL_LEAST = 1 << 62; "
+                "from memgap.cli import main; sys.exit(main(sys.argv[1:]))", "inspect"]  # the reads not shared out
+    rounds = {"small": [], "first": [], "second": [], "first_one_core": [], "smaps_cat": [], "exit_codes": []}
+    try:
+        for _ in range(3):
+            fresh = tempfile.mkdtemp(prefix="memgap-look-")
+            env = {**os.environ, "TMPDIR": fresh}
+            for key, argv, e in (("small", look + [str(small.pid)], None), ("first", look + [str(pid)], env),
+                                 ("second", look + [str(pid)], env),
+                                 ("first_one_core", one_core + [str(pid)],
+                                  {**os.environ, "TMPDIR": tempfile.mkdtemp(prefix="memgap-look-")}),
+                                 ("smaps_cat", ["cat", f"/proc/{pid}/smaps"], None)):
+                took, code = _timed(argv, env=e)
+                rounds[key].append(round(took, 3))
+                rounds["exit_codes"].append(code)
+    finally:
+        small.stdin.close()
+        small.wait(timeout=30)
+    med = {k: sorted(v)[1] for k, v in rounds.items() if k != "exit_codes"}
+    c.check("look (issue 30): one look at the PyTorch CUDA process under a second", med["first"] < 1.0 and
+            not any(rounds["exit_codes"]), medians_s=med, first_x_small=round(med["first"] / med["small"], 2),
+            second_x_small=round(med["second"] / med["small"], 2), rounds=rounds, cpus=os.cpu_count())
+
+
+def timeline_figures(run):
+    """Samples against the interval the run asked for (issue 30's timeline): count, span, largest gap."""
+    first = run["processes"][0]["pid"] if run.get("processes") else None
+    times = [s["t"] for s in run.get("timeline", []) if s.get("pid") == first]
+    interval = run.get("interval")
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    return {"samples": len(times), "span_s": round(times[-1] - times[0], 2) if times else None,
+            "interval_s": interval, "max_gap_s": round(max(gaps), 3) if gaps else None}
 
 
 def run_json(out_dir, name, program, *args, env=None):
@@ -146,7 +234,7 @@ def check_run(c, out_dir):
     samples = [s["gpu"] for s in run["timeline"] if "gpu" in s]
     c.check("run: the timeline's last device memory within 1% of nvidia-smi's", samples and
             within(samples[-1], said["smi_mib"] * MiB), last=samples[-1] if samples else None,
-            nvidia_smi_mib=said["smi_mib"], samples=len(samples))
+            nvidia_smi_mib=said["smi_mib"], samples=len(samples), timeline=timeline_figures(run))
     exits = [s for p in run["processes"] for s in p["snapshots"] if s.get("phase") == "exit" and s.get("gpu")]
     torch = (exits[-1]["gpu"] or {}).get("torch") if exits else None
     stats = said["stats"]
@@ -184,7 +272,7 @@ def check_loader(c, out_dir):
     parent and what it copied from it (at least 80% of its private memory at rest), and the output says the
     copies are the parent's Python objects read by the workers."""
     done, run = run_json(out_dir, "run_loader", LOADER[0], *LOADER[1:])
-    workers = {int(line.split()[1]) for line in done.stdout.splitlines() if line.startswith("read ")}
+    workers = {int(m[1]) for m in re.finditer(r"^read ([0-9]+)$", done.stdout, re.M)}  # the workers say so
     by_pid = {p["pid"]: p for p in run["processes"]}
     copied = {}
     for pid in workers:
@@ -194,7 +282,7 @@ def check_loader(c, out_dir):
                        if rest else None, "copied_mib": round(split.get("copied", 0) / MiB, 1)}
     c.check("loader: 4 workers, each with its parent and its copies at rest", len(workers) == 4 and all(
         w["ppid"] and w["uss_mib"] and w["copied_mib"] >= 0.8 * w["uss_mib"] for w in copied.values()),
-        workers=copied, exit_code=done.returncode)
+        workers=copied, exit_code=done.returncode, timeline=timeline_figures(run))
     said = " ".join(done.stdout.split())
     c.check("loader: the output names the copies and their cause", "of their parent's Python objects" in said
             and "by reading them" in said, finding=[f["summary"] for f in run.get("findings", [])
@@ -212,7 +300,7 @@ def check_lab(c, out_dir):
     done = memgap("lab", "--variant", "glibc", "--variant", EXPANDABLE, "--reps", "3", "--timeout", "120",
                   "--metric", "steps_per_s", "--metric-regex", r"steps_per_s ([0-9.]+)", "--json", path,
                   "--markdown", os.path.join(out_dir, "lab_fragment.md"), "--", sys.executable, FRAGMENT,
-                  name="lab_fragment", timeout=420)
+                  name="lab_fragment", timeout=240)
     with open(path) as fh:
         lab = json.load(fh)
     variants = {v["spec"]: {"gpu_idle_mib": _mib(v.get("gpu_idle")), "gpu_peak_mib": _mib(v.get("gpu_peak")),
@@ -229,6 +317,25 @@ def check_lab(c, out_dir):
             runs=[(r["variant"], r["status"], r.get("gpu_idle"), r.get("gpu_peak")) for r in lab["runs"]])
 
 
+def check_cores(c, out_dir):
+    """What many cores change (not issue 33's): glibc's arenas and the lab's ranking on the 32-thread decode pool
+    (seed 000), four variants, 2 interleaved repetitions each; compared by hand with the same lab on 2 cores."""
+    path = os.path.join(out_dir, "lab_cores.json")
+    done = memgap("lab", "--variant", "glibc", "--variant", "glibc:arena_max=2", "--variant",
+                  "glibc:mmap_threshold=131072", "--variant", "glibc:arena_max=2,trim=idle", "--reps", "2",
+                  "--json", path, "--", sys.executable, "-m", "memgap.scenarios.threadpool", "--threads", "32",
+                  "--chunks", "256", "--passes", "5", name="lab_cores", timeout=200)
+    with open(path) as fh:
+        lab = json.load(fh)
+    variants = {v["spec"]: {"idle_mib": _mib(v.get("idle")), "mean_mib": _mib(v.get("mean")),
+                            "peak_mib": _mib(v.get("peak")), "slowdown": v.get("slowdown"),
+                            "better": v.get("better"), "within_budget": v.get("within_budget")}
+                for v in lab["variants"]}
+    c.check("cores: the lab ran on the 32-thread pool", done.returncode == 0, cpus=os.cpu_count(),
+            verdict=lab.get("verdict"), recommended=(lab.get("recommendation") or {}).get("variant"),
+            variants=variants, stdout_tail=done.stdout[-2500:])
+
+
 def main():
     out_dir = sys.argv[1] if len(sys.argv) > 1 else tempfile.mkdtemp(prefix="gpu_check-")
     os.makedirs(out_dir, exist_ok=True)
@@ -237,7 +344,9 @@ def main():
     seconds = {}
     steps = {"holder": check_holder, "run": lambda c: check_run(c, out_dir),
              "fragmenting": lambda c: check_fragmenting(c, out_dir), "lab": lambda c: check_lab(c, out_dir),
-             "loader": lambda c: check_loader(c, out_dir)}
+             "loader": lambda c: check_loader(c, out_dir), "cores": lambda c: check_cores(c, out_dir)}
+    wanted = [w for w in os.environ.get("GPU_STEPS", "").split(",") if w]  # a rerun of some steps only
+    steps = {k: v for k, v in steps.items() if not wanted or k in wanted}
     for name, step in steps.items():
         began = time.perf_counter()
         print(f"--- {name}", flush=True)
