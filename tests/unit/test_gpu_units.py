@@ -202,6 +202,20 @@ def test_the_captured_pinned_memory_is_a_finding_said_as_likely():
     assert "likely" in found[0].evidence[0]
 
 
+def test_pinned_memory_read_in_the_process_is_said_with_pytorchs_own_count():
+    from memgap.diagnose.findings import diagnose
+    from memgap.documents.gpu import GpuMemory
+    from memgap.sources.torch_cuda import cache_from_stats
+
+    layers, _, status, _ = _layers("cuda")
+    inside = _fixture_json("cuda", "inside.json")
+    gpu = GpuMemory(torch=cache_from_stats(inside["memory_stats"], None, inside["host_memory_stats"]))
+    (found,) = [f for f in diagnose(_snapshot(layers, int(status["VmRSS"]), gpu)) if f.code == "pinned-host-memory"]
+    assert found.summary.startswith("pinned host memory: 1032.0 MiB, PyTorch's pinned pool 1024.0 MiB of it, 36% "
+                                    "of its RSS")
+    assert "allocated_bytes.current 1073741824" in found.evidence[1] and "likely" in found.evidence[0]
+
+
 def test_pinned_memory_below_the_floor_or_the_share_is_no_finding():
     from memgap.diagnose.gpu import gpu_findings
     from memgap.documents.snapshot import Layer
@@ -255,8 +269,8 @@ def _fixture_json(*path):
 class FakeCuda:
     """torch.cuda as the figures need it: initialised or not, its devices' memory_stats()."""
 
-    def __init__(self, stats, initialised=True):
-        self.stats, self.initialised = stats, initialised
+    def __init__(self, stats, initialised=True, host=None):
+        self.stats, self.initialised, self.host = stats, initialised, host
 
     def is_initialized(self):
         return self.initialised
@@ -267,6 +281,9 @@ class FakeCuda:
     def memory_stats(self, device):
         return self.stats[device]
 
+    def host_memory_stats(self):
+        return self.host
+
 
 def test_the_caching_allocator_from_the_captured_process():
     import sys
@@ -276,11 +293,15 @@ def test_the_caching_allocator_from_the_captured_process():
     from memgap.sources.torch_cuda import torch_cache
 
     inside = _fixture_json("cuda", "inside.json")
-    torch = types.SimpleNamespace(cuda=FakeCuda([inside["memory_stats"]]))
+    torch = types.SimpleNamespace(cuda=FakeCuda([inside["memory_stats"]], host=inside["host_memory_stats"]))
     gpu = GpuMemory([GpuDevice(0, "NVIDIA H200", "GPU-x", inside["nvml_process_used"])])
     cache = torch_cache(gpu, {"torch": torch})
     assert (cache.allocated, cache.reserved, cache.inactive_split, cache.segments) == (4462739456, 4462739456, 0, 4)
     assert cache.context_and_libraries == 5077204992 - 4462739456  # 586 MiB: the context, cuBLAS's kernels
+    assert (cache.pinned_held, cache.pinned_active) == (1 << 30, 1 << 30)  # the 1 GiB pin_memory() tensor
+    older = torch_cache(gpu, {"torch": types.SimpleNamespace(cuda=types.SimpleNamespace(
+        is_initialized=lambda: True, device_count=lambda: 1, memory_stats=lambda device: inside["memory_stats"]))})
+    assert older.reserved == cache.reserved and older.pinned_held is None  # a torch with no host_memory_stats()
     assert torch_cache(gpu, {"torch": types.SimpleNamespace(cuda=FakeCuda([{}], initialised=False))}) is None
     assert torch_cache(gpu, {}) is None  # no torch imported: none imported here either
     had = "torch" in sys.modules
@@ -316,7 +337,7 @@ def _gpu_snapshot():
     layers, _, status, _ = _layers("cuda")
     inside = _fixture_json("cuda", "inside.json")
     gpu = GpuMemory([GpuDevice(0, "NVIDIA H200", "GPU-1", 4842 * MiB, 143771 * MiB)], "580.159.04",
-                    torch=cache_from_stats(inside["memory_stats"], 4842 * MiB))
+                    torch=cache_from_stats(inside["memory_stats"], 4842 * MiB, inside["host_memory_stats"]))
     return _snapshot(layers, int(status["VmRSS"]), gpu)
 
 
@@ -332,6 +353,7 @@ def test_device_memory_is_shown_beside_rss_not_in_it():
     assert "GPU 0 NVIDIA H200: 4842.0 MiB of 143771.0 MiB" in text and "(driver 580.159.04)" in text
     assert "likely pinned host memory (CUDA)" in text and "GPU driver's mappings" in text
     assert "context and libraries" in text and "allocated 4256.0 MiB" in text
+    assert "pinned host memory (torch.cuda.host_memory_stats()): held 1024.0 MiB, in use 1024.0 MiB" in text
     plain = render_text(_snapshot({}, 100 * MiB))
     assert "GPU" not in plain and "pinned" not in plain
 
@@ -346,7 +368,7 @@ def test_the_html_snapshot_shows_the_gpu_lines_the_terminal_shows():
     snap = _gpu_snapshot()
     page = snapshot_page(snap)
     lines = gpu_lines(snap)
-    assert len(lines) == 5 and all(escape(line.strip()) in page for line in lines), lines
+    assert len(lines) == 6 and all(escape(line.strip()) in page for line in lines), lines
     assert f'<li data-gpu="0" data-bytes="{4842 * MiB}">GPU 0 NVIDIA H200: 4842.0 MiB of 143771.0 MiB</li>' in page
     # PyTorch's cache read from inside, where NVML listed no GPU for the process: its lines alone
     inside = _snapshot({}, 100 * MiB, GpuMemory(torch=snap.gpu.torch))

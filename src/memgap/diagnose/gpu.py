@@ -1,6 +1,7 @@
 """A GPU process's findings: pinned host memory a large part of its RSS (from the pinned_host layer, a
-likelihood from outside), and PyTorch's caching allocator holding much more than its tensors use (from its own
-statistics, read in the process: ``Snapshot.gpu``'s ``torch``)."""
+likelihood from outside, confirmed by PyTorch's own count where it was read in the process), and PyTorch's
+caching allocator holding much more than its tensors use (from its own statistics, read in the process:
+``Snapshot.gpu``'s ``torch``)."""
 from __future__ import annotations
 
 from memgap.diagnose.floors import FLOOR, SHARE, _resident
@@ -14,19 +15,29 @@ LAB_VARIANT = "torch:expandable_segments=True"  # memgap.runtimes.torch_settings
 
 
 def _pinned(snap: Snapshot) -> list[Finding]:
-    """Likely pinned host memory over the floor and the share of RSS."""
+    """Pinned host memory over the floor and the share of RSS: likely from outside, confirmed where PyTorch's
+    host allocator was read in the process (``gpu.torch.pinned_held``)."""
     layer = snap.layers.get("pinned_host")
     pinned = _resident(snap, "pinned_host")
     if layer is None or pinned < FLOOR or pinned < SHARE * snap.rss:
         return []
     pss = f", PSS {mib(layer.pss)} MiB" if layer.pss is not None else ""
+    torch = snap.gpu.torch if snap.gpu is not None else None
+    held = torch.pinned_held if torch is not None else None
+    outside = (f"{layer.detail.get('mappings', 0)} shared anonymous mappings (/dev/zero (deleted)); "
+               f"{layer.detail.get('confidence', '')}")
+    if held is None or torch is None:
+        summary = f"likely pinned host memory: {mib(pinned)} MiB"
+        inside = "from inside, PyTorch counts its own: torch.cuda.host_memory_stats()['allocated_bytes.current']"
+    else:  # read in the process: PyTorch's own count says how much of it is its pinned pool
+        summary = f"pinned host memory: {mib(pinned)} MiB, PyTorch's pinned pool {mib(held)} MiB of it"
+        inside = (f"read in the process, torch.cuda.host_memory_stats(): allocated_bytes.current {held} (what its "
+                  f"host allocator holds), active_bytes.current {torch.pinned_active} (what tensors use); the "
+                  "rest of the layer is CUDA's own (its staging buffers) or another library's")
     return [Finding(
         "pinned-host-memory", "info",
-        f"likely pinned host memory: {mib(pinned)} MiB, {pct(pinned, snap.rss)} of its RSS{pss}: page-locked "
-        "buffers CUDA copies through, resident for as long as they live",
-        [f"{layer.detail.get('mappings', 0)} shared anonymous mappings (/dev/zero (deleted)); "
-         f"{layer.detail.get('confidence', '')}",
-         "from inside, PyTorch counts its own: torch.cuda.host_memory_stats()['allocated_bytes.current']"],
+        f"{summary}, {pct(pinned, snap.rss)} of its RSS{pss}: page-locked buffers CUDA copies through, resident for "
+        "as long as they live", [outside, inside],
         "fewer or smaller pinned buffers (tensor.pin_memory(), DataLoader(pin_memory=True) per worker); "
         "PyTorch keeps freed pinned blocks cached for reuse")]
 

@@ -25,13 +25,17 @@ class GpuDevice:
 @dataclass(frozen=True)
 class TorchCache:
     """PyTorch's CUDA caching allocator from inside (``torch.cuda.memory_stats()``, all devices it uses),
-    read at the snapshot's moment."""
+    and its pinned host allocator's figures, read at the snapshot's moment."""
 
     allocated: int        # allocated_bytes.all.current: its tensors
     reserved: int         # reserved_bytes.all.current: what it holds from the driver, tensors and cache
     inactive_split: int   # inactive_split_bytes.all.current: free bytes in blocks split for a tensor
     segments: int         # segment.all.current: its cudaMalloc'ed blocks
     driver_used: int | None = None  # the driver's figure for this process over the same GPUs (NVML)
+    # its pinned host memory, torch.cuda.host_memory_stats() (None: a torch without it): what the host
+    # allocator holds (allocated_bytes.current: cudaHostAlloc'ed, in use or cached) and what tensors use of it
+    pinned_held: int | None = None
+    pinned_active: int | None = None
 
     @property
     def cached(self) -> int:

@@ -26,7 +26,9 @@ def torch_lines(cache: TorchCache) -> list[str]:
             f"  cached {mib(cache.cached)} MiB (reserved - allocated), of it {mib(cache.inactive_split)} MiB in "
             "split blocks",
             *([f"  context and libraries {mib(context)} MiB (the driver's {mib(cache.driver_used)} MiB - reserved)"]
-              if context is not None else [])]
+              if context is not None else []),
+            *([f"  pinned host memory (torch.cuda.host_memory_stats()): held {mib(cache.pinned_held)} MiB, in use "
+               f"{mib(cache.pinned_active or 0)} MiB"] if cache.pinned_held is not None else [])]
 
 
 def heading(gpu: GpuMemory) -> str:

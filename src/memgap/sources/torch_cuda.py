@@ -13,11 +13,26 @@ STATS = ("allocated_bytes.all.current", "reserved_bytes.all.current", "inactive_
          "segment.all.current")
 
 
-def cache_from_stats(stats: dict[str, Any], driver_used: int | None) -> TorchCache:
+HOST_STATS = ("allocated_bytes.current", "active_bytes.current")  # torch.cuda.host_memory_stats()'s
+
+
+def cache_from_stats(stats: dict[str, Any], driver_used: int | None,
+                     host: dict[str, Any] | None = None) -> TorchCache:
     """The caching allocator's figures from ``torch.cuda.memory_stats()``'s dict (summed over the devices
-    it was asked for), with the driver's figure beside them."""
+    it was asked for), with the driver's figure beside them, and the pinned host allocator's from
+    ``torch.cuda.host_memory_stats()``'s dict where given."""
     allocated, reserved, inactive, segments = (int(stats.get(key, 0)) for key in STATS)
-    return TorchCache(allocated, reserved, inactive, segments, driver_used)
+    held, active = (int(host[key]) if host is not None and key in host else None for key in HOST_STATS)
+    return TorchCache(allocated, reserved, inactive, segments, driver_used, held, active)
+
+
+def _host_stats(cuda: Any) -> dict[str, Any] | None:
+    """torch.cuda.host_memory_stats() (torch 2.5 and later), None where this torch has none or it fails."""
+    try:
+        stats = cuda.host_memory_stats()
+    except (AttributeError, RuntimeError, TypeError):
+        return None
+    return dict(stats) if stats else None
 
 
 def torch_cache(gpu: GpuMemory | None, modules: dict[str, Any] | None = None) -> TorchCache | None:
@@ -32,4 +47,4 @@ def torch_cache(gpu: GpuMemory | None, modules: dict[str, Any] | None = None) ->
         stats = cuda.memory_stats(device)
         for key in STATS:
             totals[key] = totals.get(key, 0) + int(stats.get(key, 0))
-    return cache_from_stats(totals, gpu.used if gpu is not None else None)
+    return cache_from_stats(totals, gpu.used if gpu is not None else None, _host_stats(cuda))
