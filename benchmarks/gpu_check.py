@@ -53,8 +53,8 @@ if len(sys.argv) > 1:  # under memgap run: say its own figures, then exit (memga
     smi = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
                          capture_output=True, text=True).stdout
     used = [int(l.split(",")[1]) for l in smi.splitlines() if l.split(",")[0].strip() == str(os.getpid())]
-    print("FIGURES " + json.dumps({"smi_mib": used[0] if used else None, "stats": torch.cuda.memory_stats()}),
-          flush=True)
+    print("FIGURES " + json.dumps({"smi_mib": used[0] if used else None, "stats": torch.cuda.memory_stats(),
+                                   "host": dict(torch.cuda.host_memory_stats())}), flush=True)
 else:
     sys.stdin.readline()
 """
@@ -242,6 +242,14 @@ def check_run(c, out_dir):
             "inactive_split": stats["inactive_split_bytes.all.current"]}
     c.check("run: the exit snapshot's PyTorch cache equals memory_stats()", torch is not None and
             all(torch[k] == v for k, v in want.items()), memgap=torch, memory_stats=want)
+    host = said["host"]
+    pinned = [f["summary"] for f in exits[-1]["findings"] if f["code"] == "pinned-host-memory"] if exits else []
+    c.check("run: its pinned pool as host_memory_stats() says, the finding confirmed from inside",
+            torch is not None and torch.get("pinned_held") == host.get("allocated_bytes.current")
+            and torch.get("pinned_active") == host.get("active_bytes.current") and pinned
+            and pinned[0].startswith("pinned host memory:"), memgap=torch and {k: torch.get(k) for k in (
+                "pinned_held", "pinned_active")}, host_memory_stats={k: host.get(k) for k in (
+                    "allocated_bytes.current", "active_bytes.current")}, finding=pinned)
     from memgap.documents.records import RunDocument
     from memgap.lab.choose import choose, run_libraries
 
