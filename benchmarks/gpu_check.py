@@ -6,7 +6,9 @@ scripts/test.sh). Run it through scripts/gpu_check.sh, which puts src/ on the pa
 1. A PyTorch process as in tests/fixtures/torch-2.11-cuda13/cuda (a 4 GiB GPU tensor, a matmul, 1 GiB of pinned
    host memory), which does not import memgap: `inspect --json` names its pinned memory and the driver's mappings
    (against its smaps), its layers add up, and its device memory is within 1% of nvidia-smi's per-process figure;
-   `top --iterations 1` prints the same figure.
+   `top --iterations 1` and `serve-metrics` give the same figure. Issue 30's look: `memgap inspect PID` timed
+   first (private folders empty), second, first with the reads on one core, beside a small process's look,
+   3 interleaved rounds (GPU_PROFILE=1: a cProfile of a first and a second look too).
 2. The same program under `memgap run`: its timeline's samples carry its device memory (within 1% of the
    nvidia-smi figure the program read of itself just before it exits), and its in-process exit snapshot's PyTorch
    cache equals the torch.cuda.memory_stats() the program printed at that moment.
@@ -21,9 +23,12 @@ scripts/test.sh). Run it through scripts/gpu_check.sh, which puts src/ on the pa
 5. Issue 31's data loader on PyTorch's own DataLoader (tests/programs/torch_loader.py: 1,000,000 dicts, 4
    persistent forked workers, 2 epochs) under `memgap run` with no option: each worker's parent and copies,
    and the words that name them.
+6. Many cores (not issue 33's): the lab on the 32-thread decode pool of seed 000, four glibc variants.
+
+GPU_STEPS=holder,run,... runs only the steps named (a rerun in a short device lease).
 
 Every figure goes to OUT_DIR/gpu_check.json, each command's output to OUT_DIR/<step>.stdout and .stderr; each
-step's seconds are in the JSON (the whole lane should take under 8 minutes on a 16-core H100 or H200 machine);
+step's seconds are in the JSON (the whole lane took 121 s on a 16-core H200 machine, 2026-11-28);
 the script exits 1 where a check failed, and says which.
 """
 import itertools
