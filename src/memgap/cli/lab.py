@@ -17,7 +17,8 @@ trims once at idle to measure what malloc_trim(0) releases. Variants are ranked 
 idle RSS within a slowdown budget; one is called better only when its whole
 range clears the baseline's and its median is at least 5% and 2 MiB lower
 (where none is: keep the defaults); too slow means beyond the budget plus the
-baseline's own spread between its runs. The recommendation is the cheapest
+baseline's own spread between its runs (at most the budget again: a wider
+spread is said). The recommendation is the cheapest
 remedy that no other one clearly undercuts (its whole idle range below, and by
 more than 5%). --memory-limit SIZE runs each run in a memory cgroup of its own
 capped at SIZE: a variant the kernel OOM-kills there is never recommended.

@@ -19,6 +19,13 @@ from memgap.documents.json_value import JsonObject
 # how a reason in a lab document's ``chosen`` that a finding of the baseline's gave begins (memgap.lab.choose)
 CHOSEN = "chosen because: "
 
+
+def noise_allowance(spread: float, budget: float) -> float:
+    """What the baseline's own spread between its runs adds to the slowdown budget: the spread, at most the
+    budget again (a rate that varies by half between the baseline's own runs would otherwise let a remedy
+    twice as slow pass: a spread wider than the budget is said, not granted)."""
+    return min(spread, budget)
+
 # (median, min, max) over a variant's runs: the median of an even number of runs is a mean, so
 # a float even for byte counts
 Spread = tuple[float, float, float]

@@ -12,11 +12,14 @@ repetition (the runs are interleaved, so a repetition shares the machine's
 weather). It is too slow when that slowdown exceeds the budget by more than
 the baseline's own spread from run to run ((max - min) / median of its wall
 times or throughputs): a difference the baseline shows against itself is
-noise, not a cost. Among the variants that are better and within the slowdown budget,
-the lab picks the cheapest kind of remedy (environment only, then a trimmer,
-then another allocator), with the fewest settings, that no other one clearly
-undercuts: the other's whole idle range lies below this one's, and its median
-is more than MATERIAL_SHARE lower.
+noise, not a cost. That allowance is at most the budget again: a baseline whose
+own runs spread wider says its measure cannot tell a cost below that, and the
+report says so, rather than letting a remedy half as fast through. Among the
+variants that are better and within the slowdown budget, the lab picks the
+cheapest kind of remedy (environment only, then a trimmer, then another
+allocator), with the fewest settings, that no other one clearly undercuts: the
+other's whole idle range lies below this one's, and its median is more than
+MATERIAL_SHARE lower.
 """
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memgap.allocators.variants import COST_WORDS, Variant
-from memgap.documents.lab_summary import Spread, VariantSummary
+from memgap.documents.lab_summary import Spread, VariantSummary, noise_allowance
 from memgap.documents.records import LabMaterial, RunFigures
 from memgap.lab.objective import GPU, IDLE, summary_figure, words, works_in_bursts
 
@@ -149,7 +152,7 @@ def decide(summaries: list[VariantSummary], baseline_spec: str, max_slowdown: fl
     for s in summaries:
         if s.ok < s.runs:
             s.reason = ", ".join(f"{n} {k}" for k, n in sorted(s.statuses.items()) if k != "ok")
-        if s.slowdown is not None and s.slowdown > 1 + max_slowdown + noise:
+        if s.slowdown is not None and s.slowdown > 1 + max_slowdown + noise_allowance(noise, max_slowdown):
             s.within_budget = False
         mine, theirs = summary_figure(s, objective), base and summary_figure(base, objective)
         if base is not None and theirs and mine and s is not base and s.ok == s.runs:

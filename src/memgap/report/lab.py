@@ -7,7 +7,7 @@ from typing import TextIO
 
 from rich.console import RenderableType
 
-from memgap.documents.lab_summary import CHOSEN, Recommendation, Spread, SweepRow, VariantSummary
+from memgap.documents.lab_summary import CHOSEN, Recommendation, Spread, SweepRow, VariantSummary, noise_allowance
 from memgap.documents.records import LabDocument, RunStatus
 from memgap.report.fit import WRAP, Col, fit_table
 from memgap.report.remedy import with_forms
@@ -167,10 +167,14 @@ def pattern_evidence(lab: LabDocument, spec: str) -> list[str]:
 
 
 def too_slow_line(lab: LabDocument) -> str:
-    spread = lab.time_spread
+    spread, budget = lab.time_spread, lab.max_slowdown
+    allowed = noise_allowance(spread, budget)
     by = next((f" by {v.slowdown_by}" for v in lab.variants if v.slowdown_by), "")  # a bursty workload's
-    return (f"Too slow{by}: beyond x{1 + lab.max_slowdown + spread:.2f} (the {lab.max_slowdown:.0%} budget"
-            + (f", plus the baseline's own {spread:.1%} spread between its runs)" if spread else ")"))
+    line = f"Too slow{by}: beyond x{1 + budget + allowed:.2f} (the {budget:.0%} budget"
+    if spread > allowed:  # too wide to grant whole: said, with what would narrow it
+        return line + (f", plus as much again for the baseline's own spread between its runs, {spread:.1%}: too "
+                       "wide to tell a cost below it from noise; more --reps, or a steadier --metric, would)")
+    return line + (f", plus the baseline's own {spread:.1%} spread between its runs)" if spread else ")")
 
 
 def better_line(lab: LabDocument) -> str:
