@@ -154,9 +154,7 @@ def _string(table: bytes, offset: int) -> str:
 def parse_elf(read: Read, size: int, query: SymbolQuery) -> ElfInfo:
     """Parse an ELF file of ``size`` bytes that ``read(offset, length)`` returns pieces of: its sections
     and dependencies, and of its symbols and ``.rodata`` what ``query`` asks about."""
-    lay = _layout(_read(read, size, 0, 16, "identification"))
-    header = _unpack(lay.order + lay.header, _read(read, size, 16, struct.calcsize(lay.order + lay.header), "header"),
-                     0, "header")
+    lay, header = _head(read, size)
     if not header[5]:  # section headers stripped (sstrip): nothing to read symbols from
         return ElfInfo(frozenset(), frozenset(), frozenset(), (), "", False, False, {})
     sections, shstrndx = _sections(read, size, lay, header)
@@ -189,6 +187,13 @@ def parse_elf(read: Read, size: int, query: SymbolQuery) -> ElfInfo:
     return ElfInfo(frozenset(symbols.exported), frozenset(symbols.imported), frozenset(symbols.defined),
                    tuple(needed), soname, any(s[1] == SHT_DYNAMIC for s in sections),
                    any(s[1] == SHT_SYMTAB for s in sections), named, _in_rodata(read, size, named, query.rodata))
+
+
+def _head(read: Read, size: int) -> tuple[_Layout, tuple[Any, ...]]:
+    """The file's class and byte order, and its ELF header's fields."""
+    lay = _layout(_read(read, size, 0, 16, "identification"))
+    fmt = lay.order + lay.header
+    return lay, _unpack(fmt, _read(read, size, 16, struct.calcsize(fmt), "header"), 0, "header")
 
 
 def _sections(read: Read, size: int, lay: _Layout, header: tuple[Any, ...]) -> tuple[list[Section], int]:
@@ -275,9 +280,7 @@ def search_size(path: str, query: SymbolQuery) -> int:
         def read(offset: int, length: int) -> bytes:
             return os.pread(fd, length, offset)
 
-        lay = _layout(_read(read, size, 0, 16, "identification"))
-        header = _unpack(lay.order + lay.header,
-                         _read(read, size, 16, struct.calcsize(lay.order + lay.header), "header"), 0, "header")
+        lay, header = _head(read, size)
         if not header[5]:
             return 0
         sections, shstrndx = _sections(read, size, lay, header)
