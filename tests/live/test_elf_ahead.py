@@ -23,9 +23,10 @@ BIG = [f"{LIB}/{name}" for name in ("libLLVM-15.so.1", "libLLVM-14.so.1", "libcl
 SHARE = """
 import json, sys, threading
 from memgap.allocators.detect import signs
+from memgap.sources import own_process
 from memgap.sources import elf_ahead
 if sys.argv[1] != "imported":  # as memgap's command line does; a program that imported memgap does not
-    elf_ahead.allow_forks()
+    own_process.mark_command()
 if sys.argv[1] == "thread":
     threading.Thread(target=threading.Event().wait, daemon=True).start()
 print(json.dumps(elf_ahead.read_ahead(sys.argv[2:], signs().query)))

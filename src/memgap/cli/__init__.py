@@ -72,9 +72,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.command:
             parser.print_help()
             return 2
-        from memgap.sources import elf_ahead
+        from memgap.sources import own_process
 
-        elf_ahead.allow_forks()  # memgap's own process: a first look may read large libraries on several cores
+        own_process.mark_command()  # memgap's own process: a first look may read large libraries on several cores
         code: int = command_module(args.command).main(args)
         return code
     except MemgapError as exc:

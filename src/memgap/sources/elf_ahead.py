@@ -8,8 +8,8 @@ the bytes, and 64 MiB of each ``.rodata`` at most). What one run read is kept on
 ``read_ahead`` shares the files no earlier read kept among forked children, each reading its share with
 ``read_elf`` (which keeps what it read on disk, as any read does), while this process reads the largest
 share itself; afterwards each ``read_elf`` of them is a hit. It forks only where that is safe and pays:
-this process is memgap's own command (``allow_forks``: never a program that imported memgap, whose fork
-handlers would run and whose memory a fork would copy), it has no other thread (a fork copies only the
+this process is memgap's own command (memgap.sources.own_process: never a program that imported memgap, whose
+fork handlers would run and whose memory a fork would copy), it has no other thread (a fork copies only the
 calling thread: a lock another one held would stay held in the child), the cache folder is ours (it
 hands the facts over), more than one CPU is usable, and the files hold at least ``PARALLEL_LEAST`` bytes
 to search. A child that fails leaves its files to be read by this process afterwards, as before.
@@ -20,18 +20,10 @@ import os
 from collections.abc import Sequence
 
 from memgap.errors import MalformedInput
-from memgap.sources import elf, elf_cache
+from memgap.sources import elf, elf_cache, own_process
 
 PARALLEL_LEAST = 48 << 20   # bytes to search: below, one core reads them sooner than children start (~0.1 s)
 WORKERS_MOST = 8            # children and this process: past 8, the largest file decides anyway
-_FORKS_ALLOWED = False      # only memgap's own command line says so (allow_forks)
-
-
-def allow_forks() -> None:
-    """Let this process fork readers: called by memgap's command line, never where memgap was imported into
-    another program (the API, the pytest plugin, the bootstrap of `memgap run`'s child)."""
-    global _FORKS_ALLOWED
-    _FORKS_ALLOWED = True
 
 
 def usable_cpus() -> int:
@@ -85,7 +77,7 @@ def read_ahead(paths: Sequence[str], query: elf.SymbolQuery) -> int:
     """Read the ELF files at ``paths`` for ``query`` on several cores where that pays (see the module);
     return how many children read a share (0: nothing was shared out, each file is read when asked)."""
     cpus = usable_cpus()
-    if not _FORKS_ALLOWED or cpus < 2 or elf_cache.folder() is None or not only_thread():
+    if not own_process.is_command() or cpus < 2 or elf_cache.folder() is None or not only_thread():
         return 0
     sizes = _unread(paths, query)
     if len(sizes) < 2 or sum(sizes.values()) < PARALLEL_LEAST:
