@@ -96,5 +96,8 @@ def read_ahead(paths: Sequence[str], query: elf.SymbolQuery) -> int:
         _read_share(own, query)
     finally:
         for pid in children:
-            os.waitpid(pid, 0)
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass  # reaped already (SIGCHLD ignored): it is gone either way
     return len(children)
