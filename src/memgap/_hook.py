@@ -145,7 +145,8 @@ def _watch_collections() -> None:
     """From a process's first fork on, in it and in each child it forks: their full collections counted. A
     worker's copies of its parent's objects are its reads or the collector's writes (its own or its
     parent's, after the fork); where no full collection ran, they are the reads. multiprocessing's workers
-    end with os._exit, so each collection is written as it starts, not at exit."""
+    end with os._exit, so each collection is written as it starts, not at exit. A child's own first fork
+    is said again with its PID (``_child_watches_its_own_forks``)."""
     global _watching
     import gc
 
@@ -158,6 +159,13 @@ def _watch_collections() -> None:
         return
     if not any(cb is _count_full_collections for cb in gc.callbacks):
         gc.callbacks.append(_count_full_collections)
+
+
+def _child_watches_its_own_forks() -> None:
+    """In a child just forked: the callback came with it, but its own first fork is still to be said
+    (``forks-watched`` with its PID), or the copies of its own children would keep both causes."""
+    global _watching
+    _watching = False
 
 
 def freeze_at_fork() -> None:
@@ -198,8 +206,9 @@ def install() -> None:
         importlib.import_module(".api", __package__)
         atexit.register(_at_exit)
         _snapshot_before_exit()
-        # before its first fork: a forked child inherits the callback, and writes its own events
-        os.register_at_fork(before=_watch_collections)
+        # before its first fork: a forked child inherits the callback, and writes its own events; a child
+        # that forks in turn says its own first fork (a worker that starts readers of its own)
+        os.register_at_fork(before=_watch_collections, after_in_child=_child_watches_its_own_forks)
     if os.environ.get(TRIMMER_ENV) == "1" and _start_trimmer():
         # a thread does not survive fork(): each forked worker (gunicorn, Celery prefork, a fork
         # Pool) starts one of its own, or MEMGAP_TRIMMER=1 would reach the master alone

@@ -72,6 +72,30 @@ def test_run_records_each_worker_with_its_parent_and_what_it_copied_by_reading(t
     assert all(f"PID {pid} 0" in counted for pid in witness), counted
 
 
+def test_readers_forked_by_a_worker_are_told_by_their_reads_too(tmp_path):
+    """One level down (programs/nested_readers.py: a worker forks 2 readers of the dicts its parent built):
+    memgap's bootstrap counts collections from each process's first fork on, the worker's too, so the
+    readers' copies are said as their reads, as a worker's are."""
+    out = tmp_path / "run.json"
+    done = subprocess.run([sys.executable, "-m", "memgap", "run", "--json", str(out), "--", sys.executable,
+                           os.path.join(HERE, "programs", "nested_readers.py"), DICTS, "3"],
+                          capture_output=True, text=True, timeout=600, env=child_env())
+    assert done.returncode == 0, done.stderr[-3000:]
+    readers = {int(m[1]) for m in re.finditer(r"^read ([0-9]+) ", done.stdout, re.M)}
+    run = json.loads(out.read_text())
+    by_pid = {p["pid"]: p for p in run["processes"]}
+    (worker,) = {by_pid[pid]["ppid"] for pid in readers}
+    assert by_pid[worker]["ppid"] == run["processes"][0]["pid"]  # the worker is the run's command's child
+    (finding,) = [f for f in run["findings"] if f["code"] == "copied-from-parent"]
+    for pid in readers:  # each reader with the worker as the parent it copied from
+        assert f"PID {pid} (parent {worker}): copied" in " ".join(finding["evidence"]), finding["evidence"]
+    said = " ".join(done.stdout.split())
+    assert "by reading them (reference counts are written on every read): no full collection ran in them nor in " \
+        "their parent" in said and "or by collecting them" not in said, said[-3000:]
+    counted = next(line for line in finding["evidence"] if line.startswith("full collections between the fork"))
+    assert all(f"PID {pid} 0" in counted for pid in readers), counted  # counted in the readers, as in a worker
+
+
 def test_lab_tries_freezing_the_collector_and_says_why_the_copies_remain(tmp_path):
     out = tmp_path / "lab.json"
     proc = memgap("lab", "--reps", "1", "--json", str(out), "--dir", str(tmp_path / "runs"),
