@@ -91,7 +91,7 @@ def read_memory_map(reader: ProcReader, extra_stack_addresses: tuple[int, ...] =
     mapped = []
     readable = [m for m in maps if not m.is_special and m.perms[:3] != "---"]
     for group in _contiguous_file_groups(readable):
-        if len(group) == 1 or not group[0].is_file:
+        if len(group) == 1 or not group[0].is_file or reader.pid == "self":  # its own: a piece at a time
             for m in group:
                 bitmap, exclusive, counts = reader.resident_pages(m)
                 resident.add(m.start, m.end, bitmap, exclusive)

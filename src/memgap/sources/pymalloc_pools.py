@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
+from memgap.sources.page_bits import Bits
 from memgap.sources.procfs import PAGE_SIZE
 from memgap.sources.resident_map import MemoryReader, ResidentMap
 
@@ -159,7 +160,7 @@ def census(reader: HeaderReader, resident: ResidentMap, arenas: Iterable[tuple[i
     return out
 
 
-def _header_pages(bitmap: bytes, first: int, pools: range, pool_size: int) -> bytes:
+def _header_pages(bitmap: Bits, first: int, pools: range, pool_size: int) -> bytes:
     """Whether each pool's header page is resident, one byte per pool of ``pools`` (its first on
     page ``first`` of ``bitmap``): a slice of the bitmap where pools are whole pages (every CPython
     on 4 KiB pages), else one look-up per pool."""

@@ -7,6 +7,7 @@ import bisect
 from collections.abc import Iterable
 from typing import Protocol
 
+from memgap.sources.page_bits import Bits
 from memgap.sources.procfs import PAGE_SIZE, MappingPss
 
 
@@ -22,13 +23,13 @@ class ResidentMap:
 
     def __init__(self, reader: MemoryReader) -> None:
         self.reader = reader
-        self.ranges: list[tuple[int, int, bytes]] = []  # start, end, one byte per page; sorted by start
+        self.ranges: list[tuple[int, int, Bits]] = []  # start, end, one byte per page; sorted by start
         self._starts: list[int] = []
-        self._exclusive: list[bytes | None] = []  # beside each range: 1 per exclusive page
+        self._exclusive: list[Bits | None] = []  # beside each range: 1 per exclusive page
         self._share: list[float] = []  # beside each range: PSS bytes per shared resident byte
         self.knows_private = True  # every range came with its exclusive bits
 
-    def add(self, start: int, end: int, bitmap: bytes, exclusive: bytes | None = None) -> None:
+    def add(self, start: int, end: int, bitmap: Bits, exclusive: Bits | None = None) -> None:
         at = bisect.bisect(self._starts, start)
         self._starts.insert(at, start)
         self.ranges.insert(at, (start, end, bitmap))
@@ -66,7 +67,8 @@ class ResidentMap:
     def sizes_resident(self, sized: Iterable[tuple[int, int]]) -> int:
         """The sum of the sizes of the (address, size) pairs whose address is on a resident page: what
         page_resident tells, with no search while the addresses stay in one range."""
-        total, r_start, r_end, bitmap = 0, 0, 0, b""
+        total, r_start, r_end = 0, 0, 0
+        bitmap: Bits = b""
         for address, size in sized:
             if not r_start <= address < r_end:
                 found = self.range_at(address)
@@ -118,7 +120,7 @@ class ResidentMap:
         last = end // PAGE_SIZE * PAGE_SIZE
         return max(0, bisect.bisect_right(self._starts, first) - 1), first, last
 
-    def _count(self, start: int, end: int, bitmaps: list[bytes | None] | None) -> int:
+    def _count(self, start: int, end: int, bitmaps: list[Bits | None] | None) -> int:
         """Pages set in the ranges' bitmaps (or in ``bitmaps``, beside them) over [start, end), in bytes."""
         i, first, last = self._first(start, end)
         if last <= first:
@@ -136,7 +138,7 @@ class ResidentMap:
             i += 1
         return total * PAGE_SIZE
 
-    def range_at(self, address: int) -> tuple[int, int, bytes] | None:
+    def range_at(self, address: int) -> tuple[int, int, Bits] | None:
         i = bisect.bisect_right(self._starts, address) - 1
         if i >= 0 and self.ranges[i][0] <= address < self.ranges[i][1]:
             return self.ranges[i]

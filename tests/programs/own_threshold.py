@@ -15,7 +15,7 @@ threshold (the smallest of 128 KiB x 2^k, up to 32 MiB, that glibc serves with a
 block's IS_MMAPPED bit), takes ``memgap.snapshot()`` and finds it again. Prints both; exits 1 where the
 snapshot raised it.
 
-    PYTHONPATH=src python benchmarks/probe_mmap_threshold.py
+    PYTHONPATH=src python tests/programs/own_threshold.py [MAPPINGS]   # MAPPINGS one-page mappings too
 """
 from __future__ import annotations
 
@@ -57,6 +57,13 @@ def threshold(libc: ctypes.CDLL) -> int | None:
     return next((size for size in LADDER if mmapped(libc, size)), None)
 
 
+def many_mappings(count: int) -> list[mmap.mmap]:
+    """``count`` one-page mappings the kernel cannot merge (their protections alternate): a maps file of
+    ~80 bytes a line, as a big process has (1,600 mappings: a PyTorch process's)."""
+    return [mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ if i % 2 else mmap.PROT_READ | mmap.PROT_WRITE)
+            for i in range(count)]
+
+
 def main() -> int:
     import memgap
     import memgap.explain.snapshot  # imported before: the start's imports are not the snapshot
@@ -67,6 +74,7 @@ def main() -> int:
         big[offset] = 1
     with open(LIBRARY, "rb") as fh:
         mapped = mmap.mmap(fh.fileno(), 0, prot=mmap.PROT_READ)
+    small = many_mappings(int(sys.argv[1]) if len(sys.argv) > 1 else 0)
     before = threshold(libc)
     memgap.snapshot()
     after = threshold(libc)
@@ -74,8 +82,8 @@ def main() -> int:
     print(f"smallest block glibc mmaps: before memgap.snapshot() {shown['before']}, after it {shown['after']}")
     raised = after is None or (before is not None and after > before)
     print("the snapshot raised the program's mmap threshold" if raised else "the snapshot left it as it was")
-    mapped.close()
-    big.close()
+    for each in [*small, mapped, big]:
+        each.close()
     return 1 if raised else 0
 
 
