@@ -8,14 +8,17 @@ chunk: freed after a snapshot, it moved the program's own threshold (tests/progr
 ``PageBits`` keeps the bytes in an anonymous mapping of its own, which glibc never sees, and offers what the
 readers do with a bitmap: index, count between bounds, find, short slices. Every temporary it makes is at most
 ``PIECE`` bytes, under glibc's smallest threshold (128 KiB): it comes from the heap and goes back to it, moving
-nothing. A smaller bitmap is plain bytes (``new_bits``, ``done``).
+nothing. A smaller bitmap is plain bytes (``new_bits``, ``done``). ``mincore_bits`` reads a private
+anonymous range's residency so (pagemap's pieces are read by memgap.sources.procfs).
 """
 from __future__ import annotations
 
+import functools
 import mmap
-from typing import overload
+from typing import Any, overload
 
 PIECE = 1 << 15   # bytes: the largest temporary (a count's piece, a read's), far under 128 KiB
+_MINCORE_TABLE = bytes(b & 1 for b in range(256))  # mincore(2)'s byte: bit 0 resident, the others reserved
 
 
 class PageBits:
@@ -71,3 +74,40 @@ def new_bits(pages: int) -> bytearray | PageBits:
 def done(bits: bytearray | PageBits) -> Bits:
     """The filled bitmap as the readers take it (a small one as bytes: a copy under ``PIECE`` bytes)."""
     return bytes(bits) if isinstance(bits, bytearray) else bits
+
+
+class _Mincore:
+    """mincore(2) on this process's own memory: the residency bytes pagemap would give for private anonymous
+    mappings, at a tenth of the cost; a piece at a time, into one buffer of ``PIECE`` bytes made once."""
+
+    def __init__(self) -> None:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        self._mincore = libc.mincore
+        self._mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+        self._mincore.restype = ctypes.c_int
+        self._ctypes: Any = ctypes
+        self._buffer = ctypes.create_string_buffer(PIECE)
+
+    def bitmap(self, start: int, end: int) -> Bits | None:
+        pages = (end - start + mmap.PAGESIZE - 1) // mmap.PAGESIZE
+        bits = new_bits(pages)
+        for at in range(0, pages, PIECE):
+            n = min(PIECE, pages - at)
+            first = start + at * mmap.PAGESIZE
+            if self._mincore(first, min(n * mmap.PAGESIZE, end - first), self._buffer) != 0:
+                return None  # unmapped since maps was read, or not page aligned
+            bits[at:at + n] = self._ctypes.string_at(self._buffer, n).translate(_MINCORE_TABLE)
+        return done(bits)
+
+
+@functools.cache
+def _mincore() -> _Mincore:
+    return _Mincore()
+
+
+def mincore_bits(start: int, end: int) -> Bits | None:
+    """One byte a page of [start, end) of this process's own memory, 1 where resident (mincore(2)); None
+    where the range is not mapped as it was when its maps were read."""
+    return _mincore().bitmap(start, end)

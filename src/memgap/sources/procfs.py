@@ -6,7 +6,6 @@ injectable ``proc_root`` and translate OS errors in one place.
 """
 from __future__ import annotations
 
-import functools
 import os
 import re
 from collections.abc import Sequence
@@ -340,41 +339,6 @@ def parse_smaps_pss(text: str) -> list[MappingPss]:
     return out
 
 
-_MINCORE_TABLE = bytes(b & 1 for b in range(256))
-
-
-class _Mincore:
-    """mincore(2) on this process's own memory: the residency bytes pagemap would
-    give for private anonymous mappings, at a tenth of the cost. A piece at a time, into one buffer of
-    ``page_bits.PIECE`` bytes made once: no temporary of the size of the range (memgap.sources.page_bits)."""
-
-    def __init__(self) -> None:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        self._mincore = libc.mincore
-        self._mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
-        self._mincore.restype = ctypes.c_int
-        self._ctypes = ctypes
-        self._buffer = ctypes.create_string_buffer(page_bits.PIECE)
-
-    def bitmap(self, start: int, end: int) -> Bits | None:
-        pages = (end - start + PAGE_SIZE - 1) // PAGE_SIZE
-        bits = page_bits.new_bits(pages)
-        for at in range(0, pages, page_bits.PIECE):
-            n = min(page_bits.PIECE, pages - at)
-            first = start + at * PAGE_SIZE
-            if self._mincore(first, min(n * PAGE_SIZE, end - first), self._buffer) != 0:
-                return None  # unmapped since maps was read, or not page aligned
-            bits[at:at + n] = self._ctypes.string_at(self._buffer, n).translate(_MINCORE_TABLE)
-        return page_bits.done(bits)
-
-
-@functools.cache
-def _mincore() -> _Mincore:
-    return _Mincore()
-
-
 class ProcReader:
     """Reads one process's /proc files; OS errors become memgap errors here."""
 
@@ -539,7 +503,7 @@ class ProcReader:
 
     def _own_resident_pages(self, mapping: Mapping) -> tuple[Bits, Bits | None, PageCounts]:
         if not mapping.is_file and mapping.perms[3] == "p":
-            bitmap = _mincore().bitmap(mapping.start, mapping.end)
+            bitmap = page_bits.mincore_bits(mapping.start, mapping.end)
             if bitmap is not None:
                 resident = bitmap.count(1)
                 return bitmap, None, PageCounts(resident, resident, 0)
