@@ -153,7 +153,10 @@ def _watch_collections() -> None:
     if _watching:
         return
     _watching = True
-    try:  # written before the callback is registered: its file's writer is then the callback's alone
+    # In the first process that forks, written before the callback is registered. In a child that forks in
+    # turn the callback came with it and may run inside this write: harmless, as the writer holds its lock
+    # only around write(2), where no container is allocated and so no collection starts.
+    try:
         _write_event({"type": "forks-watched", "pid": os.getpid(), "time": time.time()}, COLLECTIONS)
     except Exception:  # noqa: BLE001 - never turn the program's fork into a failure
         return

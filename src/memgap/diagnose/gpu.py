@@ -23,13 +23,13 @@ def _pinned(snap: Snapshot) -> list[Finding]:
         return []
     pss = f", PSS {mib(layer.pss)} MiB" if layer.pss is not None else ""
     torch = snap.gpu.torch if snap.gpu is not None else None
-    held = torch.pinned_held if torch is not None else None
     outside = (f"{layer.detail.get('mappings', 0)} shared anonymous mappings (/dev/zero (deleted)); "
                f"{layer.detail.get('confidence', '')}")
-    if held is None or torch is None:
+    if torch is None or torch.pinned_held is None:
         summary = f"likely pinned host memory: {mib(pinned)} MiB"
         inside = "from inside, PyTorch counts its own: torch.cuda.host_memory_stats()['allocated_bytes.current']"
     else:  # read in the process: PyTorch's own count says how much of it is its pinned pool
+        held = torch.pinned_held
         summary = f"pinned host memory: {mib(pinned)} MiB, PyTorch's pinned pool {mib(held)} MiB of it"
         inside = (f"read in the process, torch.cuda.host_memory_stats(): allocated_bytes.current {held} (what its "
                   f"host allocator holds), active_bytes.current {torch.pinned_active} (what tensors use); the "
