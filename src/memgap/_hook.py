@@ -4,18 +4,22 @@ from __future__ import annotations
 import atexit
 import importlib
 import os
+import sys
 import threading
 import time
-from typing import TYPE_CHECKING
 
 from memgap.record.envnames import (
     BEFORE_EXIT_PHASE,
+    EXIT_READS_ENV,
+    EXIT_SOCKET_ENV,
     GC_FREEZE_ENV,
     RECORD_DIR_ENV,
     TRIM_AFTER_ENV,
     TRIM_EVERY_ENV,
     TRIMMER_ENV,
 )
+
+TYPE_CHECKING = False  # typing's own, without importing typing: a recorded program's start pays for it (10 ms)
 
 if TYPE_CHECKING:
     from memgap.documents.json_value import JsonObject
@@ -92,7 +96,10 @@ def _snapshot_before_exit() -> None:
     shutdown = threading._shutdown  # type: ignore[attr-defined]  # private: the hook that joins threads at exit
 
     def before_shutdown() -> None:
-        try:  # imported only now: memgap's modules are not loaded into a program that did not ask
+        try:
+            if _read_from_outside():
+                _held_read(BEFORE_EXIT_PHASE)
+                return
             from memgap import api
 
             if "idle" not in api._own_phases:
@@ -101,9 +108,59 @@ def _snapshot_before_exit() -> None:
                     api._record("after-trim", api.trim())
         except Exception:  # noqa: BLE001 - never turn the program's exit into a failure
             pass
-        shutdown()
+        finally:
+            shutdown()
 
     threading._shutdown = before_shutdown  # type: ignore[attr-defined]  # as above
+
+
+HOLD_SECONDS = 1.0  # the longest an exit waits for the recorder's read (the agent's EXIT_HOLD_MS)
+
+
+def _read_from_outside() -> bool:
+    """Under `memgap run`: this process's exits are read by the recorder from outside while it waits
+    (``_held_read``), unless the program uses memgap's API itself (its phases are in-process: its exits
+    then are too, alike). memgap's snapshot machinery is then never loaded into a program that did not ask
+    for it: its import (0.12 s, 3 MiB) and the in-process snapshots at its exit (0.13 s) were most of what
+    `memgap run` added to a program's time."""
+    return (os.environ.get(EXIT_READS_ENV) == "outside" and bool(os.environ.get(EXIT_SOCKET_ENV))
+            and "memgap.api" not in sys.modules)
+
+
+def _held_read(phase: str) -> None:
+    """Wait while the recorder reads this process from outside as snapshot ``phase`` (``before-exit`` or
+    ``exit``): "exit PHASE" to its socket, then its "ok", HOLD_SECONDS at most all told. A recorder that is
+    gone costs nothing, a slow one the exit that wait and no more."""
+    import _socket  # not socket: its enums cost the exit 4 ms
+
+    try:
+        sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    except OSError:
+        return
+    try:
+        deadline = time.monotonic() + HOLD_SECONDS
+        sock.settimeout(HOLD_SECONDS)
+        sock.connect(os.environ.get(EXIT_SOCKET_ENV, ""))
+        sock.sendall(f"exit {phase}\n".encode())
+        sock.settimeout(max(0.001, deadline - time.monotonic()))
+        sock.recv(8)  # "ok": read; nothing: the recorder let it go unread
+    except OSError:
+        pass
+    finally:
+        sock.close()
+
+
+def _snapshots_at_exit() -> None:
+    """This process's ``before-exit`` and ``exit`` snapshots: read from outside while it waits, where the
+    recorder can (``_read_from_outside``, asked as it exits), else taken in-process."""
+    def at_exit() -> None:
+        if _read_from_outside():
+            _held_read("exit")
+        else:
+            _at_exit()
+
+    atexit.register(at_exit)  # registered first: run last, after the program's own atexit handlers
+    _snapshot_before_exit()
 
 
 def _write_event(event: JsonObject, suffix: str = ".trims") -> None:
@@ -204,11 +261,11 @@ def install() -> None:
     if os.environ.get(GC_FREEZE_ENV) == "1":
         freeze_at_fork()
     if os.environ.get(RECORD_DIR_ENV):
-        # the snapshot machinery loaded now, before the program runs: its phases must not carry
-        # memgap's own import (about 3 MiB), which `import memgap` alone no longer pays for
-        importlib.import_module(".api", __package__)
-        atexit.register(_at_exit)
-        _snapshot_before_exit()
+        if not _read_from_outside():
+            # the snapshot machinery loaded now, before the program runs: its phases must not carry
+            # memgap's own import (about 3 MiB), which `import memgap` alone no longer pays for
+            importlib.import_module(".api", __package__)
+        _snapshots_at_exit()
         # before its first fork: a forked child inherits the callback, and writes its own events; a child
         # that forks in turn says its own first fork (a worker that starts readers of its own)
         os.register_at_fork(before=_watch_collections, after_in_child=_child_watches_its_own_forks)

@@ -111,9 +111,10 @@ def test_the_lab_tries_the_pool_choices(tmp_path):
 
 def test_run_names_the_pool_from_outside_and_from_inside(tmp_path):
     """Under ``memgap run``, the program's snapshots read from outside (its quiet spell) and in the process
-    itself (as it exits: no symbol table read there, the arenas' records name the library) both name it."""
+    itself (as it exits: no symbol table read there, the arenas' records name the library) both name it.
+    ``--walk`` takes its exit in-process (the gc is walked there); with no option it is read from outside."""
     out = tmp_path / "run.json"
-    done = memgap("run", "--json", str(out), "--", sys.executable, PROGRAM,
+    done = memgap("run", "--walk", "--json", str(out), "--", sys.executable, PROGRAM,
                   env=child_env(**{**SIZES, "ARROW_ROWS": "400000", "ARROW_REST_S": "3"}), timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     (process,) = [p for p in json.loads(out.read_text())["processes"] if p["snapshots"]]

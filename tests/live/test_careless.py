@@ -237,7 +237,8 @@ def test_lab_makes_its_folder_for_itself(tmp_path):
 
 # The workload itself plants links in the recording's folder, named for the PIDs its children will
 # have, to a file of root's: the agent (in sleep) and the recorder (of the Python child) must make
-# files of their own, never write through a link.
+# files of their own, never write through a link (the Python child marks a phase: its snapshots are its
+# own, in-process, written by its bootstrap; an unmodified one is read from outside at its exit).
 PLANTER = r"""
 "$2" -c '
 import os, sys
@@ -247,7 +248,7 @@ for pid in range(os.getpid() + 1, os.getpid() + 400):
 os.symlink(sys.argv[1], os.path.join(os.environ["MEMGAP_RECORD_DIR"], "load-output.txt"))
 ' "$1"
 sleep 0.2 & echo "sleep $!"; wait
-"$2" -c 'import os; print("python", os.getpid())'
+"$2" -c 'import os, memgap; memgap.phase("work"); print("python", os.getpid())'
 """
 
 

@@ -130,7 +130,10 @@ def test_top_tree_totals_pss_and_each_workers_copies(server):
     rows = {int(c[0]): c[1:4] for c in cells}
     witness = witnesses(master, workers, maps)
     for w in workers:
-        private, copied, _own = (float(x) * MiB for x in rows[w])
-        assert abs(copied - witness[w]) <= 0.1 * witness[w] and copied <= private + 0.1 * MiB, \
+        copied = float(rows[w][1]) * MiB
+        # copied at most one shown step (0.1 MiB) over private, counted in steps: 112.9 against 112.8 in
+        # MiB floats came to 4e-9 over, a failure of the float sum, not of memgap
+        private_tenths, copied_tenths = (round(float(x) * 10) for x in rows[w][:2])
+        assert abs(copied - witness[w]) <= 0.1 * witness[w] and copied_tenths <= private_tenths + 1, \
             (w, rows[w], witness[w] / MiB)
     assert "4 workers each copied" in heading, heading

@@ -157,6 +157,8 @@ with open("/proc/self/smaps") as fh:
     text = fh.read()
 block = text.split("/dev/zero (deleted)", 1)[1]
 print("rss", int(re.search(r"Rss:\\s+(\\d+) kB", block).group(1)) * 1024, flush=True)
+import memgap
+memgap.phase("mapped")  # a program that marks its phases: its snapshots, its exit's too, are in-process
 """
 
 

@@ -1,9 +1,9 @@
 """Loaded by Python children of ``memgap run`` and ``memgap lab`` (this folder is
 put first on PYTHONPATH).
 
-Under a recording it records an ``exit`` snapshot when the interpreter exits, so
-memgap.phase() calls and the final state of an unmodified program reach the
-run's recording; with MEMGAP_TRIM_EVERY=SECONDS it starts a periodic
+Under a recording its exit is snapshotted as the interpreter shuts down (read
+from outside by ``memgap run`` as the exit waits, or taken in-process where the
+program calls memgap.phase() or the lab runs it); with MEMGAP_TRIM_EVERY=SECONDS it starts a periodic
 malloc_trim(0), with MEMGAP_TRIMMER=1 memgap.Trimmer (a trim when the process
 goes quiet after a burst), with MEMGAP_GC_FREEZE_AT_FORK=1 the collector frozen at
 each fork. Then it hands over to any sitecustomize the user already had.

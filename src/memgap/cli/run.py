@@ -2,11 +2,11 @@
 
 Samples the command's process tree (RSS of every process) at --interval and
 reads each process from outside, whatever its language: at its peak, its
-quiet spells and its exit (memgap's preloaded agent holds the exit for that
-read). Python children also record an in-process snapshot at each
-memgap.phase() and at exit, through a bootstrap on PYTHONPATH (the program is
-not changed). Prints the breakdown of the process with the highest peak, at
-its peak and at idle, and every other process in one line.
+quiet spells and its exit (memgap's preloaded agent, or in a Python child a
+bootstrap on PYTHONPATH, holds the exit for that read; the program is not
+changed). A Python program that calls memgap.phase() records a snapshot of
+itself at each, and at its exit. Prints the breakdown of the process with the
+highest peak, at its peak and at idle, and every other process in one line.
 
   memgap run --json out.json -- python my_service.py
 """
@@ -75,7 +75,7 @@ class RunRequest:
         from memgap.record.recorder import RunOptions
 
         return RunOptions(list(self.cmd), record_dir, self.interval, self.walk, mark_regex=self.phase_regex,
-                          agent=self.agent, load=list(self.load), rest=self.rest)
+                          agent=self.agent, load=list(self.load), rest=self.rest, outside_exits=True)
 
 
 def main(args: argparse.Namespace) -> int:

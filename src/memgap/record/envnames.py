@@ -8,6 +8,8 @@ TRIM_AFTER_ENV = "MEMGAP_TRIM_AFTER"  # a phase name: after recording it, trim o
 TRIM_EVERY_ENV = "MEMGAP_TRIM_EVERY"  # seconds: a periodic malloc_trim(0)
 TRIMMER_ENV = "MEMGAP_TRIMMER"        # "1": run memgap.Trimmer (trims when the process goes quiet)
 EXIT_SOCKET_ENV = "MEMGAP_EXIT_SOCKET"  # memgap run's socket: the agent holds its process's exit for a last read
+# "outside": a Python child's exits are read from outside through EXIT_SOCKET_ENV's hold too (memgap._hook)
+EXIT_READS_ENV = "MEMGAP_EXIT_READS"
 WALK_ENV = "MEMGAP_WALK"              # "0": phase snapshots skip the gc walk for large buffers
 PYMALLOC_RELEASE_ENV = "MEMGAP_PYMALLOC_RELEASE"  # "1": trims also give back pymalloc's empty pools
 ALLOCATOR_DIRS_ENV = "MEMGAP_ALLOCATOR_DIRS"  # folders (":"-separated) where the lab looks for allocators first

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import platform
+import select
 import signal
 import subprocess
 import time
@@ -20,10 +21,14 @@ from typing import TYPE_CHECKING, Any
 from memgap.documents.json_value import shaped
 from memgap.documents.recorded import RUN_SCHEMA, MachineInfo
 from memgap.errors import MemgapError
-from memgap.record.envnames import BEFORE_EXIT_PHASE, EXIT_SOCKET_ENV, RECORD_DIR_ENV, TRIM_AFTER_ENV, WALK_ENV
-from memgap.record.load import LoadDriver
-from memgap.record.marks import CpuActivity, PhaseClock, StdoutMarks
-from memgap.record.outside import OutsideReads, ReadAsked
+from memgap.record.envnames import (
+    EXIT_READS_ENV,
+    EXIT_SOCKET_ENV,
+    RECORD_DIR_ENV,
+    TRIM_AFTER_ENV,
+    WALK_ENV,
+)
+from memgap.record.exit_hold import ExitHold
 from memgap.record.recording import (
     SAMPLES_FILE as SAMPLES_FILE,  # re-exported: callers name it here
     RecordingWriter,
@@ -42,12 +47,15 @@ from memgap.record.tree_end import (
     release_stop_signals,
     subreaper,
 )
-from memgap.record.tree_watch import TOO_MANY, ExitHold, OutsideQuiet, TreeSampler, passing_through
-from memgap.sources.processes import tree_pids
-from memgap.sources.procfs import oom_kills
 
+# What watches the command (the reader of its processes from outside, the sampler, the marks, the load) is
+# loaded once the command has started, beside its own start: imported before, it delayed every command
+# memgap runs by 0.1 s. Imported here only for the type checker.
 if TYPE_CHECKING:
     from memgap.lab.cgroup_limit import RunCgroup
+    from memgap.record.load import LoadDriver
+    from memgap.record.marks import StdoutMarks
+    from memgap.record.outside import OutsideReads
 
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # src/memgap, this file is in record/
 BOOTSTRAP_DIR = os.path.join(PACKAGE_DIR, "_bootstrap")
@@ -92,6 +100,8 @@ class RunOptions:
     cgroup: RunCgroup | None = None  # a memory cgroup the command enters before it execs (the lab's)
     forked: Callable[[], None] | None = None  # called once the command started (memgap's reader forked before): a
                                               # caller's thread started then is not running as the reader is copied
+    outside_exits: bool = False  # Python children's exits read from outside under the hold (memgap._hook), unless
+                                 # they use memgap's API or phases walk the gc (--walk)
 
 
 def _with_agent(env: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
@@ -104,28 +114,34 @@ def _with_agent(env: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
         return env, {"problem": str(exc)}
 
 
-def _exit_hold(record_dir: str, reads: OutsideReads, start: float, env: dict[str, str],
-               interval: float) -> ExitHold | None:
-    """The socket where the agents of the tree say they exit (``env`` names it for them); each such
-    process is read from outside as its exit waits, its ``before-exit`` snapshot (by memgap's reader,
-    at once, beside the reads asked), unless it only passed through (``passing_through``: let go at
-    once). None where it cannot be made: the run goes on, its exits unheld."""
-    writer = reads.writer
-
-    def read(pid: int) -> None:
-        passed = passing_through(pid, interval)
-        if passed is None:
-            reads.now(ReadAsked(pid, BEFORE_EXIT_PHASE, start, time.time(), held_exit=True))
-        else:
-            writer.write({"type": "passed", "pid": pid, "lived": passed[0], "hwm": passed[1]})
-
+def _exit_hold(record_dir: str, env: dict[str, str], writer: RecordingWriter) -> ExitHold | None:
+    """The socket where the agents of the tree (and Python's bootstrap, where ``outside_exits``) say they
+    exit (``env`` names it for them; ``_exit_reads`` serves it once the reader is there). None where it
+    cannot be made: the run goes on, its exits unheld."""
     try:
-        hold = ExitHold(record_dir, read)
+        hold = ExitHold(record_dir)
     except OSError as exc:
         writer.write({"type": "error", "pid": None, "phase": "exit", "error": f"exits not held: {exc}"})
         return None
     env[EXIT_SOCKET_ENV] = hold.path
     return hold
+
+
+def _exit_reads(reads: OutsideReads, start: float, interval: float) -> Callable[[int, str], None]:
+    """How a process that says it exits is read from outside as its exit waits: its ``before-exit``
+    snapshot (Python's also ``exit``, after its atexit handlers; by memgap's reader, at once, beside the
+    reads asked), unless it only passed through (``passing_through``: let go at once)."""
+    from memgap.record.outside import ReadAsked
+    from memgap.record.tree_watch import passing_through
+
+    def read(pid: int, phase: str) -> None:
+        passed = passing_through(pid, interval)
+        if passed is None:
+            reads.now(ReadAsked(pid, phase, start, time.time(), held_exit=True))
+        else:
+            reads.writer.write({"type": "passed", "pid": pid, "lived": passed[0], "hwm": passed[1]})
+
+    return read
 
 
 def record_run(options: RunOptions) -> int:
@@ -162,8 +178,6 @@ class _Recording:
         self.options = options
         private_folder(options.record_dir)  # made 0700; one there already: the user's own, no one else writes in it
         self.writer = RecordingWriter(os.path.join(options.record_dir, SAMPLES_FILE))
-        self.reads = OutsideReads(self.writer)  # beside the sampler (forked now, before any other thread)
-
         self.start = time.time()
         env = child_env(options.record_dir)
         if not options.walk:
@@ -173,10 +187,9 @@ class _Recording:
         self.hold: ExitHold | None = None
         if options.agent:
             env, agent_info = _with_agent(env)
-            self.hold = _exit_hold(options.record_dir, self.reads, self.start, env, options.interval)
-        self.writer.write({"type": "header", "schema": RUN_SCHEMA, "cmd": options.cmd, "start": self.start,
-                           "interval": options.interval, "machine": shaped(machine_info()), "env": options.env,
-                           "agent": agent_info})
+            self.hold = _exit_hold(options.record_dir, env, self.writer)
+            if self.hold is not None and options.outside_exits and not options.walk:
+                env[EXIT_READS_ENV] = "outside"
         self.trim_after = env.get(TRIM_AFTER_ENV, "")
         self.own_group = options.timeout is not None or bool(options.idle_after) or bool(options.load)
         service_metric = "" if options.load else options.metric_regex  # with a load, the load prints it
@@ -191,19 +204,35 @@ class _Recording:
             self.watchdog.done()
             subreaper(self.was_subreaper)
             self._close_hold()
-            self.reads.close()
             self.writer.close()
             raise MemgapError(f"cannot run {options.cmd[0]!r}: {exc.strerror or exc}") from None
-        if options.forked is not None:
-            options.forked()
         self.watchdog.watch(self.proc.pid)
         if self.own_group:
             self.watchdog.group(self.proc.pid)
-        self.marks = (StdoutMarks(self.proc.stdout, options.mark_regex, options.stdout is None, service_metric,
-                                  self.proc.pid)
-                      if self.proc.stdout is not None and (options.mark_regex or service_metric) else None)
-        self.load = (LoadDriver(options.load, options.record_dir, options.rest, self.writer.write)
-                     if options.load else None)
+        self.writer.write({"type": "header", "schema": RUN_SCHEMA, "cmd": options.cmd, "start": self.start,
+                           "interval": options.interval, "machine": shaped(machine_info()), "env": options.env,
+                           "agent": agent_info})
+        self._start_watching(service_metric)
+
+    def _start_watching(self, service_metric: str) -> None:
+        """What watches the command, loaded and started as it starts (see the imports above)."""
+        from memgap.record.load import LoadDriver
+        from memgap.record.marks import CpuActivity, PhaseClock, StdoutMarks
+        from memgap.record.outside import OutsideReads
+        from memgap.record.tree_watch import OutsideQuiet, TreeSampler
+        from memgap.sources.procfs import oom_kills
+
+        options = self.options
+        self.reads = OutsideReads(self.writer)  # beside the sampler (forked now, before any other thread)
+        if self.hold is not None:
+            self.hold.serve(_exit_reads(self.reads, self.start, options.interval))
+        if options.forked is not None:
+            options.forked()
+        self.marks: StdoutMarks | None = (
+            StdoutMarks(self.proc.stdout, options.mark_regex, options.stdout is None, service_metric, self.proc.pid)
+            if self.proc.stdout is not None and (options.mark_regex or service_metric) else None)
+        self.load: LoadDriver | None = (LoadDriver(options.load, options.record_dir, options.rest, self.writer.write)
+                                        if options.load else None)
         self.quiet = None if options.idle_after else OutsideQuiet(options.record_dir)  # else its own rule
         self.sampler = TreeSampler(self.reads, self.start, self.quiet, self.watchdog)
         self.tree = TreeEnd(self.proc, self.own_group, self._helpers)
@@ -215,6 +244,8 @@ class _Recording:
 
     def watch(self) -> None:
         """Sample until the command exits, or memgap stops it (idle, load done, timeout)."""
+        from memgap.sources.processes import tree_pids
+
         options, proc = self.options, self.proc
         deadline = None if options.timeout is None else time.monotonic() + options.timeout
         while True:
@@ -258,6 +289,9 @@ class _Recording:
             self._metric(value, self.proc.pid)
 
     def _read_mark(self, name: str, rss: int | None, at: float) -> None:
+        from memgap.record.outside import ReadAsked
+        from memgap.record.tree_watch import TOO_MANY
+
         read = ReadAsked(self.proc.pid, name, self.start, at, trim_after=self.trim_after, at_mark=(rss, at))
         if not self.reads.ask(read):
             self.writer.write({"type": "error", "pid": self.proc.pid, "phase": name, "error": TOO_MANY})
@@ -265,6 +299,9 @@ class _Recording:
     def _quiet_long_enough(self, busy: bool) -> bool:
         """--idle-after: quiet that long (no new phase, little CPU): its idle, read from outside
         (unless it marked idle itself: that one was measured already, and a trim may have followed)."""
+        from memgap.record.outside import ReadAsked
+        from memgap.record.tree_watch import TOO_MANY
+
         self.clock.poll()
         if busy:
             self.clock.mark()  # working, even without a phase: not idle yet
@@ -313,6 +350,8 @@ class _Recording:
 
     def finish(self) -> int:
         """The command's end: late marks and metrics, what it left running, the end event."""
+        from memgap.sources.procfs import oom_kills
+
         code = self.proc.wait()
         self._close_hold()  # the exits it held are read: their snapshots are in
         self.reads.close()  # ...and every read asked (one of a process gone meanwhile finds it gone)
@@ -354,11 +393,25 @@ def _exited_within(proc: subprocess.Popen[bytes], marks: StdoutMarks | None, sec
     """Wait up to ``seconds`` for the command to exit; a mark's line ends the wait early, so
     that the mark is measured while the program is still at it."""
     if marks is None or not marks.thread.is_alive():  # no marks, or its output has ended
+        return _exit_within(proc, seconds)
+    if marks.arrived.wait(seconds):  # set by a mark, and by the end of its output
+        marks.arrived.clear()
+    return proc.poll() is not None
+
+
+def _exit_within(proc: subprocess.Popen[bytes], seconds: float) -> bool:
+    """Wait up to ``seconds`` for the command's exit, woken the moment it comes: by its pidfd (Linux 5.3),
+    where Popen.wait polls with sleeps that grow to 50 ms (a run's end came that much late)."""
+    try:
+        fd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):  # an older kernel or Python; or it is reaped already
         try:
-            proc.wait(timeout=seconds)  # returns the moment the command exits
+            proc.wait(timeout=seconds)
             return True
         except subprocess.TimeoutExpired:
             return False
-    if marks.arrived.wait(seconds):  # set by a mark, and by the end of its output
-        marks.arrived.clear()
+    try:
+        select.select([fd], [], [], seconds)  # readable once it exits
+    finally:
+        os.close(fd)
     return proc.poll() is not None

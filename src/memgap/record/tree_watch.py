@@ -12,9 +12,10 @@ from outside (the snapshot ``memgap inspect PID`` takes: ``collect.snapshot_pid`
   C++ libraries takes seconds, the next far less). A read during which its RSS moved
   (``moving``) is read again once the process is still at that high. The run's document keeps
   the highest steady read (``best_peak``);
-- its exit: memgap's agent, preloaded in it, says so on ``ExitHold``'s socket as the process
-  exits and waits (1 s at most) while the recorder reads it; the agent's exit record says when
-  the process went on to exit (the document's ``exit``: how close the last snapshot came).
+- its exit: memgap's agent, preloaded in it (or, under ``memgap run``, Python's bootstrap), says so
+  on memgap.record.exit_hold's socket as the process exits and waits (1 s at most) while the
+  recorder reads it; the agent's exit record says when the process went on to exit (the
+  document's ``exit``: how close the last snapshot came).
 
 None of these reads is made in the sampler's loop: it asks, and memgap.record.outside's thread
 reads (``OutsideReads``), so that the timeline keeps its interval whatever a read costs.
@@ -26,12 +27,7 @@ from __future__ import annotations
 
 import os
 import queue
-import socket
-import struct
-import tempfile
-import threading
 import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from memgap.documents.json_value import JsonObject
@@ -54,8 +50,6 @@ PEAK_STEP_MIN = 8 * MiB  # ...and at least this much
 PEAK_DUTY = 0.2          # a process's peak reads take at most this share of the reads' time...
 PEAK_WAIT_MOST = 2.0     # ...but the next waits this long at most (s): a first look at large libraries takes
                          # seconds, the reader's next ones far less (what it parsed, it keeps: its caches)
-HOLD_SECONDS = 1.0       # the agent waits this long at most (EXIT_HOLD_MS in agent.c)
-SUN_PATH_MAX = 108       # sizeof(sockaddr_un.sun_path), the terminating zero included
 PASSING_PEAK = 16 * MiB  # VmHWM: a shell's subshell (bash: 4 MiB), a script's short command (coreutils: 1-2 MiB)
 TOO_MANY = "not read: too many reads from outside were waiting (memgap.record.outside.MAX_PENDING)"
 
@@ -243,77 +237,6 @@ class OutsideQuiet:
                 writer.write({"type": "error", "pid": pid, "phase": QUIET_PHASE, "error": TOO_MANY})
         elif event == "end":
             writer.write({"type": "quiet-end", "pid": pid, "time": asked})  # the reading that began the next spell
-
-
-class ExitHold:
-    """The recorder's end of the agent's exit hold: a Unix socket (mode 0600) that the agents of the
-    tree call as their processes exit ("exit"); each caller, known by its credentials, is read by
-    ``read(pid)`` while it waits, then told "ok" and goes on to exit."""
-
-    def __init__(self, record_dir: str, read: Callable[[int], None]) -> None:
-        self.read = read
-        self._folder = ""
-        path = os.path.join(record_dir, "exit.sock")
-        if len(path.encode()) >= SUN_PATH_MAX:  # too long for a socket address: a short private folder
-            self._folder = tempfile.mkdtemp(prefix="memgap-exit-")
-            path = os.path.join(self._folder, "exit.sock")
-        self.path = path
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            if os.path.exists(path):
-                os.unlink(path)
-            self._sock.bind(path)
-            os.chmod(path, 0o600)  # before listen(): no one else connects meanwhile
-            self._sock.listen(64)
-        except OSError:
-            self._sock.close()
-            raise
-        self._handlers: list[threading.Thread] = []
-        self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._serve, name="memgap-exit-hold", daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self._sock.accept()
-            except OSError:
-                return  # closed
-            handler = threading.Thread(target=self._one, args=(conn,), name="memgap-exit-read", daemon=True)
-            with self._lock:
-                self._handlers = [h for h in self._handlers if h.is_alive()] + [handler]
-            handler.start()
-
-    def _one(self, conn: socket.socket) -> None:
-        with conn:
-            try:
-                pid, uid, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
-                                                                  struct.calcsize("3i")))
-                conn.settimeout(HOLD_SECONDS)
-                if uid not in (0, os.getuid()) or not conn.recv(16).startswith(b"exit"):
-                    return
-                self.read(pid)
-                conn.sendall(b"ok\n")
-            except OSError:
-                return  # it gave up waiting: it has exited, or goes on to
-
-    def close(self) -> None:
-        """Stop taking calls and wait for the reads under way (they write into the recording)."""
-        try:
-            self._sock.shutdown(socket.SHUT_RDWR)  # wakes the accept()
-        except OSError:
-            pass
-        self._sock.close()
-        self._thread.join(timeout=2)
-        with self._lock:
-            handlers = list(self._handlers)
-        for handler in handlers:
-            handler.join(timeout=HOLD_SECONDS + 1)
-        for path in (self.path, self._folder):
-            try:
-                os.rmdir(path) if path == self._folder else os.unlink(path)
-            except OSError:
-                pass
 
 
 def passing_through(pid: int, interval: float) -> tuple[float, int] | None:

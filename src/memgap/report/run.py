@@ -226,9 +226,23 @@ def _render_main(console: Any, run: RunDocument, process: ProcessRecord, stream:
         render_snapshot(Snapshot.from_dict(snap), stream, width)
     at_exit = [s for s in process.snapshots if s.get("phase") == "exit"]
     if at_exit and at_exit[-1] is not snap:
-        console.print(f"...and at exit (after the program's own teardown began): RSS {mib(at_exit[-1]['rss'])} "
-                      f"MiB against {mib(snap['rss'])} at {moment}")
-        render_snapshot(Snapshot.from_dict(at_exit[-1]), stream, width)
+        line = (f"...and at exit (after the program's own teardown began): RSS {mib(at_exit[-1]['rss'])} "
+                f"MiB against {mib(snap['rss'])} at {moment}")
+        if _shown_alike(at_exit[-1], snap):  # its table would repeat the one above to the last figure
+            console.print(f"{line}, every layer the same to 0.1 MiB")
+        else:
+            console.print(line)
+            render_snapshot(Snapshot.from_dict(at_exit[-1]), stream, width)
+
+
+def _shown_alike(one: RecordedSnapshot, other: RecordedSnapshot) -> bool:
+    """Whether two snapshots' layer tables would show the same figures: RSS and each layer's resident MiB,
+    at the table's precision."""
+    def shown(snap: RecordedSnapshot) -> list[tuple[str, str]]:
+        return [("rss", mib(snap["rss"])), *((name, mib(layer.get("resident")))
+                                              for name, layer in sorted(snap["layers"].items()))]
+
+    return shown(one) == shown(other)
 
 
 def render_run(run: RunDocument, stream: TextIO, width: int | None = None) -> None:

@@ -1,0 +1,100 @@
+"""The recorder's end of the exit hold: a process of the tree says on a Unix socket that it exits, and
+waits (HOLD_SECONDS at most) while the recorder reads it from outside; its last snapshot is then taken
+as it exits. Who calls: memgap's agent, preloaded in a process ("exit": its ``before-exit`` snapshot),
+and, under ``memgap run``, Python's bootstrap ("exit before-exit", then "exit exit" after the program's
+atexit handlers: memgap._hook). Light to import: it is made before the command starts, while the rest
+of the recorder loads beside the command's own start."""
+from __future__ import annotations
+
+import os
+import socket
+import struct
+import tempfile
+import threading
+from collections.abc import Callable
+
+from memgap.record.envnames import BEFORE_EXIT_PHASE
+
+HOLD_SECONDS = 1.0  # a caller waits this long at most (EXIT_HOLD_MS in agent.c, HOLD_SECONDS in memgap._hook)
+SUN_PATH_MAX = 108  # sizeof(sockaddr_un.sun_path), the terminating zero included
+HELD_PHASES = (BEFORE_EXIT_PHASE, "exit")  # what a caller may name: "exit" alone (the agent's) is the first
+
+
+class ExitHold:
+    """The socket (mode 0600), bound and listening once made, so that the command's environment can name
+    it (``path``); calls are taken from ``serve(read)`` on: each caller, known by its credentials, is read
+    by ``read(pid, phase)`` while it waits, then told "ok" and goes on to exit."""
+
+    def __init__(self, record_dir: str) -> None:
+        self._folder = ""
+        path = os.path.join(record_dir, "exit.sock")
+        if len(path.encode()) >= SUN_PATH_MAX:  # too long for a socket address: a short private folder
+            self._folder = tempfile.mkdtemp(prefix="memgap-exit-")
+            path = os.path.join(self._folder, "exit.sock")
+        self.path = path
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            if os.path.exists(path):
+                os.unlink(path)
+            self._sock.bind(path)
+            os.chmod(path, 0o600)  # before listen(): no one else connects meanwhile
+            self._sock.listen(64)  # calls before serve() wait in the backlog
+        except OSError:
+            self._sock.close()
+            raise
+        self._handlers: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def serve(self, read: Callable[[int, str], None]) -> None:
+        """Take calls from now on, in a thread of their own (one more for each call)."""
+        self.read = read
+        self._thread = threading.Thread(target=self._serve, name="memgap-exit-hold", daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return  # closed
+            handler = threading.Thread(target=self._one, args=(conn,), name="memgap-exit-read", daemon=True)
+            with self._lock:
+                self._handlers = [h for h in self._handlers if h.is_alive()] + [handler]
+            handler.start()
+
+    def _one(self, conn: socket.socket) -> None:
+        with conn:
+            try:
+                pid, uid, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                                  struct.calcsize("3i")))
+                conn.settimeout(HOLD_SECONDS)
+                said = conn.recv(32).split()
+                if uid not in (0, os.getuid()) or not said or said[0] != b"exit":
+                    return
+                phase = said[1].decode("ascii", "replace") if len(said) > 1 else BEFORE_EXIT_PHASE
+                if phase not in HELD_PHASES:
+                    return
+                self.read(pid, phase)
+                conn.sendall(b"ok\n")
+            except OSError:
+                return  # it gave up waiting: it has exited, or goes on to
+
+    def close(self) -> None:
+        """Stop taking calls and wait for the reads under way (they write into the recording)."""
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)  # wakes the accept(); a copy of it in a fork takes none
+        except OSError:
+            pass
+        self._sock.close()
+        if self._thread is not None:
+            self._thread.join(timeout=2)
+        with self._lock:
+            handlers = list(self._handlers)
+        for handler in handlers:
+            handler.join(timeout=HOLD_SECONDS + 1)
+        for path in (self.path, self._folder):
+            try:
+                os.rmdir(path) if path == self._folder else os.unlink(path)
+            except OSError:
+                pass
