@@ -114,17 +114,29 @@ def _snapshot_before_exit() -> None:
     threading._shutdown = before_shutdown  # type: ignore[attr-defined]  # as above
 
 
-HOLD_SECONDS = 1.0  # the longest an exit waits for the recorder's read (the agent's EXIT_HOLD_MS)
+# The longest an exit waits for the recorder's read: longer than the agent's 1 s (EXIT_HOLD_MS), as a Python
+# process is often the large one (a PyTorch CUDA process's read took 0.43-0.8 s on a 16-core machine).
+HOLD_SECONDS = 3.0
 
 
 def _read_from_outside() -> bool:
     """Under `memgap run`: this process's exits are read by the recorder from outside while it waits
     (``_held_read``), unless the program uses memgap's API itself (its phases are in-process: its exits
-    then are too, alike). memgap's snapshot machinery is then never loaded into a program that did not ask
-    for it: its import (0.12 s, 3 MiB) and the in-process snapshots at its exit (0.13 s) were most of what
-    `memgap run` added to a program's time."""
+    then are too, alike) or CUDA through PyTorch (``_cuda_in_use``). memgap's snapshot machinery is then
+    never loaded into a program that did not ask for it: its import (0.12 s, 3 MiB) and the in-process
+    snapshots at its exit (0.13 s) were most of what `memgap run` added to a program's time."""
     return (os.environ.get(EXIT_READS_ENV) == "outside" and bool(os.environ.get(EXIT_SOCKET_ENV))
-            and "memgap.api" not in sys.modules)
+            and "memgap.api" not in sys.modules and not _cuda_in_use())
+
+
+def _cuda_in_use() -> bool:
+    """PyTorch with CUDA initialised: its caching allocator's counts (torch.cuda.memory_stats()) are read in the
+    process alone, so its exit is snapshotted there (memgap's import then counted in it: 3 MiB of GiBs)."""
+    cuda = getattr(sys.modules.get("torch"), "cuda", None)
+    try:
+        return bool(cuda is not None and cuda.is_initialized())
+    except Exception:  # noqa: BLE001 - a torch half torn down: read from outside
+        return False
 
 
 def _held_read(phase: str) -> None:

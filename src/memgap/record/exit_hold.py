@@ -1,5 +1,5 @@
 """The recorder's end of the exit hold: a process of the tree says on a Unix socket that it exits, and
-waits (HOLD_SECONDS at most) while the recorder reads it from outside; its last snapshot is then taken
+waits (a few seconds at most) while the recorder reads it from outside; its last snapshot is then taken
 as it exits. Who calls: memgap's agent, preloaded in a process ("exit": its ``before-exit`` snapshot),
 and, under ``memgap run``, Python's bootstrap ("exit before-exit", then "exit exit" after the program's
 atexit handlers: memgap._hook). Light to import: it is made before the command starts, while the rest
@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from memgap.record.envnames import BEFORE_EXIT_PHASE
 
-HOLD_SECONDS = 1.0  # a caller waits this long at most (EXIT_HOLD_MS in agent.c, HOLD_SECONDS in memgap._hook)
+HOLD_SECONDS = 3.0  # a caller waits this long at most: the agent 1 s (EXIT_HOLD_MS, agent.c), Python 3 s (_hook)
 SUN_PATH_MAX = 108  # sizeof(sockaddr_un.sun_path), the terminating zero included
 HELD_PHASES = (BEFORE_EXIT_PHASE, "exit")  # what a caller may name: "exit" alone (the agent's) is the first
 
