@@ -9,7 +9,6 @@ child through the bootstrap.
 from __future__ import annotations
 
 import os
-import platform
 import select
 import signal
 import subprocess
@@ -19,7 +18,6 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from memgap.documents.json_value import shaped
-from memgap.documents.recorded import RUN_SCHEMA, MachineInfo
 from memgap.errors import MemgapError
 from memgap.record.envnames import (
     EXIT_READS_ENV,
@@ -52,6 +50,7 @@ from memgap.record.tree_end import (
 # loaded once the command has started, beside its own start: imported before, it delayed every command
 # memgap runs by 0.1 s. Imported here only for the type checker.
 if TYPE_CHECKING:
+    from memgap.documents.recorded import MachineInfo
     from memgap.lab.cgroup_limit import RunCgroup
     from memgap.record.load import LoadDriver
     from memgap.record.marks import StdoutMarks
@@ -62,6 +61,8 @@ BOOTSTRAP_DIR = os.path.join(PACKAGE_DIR, "_bootstrap")
 
 
 def machine_info() -> MachineInfo:
+    import platform  # its libc_ver reads the interpreter's file: after the command has started
+
     return {"cpus": os.cpu_count(), "glibc": " ".join(platform.libc_ver()), "python": platform.python_version(),
             "kernel": platform.release()}
 
@@ -209,6 +210,8 @@ class _Recording:
         self.watchdog.watch(self.proc.pid)
         if self.own_group:
             self.watchdog.group(self.proc.pid)
+        from memgap.documents.recorded import RUN_SCHEMA
+
         self.writer.write({"type": "header", "schema": RUN_SCHEMA, "cmd": options.cmd, "start": self.start,
                            "interval": options.interval, "machine": shaped(machine_info()), "env": options.env,
                            "agent": agent_info})

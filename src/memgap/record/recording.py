@@ -12,7 +12,6 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import TextIO
 
-from memgap.documents.fields import parse_json
 from memgap.documents.json_value import JsonObject
 from memgap.errors import InputTooLarge, MalformedInput, MemgapError, UsageError
 from memgap.record.envnames import RECORD_DIR_ENV
@@ -127,6 +126,8 @@ def read_events(path: str) -> Iterator[JsonObject]:
     """Events of a recording, read a line at a time (memory: one line, LINE_LIMIT at most), each a JSON
     object its reader takes apart; a last line cut short by a kill is skipped, any other bad line (one
     that is not an object among them) is an error."""
+    from memgap.documents.fields import parse_json  # read back only: a recording is written before the command runs
+
     with open_recorded(path) as fh:
         number = 0
         while True:

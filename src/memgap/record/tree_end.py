@@ -24,10 +24,12 @@ import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from memgap.documents.recorded import StopEnding
-from memgap.sources.procfs import ProcReader
+# procfs (its patterns compiled as it loads) is imported where a process is read: this module is loaded before
+# memgap starts the command, its reads come after
+if TYPE_CHECKING:
+    from memgap.documents.recorded import StopEnding
 
 GRACE = 5.0  # seconds the tree has to end after the stop signal, before SIGKILL (not configurable)
 CTRL_C_WAIT = 1.0  # Ctrl-C in a terminal reached the command too: it may end by itself first
@@ -138,6 +140,8 @@ def child_setup(then: Callable[[], None] | None = None) -> Callable[[], None]:
 
 def _alive(pid: int) -> bool:
     """Running, not a zombie (a zombie has ended: it only waits to be reaped)."""
+    from memgap.sources.procfs import ProcReader
+
     try:
         return not str(ProcReader(pid).status().get("State", "")).startswith("Z")
     except Exception:  # noqa: BLE001 - gone
@@ -192,6 +196,8 @@ class TreeEnd:
         """Orphans of the tree that ended below memgap (their parent now): waited for, not left zombies.
         ``seen``: only those (the processes the sampler saw in the tree, while other threads of memgap's
         may have children of their own to wait for)."""
+        from memgap.sources.procfs import ProcReader
+
         spared = self.spare() | {self.proc.pid}
         for pid in ProcReader(os.getpid()).children_pids():
             if pid not in spared and (seen is None or pid in seen) and not _alive(pid):
@@ -255,6 +261,8 @@ class Watchdog:
             pass
 
     def watch(self, pid: int) -> None:
+        from memgap.sources.procfs import ProcReader
+
         try:
             self._say(f"pid {pid} {ProcReader(pid).stat().start_time}")
         except Exception:  # noqa: BLE001 - it exited already
