@@ -30,13 +30,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="write the run as JSON; FILE.d/ keeps the raw recording")
     p.add_argument("--walk", action="store_true",
                    help="phase snapshots also walk the gc for large buffers (bytes, numpy arrays) so they count "
-                        "as Python objects; costs time and memory in proportion to the objects")
+                        "as Python objects, a Python child's exit snapshots too (taken in it, not read from "
+                        "outside); costs time and memory in proportion to the objects")
     p.add_argument("--phase-regex", metavar="REGEX", default="", type=_common.regex,
                    help="lines of the command's stdout that mark a phase (group 1 names it); the process is "
                         "read from outside at each")
     p.add_argument("--no-agent", action="store_true",
                    help="do not preload memgap's native agent (it serves allocator statistics of non-Python "
-                        "processes and stays dormant in Python ones)")
+                        "processes and stays dormant in Python ones) nor hold any exit for a read from outside "
+                        "(a Python child then snapshots its exit in itself)")
     p.add_argument("--load", type=_common.command, default=[], metavar="CMD",
                    help="for a service that does not exit by itself: once it is up, run this load command (one "
                         "string) against it, wait --rest seconds of quiet, then stop it")
