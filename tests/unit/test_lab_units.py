@@ -356,6 +356,25 @@ def test_a_server_seen_only_from_outside_shows_its_trimmer_and_its_interpreter()
     assert run_figures(run(["./server"]), "glibc:pymalloc=off", 1, 1, 0.0).status == "not-applied"
 
 
+def test_a_c_programs_agent_is_known_by_its_exit_record_where_no_read_asked_it():
+    """A C program whose only reads are at its held exit (no agent asked there) and a quiet spell read after
+    it exited (a loaded machine): its agent's exit record says the agent ran, so a trim=idle variant is
+    judged on what that trim needs (a marked idle), not refused as if nothing could trim in it."""
+    from memgap.lab.figures import run_figures
+
+    snap = {"rss": 30, "layers": {}, "status": {}, "allocator": {"name": "glibc"}, **REQUIRED, "route": "outside",
+            "time": 0, "phase": "before-exit", "held_exit": True}
+
+    def run(**entry):
+        return _run({"exit_code": 0, "duration": 2.0, "timeline": [],
+                     "processes": [{"pid": 1, "cmd": ["./c_rest"], "snapshots": [snap], **entry}]})
+
+    seen = run_figures(run(agent_exit={"allocator": "glibc"}), "glibc:trim=idle", 1, 1, 0.0)
+    assert seen.status == "not-applied" and "trim=quiet" in seen.note, seen.note
+    unseen = run_figures(run(), "glibc:trim=idle", 1, 1, 0.0)
+    assert unseen.status == "not-applied" and "had neither" in unseen.note, unseen.note
+
+
 def test_a_trimmer_variants_idle_is_what_its_own_trims_left():
     from memgap.lab.figures import run_figures
 

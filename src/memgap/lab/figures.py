@@ -88,8 +88,10 @@ def _is_python(proc: ProcessRecord) -> bool:
 
 def _trimmer_reached(proc: ProcessRecord) -> bool:
     """Whether something that can trim ran inside the process: the Python bootstrap (its
-    snapshots, its trimmer started, or its trims) or the agent."""
-    if proc.trimmer or proc.trims:
+    snapshots, its trimmer started, or its trims) or the agent (its exit record, or a read that
+    asked it: a read at a held exit does not, and a loaded machine may read its quiet spell only
+    after its exit)."""
+    if proc.trimmer or proc.trims or proc.agent_exit is not None:
         return True
     return any(s.get("route") == "in-process" or "agent" in s.get("allocator", {}) for s in proc.snapshots)
 
