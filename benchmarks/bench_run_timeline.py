@@ -21,7 +21,7 @@ Medians and ranges; the machine's load average beside them.
 
 Run from the repository root (about 4 minutes with the defaults on 2 cores)::
 
-    .venv/bin/python benchmarks/bench_run_timeline.py [--reps 7] [--base main] [--only big-libs]
+    .venv/bin/python benchmarks/bench_run_timeline.py [--reps 7] [--base main|none] [--only big-libs]
 """
 from __future__ import annotations
 
@@ -172,7 +172,9 @@ def render(runs: list[Run]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=7, help="interleaved repetitions (7)")
-    parser.add_argument("--base", default="main", help="the git revision to compare with (main)")
+    parser.add_argument("--base", default="main",
+                        help="the git revision to compare with (main); 'none': this tree alone (a machine "
+                             "without the repository's history, as the GPU machine's copy)")
     parser.add_argument("--only", choices=list(WORKLOADS), help="one workload only")
     parser.add_argument("--json", metavar="FILE", help="also write every run as JSON")
     opts = parser.parse_args(argv)
@@ -180,11 +182,14 @@ def main(argv: list[str] | None = None) -> int:
     workdir = tempfile.mkdtemp(prefix="memgap-bench-timeline-")
     runs: list[Run] = []
     try:
-        sources = {"run-base": base_sources(opts.base, workdir), "run-new": os.path.join(ROOT, "src")}
+        sources = {"run-new": os.path.join(ROOT, "src")}
+        if opts.base != "none":
+            sources["run-base"] = base_sources(opts.base, workdir)
         print(f"{opts.reps} interleaved reps; base {opts.base}; {os.cpu_count()} cpus", flush=True)
         for rep in range(opts.reps + 1):  # rep 0: the warm-up (agents built, caches warm), not kept
             for workload in workloads:
-                observers = ("alone", "run-base", "run-new") if workload == "plain-8s" else ("run-base", "run-new")
+                observers = [o for o in ("alone", "run-base", "run-new") if o in sources or o == "alone"] \
+                    if workload == "plain-8s" else [o for o in ("run-base", "run-new") if o in sources]
                 for observer in observers:
                     run = measure(workload, observer, rep, sources, workdir)
                     if rep == 0:
