@@ -2,9 +2,11 @@
 processes record their own phases (memgap.record.assemble makes the folder one document).
 
 Layout of a recording folder (each file appended line by line as it happens):
-``samples.jsonl`` (header, processes seen, RSS samples, end) written by the
-sampler, and ``process-PID.jsonl`` (phase snapshots) written by each Python
-child through the bootstrap.
+``samples.jsonl`` (header, processes seen, RSS samples, the reads from outside, end)
+written by the sampler and memgap's reader, and ``process-PID.jsonl`` (phase
+snapshots) written through the bootstrap by each Python child that snapshots
+itself (one that uses memgap's API, runs CUDA through PyTorch, or runs under
+``--walk`` or without the exit hold; the others' exits are read from outside).
 """
 from __future__ import annotations
 
