@@ -10,6 +10,7 @@ import time
 
 from memgap.record.envnames import (
     BEFORE_EXIT_PHASE,
+    EXIT_HOLD_SECONDS,
     EXIT_READS_ENV,
     EXIT_SOCKET_ENV,
     GC_FREEZE_ENV,
@@ -114,11 +115,6 @@ def _snapshot_before_exit() -> None:
     threading._shutdown = before_shutdown  # type: ignore[attr-defined]  # as above
 
 
-# The longest an exit waits for the recorder's read: longer than the agent's 1 s (EXIT_HOLD_MS), as a Python
-# process is often the large one (a PyTorch CUDA process's read took 0.43-0.8 s on a 16-core machine).
-HOLD_SECONDS = 3.0
-
-
 def _read_from_outside() -> bool:
     """Under `memgap run`: this process's exits are read by the recorder from outside while it waits
     (``_held_read``), unless the program uses memgap's API itself (its phases are in-process: its exits
@@ -141,7 +137,7 @@ def _cuda_in_use() -> bool:
 
 def _held_read(phase: str) -> None:
     """Wait while the recorder reads this process from outside as snapshot ``phase`` (``before-exit`` or
-    ``exit``): "exit PHASE" to its socket, then its "ok", HOLD_SECONDS at most all told. A recorder that is
+    ``exit``): "exit PHASE" to its socket, then its "ok", EXIT_HOLD_SECONDS at most all told. A recorder that is
     gone costs nothing, a slow one the exit that wait and no more."""
     import _socket  # not socket: its enums cost the exit 4 ms
 
@@ -150,8 +146,8 @@ def _held_read(phase: str) -> None:
     except OSError:
         return
     try:
-        deadline = time.monotonic() + HOLD_SECONDS
-        sock.settimeout(HOLD_SECONDS)
+        deadline = time.monotonic() + EXIT_HOLD_SECONDS
+        sock.settimeout(EXIT_HOLD_SECONDS)
         sock.connect(os.environ.get(EXIT_SOCKET_ENV, ""))
         sock.sendall(f"exit {phase}\n".encode())
         sock.settimeout(max(0.001, deadline - time.monotonic()))

@@ -1,11 +1,12 @@
 """`memgap run` of a Python program that does not import memgap: its exit is read from outside while its
 bootstrap holds it (before its interpreter's shutdown, and after its atexit handlers), so memgap's snapshot
 machinery is never loaded into it; a program that uses memgap's API keeps its exit snapshots in-process."""
+import json
 import os
 import sys
 
 from conftest import HERE
-from helpers import run_recorded
+from helpers import memgap, run_recorded
 from memgap.record.idle import rss_slack
 
 PROGRAM = os.path.join(HERE, "programs", "exits_plain.py")
@@ -44,3 +45,19 @@ def test_a_program_that_marks_phases_keeps_its_exit_in_process(tmp_path):
     (process,) = [p for p in run["processes"] if p["snapshots"]]
     routes = {s["phase"]: s["route"] for s in process["snapshots"]}
     assert routes == {"built": "in-process", "before-exit": "in-process", "exit": "in-process"}, routes
+
+
+def test_a_python_child_that_passed_through_is_let_go_once(tmp_path):
+    """A short Python command a script runs (its parent is not memgap, it lives under an interval): its exit is
+    let go unread at its first hold, and its second (after its atexit handlers) is not judged or said again."""
+    out = tmp_path / "run.json"
+    script = f'{sys.executable} -c "import os; print(\'child\', os.getpid())"; sleep 0.3'
+    proc = memgap("run", "--interval", "0.5", "--json", str(out), "--", "/bin/sh", "-c", script)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    child = int(next(line.split()[1] for line in proc.stdout.splitlines() if line.startswith("child ")))
+    with open(tmp_path / "run.json.d" / "samples.jsonl") as fh:
+        events = [json.loads(line) for line in fh]
+    passed = [e for e in events if e.get("type") == "passed" and e.get("pid") == child]
+    assert len(passed) == 1, passed
+    entry = next(p for p in json.loads(out.read_text())["processes"] if p["pid"] == child)
+    assert not [s for s in entry["snapshots"] if s["phase"] in ("before-exit", "exit")], entry["snapshots"]

@@ -18,3 +18,8 @@ GC_FREEZE_ENV = "MEMGAP_GC_FREEZE_AT_FORK"
 # The phase the bootstrap records as the interpreter begins to shut down (memgap.record.idle reads it):
 # named here so the child imports no more of memgap at its exit than it had (its exit snapshot counts it)
 BEFORE_EXIT_PHASE = "before-exit"
+# The longest a Python child's exit waits for the recorder's read from outside (memgap._hook), and so the
+# longest a read at a held exit is waited for (memgap.record.exit_hold): longer than the agent's 1 s
+# (EXIT_HOLD_MS), as a Python process is often the large one (a PyTorch CUDA process's read took 0.43-0.8 s
+# on a 16-core machine)
+EXIT_HOLD_SECONDS = 3.0

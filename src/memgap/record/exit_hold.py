@@ -13,9 +13,8 @@ import tempfile
 import threading
 from collections.abc import Callable
 
-from memgap.record.envnames import BEFORE_EXIT_PHASE
+from memgap.record.envnames import BEFORE_EXIT_PHASE, EXIT_HOLD_SECONDS
 
-HOLD_SECONDS = 3.0  # a caller waits this long at most: the agent 1 s (EXIT_HOLD_MS, agent.c), Python 3 s (_hook)
 SUN_PATH_MAX = 108  # sizeof(sockaddr_un.sun_path), the terminating zero included
 HELD_PHASES = (BEFORE_EXIT_PHASE, "exit")  # what a caller may name: "exit" alone (the agent's) is the first
 
@@ -68,7 +67,7 @@ class ExitHold:
             try:
                 pid, uid, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
                                                                   struct.calcsize("3i")))
-                conn.settimeout(HOLD_SECONDS)
+                conn.settimeout(EXIT_HOLD_SECONDS)
                 said = conn.recv(32).split()
                 if uid not in (0, os.getuid()) or not said or said[0] != b"exit":
                     return
@@ -92,7 +91,7 @@ class ExitHold:
         with self._lock:
             handlers = list(self._handlers)
         for handler in handlers:
-            handler.join(timeout=HOLD_SECONDS + 1)
+            handler.join(timeout=EXIT_HOLD_SECONDS + 1)
         for path in (self.path, self._folder):
             try:
                 os.rmdir(path) if path == self._folder else os.unlink(path)

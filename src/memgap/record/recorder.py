@@ -104,7 +104,7 @@ class RunOptions:
     forked: Callable[[], None] | None = None  # called once the command started (memgap's reader forked before): a
                                               # caller's thread started then is not running as the reader is copied
     outside_exits: bool = False  # Python children's exits read from outside under the hold (memgap._hook), unless
-                                 # they use memgap's API or phases walk the gc (--walk)
+                                 # they use memgap's API or CUDA, or phases walk the gc (--walk)
 
 
 def _with_agent(env: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
@@ -133,15 +133,21 @@ def _exit_hold(record_dir: str, env: dict[str, str], writer: RecordingWriter) ->
 def _exit_reads(reads: OutsideReads, start: float, interval: float) -> Callable[[int, str], None]:
     """How a process that says it exits is read from outside as its exit waits: its ``before-exit``
     snapshot (Python's also ``exit``, after its atexit handlers; by memgap's reader, at once, beside the
-    reads asked), unless it only passed through (``passing_through``: let go at once)."""
+    reads asked), unless it only passed through (``passing_through``: let go at once, and at its second
+    call too, unasked: it was told by its first)."""
     from memgap.record.outside import ReadAsked
     from memgap.record.tree_watch import passing_through
 
+    let_go: set[int] = set()
+
     def read(pid: int, phase: str) -> None:
+        if pid in let_go:
+            return
         passed = passing_through(pid, interval)
         if passed is None:
             reads.now(ReadAsked(pid, phase, start, time.time(), held_exit=True))
         else:
+            let_go.add(pid)
             reads.writer.write({"type": "passed", "pid": pid, "lived": passed[0], "hwm": passed[1]})
 
     return read

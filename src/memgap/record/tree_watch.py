@@ -13,7 +13,7 @@ from outside (the snapshot ``memgap inspect PID`` takes: ``collect.snapshot_pid`
   (``moving``) is read again once the process is still at that high. The run's document keeps
   the highest steady read (``best_peak``);
 - its exit: memgap's agent, preloaded in it (or, under ``memgap run``, Python's bootstrap), says so
-  on memgap.record.exit_hold's socket as the process exits and waits (1 s at most) while the
+  on memgap.record.exit_hold's socket as the process exits and waits (1 s at most, Python 3 s) while the
   recorder reads it; the agent's exit record says when the process went on to exit (the
   document's ``exit``: how close the last snapshot came).
 
