@@ -1,5 +1,3 @@
-import sys
+from memgap.cli import entry
 
-from memgap.cli import main
-
-sys.exit(main())
+entry()

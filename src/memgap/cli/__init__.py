@@ -63,6 +63,28 @@ def build_parser(only: str | None = None, *, listed: bool = False) -> argparse.A
     return parser
 
 
+def entry() -> NoReturn:
+    """The ``memgap`` command as the console script and ``python -m memgap`` run it: ``main()``, then the
+    process ends without the interpreter's teardown (freeing every module's objects: 0.025 s of a run's end,
+    after its report). atexit's handlers run and the standard streams are flushed first; where another
+    thread that is not a daemon still runs, or a flush fails, the interpreter ends as usual (it waits for
+    that thread, says what failed)."""
+    code = main()
+    import atexit
+    import os
+    import threading
+
+    atexit._run_exitfuncs()  # what a normal exit runs first (logging's flush, the program's own)
+    if all(t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            sys.exit(code)
+        os._exit(code)
+    sys.exit(code)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = argv[0] if argv and argv[0] in COMMANDS else None
