@@ -11,12 +11,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from rich.cells import cell_len
 from rich.console import Group, RenderableType
-from rich.table import Table
 from rich.text import Text
+
+from memgap.report.drawn import DrawnTable
 
 WHOLE = "whole"  # figures and verdict words: never wrapped, never shortened
 WRAP = "wrap"    # text: wrapped at spaces and after , : / =
@@ -149,13 +149,10 @@ def fit_table(title: str, cols: Sequence[Col], rows: Sequence[Sequence[str]], wi
         return vertical(title, cols, rows, width, styles)
     widths = _widths([bounds[i][0] for i in shown], [bounds[i][1] for i in shown],
                      [cols[i].kind == WHOLE for i in shown], width)
-    table = Table(title=title, title_justify="left")
-    for i, w in zip(shown, widths, strict=True):
-        justify: Any = cols[i].justify or ("right" if cols[i].kind == WHOLE else "left")
-        table.add_column("\n".join(wrap(cols[i].header, w)), justify=justify, width=w, no_wrap=True)
-    for n, row in enumerate(rows):
-        table.add_row(*(_cell(cols[i], row[i], w) for i, w in zip(shown, widths, strict=True)),
-                      style=styles[n] if n < len(styles) else None)
+    table = DrawnTable(title, [wrap(cols[i].header, w) for i, w in zip(shown, widths, strict=True)],
+                       [cols[i].justify or ("right" if cols[i].kind == WHOLE else "left") for i in shown], widths,
+                       [[_cell(cols[i], row[i], w).split("\n") for i, w in zip(shown, widths, strict=True)]
+                        for row in rows], styles)
     left_out = list(dict.fromkeys(cols[i].header.replace("\n", " ") for i in range(len(cols)) if i not in shown))
     if not left_out:
         return table
