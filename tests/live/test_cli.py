@@ -297,3 +297,29 @@ def test_memgap_help_and_a_look_load_what_they_use(target):
              "memgap.runtimes.jvm_parse", "memgap.sources.hsperfdata", "memgap.inside.gdb", "memgap.report.html"}
     assert not loaded & heavy and not {m for m in loaded if m.startswith(("memgap.lab", "memgap.record"))}, (
         sorted(loaded & heavy))
+
+
+RUN_STARTED = (  # `memgap run -- CMD` in a fresh interpreter: what it had loaded when it started CMD
+    "import subprocess, sys\nstarted = []\nopen_ = subprocess.Popen.__init__\n"
+    "def watched(self, args, *a, **k):\n"
+    "    if not started and list(args) == sys.argv[-1:]:\n        started.append(set(sys.modules))\n"
+    "    open_(self, args, *a, **k)\n"
+    "subprocess.Popen.__init__ = watched\nfrom memgap.cli import main\ncode = main(sys.argv[1:])\n"
+    "print('LOADED', code, ' '.join(sorted(started[0])))"
+)
+
+
+def test_memgap_run_starts_its_command_before_what_it_does_not_need_then(tmp_path):
+    """Issue 30's run overhead: when `memgap run` starts its command, it has loaded neither what watches the
+    command (the reader, the sampler) nor what it writes and shows after (json, the documents, rich), nor
+    dataclasses (inspect with it: 0.02 s), tempfile or socket's module: each is loaded as the command starts."""
+    out = subprocess.run([sys.executable, "-c", RUN_STARTED, "run", "--json", str(tmp_path / "r.json"), "--", "true"],
+                         capture_output=True, text=True, env=child_env(), timeout=120)
+    line = next(line for line in out.stdout.splitlines() if line.startswith("LOADED "))
+    _, code, *loaded = line.split()
+    assert code == "0", out.stderr
+    assert {"memgap.record.recorder", "memgap.record.exit_hold", "subprocess"} <= set(loaded)
+    late = {"dataclasses", "inspect", "json", "tempfile", "socket", "rich", "memgap.record.outside",
+            "memgap.record.tree_watch", "memgap.documents.snapshot", "memgap.documents.records",
+            "memgap.allocators.catalog"}
+    assert not late & set(loaded), sorted(late & set(loaded))

@@ -12,6 +12,7 @@ import os
 import subprocess
 from dataclasses import dataclass
 
+from memgap.allocators.ld_preload import preloaded as preloaded  # re-exported: callers name it here
 from memgap.record.envnames import ALLOCATOR_DIRS_ENV
 
 
@@ -76,17 +77,6 @@ def option_env(allocator: str, options: dict[str, str], tunables: str = "") -> d
     else:
         env.update({OPTION_PREFIXES[allocator] + k.upper(): v for k, v in options.items()})
     return env
-
-
-def preloaded(library: str, preload: str = "") -> str:
-    """LD_PRELOAD with ``library`` in front of ``preload`` (the value already there), once.
-
-    ld.so takes the first library that defines a symbol: in front, an allocator's
-    malloc wins over one the user preloads. An entry equal to ``library`` further on
-    is dropped; entries are separated by spaces (ld.so also reads colons).
-    """
-    rest = [entry for entry in preload.replace(":", " ").split() if entry != library]
-    return " ".join([library, *rest])
 
 
 def find_library(allocator: str) -> str | None:

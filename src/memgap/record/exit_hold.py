@@ -6,14 +6,17 @@ atexit handlers: memgap._hook). Light to import: it is made before the command s
 of the recorder loads beside the command's own start."""
 from __future__ import annotations
 
+import _socket  # socket's own: socket.py builds its enums on import (4 ms before the command starts)
 import os
-import socket
 import struct
-import tempfile
 import threading
 from collections.abc import Callable
 
 from memgap.record.envnames import BEFORE_EXIT_PHASE, EXIT_HOLD_SECONDS
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import socket
 
 SUN_PATH_MAX = 108  # sizeof(sockaddr_un.sun_path), the terminating zero included
 HELD_PHASES = (BEFORE_EXIT_PHASE, "exit")  # what a caller may name: "exit" alone (the agent's) is the first
@@ -28,18 +31,21 @@ class ExitHold:
         self._folder = ""
         path = os.path.join(record_dir, "exit.sock")
         if len(path.encode()) >= SUN_PATH_MAX:  # too long for a socket address: a short private folder
-            self._folder = tempfile.mkdtemp(prefix="memgap-exit-")
+            from memgap.record.recording import new_temporary_folder
+
+            self._folder = new_temporary_folder("memgap-exit-")
             path = os.path.join(self._folder, "exit.sock")
         self.path = path
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._bound = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)  # serve() makes it a socket.socket
+        self._sock: socket.socket | None = None
         try:
             if os.path.exists(path):
                 os.unlink(path)
-            self._sock.bind(path)
+            self._bound.bind(path)
             os.chmod(path, 0o600)  # before listen(): no one else connects meanwhile
-            self._sock.listen(64)  # calls before serve() wait in the backlog
+            self._bound.listen(64)  # calls before serve() wait in the backlog
         except OSError:
-            self._sock.close()
+            self._bound.close()
             raise
         self._handlers: list[threading.Thread] = []
         self._lock = threading.Lock()
@@ -47,14 +53,17 @@ class ExitHold:
 
     def serve(self, read: Callable[[int, str], None]) -> None:
         """Take calls from now on, in a thread of their own (one more for each call)."""
+        import socket
+
         self.read = read
+        self._sock = socket.socket(fileno=self._bound.detach())  # the same socket, with accept()
         self._thread = threading.Thread(target=self._serve, name="memgap-exit-hold", daemon=True)
         self._thread.start()
 
     def _serve(self) -> None:
         while True:
             try:
-                conn, _ = self._sock.accept()
+                conn, _ = self._sock.accept()  # type: ignore[union-attr]  # made before this thread starts
             except OSError:
                 return  # closed
             handler = threading.Thread(target=self._one, args=(conn,), name="memgap-exit-read", daemon=True)
@@ -65,7 +74,7 @@ class ExitHold:
     def _one(self, conn: socket.socket) -> None:
         with conn:
             try:
-                pid, uid, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                pid, uid, _ = struct.unpack("3i", conn.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED,
                                                                   struct.calcsize("3i")))
                 conn.settimeout(EXIT_HOLD_SECONDS)
                 said = conn.recv(32).split()
@@ -81,11 +90,12 @@ class ExitHold:
 
     def close(self) -> None:
         """Stop taking calls and wait for the reads under way (they write into the recording)."""
+        listening = self._sock if self._sock is not None else self._bound
         try:
-            self._sock.shutdown(socket.SHUT_RDWR)  # wakes the accept(); a copy of it in a fork takes none
+            listening.shutdown(_socket.SHUT_RDWR)  # wakes the accept(); a copy of it in a fork takes none
         except OSError:
             pass
-        self._sock.close()
+        listening.close()
         if self._thread is not None:
             self._thread.join(timeout=2)
         with self._lock:

@@ -16,10 +16,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
 
-from memgap.documents.json_value import shaped
 from memgap.errors import MemgapError
 from memgap.record.envnames import (
     EXIT_READS_ENV,
@@ -50,8 +47,12 @@ from memgap.record.tree_end import (
 
 # What watches the command (the reader of its processes from outside, the sampler, the marks, the load) is
 # loaded once the command has started, beside its own start: imported before, it delayed every command
-# memgap runs by 0.1 s. Imported here only for the type checker.
+# memgap runs by 0.1 s. Imported here only for the type checker; so is typing (4 ms), and this module
+# makes no dataclass (dataclasses imports inspect: 14 ms).
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from memgap.documents.recorded import MachineInfo
     from memgap.lab.cgroup_limit import RunCgroup
     from memgap.record.load import LoadDriver
@@ -83,28 +84,34 @@ def child_env(record_dir: str, base: dict[str, str] | None = None) -> dict[str, 
     return env
 
 
-@dataclass
 class RunOptions:
-    cmd: list[str]
-    record_dir: str
-    interval: float = 0.1
-    walk: bool = False  # phase snapshots with the gc walk (see `memgap run --walk`)
-    env: dict[str, str] = field(default_factory=dict)  # set for the command, over memgap's own
-    timeout: float | None = None
-    stdout: Any = None  # passed to Popen: None inherits
-    stderr: Any = None
-    mark_regex: str = ""     # stdout lines that mark a phase (group 1 names it)
-    metric_regex: str = ""   # stdout lines that report a metric (group 1 its value)...
-    metric_name: str = ""    # ...recorded under this name
-    idle_after: float = 0.0  # seconds without a new phase after which the program counts as idle
-    agent: bool = True       # preload the native agent (it stays dormant in Python interpreters)
-    load: list[str] = field(default_factory=list)  # a load command to run against the service (memgap.record.load)
-    rest: float = 3.0        # with a load: seconds of the service's quiet after it, before it is stopped
-    cgroup: RunCgroup | None = None  # a memory cgroup the command enters before it execs (the lab's)
-    forked: Callable[[], None] | None = None  # called once the command started (memgap's reader forked before): a
-                                              # caller's thread started then is not running as the reader is copied
-    outside_exits: bool = False  # Python children's exits read from outside under the hold (memgap._hook), unless
-                                 # they use memgap's API or CUDA, or phases walk the gc (--walk)
+    """How a command is recorded (``record_run``): by `memgap run`, the demo and the lab."""
+
+    def __init__(self, cmd: list[str], record_dir: str, interval: float = 0.1, walk: bool = False, *,
+                 env: dict[str, str] | None = None, timeout: float | None = None, stdout: Any = None,
+                 stderr: Any = None, mark_regex: str = "", metric_regex: str = "", metric_name: str = "",
+                 idle_after: float = 0.0, agent: bool = True, load: list[str] | None = None, rest: float = 3.0,
+                 cgroup: RunCgroup | None = None, forked: Callable[[], None] | None = None,
+                 outside_exits: bool = False) -> None:
+        self.cmd = cmd
+        self.record_dir = record_dir
+        self.interval = interval
+        self.walk = walk  # phase snapshots with the gc walk (see `memgap run --walk`)
+        self.env = env or {}  # set for the command, over memgap's own
+        self.timeout = timeout
+        self.stdout, self.stderr = stdout, stderr  # passed to Popen: None inherits
+        self.mark_regex = mark_regex  # stdout lines that mark a phase (group 1 names it)
+        self.metric_regex = metric_regex  # stdout lines that report a metric (group 1 its value)...
+        self.metric_name = metric_name  # ...recorded under this name
+        self.idle_after = idle_after  # seconds without a new phase after which the program counts as idle
+        self.agent = agent  # preload the native agent (it stays dormant in Python interpreters)
+        self.load = load or []  # a load command to run against the service (memgap.record.load)
+        self.rest = rest  # with a load: seconds of the service's quiet after it, before it is stopped
+        self.cgroup = cgroup  # a memory cgroup the command enters before it execs (the lab's)
+        self.forked = forked  # called once the command started (memgap's reader forked before): a caller's
+        # thread started then is not running as the reader is copied
+        self.outside_exits = outside_exits  # Python children's exits read from outside under the hold
+        # (memgap._hook), unless they use memgap's API or CUDA, or phases walk the gc (--walk)
 
 
 def _with_agent(env: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
@@ -218,6 +225,7 @@ class _Recording:
         self.watchdog.watch(self.proc.pid)
         if self.own_group:
             self.watchdog.group(self.proc.pid)
+        from memgap.documents.json_value import shaped
         from memgap.documents.recorded import RUN_SCHEMA
 
         self.writer.write({"type": "header", "schema": RUN_SCHEMA, "cmd": options.cmd, "start": self.start,
@@ -344,6 +352,8 @@ class _Recording:
 
     def interrupted(self, received: int, again: Callable[[], bool]) -> Ending:
         """A stop signal: the tree ended (memgap.record.tree_end), the end event says how."""
+        from memgap.documents.json_value import shaped
+
         ending = end_tree(self.tree, received, GRACE, again)
         self.watchdog.done()
         subreaper(self.was_subreaper)
@@ -361,6 +371,8 @@ class _Recording:
 
     def finish(self) -> int:
         """The command's end: late marks and metrics, what it left running, the end event."""
+        from dataclasses import asdict
+
         from memgap.sources.procfs import oom_kills
 
         code = self.proc.wait()

@@ -4,17 +4,21 @@ so a run killed midway keeps every line written before the kill.
 from __future__ import annotations
 
 import errno
-import json
 import os
-import shutil
 import stat
 import threading
 from collections.abc import Callable, Iterator
-from typing import TextIO
 
-from memgap.documents.json_value import JsonObject
 from memgap.errors import InputTooLarge, MalformedInput, MemgapError, UsageError
 from memgap.record.envnames import RECORD_DIR_ENV
+
+# Light to import: `memgap run` makes its recording before its command starts (json, shutil, tempfile
+# and typing are loaded where they are used, after it has)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import TextIO
+
+    from memgap.documents.json_value import JsonObject
 
 SAMPLES_FILE = "samples.jsonl"  # a run's folder: the recorder's header, samples, reads and end
 CREATE_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -45,6 +49,26 @@ def private_folder(path: str) -> None:
         raise MemgapError(f"{path} is not a folder only you may write in: memgap records only into its own")
 
 
+def new_temporary_folder(prefix: str) -> str:
+    """A new folder, 0700, named ``prefix`` and random letters, in the system's temporary folder (TMPDIR,
+    TEMP or TMP, else /tmp), as tempfile.mkdtemp makes one; tempfile's own where that cannot be made there
+    (it looks further: /var/tmp, the working folder). Without importing tempfile (and random, shutil and
+    their compressors: 7 ms before `memgap run`'s command starts)."""
+    base = next((os.environ[name] for name in ("TMPDIR", "TEMP", "TMP") if os.environ.get(name)), "/tmp")
+    for _ in range(100):  # tempfile.TMP_MAX tries, as mkdtemp
+        path = os.path.join(os.path.abspath(base), prefix + os.urandom(6).hex())
+        try:
+            os.mkdir(path, 0o700)
+            return path
+        except FileExistsError:
+            continue
+        except OSError:
+            break
+    import tempfile
+
+    return tempfile.mkdtemp(prefix=prefix)
+
+
 def make_record_folder(path: str, earlier: Callable[[list[str]], bool], kind: str, flag: str) -> bool:
     """Make a recording's folder, 0700, for this recording alone (``run --json``'s FILE.d, ``lab
     --dir``): memgap (often root) and its agent write into it, and a folder another user can write
@@ -65,6 +89,8 @@ def make_record_folder(path: str, earlier: Callable[[list[str]], bool], kind: st
         names = os.listdir(path)
         if names and not earlier(names):
             raise UsageError(f"{path} exists and is not {kind}: choose another {flag}")
+        import shutil
+
         shutil.rmtree(path)
     try:
         os.mkdir(path, 0o700)
@@ -88,6 +114,8 @@ class RecordingWriter:
         return RecordingWriter(self.path, os.dup(self._fd))  # the same open file: appended to, never replaced
 
     def write(self, event: JsonObject) -> None:
+        import json  # here: a recording is made before the command starts, written once it has
+
         line = (json.dumps(event, separators=(",", ":"), default=str) + "\n").encode()
         with self._lock:
             if self._fd < 0:
