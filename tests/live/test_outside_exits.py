@@ -31,6 +31,7 @@ def test_an_unmodified_programs_exit_is_read_from_outside_and_no_snapshot_machin
     assert set(at_exit) == {"before-exit", "exit"}, [s["phase"] for s in process["snapshots"]]
     for snap in at_exit.values():
         assert snap["route"] == "outside" and snap["held_exit"], (snap["phase"], snap["route"])
+        assert "same_read_as" not in snap, "its atexit handler runs between them: two reads"
     # its own reading came between the two reads (its atexit handler): all three alike, 40 MB kept
     for snap in at_exit.values():
         assert abs(snap["rss"] - rss) <= rss_slack(rss), (snap["phase"], snap["rss"], rss)
@@ -61,3 +62,29 @@ def test_a_python_child_that_passed_through_is_let_go_once(tmp_path):
     assert len(passed) == 1, passed
     entry = next(p for p in json.loads(out.read_text())["processes"] if p["pid"] == child)
     assert not [s for s in entry["snapshots"] if s["phase"] in ("before-exit", "exit")], entry["snapshots"]
+
+
+def _exits(tmp_path, source):
+    script = tmp_path / "prog.py"
+    script.write_text(source)
+    _, run = run_recorded(tmp_path, [sys.executable, str(script)])
+    (process,) = [p for p in run["processes"] if p["snapshots"]]
+    return {s["phase"]: s for s in process["snapshots"] if s["phase"] in ("before-exit", "exit")}
+
+
+def test_one_read_stands_for_both_exits_where_nothing_of_the_program_runs_between(tmp_path):
+    """No thread but the main one and no atexit handler of the program's: its exit snapshot (after atexit's
+    handlers) is its before-exit read, said so; a daemon thread still running, or an atexit handler the
+    program registered, gets a read of its own."""
+    alone = _exits(tmp_path, "kept = [bytes(1000) for _ in range(20_000)]\n")
+    assert alone["exit"]["same_read_as"] == "before-exit" and "same_read_as" not in alone["before-exit"]
+    assert alone["exit"]["rss"] == alone["before-exit"]["rss"] and alone["exit"]["held_exit"]
+    assert alone["exit"]["read_started"] == alone["before-exit"]["read_started"]  # one read
+    threaded = _exits(tmp_path, "import threading, time\nkept = [bytes(1000) for _ in range(20_000)]\n"
+                                "threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n")
+    handler = _exits(tmp_path, "import atexit\nkept = bytearray(b'x') * 30_000_000\n"
+                               "atexit.register(kept.clear)\n")
+    for two in (threaded, handler):
+        assert set(two) == {"before-exit", "exit"} and not [s for s in two.values() if "same_read_as" in s]
+        assert two["exit"]["read_started"] > two["before-exit"]["read_started"]
+    assert handler["exit"]["rss"] < handler["before-exit"]["rss"] - 20_000_000  # its handler freed 30 MB

@@ -63,6 +63,7 @@ class RecordedSnapshot(TypedDict, total=False):
     read_seconds: float  # ...and how long the read took
     asked: float         # when the recorder asked for it (the reads asked before it came first)
     held_exit: bool      # read as its agent held its exit
+    same_read_as: str    # a held exit's phase read once for two: the phase whose read this is (memgap._hook)
     copies_seconds: float  # how long measuring what it copied from its parent took (memgap.explain.cow)
     moving: bool         # its RSS moved by more than a quiet spell's slack while it was read
 

@@ -2,7 +2,8 @@
 waits (a few seconds at most) while the recorder reads it from outside; its last snapshot is then taken
 as it exits. Who calls: memgap's agent, preloaded in a process ("exit": its ``before-exit`` snapshot),
 and, under ``memgap run``, Python's bootstrap ("exit before-exit", then "exit exit" after the program's
-atexit handlers: memgap._hook). Light to import: it is made before the command starts, while the rest
+atexit handlers; "exit before-exit exit" once where nothing of the program can run between them:
+memgap._hook). Light to import: it is made before the command starts, while the rest
 of the recorder loads beside the command's own start."""
 from __future__ import annotations
 
@@ -19,13 +20,16 @@ if TYPE_CHECKING:
     import socket
 
 SUN_PATH_MAX = 108  # sizeof(sockaddr_un.sun_path), the terminating zero included
-HELD_PHASES = (BEFORE_EXIT_PHASE, "exit")  # what a caller may name: "exit" alone (the agent's) is the first
+# what a caller may name: "exit" alone (the agent's) is the first; "exit before-exit exit" (Python's, where
+# nothing of its program can run between its two) asks one read for both
+HELD_PHASES = (BEFORE_EXIT_PHASE, "exit")
 
 
 class ExitHold:
     """The socket (mode 0600), bound and listening once made, so that the command's environment can name
     it (``path``); calls are taken from ``serve(read)`` on: each caller, known by its credentials, is read
-    by ``read(pid, phase)`` while it waits, then told "ok" and goes on to exit."""
+    by ``read(pid, phases)`` while it waits (one read, the snapshot of each phase it names), then told "ok"
+    and goes on to exit."""
 
     def __init__(self, record_dir: str) -> None:
         self._folder = ""
@@ -51,7 +55,7 @@ class ExitHold:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
 
-    def serve(self, read: Callable[[int, str], None]) -> None:
+    def serve(self, read: Callable[[int, tuple[str, ...]], None]) -> None:
         """Take calls from now on, in a thread of their own (one more for each call)."""
         import socket
 
@@ -80,10 +84,10 @@ class ExitHold:
                 said = conn.recv(32).split()
                 if uid not in (0, os.getuid()) or not said or said[0] != b"exit":
                     return
-                phase = said[1].decode("ascii", "replace") if len(said) > 1 else BEFORE_EXIT_PHASE
-                if phase not in HELD_PHASES:
+                phases = tuple(p.decode("ascii", "replace") for p in said[1:]) or (BEFORE_EXIT_PHASE,)
+                if not set(phases) <= set(HELD_PHASES):
                     return
-                self.read(pid, phase)
+                self.read(pid, phases)
                 conn.sendall(b"ok\n")
             except OSError:
                 return  # it gave up waiting: it has exited, or goes on to

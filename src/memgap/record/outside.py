@@ -39,7 +39,7 @@ def outside_snapshot(writer: RecordingWriter, pid: int, phase: str, start: float
                      quiet_since: float | None = None, rested_since: float | None = None,
                      event: str = "snapshot", held_exit: bool = False,
                      at_mark: tuple[int | None, float] | None = None,
-                     asked: float | None = None) -> RecordedSnapshot | None:
+                     asked: float | None = None, also: tuple[str, ...] = ()) -> RecordedSnapshot | None:
     """A phase snapshot of ``pid`` read from outside (for marks the program did not make itself).
 
     After the phase named ``trim_after``, the process's agent (if it has one)
@@ -49,7 +49,8 @@ def outside_snapshot(writer: RecordingWriter, pid: int, phase: str, start: float
     ``event``: "snapshot" (a phase: an error is recorded) or "peak" (a high on the way: a
     process gone meanwhile is no error). ``held_exit``: read as the agent held the process's exit.
     ``at_mark``: its VmRSS and the time as the mark's line arrived, where the marks' reader read them.
-    ``asked``: when the recorder asked for the read (it waited for the reads before it).
+    ``asked``: when the recorder asked for the read (it waited for the reads before it). ``also``: phases
+    this read stands for too, each written as a snapshot of its own that says so (``same_read_as``).
     Returns the snapshot's record (None where it could not be read); ``moving`` in it: its RSS
     changed by more than ``rss_slack`` while it was read; ``read_started`` and ``read_seconds``:
     when the read began and how long it took.
@@ -85,7 +86,11 @@ def outside_snapshot(writer: RecordingWriter, pid: int, phase: str, start: float
         record["held_exit"] = True
     if abs(snap.rss - rss_at_mark) > rss_slack(snap.rss):
         record["moving"] = True
-    writer.write({"type": event, "pid": pid, "t": round(time.time() - start, 4), "snapshot": shaped(record)})
+    t = round(time.time() - start, 4)
+    writer.write({"type": event, "pid": pid, "t": t, "snapshot": shaped(record)})
+    for other in also:
+        writer.write({"type": event, "pid": pid, "t": t, "snapshot": shaped({**record, "phase": other,
+                                                                              "same_read_as": phase})})
     if phase == trim_after and snap.allocator.agent is not None:
         _agent_trim(writer, pid, start)
     return record
@@ -156,6 +161,7 @@ class ReadAsked:
     at_mark: tuple[int | None, float] | None = None
     then_pss: tuple[int, ...] = ()
     held_exit: bool = False
+    also: tuple[str, ...] = ()  # phases the same snapshot stands for too (a held exit's: memgap._hook)
 
 
 @dataclass(frozen=True)
@@ -180,7 +186,8 @@ def make_read(writer: RecordingWriter, asked: ReadAsked) -> ReadMade:
         pss_reads(writer, [asked.pid, *asked.then_pss])
         return ReadMade(True, False, began, time.monotonic())
     record = outside_snapshot(writer, asked.pid, asked.phase, asked.start, asked.trim_after, asked.quiet_since,
-                              asked.rested_since, asked.event, asked.held_exit, asked.at_mark, asked.asked)
+                              asked.rested_since, asked.event, asked.held_exit, asked.at_mark, asked.asked,
+                              asked.also)
     pss_reads(writer, list(asked.then_pss))
     if record is None:
         return ReadMade(False, False, began, time.monotonic())

@@ -11,7 +11,6 @@ itself (one that uses memgap's API, runs CUDA through PyTorch, or runs under
 from __future__ import annotations
 
 import os
-import select
 import signal
 import subprocess
 import time
@@ -40,6 +39,7 @@ from memgap.record.tree_end import (
     Watchdog,
     child_setup,
     end_tree,
+    exit_within,
     hold_stop_signals,
     release_stop_signals,
     subreaper,
@@ -137,22 +137,23 @@ def _exit_hold(record_dir: str, env: dict[str, str], writer: RecordingWriter) ->
     return hold
 
 
-def _exit_reads(reads: OutsideReads, start: float, interval: float) -> Callable[[int, str], None]:
+def _exit_reads(reads: OutsideReads, start: float, interval: float) -> Callable[[int, tuple[str, ...]], None]:
     """How a process that says it exits is read from outside as its exit waits: its ``before-exit``
-    snapshot (Python's also ``exit``, after its atexit handlers; by memgap's reader, at once, beside the
-    reads asked), unless it only passed through (``passing_through``: let go at once, and at its second
-    call too, unasked: it was told by its first)."""
+    snapshot (Python's also ``exit``, after its atexit handlers, or in the same read where nothing of its
+    program could run between the two; by memgap's reader, at once, beside the reads asked), unless it only
+    passed through (``passing_through``: let go at once, and at its second call too, unasked: it was told by
+    its first)."""
     from memgap.record.outside import ReadAsked
     from memgap.record.tree_watch import passing_through
 
     let_go: set[int] = set()
 
-    def read(pid: int, phase: str) -> None:
+    def read(pid: int, phases: tuple[str, ...]) -> None:
         if pid in let_go:
             return
         passed = passing_through(pid, interval)
         if passed is None:
-            reads.now(ReadAsked(pid, phase, start, time.time(), held_exit=True))
+            reads.now(ReadAsked(pid, phases[0], start, time.time(), held_exit=True, also=phases[1:]))
         else:
             let_go.add(pid)
             reads.writer.write({"type": "passed", "pid": pid, "lived": passed[0], "hwm": passed[1]})
@@ -376,6 +377,7 @@ class _Recording:
         from memgap.sources.procfs import oom_kills
 
         code = self.proc.wait()
+        self.watchdog.let_go()  # it exits (a Python process: a few ms) while the reads close
         self._close_hold()  # the exits it held are read: their snapshots are in
         self.reads.close()  # ...and every read asked (one of a process gone meanwhile finds it gone)
         self.watchdog.done()
@@ -416,25 +418,7 @@ def _exited_within(proc: subprocess.Popen[bytes], marks: StdoutMarks | None, sec
     """Wait up to ``seconds`` for the command to exit; a mark's line ends the wait early, so
     that the mark is measured while the program is still at it."""
     if marks is None or not marks.thread.is_alive():  # no marks, or its output has ended
-        return _exit_within(proc, seconds)
+        return exit_within(proc, seconds)
     if marks.arrived.wait(seconds):  # set by a mark, and by the end of its output
         marks.arrived.clear()
-    return proc.poll() is not None
-
-
-def _exit_within(proc: subprocess.Popen[bytes], seconds: float) -> bool:
-    """Wait up to ``seconds`` for the command's exit, woken the moment it comes: by its pidfd (Linux 5.3),
-    where Popen.wait polls with sleeps that grow to 50 ms (a run's end came that much late)."""
-    try:
-        fd = os.pidfd_open(proc.pid)
-    except (AttributeError, OSError):  # an older kernel or Python; or it is reaped already
-        try:
-            proc.wait(timeout=seconds)
-            return True
-        except subprocess.TimeoutExpired:
-            return False
-    try:
-        select.select([fd], [], [], seconds)  # readable once it exits
-    finally:
-        os.close(fd)
     return proc.poll() is not None

@@ -225,7 +225,10 @@ def _render_main(console: Any, run: RunDocument, process: ProcessRecord, stream:
                       "else its last quiet spell, else the moment before exit" + (f"; {slow}" if slow else "") + "):")
         render_snapshot(Snapshot.from_dict(snap), stream, width)
     at_exit = [s for s in process.snapshots if s.get("phase") == "exit"]
-    if at_exit and at_exit[-1] is not snap:
+    if at_exit and at_exit[-1].get("same_read_as") == snap.get("phase"):
+        console.print(f"...and at exit: the same read as at {moment} (nothing of the program could run between "
+                      "them: no other thread, no atexit handler of its own)")
+    elif at_exit and at_exit[-1] is not snap:
         line = (f"...and at exit (after the program's own teardown began): RSS {mib(at_exit[-1]['rss'])} "
                 f"MiB against {mib(snap['rss'])} at {moment}")
         if _shown_alike(at_exit[-1], snap):  # its table would repeat the one above to the last figure
