@@ -1,13 +1,15 @@
 """memgap's watchdog: ends a recorded run's tree when memgap itself is killed (SIGKILL, the OOM
 killer), where no handler of memgap's runs. See memgap.record.tree_end.
 
-memgap starts it in a session of its own (a terminal's signals do not reach it) with a pipe on its
-stdin, whose other end only memgap holds, and writes there what to end: ``group PGID`` for the
-command's process group, ``pid PID START`` for each process of the tree as the sampler first sees
-it (with its start time, so that a PID reused meanwhile is left alone), ``gone PID`` as one exits.
+memgap forks it (memgap.record.tree_end.Watchdog) into a session of its own (a terminal's signals do
+not reach it) with a pipe on its stdin, whose other end only memgap holds (and its reader, which dies
+with it), and writes there what to end: ``group PGID`` for the command's process group, ``pid PID
+START`` for each process of the tree as the sampler first sees it (with its start time, so that a PID
+reused meanwhile is left alone), ``gone PID`` as one exits.
 ``done`` ends the watch (memgap ended the run itself). The pipe's end without ``done`` means memgap
 is gone: SIGTERM to each process and the group, GRACE seconds, then SIGKILL to what is left.
-Run as a script (``python -S -E``): the standard library only, nothing of memgap's imported.
+The standard library only: memgap loads it before its command starts (it also runs as a script,
+``python -S -E``, where it is tried by hand).
 """
 from __future__ import annotations
 
