@@ -100,6 +100,10 @@ def signed_fields(cls: type) -> frozenset[str]:
 def typed_value(value: Any, hint: Any, where: str, signed: bool = False) -> Any:
     """``value`` checked against the type ``hint`` (nested: lists, dicts, tuples, enums, documents);
     an int or float figure is finite and, unless ``signed``, not negative."""
+    if hint is float or hint is int:  # most of a document: its figures, then its words, first
+        return _figure(value, hint, where, signed)
+    if hint is str or hint is bool:
+        return of_type(value, hint, where)
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if hint is Any:
         return value
@@ -146,8 +150,6 @@ def typed_value(value: Any, hint: Any, where: str, signed: bool = False) -> Any:
         if args[1] is Any or args[1] is JsonValue:
             return of_type(value, dict, where)
         return {k: typed_value(v, args[1], f"{where}[{k!r}]", signed) for k, v in of_type(value, dict, where).items()}
-    if hint is float or hint is int:
-        return _figure(value, hint, where, signed)
     return of_type(value, hint, where)
 
 
