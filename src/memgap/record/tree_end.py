@@ -248,8 +248,13 @@ class Watchdog:
         self._fd = -1  # the end of its pipe that memgap writes to
         try:
             read_end, write_end = os.pipe()
+        except OSError:
+            return
+        try:
             pid = os.fork()
         except OSError:
+            os.close(read_end)
+            os.close(write_end)
             return
         if pid == 0:
             _watchdog_main(read_end)
@@ -312,7 +317,7 @@ def _watchdog_main(pipe: int) -> NoReturn:
         quiet = os.open(os.devnull, os.O_RDWR)
         os.dup2(quiet, 1)
         os.dup2(quiet, 2)
-        os.closerange(3, os.sysconf("SC_OPEN_MAX"))  # close_range(2): one call, however high the limit
+        os.closerange(3, os.sysconf("SC_OPEN_MAX"))  # close_range(2) where the C library has it: one call
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # memgap's own handler came with the fork
         signal.pthread_sigmask(signal.SIG_UNBLOCK, (signal.SIGTERM,))  # memgap held it off as it forked this
         for ignored in (signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
