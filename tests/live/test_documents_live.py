@@ -65,9 +65,12 @@ def test_memgap_report_says_so_in_one_line(tmp_path):
 
 def test_the_agents_trim_at_idle_is_recorded_with_its_route(tmp_path):
     """A program that is not Python, its idle marked on stdout: memgap reads it from outside and
-    asks its agent to trim; the record says ``route`` (8a6ec88 wrote ``by``)."""
+    asks its agent to trim; the record says ``route`` (8a6ec88 wrote ``by``). It rests until the trim is
+    recorded (30 s at most): a rest of 1 s ended before memgap's read of it, under a fresh clone's suite
+    beside another."""
     script = tmp_path / "idle.sh"
-    script.write_text("echo idle\nsleep 1\n")
+    script.write_text('echo idle\nn=0\nwhile [ $n -lt 600 ] && ! grep -q \'"phase":"after-trim"\' '
+                      '"$MEMGAP_RECORD_DIR/samples.jsonl"; do sleep 0.05; n=$((n + 1)); done\n')
     out = tmp_path / "run.json"
     done = memgap("run", "--phase-regex", "^(idle)$", "--json", str(out), "--", "/bin/sh", str(script),
                   env=child_env(MEMGAP_TRIM_AFTER="idle"))
