@@ -11,12 +11,15 @@ bursts used, as its samples tell it (the driver's bursts' time is its clock's, w
 the machine moves far more than the CPU they use).
 
     PYTHONPATH=src python benchmarks/bench_lab_bursty.py [--reps 5] [--lab lab.json] [--python PY] [--apply SPEC]
+        [--server async_server.py --concurrency 16]
 
 ``--python``: the interpreter that runs the driver and its server, in an environment where memgap
 is installed as users install it (a wheel: its ``memgap-activate.pth`` is what a trimmer's lines
 reach; an editable install has none); default: this one. Where the lab keeps the defaults, the lines
 applied are those of the variant it found better by memory with the lowest figure (all too slow);
-``--apply SPEC`` names another.
+``--apply SPEC`` names another. ``--server``: the service the driver starts (``thread_server.py``, the
+default, or ``async_server.py``: one asyncio worker, mostly I/O, as the field report's), ``--concurrency``
+its bursts' requests (8).
 """
 from __future__ import annotations
 
@@ -30,12 +33,14 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DRIVE = os.path.join(ROOT, "tests", "programs", "server", "drive_bursts.py")
+SHAPE: list[str] = []  # the driver's arguments after its readings' path: BURSTS REST CONCURRENCY SERVER
 
 
 def lab(where: str, python: str) -> dict:
     out = os.path.join(where, "lab.json")
     subprocess.run([python, "-m", "memgap", "lab", "--json", out, "--dir", os.path.join(where, "runs"),
-                    "--", python, DRIVE, os.path.join(where, "lab-own.txt")], check=True, stdout=subprocess.DEVNULL)
+                    "--", python, DRIVE, os.path.join(where, "lab-own.txt"), *SHAPE], check=True,
+                   stdout=subprocess.DEVNULL)
     with open(out) as fh:
         return json.load(fh)
 
@@ -45,7 +50,7 @@ def plain(python: str, env: dict[str, str], path: str) -> tuple[float, float, fl
     their CPU seconds): the first burst's server is cold (its heap new, under any remedy), and the lab
     measures a bursty run from its first rest on."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("MEMGAP_", "PYTHONPATH"))}
-    subprocess.run([python, DRIVE, path], env={**clean, **env}, check=True)
+    subprocess.run([python, DRIVE, path, *SHAPE], env={**clean, **env}, check=True)
     with open(path) as fh:
         lines = [line.split() for line in fh.read().splitlines()]
     bursts = [(float(took), float(cpu)) for k, took, cpu in (line for line in lines if line[0] == "burst")][1:]
@@ -79,7 +84,10 @@ def main() -> None:
     parser.add_argument("--lab", help="a lab's JSON to take the recommendation from (default: run the lab)")
     parser.add_argument("--python", default=sys.executable, help="the interpreter of the driver and its server")
     parser.add_argument("--apply", metavar="SPEC", help="apply this variant's lines instead of the lab's pick")
+    parser.add_argument("--server", default="thread_server.py", help="the service the driver starts, beside it")
+    parser.add_argument("--concurrency", type=int, default=8, help="requests in a burst (8)")
     args = parser.parse_args()
+    SHAPE[:] = ["4", "1.0", str(args.concurrency), args.server]
     with tempfile.TemporaryDirectory(prefix="bench-lab-bursty-") as where:
         if args.lab:
             with open(args.lab) as fh:

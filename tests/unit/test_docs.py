@@ -211,9 +211,9 @@ def test_the_lab_fields_are_a_labs_keys(tmp_path):
     from memgap.lab.state import LabOptions, LabState
 
     # with the figures over the work that a lab since issue 32 writes (and its objective with them), of a
-    # workload that works in bursts (its slowdown by its bursts' CPU)
+    # workload that works in bursts (its slowdown by a burst's time at most: its CPU and its length)
     runs = [RunFigures(spec, rep, 0, "ok", wall=1.0, idle=idle * MiB, baseline=30 * MiB, work_mean=idle * MiB,
-                       work_span=[0.0, 1.0], rests=[0.6, 0.6], work_cpu=0.3)
+                       work_span=[0.0, 1.0], rests=[0.6, 0.6], work_cpu=0.3, work_wall=0.5)
             for rep in (1, 2) for spec, idle in (("glibc", 60), ("glibc:arena_max=2", 40))]
     options = LabOptions(cmd=["work"], variants=[parse_variant(s) for s in ("glibc", "glibc:arena_max=2")],
                          reps=2, lab_dir=str(tmp_path))

@@ -6,7 +6,7 @@ import io
 from memgap.allocators import variants as V  # noqa: N812 - a short alias, as in test_lab_units
 from memgap.documents.records import LabDocument, RunFigures
 from memgap.lab.objective import decide_objective, quiet_warnings
-from memgap.lab.verdict import decide, summarize
+from memgap.lab.verdict import decide, run_to_run_spread, summarize
 from memgap.lab.work import (
     MIN_REST,
     OwnTrim,
@@ -246,6 +246,37 @@ def test_a_bursty_workloads_slowdown_is_its_bursts_cpu():
     assert again.slowdown_by == "" and round(again.slowdown, 2) == 1.02 and again.work_cpu is None
 
 
+def test_a_bursty_workloads_slowdown_is_its_bursts_time_at_most_the_cpu_it_adds():
+    """Where the runs hold a burst's length: the CPU a variant adds to a burst over the baseline's burst
+    length (each added CPU second delays a burst by one at most). A burst that waits on I/O (0.3 s, 0.09 s
+    of CPU) takes a remedy that adds 0.009 s of CPU to it (x1.1 its CPU) as x1.03 its time, within the
+    budget; one that adds 0.06 s (x1.67 its CPU) as x1.2, too slow. The baseline's spread is said in the
+    same terms: its CPU's range over its length."""
+    def run(spec, rep, mean, cpu):
+        return RunFigures(spec, rep, 0, "ok", wall=4.0, idle=60 * MiB, work_mean=mean * MiB, rests=[1.0, 1.0, 1.0],
+                          work_cpu=cpu, work_wall=0.3, peak=200 * MiB)
+
+    table = {"glibc": [(100, 0.09), (101, 0.093)], "glibc:trim=every:1": [(50, 0.099), (52, 0.102)],
+             "jemalloc": [(60, 0.15), (61, 0.153)]}
+    base = [run("glibc", k + 1, *row) for k, row in enumerate(table["glibc"])]
+    summaries = [summarize(V.parse_variant(spec), [run(spec, k + 1, *row) for k, row in enumerate(rows)], base)
+                 for spec, rows in table.items()]
+    glibc, trims, jemalloc = summaries
+    assert trims.slowdown_by == "its bursts' time, at most (the CPU it adds to a burst, over a burst's length)"
+    assert trims.burst_length == 0.3 and round(trims.slowdown, 2) == 1.03 and round(jemalloc.slowdown, 2) == 1.2
+    assert round(run_to_run_spread(glibc), 3) == 0.01  # 0.003 s of CPU over a 0.3 s burst
+    verdict = decide(summaries, "glibc", 0.05, "mean")
+    assert trims.within_budget and not jemalloc.within_budget
+    assert verdict.recommended.spec == "glibc:trim=every:1", verdict.reason
+    assert "(by its bursts' time, at most" in verdict.reason
+    # a lab whose baseline runs hold no length (saved before it): by its bursts' CPU, as it was
+    for r in base:
+        r.work_wall = None
+    again = summarize(V.parse_variant("glibc:trim=every:1"), [run("glibc:trim=every:1", 1, 50, 0.099)], base)
+    assert again.slowdown_by == "its bursts' CPU time" and round(again.slowdown, 2) == 1.1
+    assert again.burst_length is None
+
+
 def test_a_remedy_that_waits_for_a_quiet_spell_the_workload_never_has_is_said_so():
     variants = [V.parse_variant(s) for s in ("glibc", "glibc:arena_max=2,trim=quiet", "glibc:trim=every:1")]
     runs = [_run("glibc", 1, 100, 120, rests=[1.0, 0.9]), _run("glibc:arena_max=2,trim=quiet", 1, 40, 110)]
@@ -306,6 +337,7 @@ def test_a_bursty_runs_figures_come_from_its_samples():
     assert m.work_mean == 120 * MiB  # the tree: the driver's 20 and the server's 100, from the first rest on
     assert m.wall == 2.9  # the work's time: from the start to its final rest (a quiet spell may misplace it)
     assert m.work_cpu == 0.09  # a burst after the first: 3 intervals of 0.03 s of the server's CPU
+    assert m.work_wall == 0.2  # its 3 intervals of the samples, less one: a burst's edges fall anywhere in a step
 
 
 def test_a_trimmer_variants_wall_ends_where_its_final_rest_began_whatever_its_trim_took():

@@ -81,14 +81,17 @@ class VariantSummary(_Summary):
     # and what its slowdown is by where not by its throughput or wall time (verdict.BURSTS_CPU)
     work_cpu: Spread | None = None
     slowdown_by: str = ""
+    # since session 15: the baseline's burst length (seconds: its runs' RunFigures.work_wall, their median) that
+    # the CPU a variant adds to a burst is weighed against, where its slowdown is by a burst's time
+    burst_length: float | None = None
     # since issue 33, where its runs recorded device memory: the tree's GPU memory at idle and at its highest
     gpu_idle: Spread | None = None
     gpu_peak: Spread | None = None
 
     def to_dict(self) -> JsonObject:
         out = super().to_dict()
-        for name in ("mean", "work_cpu", "slowdown_by", "gpu_idle", "gpu_peak"):  # a lab saved before them is
-            # written back as it was
+        # a lab saved before them is written back as it was
+        for name in ("mean", "work_cpu", "slowdown_by", "burst_length", "gpu_idle", "gpu_peak"):
             if not out[name]:
                 del out[name]
         return out

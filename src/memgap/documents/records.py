@@ -269,6 +269,9 @@ class RunFigures:
     # added since issue 32 item 2, written where known: the CPU seconds the tree used in a burst within the
     # work, their mean from its first rest to its final one (without --load: memgap.lab.work.bursts_cpu)
     work_cpu: float | None = None
+    # added since issue 32 item 2 (session 15), written where known: a burst's length, as the samples tell it
+    # (memgap.lab.work.bursts_wall): what the CPU a variant adds to a burst is weighed against
+    work_wall: float | None = None
     # added by issue 33, written where the run's samples held device memory (NVML, per process): the tree's GPU
     # memory summed per sampling round, at the round of its idle (else its last) and at its highest
     gpu_idle: int | None = None
@@ -280,8 +283,8 @@ class RunFigures:
     def to_dict(self) -> JsonObject:
         out = dataclasses.asdict(self)
         out["status"] = self.status.value
-        for name in ("process_peak", "work_mean", "work_span", "rests", "copied", "work_cpu", "gpu_idle",
-                     "gpu_peak"):  # since 8a6ec88
+        for name in ("process_peak", "work_mean", "work_span", "rests", "copied", "work_cpu", "work_wall",
+                     "gpu_idle", "gpu_peak"):  # since 8a6ec88
             if out[name] is None:
                 del out[name]
         return out

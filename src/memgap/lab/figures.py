@@ -294,7 +294,8 @@ def _over_the_work(m: RunFigures, run: RunDocument, proc: ProcessRecord, found: 
     if load_end is None and work.rests is not None and len(work.rests) >= BURSTY_RESTS:
         m.wall = work.end  # a bursty run's work, to the final rest its CPU shows (a quiet spell misses light bursts)
     if load_end is None:
-        m.work_cpu = work.cpu  # its bursts' time, as the samples can tell it (memgap.lab.work.bursts_cpu)
+        m.work_cpu = work.cpu  # a burst's CPU, as the samples can tell it (memgap.lab.work.bursts_cpu)
+        m.work_wall = work.wall  # ...and its length (memgap.lab.work.bursts_wall)
 
 
 def _agent_trims(proc: ProcessRecord) -> list[TrimRecord]:

@@ -36,7 +36,11 @@ from memgap.lab.objective import GPU, IDLE, summary_figure, words, works_in_burs
 # are one transparent huge page: where THP is on, one touched byte can move RSS by 2 MiB.
 MATERIAL_SHARE = 0.05  # a lower idle median by less than this share is not worth a remedy
 MATERIAL_BYTES = 2 << 20  # ... nor by fewer bytes than this, against the baseline
-BURSTS_CPU = "its bursts' CPU time"  # what a bursty workload's slowdown is by (RunFigures.work_cpu)
+BURSTS_CPU = "its bursts' CPU time"  # what a bursty workload's slowdown was by, in labs saved before BURSTS_TIME
+# what it is by since: the CPU a variant adds to a burst (or takes from it) over the baseline's burst length,
+# a burst's time at most (RunFigures.work_cpu, work_wall: each added CPU second delays a burst by a second at
+# most, where its threads do it one after another; less where they run at once, or the burst waits on I/O)
+BURSTS_TIME = "its bursts' time, at most (the CPU it adds to a burst, over a burst's length)"
 
 
 def material() -> LabMaterial:
@@ -82,8 +86,12 @@ def summarize(variant: Variant, runs: list[RunFigures], baseline_runs: list[RunF
 def _slowdown(s: VariantSummary, ok: list[RunFigures], baseline_runs: list[RunFigures]) -> tuple[float | None, str]:
     """The median over reps of the variant's time over the baseline's in the same rep, and by what:
     the workload's throughput where it reports one; for a workload that works in bursts (its
-    baseline's runs, memgap.lab.objective) the CPU time of a burst of its, where each of its runs
-    has one (RunFigures.work_cpu); else the wall time."""
+    baseline's runs, memgap.lab.objective) a burst's time at most: 1 + the CPU seconds the variant adds to
+    a burst (RunFigures.work_cpu) over the baseline's burst length (its runs' work_wall, their median;
+    the CPU ratio itself where the runs hold no length: labs saved before it); else the wall time. The
+    user's chart shows the bursts' time (a request's latency); the samples, 0.1 s apart, cannot time a
+    0.12 s burst to 10%, and its CPU can be told to the tick, but a CPU ratio makes a burst that waits on
+    I/O as slow as one that computes throughout."""
     base_ok = [r for r in baseline_runs if r.status == "ok"]
     if s.throughput is not None:  # the workload's own figure, higher is better
         base_tp = {r.rep: r.throughput for r in base_ok if r.throughput}
@@ -92,8 +100,15 @@ def _slowdown(s: VariantSummary, ok: list[RunFigures], baseline_runs: list[RunFi
     elif works_in_bursts(base_ok) and ok and all(r.work_cpu for r in [*ok, *base_ok]):
         s.work_cpu = _spread([r.work_cpu for r in ok if r.work_cpu])
         base_cpu = {r.rep: r.work_cpu for r in base_ok if r.work_cpu}
-        ratios = [r.work_cpu / base_cpu[r.rep] for r in ok if r.rep in base_cpu and r.work_cpu]
-        by = BURSTS_CPU
+        lengths = [r.work_wall for r in base_ok if r.work_wall]
+        if len(lengths) == len(base_ok):
+            s.burst_length = statistics.median(lengths)
+            ratios = [1 + (r.work_cpu - base_cpu[r.rep]) / s.burst_length for r in ok
+                      if r.rep in base_cpu and r.work_cpu]
+            by = BURSTS_TIME
+        else:
+            ratios = [r.work_cpu / base_cpu[r.rep] for r in ok if r.rep in base_cpu and r.work_cpu]
+            by = BURSTS_CPU
     else:
         base_by_rep = {r.rep: r.wall for r in base_ok if r.wall > 0}
         ratios = [r.wall / base_by_rep[r.rep] for r in ok if r.rep in base_by_rep]
@@ -112,10 +127,13 @@ class Verdict:
 
 def run_to_run_spread(summary: VariantSummary | None) -> float:
     """(max - min) / median of a variant's throughputs, else of the times its slowdown is by (its
-    bursts' CPU, or its wall times); 0 when unknown."""
+    bursts' CPU, or its wall times), in the slowdown's own terms: a burst's CPU range over its length
+    where the slowdown is a burst's time at most (BURSTS_TIME); 0 when unknown."""
     figures = summary and (summary.throughput or (summary.work_cpu if summary.slowdown_by else summary.wall))
     if not figures or figures[0] <= 0:
         return 0.0
+    if summary and summary.slowdown_by == BURSTS_TIME and summary.burst_length:
+        return (figures[2] - figures[1]) / summary.burst_length
     return (figures[2] - figures[1]) / figures[0]
 
 

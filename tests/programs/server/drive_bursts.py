@@ -1,11 +1,11 @@
-"""A load driver for thread_server.py, as users write them (standard library only, no memgap):
-start the server as a child, wait until it answers, send BURSTS bursts of CONCURRENCY concurrent
-requests, each followed by a rest of REST seconds, and read the server's RSS from
-/proc/PID/status after each rest; then stop the server. It appends to READINGS a line
-"rest BYTES" per rest, one "burst SECONDS CPU" per burst (its time, and the CPU seconds the
+"""A load driver for thread_server.py (or SERVER beside it: async_server.py), as users write them
+(standard library only, no memgap): start the server as a child, wait until it answers, send BURSTS
+bursts of CONCURRENCY concurrent requests, each followed by a rest of REST seconds, and read the
+server's RSS from /proc/PID/status after each rest; then stop the server. It appends to READINGS a
+line "rest BYTES" per rest, one "burst SECONDS CPU" per burst (its time, and the CPU seconds the
 server and the driver used in it), and one "work SECONDS" (the bursts' time, without the rests).
 
-    python drive_bursts.py READINGS [BURSTS [REST [CONCURRENCY]]]
+    python drive_bursts.py READINGS [BURSTS [REST [CONCURRENCY [SERVER]]]]
 """
 import os
 import signal
@@ -22,8 +22,9 @@ readings = sys.argv[1]
 bursts = int(sys.argv[2]) if len(sys.argv) > 2 else 4
 rest = float(sys.argv[3]) if len(sys.argv) > 3 else 1.0
 concurrency = int(sys.argv[4]) if len(sys.argv) > 4 else 8
+script = sys.argv[5] if len(sys.argv) > 5 else "thread_server.py"
 port = free_port()
-server = subprocess.Popen([sys.executable, os.path.join(HERE, "thread_server.py"), str(port)])
+server = subprocess.Popen([sys.executable, os.path.join(HERE, script), str(port)])
 deadline = time.time() + 30
 while time.time() < deadline:
     try:
