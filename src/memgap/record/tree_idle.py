@@ -95,7 +95,12 @@ def pss_while_whole(run: RunDocument, alive: list[ProcessRecord]) -> dict[int, i
     """Each process's PSS at its idle, as read while the tree was whole: its last reading from
     outside within the spell its idle opened (memgap.record.idle's ``_pss_at_idle``), at its idle
     RSS, made while every other process of ``alive`` was there at a steady RSS (``_whole_at``);
-    else its idle's own PSS (None where it has none)."""
+    where none in that spell was (a spell that began as the tree's teardown did), its last such
+    reading at its idle RSS from an earlier spell; else its idle's own PSS (None where it has none).
+    A gunicorn master's last quiet spell began while its workers' finalization gave their pages back
+    under tcmalloc: its PSS read then rose from 152 to 239 MiB as they let go of what it shares, and the
+    lab summed the tree at 855 MiB where the driver read 768 at rest; its reading of 152 MiB at the
+    same RSS in the spell before, the tree whole, sums it at 763."""
     start = run.start or 0.0
     series: dict[int, list[tuple[float, int]]] = {p.pid: [] for p in alive}
     for s in run.timeline:
@@ -109,8 +114,11 @@ def pss_while_whole(run: RunDocument, alive: list[ProcessRecord]) -> dict[int, i
     for p in alive:
         if p.idle is None:
             continue
-        whole = [pss for t, pss in _readings(p) if t < whole_until
-                 and all(_whole_at(series[q.pid], exited[q.pid], t) for q in alive if q is not p)]
+        def read_whole(readings: list[tuple[float, int]], p: ProcessRecord = p) -> list[int]:
+            return [pss for t, pss in readings if t < whole_until
+                    and all(_whole_at(series[q.pid], exited[q.pid], t) for q in alive if q is not p)]
+
+        whole = read_whole(_readings(p)) or read_whole(_at_idle_rss(p))
         out[p.pid] = whole[-1] if whole else p.idle.pss
     return out
 
@@ -144,6 +152,16 @@ def _readings(p: ProcessRecord) -> list[tuple[float, int]]:
     out += [(read[0], int(read[1])) for read in p.pss_reads or []
             if since <= read[0] < end and (len(read) < 3 or abs(read[2] - idle.rss) <= slack)]
     return sorted(out)
+
+
+def _at_idle_rss(p: ProcessRecord) -> list[tuple[float, int]]:
+    """(time, PSS) of each reading of a process's PSS from outside at its idle RSS, in any spell, in time order
+    (none in a recording made before reads kept their RSS)."""
+    if p.idle is None:
+        return []
+    slack = rss_slack(p.idle.rss)
+    return sorted((read[0], int(read[1])) for read in p.pss_reads or []
+                  if len(read) > 2 and abs(read[2] - p.idle.rss) <= slack)
 
 
 def _whole_at(samples: list[tuple[float, int]], exited: bool, when: float) -> bool:
