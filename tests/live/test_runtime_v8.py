@@ -58,8 +58,10 @@ class NodeHeap:
         return out
 
     def read_bracketed(self):
-        """memgap's read between two of the program's own readings that agree on the heap (a collection
-        between them: read again). Returns (before, heap, census, after)."""
+        """memgap's read between two of the program's own readings that agree on the heap, every isolate's
+        (a collection between them: read again): the same committed size, the used size within 1% (each
+        request for the figures allocates a little). A fresh clone's main isolate went from 5.87 MB used to
+        5.49 between two that agreed on the committed size alone. Returns (before, heap, census, after)."""
         for _ in range(5):
             before = self.figures()
             view = self.view()
@@ -67,7 +69,7 @@ class NodeHeap:
             heap = V8Reader().read(view, info)
             census = read_census(self.reader, view.maps, info.version)
             after = self.figures()
-            if before["heap.total_heap_size"] == after["heap.total_heap_size"]:
+            if _steady(before, after):
                 return before, heap, census, after
         raise AssertionError("the heap kept changing under five reads")
 
@@ -96,6 +98,13 @@ def _smaps_rss(pid, ranges):
             elif head == "Rss:" and inside:
                 total += int(line.split()[1]) * 1024
     return total
+
+
+def _steady(before, after):
+    """No collection between two of the program's readings: each isolate's committed size the same, its used
+    size within 1%."""
+    return all(before[k] == after[k] for k in before if k.endswith("total_heap_size")) and all(
+        abs(before[k] - after[k]) <= 0.01 * after[k] for k in before if k.endswith("used_heap_size"))
 
 
 def _close(ours, theirs, tolerance=0.05):
