@@ -30,10 +30,9 @@ if TYPE_CHECKING:  # loaded only by the commands that use them: the recorder (ru
     from memgap.record.recorder import RunOptions
     from memgap.record.tree_end import Stopped
 
-# --- argument types ---------------------------------------------------------------------
-
-if TYPE_CHECKING:
     N = TypeVar("N", int, float)
+
+# --- argument types ---------------------------------------------------------------------
 
 
 def _bounded(convert: Callable[[str], N], ok: Callable[[N], bool], wanted: str) -> Callable[[str], N]:

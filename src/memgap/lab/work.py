@@ -203,10 +203,8 @@ def bursts_wall(intervals: list[tuple[float, float, float]], parts: list[tuple[f
     length errs short (the bound ``verdict`` makes with it errs slow), by up to an interval for one burst,
     less over many (a 0.12 s burst of the test service's: 0.1-0.2 s each)."""
     step = statistics.median(b - a for a, b, _ in intervals) if intervals else 0.0
-    bursts = [(a, b) for a, b, rest in parts if not rest and a >= start and b <= end]
-    each = [sum(u for a, b, u in intervals if x <= a and b <= y) for x, y in bursts]
-    lengths = [max(b - a - step, step / 2) for a, b in bursts]
-    return _per_typical(each, lengths)
+    bursts, each = _bursts(intervals, parts, start, end)
+    return _per_typical(each, [max(b - a - step, step / 2) for a, b in bursts])
 
 
 def bursts_cpu(intervals: list[tuple[float, float, float]], parts: list[tuple[float, float, bool]],
@@ -220,9 +218,15 @@ def bursts_cpu(intervals: list[tuple[float, float, float]], parts: list[tuple[fl
     burst of its own, under half the median: left out), a rest missed between two bursts (one burst
     twice the median: counted as two). Over all of them, not the median alone: the CPU is read in
     ticks of 0.01 s, a seventh of one burst of the test service's."""
-    bursts = [(a, b) for a, b, rest in parts if not rest and a >= start and b <= end]
-    each = [sum(u for a, b, u in intervals if x <= a and b <= y) for x, y in bursts]
+    _, each = _bursts(intervals, parts, start, end)
     return _per_typical(each, each)
+
+
+def _bursts(intervals: list[tuple[float, float, float]], parts: list[tuple[float, float, bool]],
+            start: float, end: float) -> tuple[list[tuple[float, float]], list[float]]:
+    """The bursts between ``start`` and ``end`` (from, to), and the CPU seconds the tree used in each."""
+    bursts = [(a, b) for a, b, rest in parts if not rest and a >= start and b <= end]
+    return bursts, [sum(u for a, b, u in intervals if x <= a and b <= y) for x, y in bursts]
 
 
 def _per_typical(each: list[float], values: list[float]) -> float | None:

@@ -328,47 +328,45 @@ def _watchdog_main(pipe: int) -> NoReturn:
     os._exit(code)
 
 
-def _reaped_within(pid: int, seconds: float) -> bool:
-    """Wait up to ``seconds`` for child ``pid`` to exit (woken by its pidfd; polled where there is none), and
-    reap it."""
-    deadline = time.monotonic() + seconds
+def _pidfd_wait(pid: int, seconds: float) -> bool:
+    """Wait up to ``seconds`` for child ``pid`` to exit, woken the moment it does, by its pidfd (Linux 5.3);
+    False where it has none (an older kernel or Python; or it is reaped already): the caller polls."""
     try:
         fd = os.pidfd_open(pid)
     except (AttributeError, OSError):
-        fd = -1
-    if fd >= 0:
-        try:
-            select.select([fd], [], [], seconds)
-        finally:
-            os.close(fd)
+        return False
+    try:
+        select.select([fd], [], [], seconds)  # readable once it exits
+    finally:
+        os.close(fd)
+    return True
+
+
+def _reaped_within(pid: int, seconds: float) -> bool:
+    """Wait up to ``seconds`` for child ``pid`` (one not started by Popen: the watchdog) to exit, and reap it."""
+    deadline = time.monotonic() + seconds
+    woken = _pidfd_wait(pid, seconds)
     while True:
         try:
             if os.waitpid(pid, os.WNOHANG)[0] == pid:
                 return True
         except ChildProcessError:
             return True
-        if fd >= 0 or time.monotonic() >= deadline:
+        if woken or time.monotonic() >= deadline:
             return False
         time.sleep(0.01)
 
 
 def exit_within(proc: subprocess.Popen[bytes], seconds: float) -> bool:
-    """Wait up to ``seconds`` for a child's exit (the command's, the watchdog's), woken the moment it comes: by
-    its pidfd (Linux 5.3), where Popen.wait polls with sleeps that grow to 50 ms (a run's end came that much
-    late)."""
+    """Wait up to ``seconds`` for the command's exit, woken the moment it comes (``_pidfd_wait``), where
+    Popen.wait polls with sleeps that grow to 50 ms (a run's end came that much late)."""
+    if _pidfd_wait(proc.pid, seconds):
+        return proc.poll() is not None
     try:
-        fd = os.pidfd_open(proc.pid)
-    except (AttributeError, OSError):  # an older kernel or Python; or it is reaped already
-        try:
-            proc.wait(timeout=seconds)
-            return True
-        except subprocess.TimeoutExpired:
-            return False
-    try:
-        select.select([fd], [], [], seconds)  # readable once it exits
-    finally:
-        os.close(fd)
-    return proc.poll() is not None
+        proc.wait(timeout=seconds)
+        return True
+    except subprocess.TimeoutExpired:
+        return False
 
 
 def hold_stop_signals() -> set[int | signal.Signals]:
